@@ -1,0 +1,55 @@
+"""What the scheduler asks for: the outputs of :meth:`Scheduler.handle`.
+
+An action is a request; its outcome comes back as a later event (DESIGN.md, "The core").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from datasched.core.model import Subjob
+
+__all__ = ["Action", "JobCompleted", "Preempt", "Start", "WakeAt"]
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """Run ``subjob`` on ``node``, reading its events in ascending order.
+
+    ``cache_fill``: keep what is read from tertiary storage (or a peer, when ``replicate``) in the
+    node's cache. ``peer_reads``: data cached on another node may be read from there instead of
+    from tertiary storage (ponce-hersch §4.2).
+    """
+
+    subjob: Subjob
+    node: int
+    cache_fill: bool
+    peer_reads: bool = False
+    replicate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Preempt:
+    """Stop the subjob running on ``node``; the engine answers with SubjobStopped."""
+
+    subjob_id: int
+    node: int
+
+
+@dataclass(frozen=True, slots=True)
+class WakeAt:
+    """Send a Tick at ``time`` (or as soon after as the engine can)."""
+
+    time: float
+
+
+@dataclass(frozen=True, slots=True)
+class JobCompleted:
+    """Notice: every event of the job has been processed (the engine records and reports it)."""
+
+    job_id: int
+    time: float
+    first_start_s: float
+
+
+Action = Start | Preempt | WakeAt | JobCompleted

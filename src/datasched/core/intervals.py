@@ -1,0 +1,383 @@
+"""IntervalSet: sets of collision events as sorted, disjoint half-open ranges.
+
+Events are numbered 0..N-1 (DESIGN.md, "Dataspace"); a job's data, a subjob's data, a cache's
+content are all IntervalSets. Immutable and hashable. Operations are linear merges over the
+range lists, with ``bisect`` where one point is looked up; no trees (most sets hold one to five
+ranges, and the simulator calls these on its hot path, so single-range cases take fast paths).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterable, Iterator
+
+__all__ = ["IntervalSet"]
+
+
+class IntervalSet:
+    """An immutable set of integers stored as sorted, disjoint, non-adjacent ``[start, stop)``."""
+
+    __slots__ = ("_hash", "_length", "_starts", "_stops")
+
+    _starts: list[int]
+    _stops: list[int]
+    _length: int
+    _hash: int | None
+
+    def __init__(self, ranges: Iterable[tuple[int, int]] = ()) -> None:
+        items = []
+        for pair in ranges:
+            a, b = pair
+            if not (isinstance(a, int) and isinstance(b, int)):
+                raise ValueError(f"range {pair!r}: bounds must be integers")
+            if a > b:
+                raise ValueError(f"range {pair!r}: start is after stop")
+            if a < b:
+                items.append((a, b))
+        items.sort()
+        starts: list[int] = []
+        stops: list[int] = []
+        for a, b in items:
+            if stops and a <= stops[-1]:
+                if b > stops[-1]:
+                    stops[-1] = b
+            else:
+                starts.append(a)
+                stops.append(b)
+        self._starts = starts
+        self._stops = stops
+        self._length = sum(stops) - sum(starts)
+        self._hash = None
+
+    @classmethod
+    def _make(cls, starts: list[int], stops: list[int], length: int = -1) -> IntervalSet:
+        """Build from lists that already satisfy the invariant (no checks); ``length`` is the
+        number of events when the caller knows it (saves two sums over long lists)."""
+        obj = object.__new__(cls)
+        obj._starts = starts
+        obj._stops = stops
+        obj._length = length if length >= 0 else sum(stops) - sum(starts)
+        obj._hash = None
+        return obj
+
+    @classmethod
+    def range(cls, start: int, stop: int) -> IntervalSet:
+        """The events ``start, ..., stop - 1``."""
+        if start > stop:
+            raise ValueError(f"range ({start}, {stop}): start is after stop")
+        if start == stop:
+            return cls._make([], [])
+        return cls._make([start], [stop])
+
+    @classmethod
+    def empty(cls) -> IntervalSet:
+        return cls._make([], [])
+
+    @classmethod
+    def from_events(cls, events: Iterable[int]) -> IntervalSet:
+        """The set of the given individual events."""
+        return cls((e, e + 1) for e in events)
+
+    # -- reading ------------------------------------------------------------------------------
+
+    @property
+    def length(self) -> int:
+        """How many events."""
+        return self._length
+
+    @property
+    def is_empty(self) -> bool:
+        return not self._starts
+
+    def __bool__(self) -> bool:
+        return bool(self._starts)
+
+    @property
+    def n_ranges(self) -> int:
+        return len(self._starts)
+
+    @property
+    def ranges(self) -> tuple[tuple[int, int], ...]:
+        return tuple(zip(self._starts, self._stops, strict=True))
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        return zip(self._starts, self._stops, strict=True)
+
+    @property
+    def start(self) -> int:
+        if not self._starts:
+            raise ValueError("an empty IntervalSet has no start")
+        return self._starts[0]
+
+    @property
+    def stop(self) -> int:
+        if not self._stops:
+            raise ValueError("an empty IntervalSet has no stop")
+        return self._stops[-1]
+
+    def __contains__(self, event: object) -> bool:
+        if not isinstance(event, int):
+            return False
+        i = bisect_right(self._starts, event) - 1
+        return i >= 0 and event < self._stops[i]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, IntervalSet):
+            return NotImplemented
+        return self._starts == other._starts and self._stops == other._stops
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            self._hash = hash((tuple(self._starts), tuple(self._stops)))
+        return self._hash
+
+    def __repr__(self) -> str:
+        return f"IntervalSet({list(self)!r})"
+
+    # -- set algebra --------------------------------------------------------------------------
+
+    # Set algebra. Caches hold thousands of ranges while jobs and subjobs hold a few, so when
+    # one operand is small each of its ranges is spliced into the other's lists with bisect
+    # and list slicing (C speed), instead of merging both lists in a Python loop.
+
+    def __or__(self, other: IntervalSet) -> IntervalSet:
+        if not other._starts:
+            return self
+        if not self._starts:
+            return other
+        big, small = (self, other) if len(self._starts) >= len(other._starts) else (other, self)
+        if len(small._starts) <= _SMALL:
+            starts, stops = big._starts, big._stops
+            length = big._length
+            for a, b in zip(small._starts, small._stops, strict=True):
+                lo = bisect_left(stops, a)
+                hi = bisect_right(starts, b)
+                if lo < hi:
+                    a = min(a, starts[lo])
+                    b = max(b, stops[hi - 1])
+                    for k in range(lo, hi):
+                        length -= stops[k] - starts[k]
+                length += b - a
+                starts = [*starts[:lo], a, *starts[hi:]]
+                stops = [*stops[:lo], b, *stops[hi:]]
+            return IntervalSet._make(starts, stops, length)
+        a0, a1, b0, b1 = self._starts, self._stops, other._starts, other._stops
+        starts = []
+        stops = []
+        i = j = 0
+        na, nb = len(a0), len(b0)
+        while i < na or j < nb:
+            if j >= nb or (i < na and a0[i] <= b0[j]):
+                s, e = a0[i], a1[i]
+                i += 1
+            else:
+                s, e = b0[j], b1[j]
+                j += 1
+            if stops and s <= stops[-1]:
+                if e > stops[-1]:
+                    stops[-1] = e
+            else:
+                starts.append(s)
+                stops.append(e)
+        return IntervalSet._make(starts, stops)
+
+    union = __or__
+
+    def __and__(self, other: IntervalSet) -> IntervalSet:
+        if not self._starts or not other._starts:
+            return _EMPTY
+        if len(other._starts) == 1:
+            return self.clip(other._starts[0], other._stops[0])
+        if len(self._starts) == 1:
+            return other.clip(self._starts[0], self._stops[0])
+        big, small = (self, other) if len(self._starts) >= len(other._starts) else (other, self)
+        if len(small._starts) == 1:
+            return big.clip(small._starts[0], small._stops[0])
+        if len(small._starts) <= _SMALL:
+            starts: list[int] = []
+            stops: list[int] = []
+            for a, b in zip(small._starts, small._stops, strict=True):
+                part = big.clip(a, b)
+                starts.extend(part._starts)
+                stops.extend(part._stops)
+            return IntervalSet._make(starts, stops)
+        a0, a1, b0, b1 = self._starts, self._stops, other._starts, other._stops
+        starts = []
+        stops = []
+        i = j = 0
+        na, nb = len(a0), len(b0)
+        while i < na and j < nb:
+            s = a0[i] if a0[i] > b0[j] else b0[j]
+            e = a1[i] if a1[i] < b1[j] else b1[j]
+            if s < e:
+                starts.append(s)
+                stops.append(e)
+            if a1[i] < b1[j]:
+                i += 1
+            else:
+                j += 1
+        return IntervalSet._make(starts, stops)
+
+    intersection = __and__
+
+    def __sub__(self, other: IntervalSet) -> IntervalSet:
+        if not self._starts or not other._starts:
+            return self
+        if other._starts[0] >= self._stops[-1] or other._stops[-1] <= self._starts[0]:
+            return self
+        if len(other._starts) <= _SMALL:
+            # Cut each range of ``other`` out of our lists.
+            starts, stops = self._starts, self._stops
+            length = self._length
+            for a, b in zip(other._starts, other._stops, strict=True):
+                lo = bisect_right(stops, a)
+                hi = bisect_left(starts, b)
+                if lo >= hi:
+                    continue
+                for k in range(lo, hi):
+                    length -= stops[k] - starts[k]
+                new_starts = []
+                new_stops = []
+                if starts[lo] < a:
+                    new_starts.append(starts[lo])
+                    new_stops.append(a)
+                    length += a - starts[lo]
+                if stops[hi - 1] > b:
+                    new_starts.append(b)
+                    new_stops.append(stops[hi - 1])
+                    length += stops[hi - 1] - b
+                starts = [*starts[:lo], *new_starts, *starts[hi:]]
+                stops = [*stops[:lo], *new_stops, *stops[hi:]]
+            return IntervalSet._make(starts, stops, length)
+        if len(self._starts) <= _SMALL:
+            # Each of our few ranges minus the part of ``other`` inside it.
+            starts = []
+            stops = []
+            for s, e in zip(self._starts, self._stops, strict=True):
+                cut = other.clip(s, e)
+                cur = s
+                for a, b in zip(cut._starts, cut._stops, strict=True):
+                    if a > cur:
+                        starts.append(cur)
+                        stops.append(a)
+                    cur = b
+                if cur < e:
+                    starts.append(cur)
+                    stops.append(e)
+            return IntervalSet._make(starts, stops)
+        a0, a1, b0, b1 = self._starts, self._stops, other._starts, other._stops
+        starts = []
+        stops = []
+        j = 0
+        nb = len(b0)
+        for s, e in zip(a0, a1, strict=True):
+            cur = s
+            while j < nb and b1[j] <= cur:
+                j += 1
+            k = j
+            while k < nb and b0[k] < e:
+                if b0[k] > cur:
+                    starts.append(cur)
+                    stops.append(b0[k])
+                if b1[k] > cur:
+                    cur = b1[k]
+                if cur >= e:
+                    break
+                k += 1
+            if cur < e:
+                starts.append(cur)
+                stops.append(e)
+        return IntervalSet._make(starts, stops)
+
+    difference = __sub__
+
+    def overlaps(self, other: IntervalSet) -> bool:
+        return bool(self & other)
+
+    def issubset(self, other: IntervalSet) -> bool:
+        return not (self - other)
+
+    def clip(self, start: int, stop: int) -> IntervalSet:
+        """The events of this set within ``[start, stop)``."""
+        s0, s1 = self._starts, self._stops
+        if not s0 or start >= stop or start >= s1[-1] or stop <= s0[0]:
+            return _EMPTY
+        if start <= s0[0] and stop >= s1[-1]:
+            return self
+        lo = bisect_right(s1, start)
+        hi = bisect_left(s0, stop)
+        starts = s0[lo:hi]
+        stops = s1[lo:hi]
+        if starts:
+            if starts[0] < start:
+                starts[0] = start
+            if stops[-1] > stop:
+                stops[-1] = stop
+        return IntervalSet._make(starts, stops)
+
+    # -- cutting ------------------------------------------------------------------------------
+
+    def split_at(self, point: int) -> tuple[IntervalSet, IntervalSet]:
+        """Events before ``point``, and from ``point`` on."""
+        if not self._starts:
+            return self, self
+        if point <= self._starts[0]:
+            return _EMPTY, self
+        if point >= self._stops[-1]:
+            return self, _EMPTY
+        return self.clip(self._starts[0], point), self.clip(point, self._stops[-1])
+
+    def event_at(self, k: int) -> int:
+        """The ``k``-th event (0-based) in ascending order."""
+        if k < 0 or k >= self._length:
+            raise IndexError(f"event index {k} out of range for {self._length} events")
+        for s, e in zip(self._starts, self._stops, strict=True):
+            if k < e - s:
+                return s + k
+            k -= e - s
+        raise AssertionError("unreachable")
+
+    def head(self, n: int) -> tuple[IntervalSet, IntervalSet]:
+        """The first ``n`` events and the rest."""
+        if n <= 0:
+            return _EMPTY, self
+        if n >= self._length:
+            return self, _EMPTY
+        s0, s1 = self._starts, self._stops
+        if len(s0) == 1:
+            cut = s0[0] + n
+            return IntervalSet._make([s0[0]], [cut]), IntervalSet._make([cut], [s1[0]])
+        i = 0
+        while n >= s1[i] - s0[i]:
+            n -= s1[i] - s0[i]
+            i += 1
+        if n == 0:
+            return IntervalSet._make(s0[:i], s1[:i]), IntervalSet._make(s0[i:], s1[i:])
+        cut = s0[i] + n
+        left = IntervalSet._make([*s0[: i + 1]], [*s1[:i], cut])
+        right = IntervalSet._make([cut, *s0[i + 1 :]], s1[i:])
+        return left, right
+
+    def split_even(self, parts: int, min_events: int = 1) -> list[IntervalSet]:
+        """Consecutive pieces whose sizes differ by at most one, each >= ``min_events``
+        (using fewer pieces if needed; at least one when non-empty)."""
+        if parts < 1:
+            raise ValueError(f"parts: must be positive, got {parts}")
+        if min_events < 1:
+            raise ValueError(f"min_events: must be positive, got {min_events}")
+        n = self._length
+        if n == 0:
+            return []
+        parts = max(1, min(parts, n // min_events))
+        out = []
+        rest = self
+        for k in range(parts, 0, -1):
+            size = rest.length // k + (1 if rest.length % k else 0)
+            piece, rest = rest.head(size)
+            out.append(piece)
+        return out
+
+
+_EMPTY = IntervalSet._make([], [])
+_SMALL = 8
+"""Operands with at most this many ranges are spliced in by bisect."""

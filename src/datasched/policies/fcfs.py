@@ -1,0 +1,333 @@
+"""First-come-first-served policies of ponce-hersch §3: processing farm, job splitting and
+cache-oriented job splitting (Tables 1 and 2)."""
+
+from __future__ import annotations
+
+from datasched.core.intervals import IntervalSet
+from datasched.core.model import Subjob
+from datasched.core.scheduler import JobState, Policy, Scheduler
+from datasched.policies.registry import register
+
+__all__ = ["CacheOrientedSplitting", "JobSplitting", "ProcessingFarm"]
+
+
+@register
+class ProcessingFarm(Policy):
+    """A job runs whole on the first free node; no caching (ponce-hersch §3.1).
+
+    The M/E_r/m queue of the paper; our reference for every other policy.
+    """
+
+    name = "farm"
+    section = "ponce-hersch §3.1"
+    summary = "processing farm: one job per node, first come first served, no cache"
+
+    def job_arrived(self, sched: Scheduler, js: JobState) -> None:
+        if sched.idle_nodes:
+            sched.start(sched.new_subjob(js, js.job.data), sched.idle_nodes[0])
+        else:
+            sched.job_queue.append(js.job_id)
+
+    def node_freed(self, sched: Scheduler, node: int, ended: JobState | None) -> None:
+        if sched.job_queue:
+            js = sched.jobs[sched.job_queue.popleft()]
+            sched.start(sched.new_subjob(js, js.job.data), node)
+
+
+def _multi_node_jobs(sched: Scheduler) -> list[JobState]:
+    """Jobs running on two or more nodes (none of them being preempted), in arrival order."""
+    out = []
+    for js in sched.jobs.values():
+        if len(js.running_nodes) >= 2 and all(
+            not sched.running[n].stopping for n in js.running_nodes
+        ):
+            out.append(js)
+    return out
+
+
+def _estimated_remaining_events(sched: Scheduler, js: JobState) -> int:
+    now = sched.now
+    left = sum(sched.running[n].estimated_remaining(now) for n in js.running_nodes)
+    return left + sum(sj.data.length for sj in js.suspended)
+
+
+def _job_to_shrink(sched: Scheduler) -> JobState | None:
+    """The job with the largest number of nodes per event still to process (Table 1)."""
+    best: JobState | None = None
+    best_ratio = -1.0
+    for js in _multi_node_jobs(sched):
+        ratio = len(js.running_nodes) / max(_estimated_remaining_events(sched, js), 1)
+        if ratio > best_ratio:
+            best, best_ratio = js, ratio
+    return best
+
+
+def _largest_running(sched: Scheduler) -> int | None:
+    """The node whose subjob has the most estimated time left (lowest node id on ties)."""
+    best, best_s = None, 0.0
+    for node in sorted(sched.running):
+        r = sched.running[node]
+        if r.stopping:
+            continue
+        left = r.estimated_remaining(sched.now) * r.s_per_event
+        if left > best_s:
+            best, best_s = node, left
+    return best
+
+
+def _suspend_then_start(sched: Scheduler, node: int, sj: Subjob) -> None:
+    """Preempt ``node``, park its remainder with its job, and run ``sj`` there instead."""
+    victim = sched.running[node].subjob
+
+    def then(remaining: IntervalSet) -> None:
+        if remaining:
+            vjs = sched.jobs[victim.job_id]
+            sched.suspend(sched.new_subjob(vjs, remaining, cached_on=victim.cached_on))
+        sched.start(sj, node)
+
+    sched.preempt(node, then)
+
+
+@register
+class JobSplitting(Policy):
+    """Jobs split over idle nodes, first come first served, no caching (ponce-hersch Table 1).
+
+    Choices where the table is silent: the subjob suspended for a newcomer is the one of the
+    chosen job with the least estimated work left (the least work parked); a freed node with
+    nothing of its own job to resume takes a queued job, then any job's suspended subjob
+    (oldest job first), and only then splits the largest running subjob.
+    """
+
+    name = "splitting"
+    section = "ponce-hersch §3.2, Table 1"
+    summary = "job splitting: subjobs of equal size on idle nodes, first come first served"
+
+    def job_arrived(self, sched: Scheduler, js: JobState) -> None:
+        idle = sched.idle_nodes
+        if idle:
+            parts = js.job.data.split_even(len(idle), sched.min_subjob_events)
+            for part, node in zip(parts, list(idle), strict=False):
+                sched.start(sched.new_subjob(js, part), node)
+            return
+        victim_job = _job_to_shrink(sched)
+        if victim_job is None:
+            sched.job_queue.append(js.job_id)
+            return
+        node = min(
+            victim_job.running_nodes,
+            key=lambda n: (sched.running[n].estimated_remaining(sched.now), n),
+        )
+        _suspend_then_start(sched, node, sched.new_subjob(js, js.job.data))
+
+    def node_freed(self, sched: Scheduler, node: int, ended: JobState | None) -> None:
+        if ended is not None and ended.job_id in sched.jobs and ended.suspended:
+            sched.start(ended.suspended.popleft(), node)
+            return
+        if sched.job_queue:
+            js = sched.jobs[sched.job_queue.popleft()]
+            sched.start(sched.new_subjob(js, js.job.data), node)
+            return
+        for js in sched.jobs.values():
+            if js.suspended:
+                sched.start(js.suspended.popleft(), node)
+                return
+        victim = _largest_running(sched)
+        if victim is not None:
+            sched.split_running(victim, node)
+
+
+@register
+class CacheOrientedSplitting(Policy):
+    """Job splitting that caches what it reads and sends subjobs to the nodes caching their
+    data (ponce-hersch §3.3, Table 2).
+
+    A job is cut into pieces each fully cached on one node or not cached at all (cached pieces
+    shorter than the minimal subjob size count as not cached). Where the table leaves room:
+    an idle node with no piece of its own takes a non-cached piece, then a piece cached on a
+    busy node; when idle nodes outnumber the pieces, the piece with the most estimated time is
+    split so both parts end together; the caching benefit of splitting a running subjob for a
+    freed node is the number of its remaining events that node caches.
+    """
+
+    name = "cache-splitting"
+    section = "ponce-hersch §3.3, Table 2"
+    summary = "cache-oriented job splitting: subjobs go where their data is cached, FIFO"
+    cache_fill = True
+
+    # -- cutting a job by cache content -------------------------------------------------------
+
+    def pieces(self, sched: Scheduler, data: IntervalSet) -> list[tuple[IntervalSet, int | None]]:
+        """``data`` cut into runs cached on one node (``node``) or on none (``None``)."""
+        runs: list[tuple[int, int, int | None]] = []
+        minimum = sched.min_subjob_events
+        for start, stop in data:
+            for a, b, holders in sched.directory.holders(start, stop):
+                holder = None
+                if holders:
+                    holder = min(holders, key=lambda n: (not sched.is_idle(n), n))
+                if runs and runs[-1][2] == holder and runs[-1][1] == a:
+                    runs[-1] = (runs[-1][0], b, holder)
+                else:
+                    runs.append((a, b, holder))
+        merged: dict[int | None, list[tuple[int, int]]] = {}
+        order: list[int | None] = []
+        for a, b, holder in runs:
+            if holder is not None and b - a < minimum:
+                holder = None
+            if holder not in merged:
+                merged[holder] = []
+                order.append(holder)
+            merged[holder].append((a, b))
+        out: list[tuple[IntervalSet, int | None]] = []
+        for holder in order:
+            ranges = IntervalSet(merged[holder])
+            if holder is None:
+                out.extend((IntervalSet.range(a, b), None) for a, b in ranges)
+            else:
+                out.append((ranges, holder))
+        return out
+
+    # -- placing a job on free nodes ----------------------------------------------------------
+
+    def _launch(self, sched: Scheduler, js: JobState, nodes: list[int]) -> None:
+        """Give each of the free ``nodes`` the most suitable piece of ``js``; park the rest."""
+        pieces = self.pieces(sched, js.job.data)
+        plan: dict[int, tuple[IntervalSet, int | None]] = {}
+        free = list(nodes)
+        rest: list[tuple[IntervalSet, int | None]] = []
+        for data, holder in pieces:
+            if holder is not None and holder in free and holder not in plan:
+                plan[holder] = (data, holder)
+            else:
+                rest.append((data, holder))
+        free = [n for n in free if n not in plan]
+        # Non-cached pieces first (largest first), then pieces cached on busy nodes.
+        rest.sort(key=lambda p: (p[1] is not None, -p[0].length, p[0].start))
+        while free and rest:
+            plan[free.pop(0)] = rest.pop(0)
+        # More free nodes than pieces: split the longest planned piece, ends balanced.
+        while free:
+            node = max(plan, key=lambda n: (self._plan_s(sched, n, plan[n][0]), -n))
+            data, holder = plan[node]
+            target = free[0]
+            keep_s = sched.s_per_event_on(node, data)
+            give_s = sched.s_per_event_on(target, data)
+            n_give = round(data.length * keep_s / (keep_s + give_s))
+            if n_give < sched.min_subjob_events or data.length - n_give < sched.min_subjob_events:
+                break
+            keep, give = data.head(data.length - n_give)
+            plan[node] = (keep, holder)
+            plan[free.pop(0)] = (give, None)
+        for node in sorted(plan):
+            data, holder = plan[node]
+            sched.start(sched.new_subjob(js, data, cached_on=holder), node)
+        for data, holder in rest:
+            sched.suspend(sched.new_subjob(js, data, cached_on=holder), front=False)
+
+    @staticmethod
+    def _plan_s(sched: Scheduler, node: int, data: IntervalSet) -> float:
+        return data.length * sched.s_per_event_on(node, data)
+
+    # -- the table's three cases --------------------------------------------------------------
+
+    def job_arrived(self, sched: Scheduler, js: JobState) -> None:
+        if sched.idle_nodes:
+            self._launch(sched, js, list(sched.idle_nodes))
+            return
+        multi = _multi_node_jobs(sched)
+        if not multi:
+            sched.job_queue.append(js.job_id)
+            return
+        pieces = self.pieces(sched, js.job.data)
+        node = None
+        # Best: a node running non-cached work of a multi-node job, caching data of the newcomer.
+        multi_nodes = {n for m in multi for n in m.running_nodes}
+        cached_here = [
+            (data.length, holder)
+            for data, holder in pieces
+            if holder in multi_nodes and sched.running[holder].subjob.cached_on is None
+        ]
+        if cached_here:
+            node = max(cached_here, key=lambda c: (c[0], -c[1]))[1]
+        else:
+            victim_job = _job_to_shrink(sched)
+            assert victim_job is not None
+            node = min(
+                victim_job.running_nodes,
+                key=lambda n: (
+                    sched.running[n].subjob.cached_on is not None,
+                    sched.running[n].estimated_remaining(sched.now),
+                    n,
+                ),
+            )
+        # The newcomer's piece for that node: cached there if any, else the largest non-cached.
+        own = [p for p in pieces if p[1] == node]
+        others = [p for p in pieces if p[1] != node]
+        if own:
+            first = own[0]
+        else:
+            others.sort(key=lambda p: (p[1] is not None, -p[0].length, p[0].start))
+            first = others.pop(0)
+        sj = sched.new_subjob(js, first[0], cached_on=first[1])
+        for data, holder in others:
+            sched.suspend(sched.new_subjob(js, data, cached_on=holder), front=False)
+        _suspend_then_start(sched, node, sj)
+
+    def node_freed(self, sched: Scheduler, node: int, ended: JobState | None) -> None:
+        if ended is not None and ended.job_id in sched.jobs and ended.suspended:
+            sj = self._most_cached(sched, node, list(ended.suspended))
+            sched.take_suspended(ended, sj)
+            sched.start(sj, node)
+            return
+        if sched.job_queue:
+            js = sched.jobs[sched.job_queue.popleft()]
+            self._launch(sched, js, [node])
+            return
+        waiting = [sj for js in sched.jobs.values() for sj in js.suspended]
+        if waiting:
+            sj = self._most_cached(sched, node, waiting)
+            sched.take_suspended(sched.jobs[sj.job_id], sj)
+            sched.start(sj, node)
+            return
+        self._split_for(sched, node)
+
+    @staticmethod
+    def _most_cached(sched: Scheduler, node: int, subjobs: list[Subjob]) -> Subjob:
+        """The subjob with the most data cached on ``node`` (the earliest on ties)."""
+        content = sched.directory.content(node)
+        best = subjobs[0]
+        best_n = (best.data & content).length
+        for sj in subjobs[1:]:
+            n = (sj.data & content).length
+            if n > best_n:
+                best, best_n = sj, n
+        return best
+
+    def _split_for(self, sched: Scheduler, node: int) -> None:
+        """Split the running subjob whose remainder ``node`` caches most of; else the largest."""
+        content = sched.directory.content(node)
+        best, best_n = None, 0
+        if content:
+            for other in sorted(sched.running):
+                r = sched.running[other]
+                if r.stopping:
+                    continue
+                _, rest = r.subjob.data.head(r.estimated_done(sched.now))
+                here = rest & content
+                if here.length <= best_n:
+                    continue
+                n = (here - sched.directory.content(other)).length
+                if n > best_n:
+                    best, best_n = other, n
+        if best is not None and best_n >= sched.min_subjob_events:
+            holder = best
+
+            def pick(remaining: IntervalSet) -> IntervalSet:
+                directory = sched.directory
+                return (remaining & directory.content(node)) - directory.content(holder)
+
+            if sched.split_running(holder, node, pick):
+                return
+        victim = _largest_running(sched)
+        if victim is not None:
+            sched.split_running(victim, node)

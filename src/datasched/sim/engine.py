@@ -1,0 +1,304 @@
+"""The simulated engine: a ``heapq`` discrete-event loop that drives the scheduling core.
+
+Events are ordered by ``(time, seq)`` (SimPy's habit: the counter makes ties deterministic).
+A running subjob costs one heap entry, not one per collision event: when it starts, its data is
+cut into segments by where each event is read from (own cache, a peer's cache, tertiary
+storage), each with its time per event from the cost model, so its end time, and on preemption
+exactly how many events it has processed, follow in closed form (ponce-hersch §2.3, DESIGN.md).
+Node caches (:class:`~datasched.core.cache.NodeCache`) are the world's truth; what a subjob
+read goes into its node's cache when it stops or ends, and the change is reported to the
+scheduler with that event. Preempt is answered at once, inside the same instant.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from bisect import bisect_right
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from datasched.core.actions import Action, JobCompleted, Preempt, Start, WakeAt
+from datasched.core.cache import LRU, CacheDirectory, NodeCache, Replacement
+from datasched.core.events import Event, JobArrived, SubjobFinished, SubjobStopped, Tick
+from datasched.core.intervals import IntervalSet
+from datasched.core.model import ClusterSpec, Job, Source, Subjob
+from datasched.core.scheduler import Scheduler
+
+__all__ = ["JobRecordTimes", "SimEngine", "SimRun"]
+
+_ARRIVAL, _FINISH, _TICK = 0, 1, 2
+_EMPTY = IntervalSet()
+
+
+@dataclass(slots=True)
+class _Run:
+    """A subjob running on a simulated node."""
+
+    subjob: Subjob
+    start_s: float
+    segments: list[tuple[int, int, float, Source, int]]
+    """``(start, stop, seconds per event, source, peer node or -1)`` in processing order."""
+    ends: list[float]
+    """Cumulative seconds from ``start_s`` to the end of each segment."""
+    local: IntervalSet
+    fetched: IntervalSet
+    pin: int | None
+    peer_pins: list[tuple[int, int]]
+    fetch: int | None
+    version: int
+
+
+@dataclass(slots=True)
+class JobRecordTimes:
+    """When one job was submitted, first processed and completed (seconds)."""
+
+    job_id: int
+    submit_s: float
+    n_events: int
+    first_start_s: float = -1.0
+    end_s: float = -1.0
+
+
+@dataclass(slots=True)
+class SimRun:
+    """Everything one simulation measured; :mod:`datasched.sim.metrics` summarises it."""
+
+    n_nodes: int
+    jobs: list[JobRecordTimes]
+    events_by_source: list[int] = field(default_factory=lambda: [0, 0, 0])
+    """Events processed, per :class:`Source`, for every job."""
+    measured_events_by_source: list[int] = field(default_factory=lambda: [0, 0, 0])
+    """The same, counting only jobs in the measured window."""
+    busy_s: float = 0.0
+    """Node-seconds spent on subjobs inside the measured time window."""
+    window: tuple[float, float] = (0.0, 0.0)
+    backlog: list[int] = field(default_factory=list)
+    """Jobs in the system just before each arrival."""
+    stopped_early: bool = False
+    end_s: float = 0.0
+    n_events_handled: int = 0
+    processed: dict[int, list[IntervalSet]] | None = None
+    """With ``check_conservation``: every processed piece of every job."""
+
+
+class SimEngine:
+    """Runs a list of jobs through a :class:`Scheduler` on a simulated cluster."""
+
+    def __init__(
+        self,
+        cluster: ClusterSpec,
+        scheduler: Scheduler,
+        *,
+        replacement: Replacement = LRU,
+        check_conservation: bool = False,
+    ) -> None:
+        self.cluster = cluster
+        self.cost = cluster.cost
+        self.scheduler = scheduler
+        n = cluster.n_nodes
+        self.caches = [NodeCache(cluster.cache_events(i), replacement) for i in range(n)]
+        self.world = CacheDirectory(n)
+        self._runs: list[_Run | None] = [None] * n
+        self._heap: list[tuple[float, int, int, int, int]] = []
+        self._seq = itertools.count()
+        self._versions = itertools.count()
+        self._s_per_event = [self.cost.s_per_event(src) for src in Source]
+        self._check = check_conservation
+        self.now = 0.0
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    def run(
+        self,
+        jobs: Sequence[Job],
+        *,
+        measure: tuple[int, int] | None = None,
+        max_backlog: int | None = None,
+    ) -> SimRun:
+        """Simulate until every job has completed (or the backlog passes ``max_backlog``).
+
+        ``measure`` is the half-open range of job indices whose statistics count (warm-up and
+        cool-down excluded); its submit times bound the window for node utilisation.
+        """
+        order = sorted(range(len(jobs)), key=lambda i: (jobs[i].submit_s, i))
+        jobs = [jobs[i] for i in order]
+        lo, hi = measure if measure is not None else (0, len(jobs))
+        self._measured = {j.job_id for j in jobs[lo:hi]}
+        w0 = jobs[lo].submit_s if lo < hi else 0.0
+        w1 = jobs[hi].submit_s if hi < len(jobs) else float("inf")
+        self._times = {j.job_id: JobRecordTimes(j.job_id, j.submit_s, j.n_events) for j in jobs}
+        self.result = res = SimRun(n_nodes=self.cluster.n_nodes, jobs=list(self._times.values()))
+        res.window = (w0, w1)
+        if self._check:
+            res.processed = {j.job_id: [] for j in jobs}
+        heap = self._heap
+        if jobs:
+            heapq.heappush(heap, (jobs[0].submit_s, next(self._seq), _ARRIVAL, 0, 0))
+        sched = self.scheduler
+        handled = 0
+        while heap:
+            t, _, kind, a, b = heapq.heappop(heap)
+            self.now = t
+            ev: Event
+            if kind == _FINISH:
+                run = self._runs[a]
+                if run is None or run.version != b:
+                    continue  # superseded by a preemption
+                ev = self._leave(a, finished=True)
+            elif kind == _ARRIVAL:
+                res.backlog.append(len(sched.jobs))
+                if max_backlog is not None and len(sched.jobs) > max_backlog:
+                    res.stopped_early = True
+                    break
+                if a + 1 < len(jobs):
+                    nxt = jobs[a + 1]
+                    heapq.heappush(heap, (nxt.submit_s, next(self._seq), _ARRIVAL, a + 1, 0))
+                ev = JobArrived(t, jobs[a])
+            else:
+                ev = Tick(t)
+            handled += self._dispatch(ev)
+        res.end_s = self.now
+        res.n_events_handled = handled
+        w1 = min(w1, self.now)
+        res.window = (w0, w1)
+        return res
+
+    def _dispatch(self, ev: Event) -> int:
+        count = 1
+        for action in self.scheduler.handle(ev):
+            count += self._apply(action)
+        return count
+
+    def _apply(self, action: Action) -> int:
+        if isinstance(action, Start):
+            self._start(action)
+        elif isinstance(action, Preempt):
+            return self._dispatch(self._leave(action.node, finished=False))
+        elif isinstance(action, WakeAt):
+            heapq.heappush(self._heap, (max(action.time, self.now), next(self._seq), _TICK, 0, 0))
+        elif isinstance(action, JobCompleted):
+            rec = self._times[action.job_id]
+            rec.first_start_s = action.first_start_s
+            rec.end_s = action.time
+        return 0
+
+    # -- costing a subjob ---------------------------------------------------------------------
+
+    def _start(self, action: Start) -> None:
+        node = action.node
+        if self._runs[node] is not None:
+            raise RuntimeError(f"node {node} asked to start a subjob while busy")
+        sj = action.subjob
+        data = sj.data
+        cache = self.caches[node]
+        local = cache.lookup(data)
+        other = data - local if local else data
+        pieces: list[tuple[int, int, Source, int]] = [(a, b, Source.CACHE, -1) for a, b in local]
+        peer_read = _EMPTY
+        peer_pins: list[tuple[int, int]] = []
+        if action.peer_reads and other:
+            for start, stop in other:
+                for a, b, holders in self.world.holders(start, stop):
+                    peers = [h for h in holders if h != node]
+                    if peers:
+                        peer = min(peers)
+                        pieces.append((a, b, Source.PEER, peer))
+                        seg = IntervalSet.range(a, b)
+                        peer_read = peer_read | seg
+                        peer_pins.append((peer, self.caches[peer].pin(seg)))
+            other = other - peer_read
+        pieces.extend((a, b, Source.TERTIARY, -1) for a, b in other)
+        pieces.sort()
+        spe = self._s_per_event
+        segments = []
+        ends = []
+        total = 0.0
+        for a, b, src, peer in pieces:
+            per = spe[src]
+            segments.append((a, b, per, src, peer))
+            total += (b - a) * per
+            ends.append(total)
+        fetched = _EMPTY
+        fetch = None
+        if action.cache_fill:
+            fetched = other | peer_read if action.replicate else other
+            if fetched:
+                fetch = cache.begin_fetch(fetched)
+        pin = cache.pin(local) if local else None
+        run = _Run(sj, self.now, segments, ends, local, fetched, pin, peer_pins, fetch, 0)
+        run.version = next(self._versions)
+        self._runs[node] = run
+        heapq.heappush(self._heap, (self.now + total, next(self._seq), _FINISH, node, run.version))
+
+    def _leave(self, node: int, *, finished: bool) -> SubjobFinished | SubjobStopped:
+        """Take the subjob off ``node`` now: book what it processed and update the cache."""
+        run = self._runs[node]
+        if run is None:
+            raise RuntimeError(f"node {node} has no subjob to stop")
+        self._runs[node] = None
+        now = self.now
+        res = self.result
+        data = run.subjob.data
+        measured = run.subjob.job_id in self._measured
+        counts = res.events_by_source
+        mcounts = res.measured_events_by_source
+        elapsed = now - run.start_s
+        if finished:
+            n_done = data.length
+            for a, b, _, src, _ in run.segments:
+                counts[src] += b - a
+                if measured:
+                    mcounts[src] += b - a
+        else:
+            n_done = 0
+            k = bisect_right(run.ends, elapsed)
+            for i in range(min(k, len(run.segments))):
+                a, b, _, src, _ = run.segments[i]
+                n_done += b - a
+                counts[src] += b - a
+                if measured:
+                    mcounts[src] += b - a
+            if k < len(run.segments):
+                a, b, per, src, _ = run.segments[k]
+                before = run.ends[k - 1] if k > 0 else 0.0
+                part = min(int((elapsed - before) / per), b - a - 1)
+                part = max(part, 0)
+                n_done += part
+                counts[src] += part
+                if measured:
+                    mcounts[src] += part
+        # Busy time inside the measured window.
+        w0, w1 = res.window
+        overlap = min(now, w1) - max(run.start_s, w0)
+        if overlap > 0:
+            res.busy_s += overlap
+        if finished:
+            processed, remaining = data, _EMPTY
+        else:
+            processed, remaining = _processed_prefix(run, n_done)
+        if res.processed is not None:
+            res.processed[run.subjob.job_id].append(processed)
+        cache = self.caches[node]
+        if run.pin is not None:
+            cache.unpin(run.pin)
+        for peer, token in run.peer_pins:
+            self.caches[peer].unpin(token)
+            self.caches[peer].touch(processed, now)
+        if run.local:
+            cache.touch(processed & run.local, now)
+        added = evicted = _EMPTY
+        if run.fetch is not None:
+            added, evicted = cache.end_fetch(run.fetch, processed, now)
+            if evicted:
+                self.world.remove(node, evicted)
+            if added:
+                self.world.add(node, added)
+        if finished:
+            return SubjobFinished(now, run.subjob.subjob_id, node, added, evicted)
+        return SubjobStopped(now, run.subjob.subjob_id, node, remaining, added, evicted)
+
+
+def _processed_prefix(run: _Run, n_done: int) -> tuple[IntervalSet, IntervalSet]:
+    """Segments are in ascending event order, so what was processed is a prefix of the data."""
+    return run.subjob.data.head(n_done)

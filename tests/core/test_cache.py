@@ -1,0 +1,145 @@
+"""NodeCache and CacheDirectory: capacity, LRU order, pins, fetches, directory queries."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from datasched.core.cache import FIFO, CacheDirectory, NodeCache
+from datasched.core.intervals import IntervalSet
+
+
+def r(a: int, b: int) -> IntervalSet:
+    return IntervalSet.range(a, b)
+
+
+def test_insert_within_capacity_keeps_everything() -> None:
+    cache = NodeCache(100)
+    added, evicted = cache.insert(r(0, 40), stamp=1.0)
+    assert added == r(0, 40)
+    assert not evicted
+    assert cache.used_events == 40
+    assert cache.lookup(r(30, 50)) == r(30, 40)
+
+
+def test_lru_evicts_least_recently_used_first() -> None:
+    cache = NodeCache(100)
+    cache.insert(r(0, 50), stamp=1.0)
+    cache.insert(r(100, 150), stamp=2.0)
+    cache.touch(r(0, 50), stamp=3.0)  # now [100, 150) is the LRU extent
+    added, evicted = cache.insert(r(200, 230), stamp=4.0)
+    assert added == r(200, 230)
+    assert evicted == r(100, 150)  # whole segments go (ponce-hersch Table 2)
+    assert cache.content == r(0, 50) | r(200, 230)
+
+
+def test_fifo_ignores_touches() -> None:
+    cache = NodeCache(100, FIFO)
+    cache.insert(r(0, 50), stamp=1.0)
+    cache.insert(r(100, 150), stamp=2.0)
+    cache.touch(r(0, 50), stamp=3.0)
+    _, evicted = cache.insert(r(200, 250), stamp=4.0)
+    assert evicted == r(0, 50)
+
+
+def test_pinned_data_is_never_evicted() -> None:
+    cache = NodeCache(100)
+    cache.insert(r(0, 60), stamp=1.0)
+    cache.insert(r(60, 100), stamp=2.0)
+    token = cache.pin(r(0, 60))
+    added, evicted = cache.insert(r(500, 600), stamp=3.0)
+    assert r(0, 60).issubset(cache.content)
+    assert evicted == r(60, 100)
+    assert added == r(500, 540)  # only what fits next to the pinned data
+    cache.unpin(token)
+    _, evicted = cache.insert(r(700, 710), stamp=4.0)
+    assert evicted.issubset(r(0, 60))
+
+
+def test_fetch_in_flight_inserts_only_what_was_read() -> None:
+    cache = NodeCache(1000)
+    token = cache.begin_fetch(r(0, 100))
+    assert cache.in_flight == r(0, 100)
+    assert not cache.content
+    added, _ = cache.end_fetch(token, r(0, 30), stamp=5.0)
+    assert added == r(0, 30)
+    assert not cache.in_flight
+    assert cache.content == r(0, 30)
+
+
+def test_zero_capacity_caches_nothing() -> None:
+    cache = NodeCache(0)
+    added, evicted = cache.insert(r(0, 10), stamp=0.0)
+    assert not added and not evicted and not cache.content
+
+
+ops = st.lists(
+    st.tuples(
+        st.sampled_from(["insert", "touch", "evict"]),
+        st.integers(0, 300),
+        st.integers(1, 80),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=200)
+@given(capacity=st.integers(0, 200), script=ops)
+def test_capacity_and_content_stay_consistent(
+    capacity: int, script: list[tuple[str, int, int]]
+) -> None:
+    """Whatever happens, used == content length <= capacity, and extents tile the content."""
+    cache = NodeCache(capacity)
+    for stamp, (op, start, size) in enumerate(script):
+        data = r(start, start + size)
+        before = cache.content
+        if op == "insert":
+            added, evicted = cache.insert(data, float(stamp))
+            assert added.issubset(data)
+            assert not (added & before)
+            assert evicted.issubset(before)
+            assert cache.content == (before - evicted) | added
+        elif op == "touch":
+            cache.touch(data, float(stamp))
+            assert cache.content == before
+        else:
+            gone = cache.evict(data)
+            assert gone == data & before
+        assert cache.used_events == cache.content.length <= capacity
+        tiles = IntervalSet([(a, b) for a, b, _ in cache.extents()])
+        assert tiles == cache.content
+        assert sum(b - a for a, b, _ in cache.extents()) == cache.used_events
+
+
+@settings(max_examples=200)
+@given(
+    script=st.lists(
+        st.tuples(st.booleans(), st.integers(0, 3), st.integers(0, 200), st.integers(1, 60)),
+        max_size=40,
+    )
+)
+def test_directory_agrees_with_per_node_contents(
+    script: list[tuple[bool, int, int, int]],
+) -> None:
+    """The segment map answers exactly what scanning every node would."""
+    directory = CacheDirectory(4)
+    truth = [IntervalSet()] * 4
+    for add, node, start, size in script:
+        data = r(start, start + size)
+        if add:
+            directory.add(node, data)
+            truth[node] = truth[node] | data
+        else:
+            directory.remove(node, data)
+            truth[node] = truth[node] - data
+    for node in range(4):
+        assert directory.content(node) == truth[node]
+    for a, b, holders in directory.holders(0, 300):
+        for node in range(4):
+            covered = r(a, b).issubset(truth[node])
+            assert covered == (node in holders)
+            if not covered:
+                assert not (r(a, b) & truth[node])
+    by_node = directory.by_node(r(0, 300))
+    for node in range(4):
+        assert by_node.get(node, IntervalSet()) == truth[node] & r(0, 300)

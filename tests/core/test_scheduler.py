@@ -1,0 +1,195 @@
+"""The scheduling core under every registered policy: conservation, single occupancy,
+determinism, and hand-checked decisions of the FCFS policies (ponce-hersch Tables 1-2)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from datasched.core.actions import JobCompleted, Preempt, Start
+from datasched.core.events import JobArrived, SubjobFinished, SubjobStopped
+from datasched.core.intervals import IntervalSet
+from datasched.core.model import ClusterSpec, CostModel, Job, Pipelining
+from datasched.core.scheduler import Scheduler, SchedulerError
+from datasched.policies import UnknownPolicyError, available, make_policy
+from datasched.sim.engine import SimEngine
+from strategies_sim import job_lists
+
+POLICIES = sorted(available())
+EVENT_BYTES = CostModel().bytes_per_event
+
+
+def run_scenario(
+    policy: str, jobs: list[Job], nodes: int, cache_events: int, pipelining: Pipelining
+) -> SimEngine:
+    cost = CostModel(pipelining=pipelining)
+    cluster = ClusterSpec.uniform(nodes, cache_events * EVENT_BYTES, cost)
+    sched = Scheduler(cluster, make_policy(policy), min_subjob_events=3)
+    engine = SimEngine(cluster, sched, check_conservation=True)
+    engine.run(jobs)
+    return engine
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@settings(max_examples=60, deadline=None)
+@given(
+    jobs=job_lists(),
+    nodes=st.integers(1, 5),
+    cache_events=st.sampled_from([0, 50, 150, 1000]),
+    pipelining=st.sampled_from(list(Pipelining)),
+)
+def test_every_event_processed_exactly_once(
+    policy: str, jobs: list[Job], nodes: int, cache_events: int, pipelining: Pipelining
+) -> None:
+    engine = run_scenario(policy, jobs, nodes, cache_events, pipelining)
+    run = engine.result
+    assert run.processed is not None
+    for job in jobs:
+        pieces = run.processed[job.job_id]
+        union = IntervalSet()
+        for piece in pieces:
+            assert not (piece & union), f"job {job.job_id}: events processed twice"
+            union = union | piece
+        assert union == job.data, f"job {job.job_id}: events lost"
+    assert all(r.end_s >= r.first_start_s >= r.submit_s for r in run.jobs)
+    assert engine.scheduler.completed == len(jobs)
+    assert not engine.scheduler.jobs and not engine.scheduler.running
+    assert sorted(engine.scheduler.idle_nodes) == list(range(nodes))
+    # Caches never exceed their capacity and the master's directory matches them.
+    for node, cache in enumerate(engine.caches):
+        assert cache.used_events <= cache.capacity_events
+        assert engine.scheduler.directory.content(node) == cache.content
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@settings(max_examples=20, deadline=None)
+@given(jobs=job_lists(), nodes=st.integers(1, 4))
+def test_same_events_in_same_actions_out(policy: str, jobs: list[Job], nodes: int) -> None:
+    def trace() -> list[str]:
+        cluster = ClusterSpec.uniform(nodes, 200 * EVENT_BYTES)
+        sched = Scheduler(cluster, make_policy(policy), min_subjob_events=3)
+        log: list[str] = []
+        original = sched.handle
+
+        def handle(event):  # type: ignore[no-untyped-def]
+            actions = original(event)
+            log.append(repr(event))
+            log.extend(repr(a) for a in actions)
+            return actions
+
+        sched.handle = handle  # type: ignore[method-assign]
+        SimEngine(cluster, sched).run(jobs)
+        return log
+
+    assert trace() == trace()
+
+
+def test_unknown_policy_names_the_known_ones() -> None:
+    with pytest.raises(UnknownPolicyError, match=r"known: .*farm"):
+        make_policy("no-such-policy")
+
+
+def test_registry_has_the_fcfs_policies_with_sections() -> None:
+    for name in ("farm", "splitting", "cache-splitting"):
+        cls = available()[name]
+        assert cls.section.startswith("ponce-hersch")
+        assert cls.summary
+
+
+# -- hand-driven decisions ---------------------------------------------------------------------
+
+
+def job(i: int, t: float, a: int, b: int) -> Job:
+    return Job(job_id=i, submit_s=t, data=IntervalSet.range(a, b))
+
+
+def starts(actions: list[object]) -> list[Start]:
+    return [a for a in actions if isinstance(a, Start)]
+
+
+def test_farm_queues_when_all_nodes_are_busy() -> None:
+    cluster = ClusterSpec.uniform(1, 0.0)
+    s = Scheduler(cluster, make_policy("farm"))
+    (first,) = starts(s.handle(JobArrived(0.0, job(0, 0.0, 0, 100))))
+    assert first.node == 0 and first.subjob.data == IntervalSet.range(0, 100)
+    assert not first.cache_fill
+    assert s.handle(JobArrived(1.0, job(1, 1.0, 50, 60))) == []
+    assert list(s.job_queue) == [1]
+    actions = s.handle(SubjobFinished(80.0, first.subjob.subjob_id, 0))
+    assert isinstance(actions[0], JobCompleted) and actions[0].job_id == 0
+    (second,) = starts(actions)
+    assert second.subjob.job_id == 1 and second.node == 0
+
+
+def test_splitting_spreads_a_job_over_idle_nodes_in_equal_parts() -> None:
+    s = Scheduler(ClusterSpec.uniform(4, 0.0), make_policy("splitting"))
+    got = starts(s.handle(JobArrived(0.0, job(0, 0.0, 0, 1000))))
+    assert [a.node for a in got] == [0, 1, 2, 3]
+    assert [a.subjob.data.length for a in got] == [250, 250, 250, 250]
+    union = IntervalSet()
+    for a in got:
+        union = union | a.subjob.data
+    assert union == IntervalSet.range(0, 1000)
+
+
+def test_splitting_respects_the_minimal_subjob_size() -> None:
+    s = Scheduler(ClusterSpec.uniform(10, 0.0), make_policy("splitting"), min_subjob_events=10)
+    got = starts(s.handle(JobArrived(0.0, job(0, 0.0, 0, 35))))
+    assert len(got) == 3
+    assert all(a.subjob.data.length >= 10 for a in got)
+
+
+def test_splitting_table1_scenario() -> None:
+    """Newcomer takes a node from the job with most nodes per event; suspended part resumes;
+    a freed node with nothing waiting splits the largest running subjob in two halves."""
+    s = Scheduler(ClusterSpec.uniform(2, 0.0), make_policy("splitting"))
+    a0, a1 = starts(s.handle(JobArrived(0.0, job(0, 0.0, 0, 1000))))
+    assert (a0.node, a1.node) == (0, 1)
+    actions = s.handle(JobArrived(8.0, job(1, 8.0, 5000, 5100)))
+    assert starts(actions) == []
+    (pre,) = [a for a in actions if isinstance(a, Preempt)]
+    assert pre.node == 0
+    # The engine stopped it after 10 events (0.8 s each).
+    remaining = a0.subjob.data - a0.subjob.data.head(10)[0]
+    (newcomer,) = starts(s.handle(SubjobStopped(8.0, pre.subjob_id, 0, remaining)))
+    assert newcomer.node == 0 and newcomer.subjob.job_id == 1
+    assert s.jobs[0].suspended[0].data == remaining
+    # The newcomer ends: job 0's suspended part resumes on the freed node.
+    actions = s.handle(SubjobFinished(88.0, newcomer.subjob.subjob_id, 0))
+    assert [a.job_id for a in actions if isinstance(a, JobCompleted)] == [1]
+    (resumed,) = starts(actions)
+    assert resumed.subjob.data == remaining and resumed.node == 0
+    # Node 1 ends its half; nothing waits, so the largest running subjob is split.
+    actions = s.handle(SubjobFinished(400.0, a1.subjob.subjob_id, 1))
+    (pre,) = [a for a in actions if isinstance(a, Preempt)]
+    assert pre.node == 0
+    rest = remaining - remaining.head(390)[0]  # 312 s at 0.8 s per event
+    keep, give = starts(s.handle(SubjobStopped(400.0, pre.subjob_id, 0, rest)))
+    assert (keep.node, give.node) == (0, 1)
+    assert keep.subjob.data | give.subjob.data == rest
+    assert keep.subjob.data.length == give.subjob.data.length == 50
+
+
+def test_cache_splitting_sends_cached_pieces_to_their_nodes() -> None:
+    cluster = ClusterSpec.uniform(3, 1000 * EVENT_BYTES)
+    s = Scheduler(cluster, make_policy("cache-splitting"))
+    s.directory.add(2, IntervalSet.range(0, 400))
+    got = starts(s.handle(JobArrived(0.0, job(0, 0.0, 0, 1000))))
+    by_node = {a.node: a.subjob for a in got}
+    assert by_node[2].data == IntervalSet.range(0, 400)
+    assert by_node[2].cached_on == 2
+    assert all(a.cache_fill for a in got)
+    union = IntervalSet()
+    for sj in by_node.values():
+        union = union | sj.data
+    assert union == IntervalSet.range(0, 1000)
+
+
+def test_protocol_errors_are_caught() -> None:
+    s = Scheduler(ClusterSpec.uniform(1, 0.0), make_policy("farm"))
+    with pytest.raises(SchedulerError):
+        s.handle(SubjobFinished(0.0, 42, 0))
+    s.handle(JobArrived(5.0, job(0, 5.0, 0, 10)))
+    with pytest.raises(SchedulerError):
+        s.handle(JobArrived(1.0, job(1, 1.0, 0, 10)))  # time went backwards
