@@ -17,8 +17,9 @@ class Start:
     """Run ``subjob`` on ``node``, reading its events in ascending order.
 
     ``cache_fill``: keep what is read from tertiary storage (or a peer, when ``replicate``) in the
-    node's cache. ``peer_reads``: data cached on another node may be read from there instead of
-    from tertiary storage (ponce-hersch §4.2).
+    node's cache; ``fill_duplicates=False`` keeps only data that no other node caches.
+    ``peer_reads``: data cached on another node may be read from there instead of from
+    tertiary storage (ponce-hersch §4.2).
     """
 
     subjob: Subjob
@@ -26,6 +27,7 @@ class Start:
     cache_fill: bool
     peer_reads: bool = False
     replicate: bool = False
+    fill_duplicates: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -102,6 +102,8 @@ class Policy:
     summary: ClassVar[str] = ""
     cache_fill: ClassVar[bool] = False
     peer_reads: ClassVar[bool] = False
+    fill_duplicates: bool = True
+    """Whether a node caches data that another node already caches."""
 
     def bind(self, sched: Scheduler) -> None:
         """Called once when the scheduler is created."""
@@ -249,6 +251,7 @@ class Scheduler:
                 node=node,
                 cache_fill=self.policy.cache_fill,
                 peer_reads=self.policy.peer_reads,
+                fill_duplicates=self.policy.fill_duplicates,
             )
         )
 

@@ -223,6 +223,8 @@ class SimEngine:
         fetch = None
         if action.cache_fill:
             fetched = other | peer_read if action.replicate else other
+            if fetched and not action.fill_duplicates:
+                fetched = fetched - self._held_elsewhere(node, fetched)
             if fetched:
                 fetch = cache.begin_fetch(fetched)
         pin = cache.pin(local) if local else None
@@ -230,6 +232,15 @@ class SimEngine:
         run.version = next(self._versions)
         self._runs[node] = run
         heapq.heappush(self._heap, (self.now + total, next(self._seq), _FINISH, node, run.version))
+
+    def _held_elsewhere(self, node: int, data: IntervalSet) -> IntervalSet:
+        """The part of ``data`` that some node other than ``node`` caches."""
+        held: list[tuple[int, int]] = []
+        for start, stop in data:
+            for a, b, holders in self.world.holders(start, stop):
+                if holders and holders != {node}:
+                    held.append((a, b))
+        return IntervalSet(held)
 
     def _leave(self, node: int, *, finished: bool) -> SubjobFinished | SubjobStopped:
         """Take the subjob off ``node`` now: book what it processed and update the cache."""
