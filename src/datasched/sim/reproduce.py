@@ -1,0 +1,291 @@
+"""Reproduction checks: the paper's numbers beside ours.
+
+Each :class:`Claim` is one quantitative statement of ponce-hersch with the value the paper
+gives, the value our simulator gives with the paper's parameters (§2.4), and, where they
+differ by more than the tolerance, what we found explains it. Nothing is fitted: every run
+uses the defaults of :class:`~datasched.sim.experiment.SimConfig`.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import tempfile
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from datasched.core.model import CostModel, Pipelining, Source
+from datasched.sim.experiment import SimConfig, find_max_load, simulate
+from datasched.sim.metrics import Summary
+from datasched.sim.workload import expected_single_node_time_s, theoretical_max_load_jobs_per_h
+
+__all__ = ["Claim", "ponce_fcfs_claims", "write_report"]
+
+LOW_LOAD = 0.05
+"""Jobs per hour: the paper's "low load" (a job rarely meets another one)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A number of the paper and ours."""
+
+    key: str
+    section: str
+    claim: str
+    paper: float
+    ours: float
+    unit: str
+    rel_tol: float
+    note: str = ""
+
+    @property
+    def agrees(self) -> bool:
+        return math.isclose(self.ours, self.paper, rel_tol=self.rel_tol)
+
+
+Progress = Callable[[str], None]
+
+
+def _caching_factor(summary: Summary, cost: CostModel) -> float:
+    """Mean time per event without cache over the mean time per event at this hit ratio."""
+    h = summary.cache_hit_ratio
+    per_event = h * cost.s_per_event(Source.CACHE) + (1 - h) * cost.s_per_event(Source.TERTIARY)
+    return cost.reference_s_per_event / per_event
+
+
+def ponce_fcfs_claims(*, quick: bool = False, progress: Progress | None = None) -> list[Claim]:
+    """Claims of ponce-hersch §3.4 and §7.1 about the FCFS policies.
+
+    ``quick`` uses fewer jobs per run (statistics get noisier, the cache-oriented runs see a
+    shorter warm-up).
+    """
+    say = progress or (lambda _: None)
+    n_jobs = 600 if quick else 2500
+    n_cache_jobs = 900 if quick else 2500
+    base = SimConfig(n_jobs=n_jobs)
+    cost = base.cost_model
+    claims: list[Claim] = []
+
+    claims.append(
+        Claim(
+            "single_node_time_s",
+            "§3.4",
+            "average single job, single node, no cache processing time",
+            32_000,
+            expected_single_node_time_s(),
+            "s",
+            0.01,
+        )
+    )
+    claims.append(
+        Claim(
+            "theoretical_max_load",
+            "§3.4",
+            "maximal theoretical load (all CPUs busy, all data from disk caches)",
+            3.46,
+            theoretical_max_load_jobs_per_h(),
+            "jobs/h",
+            0.01,
+        )
+    )
+
+    say("processing farm: maximal sustainable load")
+    farm_max = find_max_load(replace(base, policy="farm"))
+    capacity = 3600 * base.n_nodes / (base.mean_job_events * cost.reference_s_per_event)
+    claims.append(
+        Claim(
+            "farm_max_load",
+            "§3.1, §5.2",
+            "processing farm sustains about 1.1 jobs/h",
+            1.1,
+            farm_max,
+            "jobs/h",
+            0.1,
+            f"queueing capacity 10 nodes / 32,000 s = {capacity:.3f} jobs/h; finite runs cannot "
+            "tell loads within a few per cent of it apart, so found maxima sit slightly above",
+        )
+    )
+
+    say("processing farm with tertiary pipelining")
+    farm_pipe, _ = simulate(
+        replace(base, policy="farm", load_jobs_per_h=LOW_LOAD, pipelining=Pipelining.TERTIARY)
+    )
+    claims.append(
+        Claim(
+            "farm_pipelined_speedup",
+            "§7.1",
+            "processing farm speedup with tertiary pipelining is stable at 1.33",
+            1.33,
+            farm_pipe.mean_speedup,
+            "",
+            0.02,
+        )
+    )
+
+    say("job splitting at low load")
+    split, _ = simulate(replace(base, policy="splitting", load_jobs_per_h=LOW_LOAD))
+    split_pipe, _ = simulate(
+        replace(base, policy="splitting", load_jobs_per_h=LOW_LOAD, pipelining=Pipelining.TERTIARY)
+    )
+    claims.append(
+        Claim(
+            "splitting_low_load_speedup",
+            "§7.1",
+            "job splitting speedup at low load without pipelining",
+            9.75,
+            split.mean_speedup,
+            "",
+            0.05,
+        )
+    )
+    claims.append(
+        Claim(
+            "splitting_pipelined_low_load_speedup",
+            "§7.1",
+            "job splitting speedup at low load with tertiary pipelining",
+            13.0,
+            split_pipe.mean_speedup,
+            "",
+            0.05,
+        )
+    )
+
+    say("job splitting: maximal sustainable load, without and with pipelining")
+    split_max = find_max_load(replace(base, policy="splitting"))
+    split_pipe_max = find_max_load(
+        replace(base, policy="splitting", pipelining=Pipelining.TERTIARY)
+    )
+    claims.append(
+        Claim(
+            "splitting_max_load",
+            "§7.1",
+            "job splitting maximal sustainable load without pipelining",
+            1.15,
+            split_max,
+            "jobs/h",
+            0.1,
+            "all data comes from tertiary storage, so the capacity is the farm's "
+            f"({capacity:.3f} jobs/h)",
+        )
+    )
+    pipe_capacity = capacity * cost.reference_s_per_event / 0.6
+    claims.append(
+        Claim(
+            "splitting_pipelined_max_load",
+            "§7.1",
+            "job splitting maximal sustainable load with tertiary pipelining",
+            1.5,
+            split_pipe_max,
+            "jobs/h",
+            0.1,
+            f"capacity with 0.6 s per event: {pipe_capacity:.3f} jobs/h",
+        )
+    )
+
+    gains: dict[float, float] = {}
+    for cache_gb in (50.0, 100.0, 200.0):
+        say(f"cache-oriented splitting at low load, {cache_gb:.0f} GB caches")
+        s, _ = simulate(
+            replace(
+                base,
+                policy="cache-splitting",
+                cache_gb=cache_gb,
+                load_jobs_per_h=LOW_LOAD,
+                n_jobs=n_cache_jobs,
+            )
+        )
+        gains[cache_gb] = s.mean_speedup - split.mean_speedup
+        if cache_gb == 200.0:
+            factor = _caching_factor(s, cost)
+            claims.append(
+                Claim(
+                    "cache_splitting_200gb_low_load_speedup",
+                    "§3.4",
+                    "cache-oriented splitting, 200 GB caches, low load: speedup near 30 "
+                    "(caching factor 3 x 10 nodes)",
+                    30.0,
+                    s.mean_speedup,
+                    "",
+                    0.1,
+                    f"hit ratio {s.cache_hit_ratio:.2f} gives a caching factor of {factor:.2f} "
+                    f"(3.08 needs every event from cache) and parallelism "
+                    f"{s.mean_speedup / factor:.2f} of 10. The misses come from keeping all "
+                    "ten nodes busy: a node that takes over part of a subjob cached elsewhere "
+                    "reads it from tertiary storage (Table 2 has no peer reads) and caches a "
+                    "second copy, so less distinct data fits.",
+                )
+            )
+    claims.append(
+        Claim(
+            "cache_gain_100_over_50",
+            "§3.4",
+            "gain over plain splitting roughly proportional to cache size: gain(100 GB) / "
+            "gain(50 GB) = 2",
+            2.0,
+            gains[100.0] / gains[50.0],
+            "",
+            0.25,
+            "the hot regions (10 % of the space, 50 % of the starts) fit in small caches "
+            "first, so the gain grows less than in proportion",
+        )
+    )
+    claims.append(
+        Claim(
+            "cache_gain_200_over_100",
+            "§3.4",
+            "gain(200 GB) / gain(100 GB) = 2",
+            2.0,
+            gains[200.0] / gains[100.0],
+            "",
+            0.25,
+            "as above; and at 200 GB the caches together hold the whole 2 TB, so the gain "
+            "saturates",
+        )
+    )
+    return claims
+
+
+def write_report(claims: list[Claim], out_dir: Path, *, title: str) -> tuple[Path, Path]:
+    """Write ``claims.csv`` and ``report.md`` into ``out_dir`` (atomically, file by file)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    csv_path = out_dir / "claims.csv"
+    md_path = out_dir / "report.md"
+    rows = [{**asdict(c), "agrees": c.agrees} for c in claims]
+    _atomic_write(csv_path, lambda fh: _write_csv(fh, rows))
+    lines = [
+        f"# {title}",
+        "",
+        "Generated by `datasched reproduce`. Paper values are from the text; ours come from",
+        "the simulator with the paper's parameters, nothing fitted.",
+        "",
+        "| claim | section | paper | ours | agrees | note |",
+        "| --- | --- | ---: | ---: | :---: | --- |",
+    ]
+    for c in claims:
+        unit = f" {c.unit}" if c.unit else ""
+        lines.append(
+            f"| {c.claim} | {c.section} | {c.paper:g}{unit} | {c.ours:.3g}{unit} | "
+            f"{'yes' if c.agrees else 'no'} | {c.note} |"
+        )
+    text = "\n".join(lines) + "\n"
+    _atomic_write(md_path, lambda fh: fh.write(text))
+    return csv_path, md_path
+
+
+def _write_csv(fh: object, rows: list[dict[str, object]]) -> None:
+    writer = csv.DictWriter(fh, fieldnames=list(rows[0]))  # type: ignore[arg-type]
+    writer.writeheader()
+    writer.writerows(rows)
+
+
+def _atomic_write(path: Path, write: Callable[[object], object]) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", newline="") as fh:
+            write(fh)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
