@@ -13,6 +13,7 @@ import math
 import os
 import tempfile
 from collections.abc import Callable
+from typing import IO
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -274,13 +275,13 @@ def write_report(claims: list[Claim], out_dir: Path, *, title: str) -> tuple[Pat
     return csv_path, md_path
 
 
-def _write_csv(fh: object, rows: list[dict[str, object]]) -> None:
-    writer = csv.DictWriter(fh, fieldnames=list(rows[0]))  # type: ignore[arg-type]
+def _write_csv(fh: IO[str], rows: list[dict[str, object]]) -> None:
+    writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
     writer.writeheader()
     writer.writerows(rows)
 
 
-def _atomic_write(path: Path, write: Callable[[object], object]) -> None:
+def _atomic_write(path: Path, write: Callable[[IO[str]], object]) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", newline="") as fh:
