@@ -13,9 +13,9 @@ import math
 import os
 import tempfile
 from collections.abc import Callable
-from typing import IO
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import IO
 
 from datasched.core.model import CostModel, Pipelining, Source
 from datasched.sim.experiment import SimConfig, find_max_load, simulate
