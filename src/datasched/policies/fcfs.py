@@ -231,19 +231,37 @@ class CacheOrientedSplitting(Policy):
         rest.sort(key=lambda p: (p[1] is not None, -p[0].length, p[0].start))
         while free and rest:
             plan[free.pop(0)] = rest.pop(0)
-        # More free nodes than pieces: split the piece whose split saves the most time.
-        while free:
-            target = free[0]
-            node = max(plan, key=lambda n: (_split_saving(sched, n, plan[n][0], target), -n))
-            data, holder = plan[node]
-            keep_s = sched.s_per_event_on(node, data)
-            give_s = sched.s_per_event_on(target, data)
-            n_give = round(data.length * keep_s / (keep_s + give_s))
-            if n_give < sched.min_subjob_events or data.length - n_give < sched.min_subjob_events:
+        # More free nodes than pieces: each free node joins the planned piece with the most
+        # time per node, then each piece is cut so its nodes all end together (equal parts
+        # for data nobody caches, as in Table 1).
+        helpers: dict[int, list[int]] = {n: [] for n in plan}
+        minimum = sched.min_subjob_events
+        for target in free:
+
+            def per_node_s(n: int) -> float:
+                data = plan[n][0]
+                if data.length < (len(helpers[n]) + 2) * minimum:
+                    return -1.0
+                return data.length * sched.s_per_event_on(n, data) / (len(helpers[n]) + 1)
+
+            if not plan:
                 break
-            keep, give = data.head(data.length - n_give)
-            plan[node] = (keep, holder)
-            plan[free.pop(0)] = (give, None)
+            best = max(plan, key=lambda n: (per_node_s(n), -n))
+            if per_node_s(best) < 0:
+                break
+            helpers[best].append(target)
+        for node, extra in helpers.items():
+            if not extra:
+                continue
+            data, holder = plan[node]
+            rates = [1 / sched.s_per_event_on(n, data) for n in [node, *extra]]
+            total = sum(rates)
+            sizes = [round(data.length * r / total) for r in rates]
+            sizes[0] = data.length - sum(sizes[1:])
+            left = data
+            for i, n in enumerate([node, *extra]):
+                part, left = left.head(sizes[i]) if i < len(extra) else (left, IntervalSet())
+                plan[n] = (part, holder if n == node else None)
         for node in sorted(plan):
             data, holder = plan[node]
             sched.start(sched.new_subjob(js, data, cached_on=holder), node)

@@ -1,0 +1,92 @@
+"""Golden traces: a small scenario per policy, events in and actions out, compared line by
+line with the stored trace in ``tests/golden/`` (SimPy's habit of asserting exact sequences).
+
+After a deliberate change of behaviour, regenerate with ``DATASCHED_REGEN_GOLDEN=1 pytest
+tests/core/test_golden.py`` and review the diff like code.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from datasched.core.actions import Action, JobCompleted, Preempt, Start, WakeAt
+from datasched.core.events import Event, JobArrived, SubjobFinished, SubjobStopped, Tick
+from datasched.core.intervals import IntervalSet
+from datasched.core.model import ClusterSpec, CostModel, Job
+from datasched.core.scheduler import Scheduler
+from datasched.policies import available, make_policy
+from datasched.sim.engine import SimEngine
+
+GOLDEN = Path(__file__).parent.parent / "golden"
+EVENT_BYTES = CostModel().bytes_per_event
+
+
+def ranges(data: IntervalSet) -> str:
+    return " ".join(f"[{a},{b})" for a, b in data) or "-"
+
+
+def fmt_event(ev: Event) -> str:
+    t = f"{ev.time:10.1f}"
+    if isinstance(ev, JobArrived):
+        return f"{t} arrive job {ev.job.job_id} {ranges(ev.job.data)}"
+    if isinstance(ev, SubjobFinished):
+        return f"{t} finish subjob {ev.subjob_id} on {ev.node} +cache {ranges(ev.cache_added)}"
+    if isinstance(ev, SubjobStopped):
+        return f"{t} stopped subjob {ev.subjob_id} on {ev.node} left {ranges(ev.remaining)}"
+    if isinstance(ev, Tick):
+        return f"{t} tick"
+    return f"{t} {ev!r}"
+
+
+def fmt_action(a: Action) -> str:
+    if isinstance(a, Start):
+        sj = a.subjob
+        return (
+            f"    -> start subjob {sj.subjob_id} of job {sj.job_id} on {a.node}: "
+            f"{ranges(sj.data)} cached_on={sj.cached_on}"
+        )
+    if isinstance(a, Preempt):
+        return f"    -> preempt subjob {a.subjob_id} on {a.node}"
+    if isinstance(a, JobCompleted):
+        return f"    -> job {a.job_id} completed"
+    if isinstance(a, WakeAt):
+        return f"    -> wake at {a.time:.1f}"
+    return f"    -> {a!r}"
+
+
+def scenario_trace(policy: str) -> str:
+    """Three nodes, caches of 500 events, five overlapping jobs arriving close together."""
+    cluster = ClusterSpec.uniform(3, 500 * EVENT_BYTES)
+    sched = Scheduler(cluster, make_policy(policy), min_subjob_events=10)
+    lines: list[str] = []
+    handle = sched.handle
+
+    def traced(ev: Event) -> list[Action]:
+        actions = handle(ev)
+        lines.append(fmt_event(ev))
+        lines.extend(fmt_action(a) for a in actions)
+        return actions
+
+    sched.handle = traced  # type: ignore[method-assign]
+    jobs = [
+        Job(0, 0.0, IntervalSet.range(0, 300)),
+        Job(1, 30.0, IntervalSet.range(200, 400)),
+        Job(2, 60.0, IntervalSet.range(1000, 1100)),
+        Job(3, 400.0, IntervalSet.range(0, 250)),
+        Job(4, 2000.0, IntervalSet.range(150, 350)),
+    ]
+    SimEngine(cluster, sched).run(jobs)
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("policy", sorted(available()))
+def test_golden_trace(policy: str) -> None:
+    path = GOLDEN / f"{policy}.txt"
+    got = scenario_trace(policy)
+    if os.environ.get("DATASCHED_REGEN_GOLDEN"):
+        path.write_text(got)
+    assert path.exists(), f"no golden trace for {policy}: regenerate (see module docstring)"
+    assert got == path.read_text()
