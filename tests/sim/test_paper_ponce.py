@@ -14,9 +14,15 @@ import pytest
 from datasched.sim.reproduce import Claim, ponce_fcfs_claims, write_report
 
 
-@pytest.fixture(scope="module")
-def claims() -> dict[str, Claim]:
-    return {c.key: c for c in ponce_fcfs_claims(quick=True)}
+@pytest.fixture(
+    scope="module",
+    params=[
+        pytest.param(True, id="quick"),
+        pytest.param(False, id="full", marks=pytest.mark.slow),
+    ],
+)
+def claims(request: pytest.FixtureRequest) -> dict[str, Claim]:
+    return {c.key: c for c in ponce_fcfs_claims(quick=request.param)}
 
 
 @pytest.mark.parametrize(

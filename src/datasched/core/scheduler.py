@@ -154,6 +154,8 @@ class Scheduler:
         self._s_cache = self.cost.s_per_event(Source.CACHE)
         self._s_peer = self.cost.s_per_event(Source.PEER)
         self._s_tertiary = self.cost.s_per_event(Source.TERTIARY)
+        self.fastest_s_per_event = min(self.cost.s_per_event(src) for src in Source)
+        """The least time per event any read can take (a bound for policies' estimates)."""
         policy.bind(self)
 
     # -- the one entry point ------------------------------------------------------------------

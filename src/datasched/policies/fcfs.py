@@ -348,13 +348,25 @@ class CacheOrientedSplitting(Policy):
         caching benefit"); the freed node takes what it caches of it, if enough, else a tail
         sized so both parts end together."""
         best, best_saving = None, 0.0
-        for other in sorted(sched.running):
+        # Bound each saving from above (as if the target cached everything) and look at the
+        # candidates best bound first: usually one or two exact evaluations, not one per node.
+        fastest = sched.fastest_s_per_event
+        bounds = []
+        for other, r in sched.running.items():
+            if not r.stopping:
+                left = r.estimated_remaining(sched.now)
+                a = r.s_per_event
+                bounds.append((-left * a * a / (a + fastest), other))
+        bounds.sort()
+        for neg_bound, other in bounds:
+            if -neg_bound <= best_saving:
+                break
             r = sched.running[other]
-            if r.stopping:
-                continue
             _, rest = r.subjob.data.head(r.estimated_done(sched.now))
             saving = _split_saving(sched, other, rest, node, r.s_per_event)
-            if saving > best_saving:
+            if saving > best_saving or (
+                saving == best_saving and best is not None and other < best
+            ):
                 best, best_saving = other, saving
         if best is None:
             return

@@ -267,12 +267,17 @@ def write_report(claims: list[Claim], out_dir: Path, *, title: str) -> tuple[Pat
     for c in claims:
         unit = f" {c.unit}" if c.unit else ""
         lines.append(
-            f"| {c.claim} | {c.section} | {c.paper:g}{unit} | {c.ours:.3g}{unit} | "
+            f"| {c.claim} | {c.section} | {_num(c.paper)}{unit} | {_num(c.ours)}{unit} | "
             f"{'yes' if c.agrees else 'no'} | {c.note} |"
         )
     text = "\n".join(lines) + "\n"
     _atomic_write(md_path, lambda fh: fh.write(text))
     return csv_path, md_path
+
+
+def _num(x: float) -> str:
+    """Three significant digits, without exponents for the numbers a report holds."""
+    return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.3g}"
 
 
 def _write_csv(fh: IO[str], rows: list[dict[str, object]]) -> None:
