@@ -79,3 +79,4 @@ def test_single_job_single_node_takes_32000_s() -> None:
     engine = SimEngine(cluster, Scheduler(cluster, make_policy("farm")))
     run = engine.run([Job(0, 0.0, IntervalSet.range(0, 40_000))])
     assert run.jobs[0].end_s == pytest.approx(32_000.0)
+    assert run.jobs[0].busy_s == pytest.approx(32_000.0)  # one node all along

@@ -58,6 +58,8 @@ class JobRecordTimes:
     n_events: int
     first_start_s: float = -1.0
     end_s: float = -1.0
+    busy_s: float = 0.0
+    """Node-seconds its subjobs ran (processing time x mean number of nodes it held)."""
 
 
 @dataclass(slots=True)
@@ -255,6 +257,7 @@ class SimEngine:
         counts = res.events_by_source
         mcounts = res.measured_events_by_source
         elapsed = now - run.start_s
+        self._times[run.subjob.job_id].busy_s += elapsed
         if finished:
             n_done = data.length
             for a, b, _, src, _ in run.segments:
