@@ -193,3 +193,20 @@ def test_protocol_errors_are_caught() -> None:
     s.handle(JobArrived(5.0, job(0, 5.0, 0, 10)))
     with pytest.raises(SchedulerError):
         s.handle(JobArrived(1.0, job(1, 1.0, 0, 10)))  # time went backwards
+
+
+@settings(max_examples=40, deadline=None)
+@given(jobs=job_lists(), nodes=st.integers(2, 4))
+def test_no_duplicate_fill_keeps_one_copy_per_event(jobs: list[Job], nodes: int) -> None:
+    cluster = ClusterSpec.uniform(nodes, 1000 * EVENT_BYTES)
+    policy = make_policy("cache-splitting", fill_duplicates=False)
+    engine = SimEngine(cluster, Scheduler(cluster, policy, min_subjob_events=3))
+    engine.run(jobs)
+    seen = IntervalSet()
+    for cache in engine.caches:
+        assert not (cache.content & seen)
+        seen = seen | cache.content
+    union = IntervalSet()
+    for job in jobs:
+        union = union | job.data
+    assert seen == union  # the caches are large enough to hold everything once

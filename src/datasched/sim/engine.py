@@ -47,6 +47,7 @@ class _Run:
     peer_pins: list[tuple[int, int]]
     fetch: int | None
     version: int
+    fill_duplicates: bool = True
 
 
 @dataclass(slots=True)
@@ -100,7 +101,7 @@ class SimEngine:
         self.scheduler = scheduler
         n = cluster.n_nodes
         self.caches = [NodeCache(cluster.cache_events(i), replacement) for i in range(n)]
-        self.world = CacheDirectory(n)
+        self._world: CacheDirectory | None = None
         self._runs: list[_Run | None] = [None] * n
         self._heap: list[tuple[float, int, int, int, int]] = []
         self._seq = itertools.count()
@@ -108,6 +109,17 @@ class SimEngine:
         self._s_per_event = [self.cost.s_per_event(src) for src in Source]
         self._check = check_conservation
         self.now = 0.0
+
+    @property
+    def world(self) -> CacheDirectory:
+        """Who caches what, across the simulated cluster: built on first use (peer reads,
+        duplicate-free filling) and kept up to date from then on; policies that never ask
+        do not pay for it."""
+        if self._world is None:
+            self._world = CacheDirectory(self.cluster.n_nodes)
+            for node, cache in enumerate(self.caches):
+                self._world.add(node, cache.content)
+        return self._world
 
     # -- the loop -----------------------------------------------------------------------------
 
@@ -231,6 +243,7 @@ class SimEngine:
                 fetch = cache.begin_fetch(fetched)
         pin = cache.pin(local) if local else None
         run = _Run(sj, self.now, segments, ends, local, fetched, pin, peer_pins, fetch, 0)
+        run.fill_duplicates = action.fill_duplicates
         run.version = next(self._versions)
         self._runs[node] = run
         heapq.heappush(self._heap, (self.now + total, next(self._seq), _FINISH, node, run.version))
@@ -303,11 +316,14 @@ class SimEngine:
             cache.touch(processed & run.local, now)
         added = evicted = _EMPTY
         if run.fetch is not None:
-            added, evicted = cache.end_fetch(run.fetch, processed, now)
-            if evicted:
-                self.world.remove(node, evicted)
-            if added:
-                self.world.add(node, added)
+            completed = processed
+            if not run.fill_duplicates:
+                # Another node may have fetched the same data meanwhile.
+                completed = processed - self._held_elsewhere(node, processed & run.fetched)
+            added, evicted = cache.end_fetch(run.fetch, completed, now)
+            if self._world is not None:
+                self._world.remove(node, evicted)
+                self._world.add(node, added)
         if finished:
             return SubjobFinished(now, run.subjob.subjob_id, node, added, evicted)
         return SubjobStopped(now, run.subjob.subjob_id, node, remaining, added, evicted)
