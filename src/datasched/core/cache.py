@@ -104,7 +104,7 @@ class NodeCache:
         self._keys: list[float] = []
         self._heap: list[tuple[float, int, int, int]] = []
         self._seq = itertools.count()
-        self._content = _EMPTY
+        self._content: IntervalSet | None = _EMPTY
         self._used = 0
         self._pins: dict[int, IntervalSet] = {}
         self._pin_ids = itertools.count()
@@ -115,7 +115,9 @@ class NodeCache:
 
     @property
     def content(self) -> IntervalSet:
-        """Every cached event."""
+        """Every cached event (built from the extents when asked, kept until they change)."""
+        if self._content is None:
+            self._content = IntervalSet._merge_sorted(self._starts, self._stops)
         return self._content
 
     @property
@@ -143,8 +145,27 @@ class NodeCache:
         return out
 
     def lookup(self, data: IntervalSet) -> IntervalSet:
-        """The part of ``data`` that is cached here."""
-        return data & self._content
+        """The part of ``data`` that is cached here.
+
+        Answered from the extent lists with bisect, so a lookup costs the log of the number of
+        extents plus the extents it meets, not a copy of the whole content.
+        """
+        starts, stops = self._starts, self._stops
+        if not starts or not data:
+            return _EMPTY
+        pieces: list[tuple[int, int]] = []
+        n = len(starts)
+        for a, b in data:
+            i = bisect_right(stops, a)
+            while i < n and starts[i] < b:
+                lo = starts[i] if starts[i] > a else a
+                hi = stops[i] if stops[i] < b else b
+                if lo < hi:
+                    pieces.append((lo, hi))
+                i += 1
+        if not pieces:
+            return _EMPTY
+        return IntervalSet._merge_sorted([p[0] for p in pieces], [p[1] for p in pieces])
 
     def extents(self) -> Iterator[tuple[int, int, float]]:
         """Cached extents as ``(start, stop, key)``, in event order."""
@@ -178,7 +199,7 @@ class NodeCache:
 
     def touch(self, data: IntervalSet, stamp: float) -> None:
         """Record that ``data`` was read at ``stamp`` (refreshes LRU keys of cached parts)."""
-        hit = data & self._content
+        hit = self.lookup(data)
         for a, b in hit:
             self._split_at(a)
             self._split_at(b)
@@ -198,7 +219,7 @@ class NodeCache:
         of ``data`` that fit are kept.
         """
         self.touch(data, stamp)
-        new = data - self._content
+        new = data - self.lookup(data)
         if not new:
             return _EMPTY, _EMPTY
         evicted = _EMPTY
@@ -216,20 +237,20 @@ class NodeCache:
             self._keys.insert(i, key)
             self._push(i)
         self._used += new.length
-        self._content = self._content | new
+        self._content = None
         # Extents cached by an earlier fetch may have been evicted and re-added in one call.
         return new - evicted, evicted - new
 
     def evict(self, data: IntervalSet) -> IntervalSet:
         """Drop ``data`` from the cache (pins are ignored: the caller knows); returns what went."""
-        gone = data & self._content
+        gone = self.lookup(data)
         for a, b in gone:
             self._remove_range(a, b)
         return gone
 
     def clear(self) -> IntervalSet:
         """Drop everything; returns what was cached."""
-        gone = self._content
+        gone = self.content
         self._starts.clear()
         self._stops.clear()
         self._keys.clear()
@@ -280,7 +301,7 @@ class NodeCache:
             removed += self._stops[i] - self._starts[i]
         del self._starts[lo:hi], self._stops[lo:hi], self._keys[lo:hi]
         self._used -= removed
-        self._content = self._content - IntervalSet.range(a, b)
+        self._content = None
 
     def _live(self, key: float, start: int, stop: int) -> bool:
         i = bisect_left(self._starts, start)

@@ -61,6 +61,19 @@ class IntervalSet:
         return obj
 
     @classmethod
+    def _merge_sorted(cls, starts: list[int], stops: list[int]) -> IntervalSet:
+        """Build from sorted, disjoint ranges that may touch (touching ones are merged)."""
+        out_starts: list[int] = []
+        out_stops: list[int] = []
+        for a, b in zip(starts, stops, strict=True):
+            if out_stops and a == out_stops[-1]:
+                out_stops[-1] = b
+            else:
+                out_starts.append(a)
+                out_stops.append(b)
+        return cls._make(out_starts, out_stops)
+
+    @classmethod
     def range(cls, start: int, stop: int) -> IntervalSet:
         """The events ``start, ..., stop - 1``."""
         if start > stop:
