@@ -265,6 +265,16 @@ class Scheduler:
         else:
             js.suspended.append(sj)
 
+    def discard(self, sj: Subjob) -> None:
+        """Forget a waiting (never started, or suspended) subjob whose data the policy is
+        about to hand out again as new subjobs; the books stay exact only if it does."""
+        js = self.jobs[sj.job_id]
+        if any(r.subjob is sj for r in self.running.values()):
+            raise SchedulerError(f"subjob {sj.subjob_id} is running: preempt it instead")
+        del js.live[sj.subjob_id]
+        if sj in js.suspended:
+            js.suspended.remove(sj)
+
     def take_suspended(self, js: JobState, sj: Subjob) -> None:
         """Remove ``sj`` from its job's suspended subjobs (before starting it)."""
         js.suspended.remove(sj)
@@ -357,8 +367,11 @@ class Scheduler:
                     self.start(self.new_subjob(js, remaining, cached_on=origin.cached_on), node)
                 return
             self.start(self.new_subjob(js, keep, cached_on=origin.cached_on), node)
+            # The moved part keeps naming the node that caches it (its queue of origin, for
+            # out-of-order scheduling), unless the target caches it itself.
             on_target = target if give.issubset(self.directory.content(target)) else None
-            self.start(self.new_subjob(js, give, cached_on=on_target, preemptible=True), target)
+            cached_on = on_target if on_target is not None else origin.cached_on
+            self.start(self.new_subjob(js, give, cached_on=cached_on, preemptible=True), target)
 
         self.preempt(node, then)
         return True

@@ -8,7 +8,7 @@ from datasched.core.model import Subjob
 from datasched.core.scheduler import JobState, Policy, Scheduler
 from datasched.policies.registry import register
 
-__all__ = ["CacheOrientedSplitting", "JobSplitting", "ProcessingFarm"]
+__all__ = ["CacheOrientedSplitting", "JobSplitting", "ProcessingFarm", "cut_by_cache"]
 
 
 @register
@@ -73,6 +73,44 @@ def _largest_running(sched: Scheduler) -> int | None:
         if left > best_s:
             best, best_s = node, left
     return best
+
+
+def cut_by_cache(sched: Scheduler, data: IntervalSet) -> list[tuple[IntervalSet, int | None]]:
+    """``data`` cut into runs each cached on one node (that node) or on none (``None``).
+
+    The cutting of ponce-hersch Tables 2-4: "data processed by a given subjob should always
+    either be fully cached on a node or not cached at all". Cached runs shorter than the
+    minimal subjob count as not cached; a run cached on several nodes goes to an idle one.
+    Everything cached on one node forms one piece; non-cached runs stay separate.
+    """
+    runs: list[tuple[int, int, int | None]] = []
+    minimum = sched.min_subjob_events
+    for start, stop in data:
+        for a, b, holders in sched.directory.holders(start, stop):
+            holder = None
+            if holders:
+                holder = min(holders, key=lambda n: (not sched.is_idle(n), n))
+            if runs and runs[-1][2] == holder and runs[-1][1] == a:
+                runs[-1] = (runs[-1][0], b, holder)
+            else:
+                runs.append((a, b, holder))
+    merged: dict[int | None, list[tuple[int, int]]] = {}
+    order: list[int | None] = []
+    for a, b, holder in runs:
+        if holder is not None and b - a < minimum:
+            holder = None
+        if holder not in merged:
+            merged[holder] = []
+            order.append(holder)
+        merged[holder].append((a, b))
+    out: list[tuple[IntervalSet, int | None]] = []
+    for holder in order:
+        ranges = IntervalSet(merged[holder])
+        if holder is None:
+            out.extend((IntervalSet.range(a, b), None) for a, b in ranges)
+        else:
+            out.append((ranges, holder))
+    return out
 
 
 def _split_saving(
@@ -182,42 +220,11 @@ class CacheOrientedSplitting(Policy):
 
     # -- cutting a job by cache content -------------------------------------------------------
 
-    def pieces(self, sched: Scheduler, data: IntervalSet) -> list[tuple[IntervalSet, int | None]]:
-        """``data`` cut into runs cached on one node (``node``) or on none (``None``)."""
-        runs: list[tuple[int, int, int | None]] = []
-        minimum = sched.min_subjob_events
-        for start, stop in data:
-            for a, b, holders in sched.directory.holders(start, stop):
-                holder = None
-                if holders:
-                    holder = min(holders, key=lambda n: (not sched.is_idle(n), n))
-                if runs and runs[-1][2] == holder and runs[-1][1] == a:
-                    runs[-1] = (runs[-1][0], b, holder)
-                else:
-                    runs.append((a, b, holder))
-        merged: dict[int | None, list[tuple[int, int]]] = {}
-        order: list[int | None] = []
-        for a, b, holder in runs:
-            if holder is not None and b - a < minimum:
-                holder = None
-            if holder not in merged:
-                merged[holder] = []
-                order.append(holder)
-            merged[holder].append((a, b))
-        out: list[tuple[IntervalSet, int | None]] = []
-        for holder in order:
-            ranges = IntervalSet(merged[holder])
-            if holder is None:
-                out.extend((IntervalSet.range(a, b), None) for a, b in ranges)
-            else:
-                out.append((ranges, holder))
-        return out
-
     # -- placing a job on free nodes ----------------------------------------------------------
 
     def _launch(self, sched: Scheduler, js: JobState, nodes: list[int]) -> None:
         """Give each of the free ``nodes`` the most suitable piece of ``js``; park the rest."""
-        pieces = self.pieces(sched, js.job.data)
+        pieces = cut_by_cache(sched, js.job.data)
         plan: dict[int, tuple[IntervalSet, int | None]] = {}
         free = list(nodes)
         rest: list[tuple[IntervalSet, int | None]] = []
@@ -278,7 +285,7 @@ class CacheOrientedSplitting(Policy):
         if not multi:
             sched.job_queue.append(js.job_id)
             return
-        pieces = self.pieces(sched, js.job.data)
+        pieces = cut_by_cache(sched, js.job.data)
         node = None
         # Best: a node running non-cached work of a multi-node job, caching data of the newcomer.
         multi_nodes = {n for m in multi for n in m.running_nodes}

@@ -1,0 +1,187 @@
+"""Out-of-order scheduling (ponce-hersch §4.1, Table 3).
+
+Each node has a queue of subjobs whose data it caches; one more queue holds subjobs whose data
+no node caches. Cached work runs first, and may displace non-cached work; idle nodes take
+non-cached work, then steal from the most loaded nodes. A fairness rule bounds how long a job
+can wait in the no-cache queue.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from datasched.core.intervals import IntervalSet
+from datasched.core.model import Source, Subjob
+from datasched.core.scheduler import JobState, Policy, Scheduler
+from datasched.policies.fcfs import cut_by_cache
+from datasched.policies.registry import register
+
+__all__ = ["OutOfOrder"]
+
+
+@register
+class OutOfOrder(Policy):
+    """Out-of-order job scheduling by cache content (ponce-hersch Table 3).
+
+    Where the table leaves room: a subjob displaced by cached work goes back to the front of
+    the queue it came from (its data's node queue if it names one, else the no-cache queue);
+    an idle node with nothing queued steals from the node with the most estimated work left
+    (running plus queued): the tail of its last queued subjob, sized so both end together, or
+    else a balanced split of its running subjob; stolen work is marked preemptible. The
+    fairness rule fires when the oldest job of the no-cache queue has waited ``fairness_h``
+    hours since submission: the next free node runs it before anything else.
+    """
+
+    name = "out-of-order"
+    section = "ponce-hersch §4.1, Table 3"
+    summary = "out-of-order: cached work first, per-node queues, stealing, fairness bound"
+    cache_fill = True
+
+    def __init__(self, *, fairness_h: float = 48.0) -> None:
+        if not fairness_h > 0:
+            raise ValueError(f"fairness_h: must be positive, got {fairness_h!r}")
+        self.fairness_s = fairness_h * 3600.0
+        self.node_queues: dict[int, deque[Subjob]] = {}
+        self.nocache: deque[Subjob] = deque()
+        self.fairness_fired = 0
+        """How many jobs the fairness rule started (each job counted once)."""
+        self._fired_jobs: set[int] = set()
+        self._s_cache = 0.0
+
+    def bind(self, sched: Scheduler) -> None:
+        self.node_queues = {n.node_id: deque() for n in sched.cluster.nodes}
+        self._s_cache = sched.cost.s_per_event(Source.CACHE)
+
+    # -- arrival ------------------------------------------------------------------------------
+
+    def job_arrived(self, sched: Scheduler, js: JobState) -> None:
+        uncached: list[IntervalSet] = []
+        for data, holder in cut_by_cache(sched, js.job.data):
+            if holder is None:
+                uncached.append(data)
+                continue
+            sj = sched.new_subjob(js, data, cached_on=holder)
+            if sched.is_idle(holder):
+                sched.start(sj, holder)
+                continue
+            r = sched.running.get(holder)
+            if r is not None and not r.stopping and r.subjob.cached_on != holder:
+                self._displace(sched, holder, sj)
+            else:
+                self.node_queues[holder].append(sj)
+        # Idle nodes take the non-cached pieces, split so every idle node gets a share.
+        idle = [n for n in sched.idle_nodes if not self.node_queues[n]]
+        uncached.sort(key=lambda d: (-d.length, d.start))
+        subjobs = self._spread(sched, js, uncached, len(idle))
+        for node, sj in zip(idle, subjobs, strict=False):
+            sched.start(sj, node)
+        self.nocache.extend(subjobs[len(idle) :])
+
+    def _spread(
+        self, sched: Scheduler, js: JobState, pieces: list[IntervalSet], nodes: int
+    ) -> list[Subjob]:
+        """Non-cached pieces cut into about ``nodes`` subjobs (more pieces stay whole)."""
+        if not pieces:
+            return []
+        counts = [1] * len(pieces)
+        for _ in range(nodes - len(pieces)):
+            i = max(range(len(pieces)), key=lambda k: (pieces[k].length / counts[k], -k))
+            if pieces[i].length < (counts[i] + 1) * sched.min_subjob_events:
+                break
+            counts[i] += 1
+        parts = [p for piece, c in zip(pieces, counts, strict=True) for p in piece.split_even(c)]
+        return [sched.new_subjob(js, p) for p in parts]
+
+    def _displace(self, sched: Scheduler, node: int, sj: Subjob) -> None:
+        """Stop the non-cached subjob on ``node``, requeue its rest at the front of the queue
+        it came from, and run the cached ``sj`` there."""
+        victim = sched.running[node].subjob
+
+        def then(remaining: IntervalSet) -> None:
+            if remaining:
+                vjs = sched.jobs[victim.job_id]
+                rest = sched.new_subjob(
+                    vjs, remaining, cached_on=victim.cached_on, preemptible=victim.preemptible
+                )
+                self._queue_of(rest).appendleft(rest)
+            sched.start(sj, node)
+
+        sched.preempt(node, then)
+
+    def _queue_of(self, sj: Subjob) -> deque[Subjob]:
+        if sj.cached_on is None:
+            return self.nocache
+        return self.node_queues[sj.cached_on]
+
+    # -- a node is free -----------------------------------------------------------------------
+
+    def node_freed(self, sched: Scheduler, node: int, ended: JobState | None) -> None:
+        if self.nocache and self._overdue(sched, self.nocache[0]):
+            sj = self.nocache.popleft()
+            if sj.job_id not in self._fired_jobs:
+                self._fired_jobs.add(sj.job_id)
+                self.fairness_fired += 1
+            sched.start(sj, node)
+            return
+        queue = self.node_queues[node]
+        if queue:
+            sched.start(queue.popleft(), node)
+            return
+        if self.nocache:
+            self._take_nocache(sched, node)
+            return
+        self._steal(sched, node)
+
+    def _overdue(self, sched: Scheduler, sj: Subjob) -> bool:
+        return sched.now - sched.jobs[sj.job_id].job.submit_s > self.fairness_s
+
+    def _take_nocache(self, sched: Scheduler, node: int) -> None:
+        """Run the first no-cache subjob, split across the other idle nodes with nothing
+        queued, if they would otherwise stay idle."""
+        sj = self.nocache.popleft()
+        helpers = [n for n in sched.idle_nodes if n != node and not self.node_queues[n]]
+        if not helpers or len(self.nocache) >= len(helpers):
+            sched.start(sj, node)
+            return
+        js = sched.jobs[sj.job_id]
+        sched.discard(sj)
+        parts = sj.data.split_even(1 + len(helpers), sched.min_subjob_events)
+        for part, target in zip(parts, [node, *helpers], strict=False):
+            sched.start(sched.new_subjob(js, part, preemptible=sj.preemptible), target)
+
+    def _load_s(self, sched: Scheduler, node: int) -> float:
+        queued = sum(sj.data.length for sj in self.node_queues[node])
+        return sched.estimated_remaining_s(node) + queued * sched.s_per_event_on(
+            node, IntervalSet()
+        )
+
+    def _steal(self, sched: Scheduler, node: int) -> None:
+        """Take work from the most loaded node, so both end at about the same time."""
+        best, best_load = None, 0.0
+        for other in sched.running:
+            if other == node:
+                continue
+            load = self._load_s(sched, other)
+            if load > best_load or (load == best_load and best is not None and other < best):
+                best, best_load = other, load
+        if best is None:
+            return
+        queue = self.node_queues[best]
+        if queue:
+            sj = queue.pop()
+            a = sched.s_per_event_on(best, sj.data)
+            b = sched.s_per_event_on(node, sj.data)
+            n_give = min(sj.data.length, int(best_load / (a + b)))
+            if n_give < sched.min_subjob_events:
+                queue.append(sj)
+                return
+            js = sched.jobs[sj.job_id]
+            keep, give = sj.data.head(sj.data.length - n_give)
+            sched.discard(sj)
+            if keep:
+                queue.append(sched.new_subjob(js, keep, cached_on=sj.cached_on))
+            sched.start(sched.new_subjob(js, give, cached_on=best, preemptible=True), node)
+            return
+        r = sched.running[best]
+        if not r.stopping:
+            sched.split_running(best, node)
