@@ -35,10 +35,17 @@ def test_sim_json_has_every_key() -> None:
     assert data["jobs_measured"] > 0
 
 
-def test_policies_lists_the_fcfs_policies() -> None:
+def test_policy_parameters_reach_the_policy() -> None:
+    args = ["sim", "-p", "cache-splitting", "-P", "fill_duplicates=false", "--jobs", "60"]
+    result = runner.invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["policy"] == "cache-splitting"
+
+
+def test_policies_lists_the_policies() -> None:
     result = runner.invoke(app, ["policies"])
     assert result.exit_code == 0
-    for name in ("farm", "splitting", "cache-splitting"):
+    for name in ("farm", "splitting", "cache-splitting", "out-of-order"):
         assert name in result.stdout
 
 
@@ -86,6 +93,9 @@ def test_trace_round_trip(tmp_path: Path) -> None:
         (["sweep", "--loads", "a,b"], "--loads: expected a comma list"),
         (["sweep", "--policies", "farm,nope"], "--policy: unknown policy 'nope'"),
         (["sweep", "--loads", "0.5,-1"], "--load: must be a positive number"),
+        (["sim", "-p", "out-of-order", "-P", "colour=3"], "has no parameter 'colour'"),
+        (["sim", "-p", "out-of-order", "-P", "fairness_h=-1"], "fairness_h: must be positive"),
+        (["sim", "-p", "out-of-order", "-P", "fairness_h=soon"], "expected a number"),
     ],
 )
 def test_bad_input_is_one_line_exit_2_nothing_written(

@@ -145,6 +145,49 @@ TraceOpt = Annotated[
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object, nothing else.")]
+ParamOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--param",
+        "-P",
+        help="A policy parameter as NAME=VALUE, repeatable (e.g. -P fairness_h=24 for "
+        "out-of-order, -P fill_duplicates=false for cache-splitting).",
+    ),
+]
+
+
+def parse_params(policy: str, items: list[str] | None) -> dict[str, Any]:
+    """``NAME=VALUE`` pairs checked against the policy's constructor."""
+    import inspect
+
+    known = inspect.signature(get_policy(policy)).parameters
+    params: dict[str, Any] = {}
+    for item in items or []:
+        name, sep, text = item.partition("=")
+        name = name.strip().replace("-", "_")
+        if not sep or not name:
+            fail(f"--param: expected NAME=VALUE, got {item!r}")
+        if name not in known:
+            names = ", ".join(known) or "none"
+            fail(f"--param: policy {policy!r} has no parameter {name!r} (it has: {names})")
+        value: Any
+        low = text.strip().lower()
+        if low in ("true", "yes", "on", "false", "no", "off"):
+            value = low in ("true", "yes", "on")
+        else:
+            try:
+                value = int(text)
+            except ValueError:
+                try:
+                    value = float(text)
+                except ValueError:
+                    fail(f"--param: {name}: expected a number or true/false, got {text!r}")
+        params[name] = value
+    try:
+        get_policy(policy)(**params)
+    except ValueError as exc:
+        fail(f"--param: {exc}")
+    return params
 
 
 def make_config(
@@ -158,12 +201,14 @@ def make_config(
     warmup: float,
     min_subjob: int,
     trace: Path | None,
+    params: list[str] | None = None,
 ) -> SimConfig:
-    get_policy(policy)
+    policy_params = parse_params(policy, params)
     if trace is not None and not trace.is_file():
         fail(f"--trace: {trace}: no such file")
     config = SimConfig(
         policy=policy,
+        policy_params=policy_params,
         n_nodes=nodes,
         cache_gb=cache_gb,
         load_jobs_per_h=load,
@@ -226,6 +271,7 @@ def sim(
     warmup: WarmupOpt = 0.2,
     min_subjob: MinSubjobOpt = 10,
     trace: TraceOpt = None,
+    param: ParamOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Simulate one policy at one load and print its steady-state figures.
@@ -237,7 +283,7 @@ def sim(
     """
     with user_errors():
         config = make_config(
-            policy, nodes, cache_gb, load, jobs, seed, pipeline, warmup, min_subjob, trace
+            policy, nodes, cache_gb, load, jobs, seed, pipeline, warmup, min_subjob, trace, param
         )
         if as_json:
             summary, _ = simulate(config)
@@ -268,6 +314,7 @@ def max_load(
     pipeline: PipelineOpt = Pipelining.NONE,
     warmup: WarmupOpt = 0.2,
     min_subjob: MinSubjobOpt = 10,
+    param: ParamOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Find the largest load (jobs/h) the policy sustains before its queues grow without end.
@@ -286,7 +333,7 @@ def max_load(
 
     with user_errors():
         config = make_config(
-            policy, nodes, cache_gb, 1.0, jobs, seed, pipeline, warmup, min_subjob, None
+            policy, nodes, cache_gb, 1.0, jobs, seed, pipeline, warmup, min_subjob, None, param
         )
         result = find_max_load(config, on_step=on_step)
     if as_json:
