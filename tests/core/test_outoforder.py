@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from datasched.core.actions import Preempt, Start
 from datasched.core.events import JobArrived, SubjobStopped
 from datasched.core.intervals import IntervalSet
-from datasched.core.model import ClusterSpec, CostModel, Job
+from datasched.core.model import ClusterSpec, CostModel, Job, Subjob
 from datasched.core.scheduler import Scheduler
 from datasched.policies import make_policy
 from datasched.policies.outoforder import OutOfOrder
 from datasched.sim.engine import SimEngine
+from strategies_sim import job_lists
 
 EVENT_BYTES = CostModel().bytes_per_event
 
@@ -54,3 +58,35 @@ def test_fairness_bound_runs_an_overdue_job_first_and_is_counted() -> None:
     wait = times[1].first_start_s - times[1].submit_s
     assert policy.fairness_fired == 1
     assert 3600.0 < wait < 3600.0 + 130.0 + 1.0  # ran at the first node free after the bound
+
+
+@settings(max_examples=40, deadline=None)
+@given(jobs=job_lists(), nodes=st.integers(2, 4), after=st.integers(1, 3))
+def test_replication_conserves_events_and_keeps_the_directory_true(
+    jobs: list[Job], nodes: int, after: int
+) -> None:
+    cluster = ClusterSpec.uniform(nodes, 300 * EVENT_BYTES)
+    policy = OutOfOrder(replication=True, replicate_after=after)
+    engine = SimEngine(
+        cluster, Scheduler(cluster, policy, min_subjob_events=3), check_conservation=True
+    )
+    run = engine.run(jobs)
+    assert run.processed is not None
+    for j in jobs:
+        union = IntervalSet()
+        for piece in run.processed[j.job_id]:
+            assert not (piece & union)
+            union = union | piece
+        assert union == j.data
+    for node, cache in enumerate(engine.caches):
+        assert engine.scheduler.directory.content(node) == cache.content
+
+
+def test_replication_fires_on_the_third_remote_read() -> None:
+    cluster = ClusterSpec.uniform(2, 10_000 * EVENT_BYTES)
+    policy = OutOfOrder(replication=True, replicate_after=3)
+    sched = Scheduler(cluster, policy)
+    stolen = Subjob(subjob_id=0, job_id=0, data=IntervalSet.range(0, 500), cached_on=0)
+    assert [policy.wants_replica(sched, stolen, 1) for _ in range(3)] == [False, False, True]
+    assert policy.replications == 1
+    assert not policy.wants_replica(sched, stolen, 0)  # reading its own cache is not remote

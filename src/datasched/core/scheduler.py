@@ -101,7 +101,8 @@ class Policy:
     section: ClassVar[str] = ""
     summary: ClassVar[str] = ""
     cache_fill: ClassVar[bool] = False
-    peer_reads: ClassVar[bool] = False
+    peer_reads: bool = False
+    """Whether started subjobs may read data cached on other nodes from there."""
     fill_duplicates: bool = True
     """Whether a node caches data that another node already caches."""
 
@@ -121,6 +122,11 @@ class Policy:
 
     def tick(self, sched: Scheduler) -> None:
         """A WakeAt this policy asked for came due."""
+
+    def wants_replica(self, sched: Scheduler, sj: Subjob, node: int) -> bool:
+        """Whether ``sj``, starting on ``node``, should copy what it reads from peers into
+        the node's cache (ponce-hersch §4.2). Default: never."""
+        return False
 
 
 class Scheduler:
@@ -202,7 +208,13 @@ class Scheduler:
         if not self.policy.cache_fill and not self.policy.peer_reads:
             return self._s_tertiary
         local = self.directory.cached_on(node, data).length
-        total = local * self._s_cache + (n - local) * self._s_tertiary
+        peer = 0
+        if self.policy.peer_reads:
+            for start, stop in data:
+                for a, b, holders in self.directory.holders(start, stop):
+                    if holders and node not in holders:
+                        peer += b - a
+        total = local * self._s_cache + peer * self._s_peer + (n - local - peer) * self._s_tertiary
         return total / n
 
     def estimated_remaining_s(self, node: int) -> float:
@@ -253,6 +265,7 @@ class Scheduler:
                 node=node,
                 cache_fill=self.policy.cache_fill,
                 peer_reads=self.policy.peer_reads,
+                replicate=self.policy.wants_replica(self, sj, node),
                 fill_duplicates=self.policy.fill_duplicates,
             )
         )

@@ -16,12 +16,19 @@ from datasched.core.scheduler import JobState, Policy, Scheduler
 from datasched.policies.fcfs import cut_by_cache
 from datasched.policies.registry import register
 
-__all__ = ["OutOfOrder"]
+__all__ = ["REPLICATION_BLOCK", "OutOfOrder"]
+
+REPLICATION_BLOCK = 1000
+"""Events per block for counting remote accesses (the paper counts per "data segment")."""
 
 
 @register
 class OutOfOrder(Policy):
-    """Out-of-order job scheduling by cache content (ponce-hersch Table 3).
+    """Out-of-order job scheduling by cache content (ponce-hersch Table 3), with optional
+    replication (§4.2): with ``replication`` on, a node working on data another node caches
+    reads it from that node's disk over the network instead of from tertiary storage, without
+    caching it, until the data has been read remotely ``replicate_after`` times; that read
+    copies it into the reader's cache.
 
     Where the table leaves room: a subjob displaced by cached work goes back to the front of
     the queue it came from (its data's node queue if it names one, else the no-cache queue);
@@ -37,10 +44,25 @@ class OutOfOrder(Policy):
     summary = "out-of-order: cached work first, per-node queues, stealing, fairness bound"
     cache_fill = True
 
-    def __init__(self, *, fairness_h: float = 48.0) -> None:
+    def __init__(
+        self,
+        *,
+        fairness_h: float = 48.0,
+        replication: bool = False,
+        replicate_after: int = 3,
+    ) -> None:
         if not fairness_h > 0:
             raise ValueError(f"fairness_h: must be positive, got {fairness_h!r}")
+        if replicate_after < 1:
+            raise ValueError(f"replicate_after: must be positive, got {replicate_after!r}")
         self.fairness_s = fairness_h * 3600.0
+        self.peer_reads = replication
+        self.replicate_after = replicate_after
+        self.remote_reads: dict[tuple[int, int], int] = {}
+        """Remote accesses per (holder node, block of REPLICATION_BLOCK events)."""
+        self.replications = 0
+        """How many subjobs copied what they read from a peer into their own cache."""
+        self.replicated_jobs: set[int] = set()
         self.node_queues: dict[int, deque[Subjob]] = {}
         self.nocache: deque[Subjob] = deque()
         self.fairness_fired = 0
@@ -185,3 +207,22 @@ class OutOfOrder(Policy):
         r = sched.running[best]
         if not r.stopping:
             sched.split_running(best, node)
+
+    def wants_replica(self, sched: Scheduler, sj: Subjob, node: int) -> bool:
+        """Count a remote read of ``sj``'s data (cached on ``sj.cached_on``) and say whether
+        this read should copy it here: when every block of it has been read remotely
+        ``replicate_after`` times (ponce-hersch §4.2: "accessed for the third time")."""
+        holder = sj.cached_on
+        if not self.peer_reads or holder is None or holder == node:
+            return False
+        counts = []
+        for a, b in sj.data:
+            for block in range(a // REPLICATION_BLOCK, (b - 1) // REPLICATION_BLOCK + 1):
+                key = (holder, block)
+                self.remote_reads[key] = self.remote_reads.get(key, 0) + 1
+                counts.append(self.remote_reads[key])
+        if counts and min(counts) >= self.replicate_after:
+            self.replications += 1
+            self.replicated_jobs.add(sj.job_id)
+            return True
+        return False
