@@ -22,6 +22,8 @@ from datasched.sim.engine import SimEngine
 
 GOLDEN = Path(__file__).parent.parent / "golden"
 EVENT_BYTES = CostModel().bytes_per_event
+# Parameters scaled to the small scenario, where a policy's defaults would hide its logic.
+PARAMS: dict[str, dict[str, float]] = {"delayed": {"period_h": 0.25, "stripe_events": 100}}
 
 
 def ranges(data: IntervalSet) -> str:
@@ -60,7 +62,7 @@ def fmt_action(a: Action) -> str:
 def scenario_trace(policy: str) -> str:
     """Three nodes, caches of 500 events, five overlapping jobs arriving close together."""
     cluster = ClusterSpec.uniform(3, 500 * EVENT_BYTES)
-    sched = Scheduler(cluster, make_policy(policy), min_subjob_events=10)
+    sched = Scheduler(cluster, make_policy(policy, **PARAMS.get(policy, {})), min_subjob_events=10)
     lines: list[str] = []
     handle = sched.handle
 

@@ -11,7 +11,11 @@ from datasched.core.scheduler import Policy
 __all__ = ["UnknownPolicyError", "available", "get_policy", "make_policy", "register"]
 
 ENTRY_POINT_GROUP = "datasched.policies"
-_BUILTIN_MODULES = ("datasched.policies.fcfs", "datasched.policies.outoforder")
+_BUILTIN_MODULES = (
+    "datasched.policies.fcfs",
+    "datasched.policies.outoforder",
+    "datasched.policies.delayed",
+)
 
 _registry: dict[str, type[Policy]] = {}
 _loaded = False

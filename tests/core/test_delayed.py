@@ -1,0 +1,45 @@
+"""Delayed scheduling (ponce-hersch Table 4): stripe points, periods, meta-subjobs."""
+
+from __future__ import annotations
+
+import itertools
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from datasched.core.actions import Start, WakeAt
+from datasched.core.events import JobArrived, Tick
+from datasched.core.intervals import IntervalSet
+from datasched.core.model import ClusterSpec, Job
+from datasched.core.scheduler import Scheduler
+from datasched.policies.delayed import DelayedScheduling, stripe_points
+
+
+def test_stripe_points_drop_short_and_cut_long_stripes() -> None:
+    # 10 makes a 10-event stripe (< 50) and goes; 0..300 is cut into 100-event stripes.
+    assert stripe_points([0, 10, 300], 100) == [0, 100, 200, 300]
+    assert stripe_points([0, 60, 120], 100) == [0, 60, 120]
+    assert stripe_points([5], 100) == [5]
+
+
+@given(st.lists(st.integers(0, 10_000), min_size=2, max_size=30), st.integers(1, 3000))
+def test_stripe_points_bound_every_stripe(points: list[int], stripe: int) -> None:
+    out = stripe_points(points, stripe)
+    assert out[0] == min(points) and out[-1] == max(points)
+    assert out == sorted(set(out))
+    for a, b in itertools.pairwise(out):
+        assert b - a <= stripe
+
+
+def test_jobs_wait_for_the_end_of_the_period_then_share_a_stripe() -> None:
+    policy = DelayedScheduling(period_h=1.0, stripe_events=100)
+    s = Scheduler(ClusterSpec.uniform(2, 0.0), policy)
+    actions = s.handle(JobArrived(10.0, Job(0, 10.0, IntervalSet.range(0, 100))))
+    assert actions == [WakeAt(3600.0)]
+    assert s.handle(JobArrived(20.0, Job(1, 20.0, IntervalSet.range(0, 100)))) == []
+    actions = s.handle(Tick(3600.0))
+    started = [a for a in actions if isinstance(a, Start)]
+    # One meta-subjob holds both jobs' subjobs over [0, 100): one node runs them in turn,
+    # so the data is read from tertiary storage once.
+    assert len(started) == 1 and started[0].subjob.job_id == 0
+    assert WakeAt(7200.0) in actions
