@@ -52,6 +52,9 @@ class JobCompleted:
     job_id: int
     time: float
     first_start_s: float
+    released_s: float = -1.0
+    """When the policy released the job for scheduling (the end of its period, for delayed
+    scheduling); -1 when it never held the job back."""
 
 
 Action = Start | Preempt | WakeAt | JobCompleted

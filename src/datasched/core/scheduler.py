@@ -52,6 +52,8 @@ class JobState:
     job: Job
     done_events: int = 0
     first_start_s: float | None = None
+    released_s: float | None = None
+    """Set by policies that hold jobs back (delayed scheduling): when this one was let go."""
     live: dict[int, Subjob] = field(default_factory=dict)
     """Subjobs not yet finished: running, stopping or suspended."""
     suspended: deque[Subjob] = field(default_factory=deque)
@@ -488,7 +490,10 @@ class Scheduler:
         del self.jobs[js.job_id]
         self.completed += 1
         first = js.first_start_s if js.first_start_s is not None else self.now
-        self._out.append(JobCompleted(job_id=js.job_id, time=self.now, first_start_s=first))
+        released = js.released_s if js.released_s is not None else -1.0
+        self._out.append(
+            JobCompleted(job_id=js.job_id, time=self.now, first_start_s=first, released_s=released)
+        )
 
     def _make_free(self, node: int, ended: JobState | None) -> None:
         if node in self._lost:

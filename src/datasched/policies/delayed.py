@@ -107,6 +107,7 @@ class DelayedScheduling(Policy):
     def _schedule_period(self, sched: Scheduler) -> None:
         uncached: list[tuple[JobState, IntervalSet]] = []
         for js in self.pending:
+            js.released_s = sched.now
             for data, holder in cut_by_cache(sched, js.job.data):
                 if holder is None:
                     uncached.extend((js, IntervalSet.range(a, b)) for a, b in data)

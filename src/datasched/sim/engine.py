@@ -59,6 +59,8 @@ class JobRecordTimes:
     n_events: int
     first_start_s: float = -1.0
     end_s: float = -1.0
+    released_s: float = -1.0
+    """When the policy let the job go (end of its period); -1: on submission."""
     busy_s: float = 0.0
     """Node-seconds its subjobs ran (processing time x mean number of nodes it held)."""
 
@@ -194,6 +196,7 @@ class SimEngine:
         elif isinstance(action, JobCompleted):
             rec = self._times[action.job_id]
             rec.first_start_s = action.first_start_s
+            rec.released_s = action.released_s
             rec.end_s = action.time
         return 0
 
