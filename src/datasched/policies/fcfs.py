@@ -292,7 +292,7 @@ class CacheOrientedSplitting(Policy):
         cached_here = [
             (data.length, holder)
             for data, holder in pieces
-            if holder in multi_nodes and sched.running[holder].subjob.cached_on is None
+            if holder in multi_nodes and sched.running[holder].subjob.cached_on != holder
         ]
         if cached_here:
             node = max(cached_here, key=lambda c: (c[0], -c[1]))[1]
@@ -302,7 +302,7 @@ class CacheOrientedSplitting(Policy):
             node = min(
                 victim_job.running_nodes,
                 key=lambda n: (
-                    sched.running[n].subjob.cached_on is not None,
+                    sched.running[n].subjob.cached_on == n,
                     sched.running[n].estimated_remaining(sched.now),
                     n,
                 ),
