@@ -70,6 +70,16 @@ def test_max_load_json(tmp_path: Path) -> None:
     assert data["probes"]
 
 
+def test_scale_json() -> None:
+    result = runner.invoke(
+        app, ["scale", "--policy", "farm", "--nodes", "10,20", "--jobs", "40", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    points = json.loads(result.stdout)
+    assert [p["n_nodes"] for p in points] == [10, 20]
+    assert all(p["master_load"] > 0 for p in points)
+
+
 def test_trace_round_trip(tmp_path: Path) -> None:
     path = tmp_path / "t.csv"
     result = runner.invoke(app, ["trace", "generate", "--out", str(path), "--jobs", "50"])

@@ -14,6 +14,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -453,6 +454,55 @@ def write_sweep(results: list[Summary], out_dir: Path) -> tuple[Path, Path]:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out_dir / "sweep.csv", out_dir / "sweep.png"
+
+
+@app.command()
+def scale(
+    policy: PolicyOpt = "farm",
+    nodes: Annotated[
+        str, typer.Option("--nodes", help="Cluster sizes, comma list (e.g. 10,100,1000).")
+    ] = "10,100",
+    load: Annotated[
+        float, typer.Option("--load", help="Load of a 10-node cluster, jobs/h; grows with N.")
+    ] = 0.5,
+    jobs: JobsOpt = 200,
+    cache_gb: CacheOpt = 100.0,
+    param: ParamOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Measure the master's work as the cluster grows (ponce-hersch §8, Figure 16): load and
+    data space proportional to the number of nodes, scheduler time per job, and the master's
+    load (scheduler seconds per simulated second; 1.0 = one core fully busy)."""
+    from datasched.sim.scale import scale_point
+
+    sizes = [int(v) for v in parse_floats(nodes, "--nodes")]
+    with user_errors():
+        base = make_config(
+            policy, 10, cache_gb, load, jobs, 0, Pipelining.NONE, 0.2, 10, None, param
+        )
+        for n in sizes:
+            if n < 1:
+                raise ConfigError("n_nodes", f"must be a positive number, got {n}")
+        points = []
+        for n in sizes:
+            if not as_json:
+                err.print(f"  {n} nodes ...")
+            points.append(scale_point(base, n))
+    if as_json:
+        print_json([asdict(p) for p in points])
+        return
+    table = Table(title=f"master's work under {policy}", box=box.SIMPLE_HEAD)
+    for col in ("nodes", "jobs/h", "jobs", "ms per job", "master load"):
+        table.add_column(col, justify="right")
+    for p in points:
+        table.add_row(
+            str(p.n_nodes),
+            f"{p.load_jobs_per_h:.3g}",
+            str(p.n_jobs),
+            f"{p.scheduler_s_per_job * 1e3:.2f}",
+            f"{p.master_load:.2e}",
+        )
+    out.print(table)
 
 
 @app.command()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import time
 from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -83,6 +84,8 @@ class SimRun:
     stopped_early: bool = False
     end_s: float = 0.0
     n_events_handled: int = 0
+    scheduler_s: float = 0.0
+    """Wall-clock seconds spent inside ``Scheduler.handle``: the master's own work."""
     processed: dict[int, list[IntervalSet]] | None = None
     """With ``check_conservation``: every processed piece of every job."""
 
@@ -182,7 +185,10 @@ class SimEngine:
 
     def _dispatch(self, ev: Event) -> int:
         count = 1
-        for action in self.scheduler.handle(ev):
+        t0 = time.perf_counter()
+        actions = self.scheduler.handle(ev)
+        self.result.scheduler_s += time.perf_counter() - t0
+        for action in actions:
             count += self._apply(action)
         return count
 

@@ -1,0 +1,64 @@
+"""The master's scalability (ponce-hersch §8): scheduler time per job as the cluster grows.
+
+As in the paper's Figure 16, the load and the data space grow in proportion to the number of
+nodes, and for delayed scheduling the period shrinks in proportion (one month for one node),
+so the number of jobs per period stays the same. The master's load is the scheduler's own
+time per simulated second: 1.0 means one core fully busy scheduling.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from datasched.sim.experiment import SimConfig, simulate
+
+__all__ = ["ScalePoint", "scale_config", "scale_point"]
+
+MONTH_H = 30 * 24.0
+
+
+@dataclass(frozen=True, slots=True)
+class ScalePoint:
+    """Scheduler cost of one policy on one cluster size."""
+
+    policy: str
+    n_nodes: int
+    n_jobs: int
+    load_jobs_per_h: float
+    scheduler_s: float
+    scheduler_s_per_job: float
+    master_load: float
+    """Scheduler seconds per simulated second (the paper's "load of the master node")."""
+    simulated_s: float
+
+
+def scale_config(base: SimConfig, n_nodes: int) -> SimConfig:
+    """``base`` (a 10-node configuration) grown to ``n_nodes`` the way §8 grows it."""
+    factor = n_nodes / 10
+    params = dict(base.policy_params)
+    if base.policy == "delayed":
+        params["period_h"] = MONTH_H / n_nodes
+    return replace(
+        base,
+        n_nodes=n_nodes,
+        load_jobs_per_h=base.load_jobs_per_h * factor,
+        data_space_bytes=base.data_space_bytes * factor,
+        policy_params=params,
+        max_backlog=10**9,
+    )
+
+
+def scale_point(base: SimConfig, n_nodes: int) -> ScalePoint:
+    config = scale_config(base, n_nodes)
+    _summary, run = simulate(config)
+    simulated = max(run.end_s - min((j.submit_s for j in run.jobs), default=0.0), 1e-9)
+    return ScalePoint(
+        policy=config.policy,
+        n_nodes=n_nodes,
+        n_jobs=len(run.jobs),
+        load_jobs_per_h=config.load_jobs_per_h,
+        scheduler_s=run.scheduler_s,
+        scheduler_s_per_job=run.scheduler_s / max(len(run.jobs), 1),
+        master_load=run.scheduler_s / simulated,
+        simulated_s=simulated,
+    )
