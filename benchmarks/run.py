@@ -18,7 +18,8 @@ from dataclasses import replace
 
 from datasched.sim.experiment import SimConfig, simulate, sweep
 
-POLICIES = ("farm", "splitting", "cache-splitting")
+POLICIES = ("farm", "splitting", "cache-splitting", "out-of-order", "delayed")
+SWEEP_POLICIES = ("farm", "splitting", "cache-splitting")
 
 
 def bare_heapq_loop(n_events: int) -> float:
@@ -77,7 +78,7 @@ def main() -> None:
         loads = [0.1 + 0.1 * i for i in range(12)]
         configs = [
             SimConfig(policy=p, load_jobs_per_h=load, n_jobs=500, cache_gb=100.0)
-            for p in POLICIES
+            for p in SWEEP_POLICIES
             for load in loads
         ]
         t0 = time.perf_counter()
