@@ -238,8 +238,7 @@ class NodeCache:
             self._push(i)
         self._used += new.length
         self._content = None
-        # Extents cached by an earlier fetch may have been evicted and re-added in one call.
-        return new - evicted, evicted - new
+        return new, evicted
 
     def evict(self, data: IntervalSet) -> IntervalSet:
         """Drop ``data`` from the cache (pins are ignored: the caller knows); returns what went."""

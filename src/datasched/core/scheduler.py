@@ -495,12 +495,6 @@ class Scheduler:
             JobCompleted(job_id=js.job_id, time=self.now, first_start_s=first, released_s=released)
         )
 
-    def _make_free(self, node: int, ended: JobState | None) -> None:
-        if node in self._lost:
-            return
-        insort(self._idle, node)
-        self._freed.append((node, ended))
-
     def _offer_freed(self) -> None:
         # Nodes freed while handling this event are offered to the policy one by one, after
         # the books are straight; offering may free more (a preemption answered at once).

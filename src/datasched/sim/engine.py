@@ -312,7 +312,8 @@ class SimEngine:
         if finished:
             processed, remaining = data, _EMPTY
         else:
-            processed, remaining = _processed_prefix(run, n_done)
+            # Segments are in ascending event order: what was processed is a prefix.
+            processed, remaining = data.head(n_done)
         if res.processed is not None:
             res.processed[run.subjob.job_id].append(processed)
         cache = self.caches[node]
@@ -336,8 +337,3 @@ class SimEngine:
         if finished:
             return SubjobFinished(now, run.subjob.subjob_id, node, added, evicted)
         return SubjobStopped(now, run.subjob.subjob_id, node, remaining, added, evicted)
-
-
-def _processed_prefix(run: _Run, n_done: int) -> tuple[IntervalSet, IntervalSet]:
-    """Segments are in ascending event order, so what was processed is a prefix of the data."""
-    return run.subjob.data.head(n_done)
