@@ -42,6 +42,18 @@ def test_policy_parameters_reach_the_policy() -> None:
     assert json.loads(result.stdout)["policy"] == "cache-splitting"
 
 
+def test_named_policy_options_reach_the_policy() -> None:
+    args = ["sim", "-p", "delayed", "--period-h", "12", "--stripe-events", "2000"]
+    result = runner.invoke(app, [*args, "--jobs", "80", "--load", "0.3", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    # Jobs wait for the end of a 12 h period: on average about half of it.
+    assert data["mean_wait_s"] - data["mean_wait_excl_delay_s"] > 3 * 3600
+    args = ["sim", "-p", "out-of-order", "--replicate-after", "3", "--fairness-h", "24"]
+    result = runner.invoke(app, [*args, "--jobs", "60", "--json"])
+    assert result.exit_code == 0, result.output
+
+
 def test_policies_lists_the_policies() -> None:
     result = runner.invoke(app, ["policies"])
     assert result.exit_code == 0
@@ -104,6 +116,9 @@ def test_trace_round_trip(tmp_path: Path) -> None:
         (["sweep", "--policies", "farm,nope"], "--policy: unknown policy 'nope'"),
         (["sweep", "--loads", "0.5,-1"], "--load: must be a positive number"),
         (["sim", "-p", "out-of-order", "-P", "colour=3"], "has no parameter 'colour'"),
+        (["sim", "-p", "farm", "--period-h", "3"], "--period-h: policy 'farm' takes no such"),
+        (["sim", "-p", "delayed", "--stripe-events", "0"], "stripe_events: must be positive"),
+        (["sweep", "--policies", "farm", "--fairness-h", "2"], "--fairness-h: none of the"),
         (["sim", "-p", "out-of-order", "-P", "fairness_h=-1"], "fairness_h: must be positive"),
         (["sim", "-p", "out-of-order", "-P", "fairness_h=soon"], "expected a number"),
     ],
