@@ -2,37 +2,63 @@
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+from datasched import __version__, cli
 from datasched.cli import app
 
+# typer's runner keeps stdout and stderr apart (``result.output`` has both, interleaved).
 runner = CliRunner()
 
 SIM_KEYS = {
     "policy",
     "load_jobs_per_h",
+    "n_nodes",
+    "cache_gb",
+    "pipeline",
     "jobs_measured",
     "mean_wait_s",
+    "median_wait_s",
+    "p95_wait_s",
+    "max_wait_s",
     "mean_processing_s",
     "mean_speedup",
     "cache_hit_ratio",
+    "peer_read_ratio",
     "tertiary_bytes",
     "utilization",
+    "mean_backlog",
     "overloaded",
+    "events_handled",
+    "wall_s",
 }
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-def test_sim_json_has_every_key() -> None:
+def test_sim_json_is_one_object_with_every_key() -> None:
     result = runner.invoke(app, ["sim", "--policy", "cache-splitting", "--jobs", "80", "--json"])
     assert result.exit_code == 0, result.output
+    assert len(result.stdout.strip().splitlines()) == 1
     data = json.loads(result.stdout)
     assert set(data) >= SIM_KEYS
     assert data["policy"] == "cache-splitting"
+    assert data["n_nodes"] == 10 and data["pipeline"] == "none"
     assert data["jobs_measured"] > 0
+
+
+def test_sim_table_is_in_human_units() -> None:
+    result = runner.invoke(app, ["sim", "--policy", "cache-splitting", "--jobs", "60"])
+    assert result.exit_code == 0, result.output
+    text = result.stdout
+    assert "mean wait" in text and " h " in text  # hours
+    assert "%" in text  # ratios
+    assert " TB " in text or " GB " in text  # bytes from tertiary storage
+    assert "{" not in text
 
 
 def test_policy_parameters_reach_the_policy() -> None:
@@ -54,32 +80,93 @@ def test_named_policy_options_reach_the_policy() -> None:
     assert result.exit_code == 0, result.output
 
 
+def test_a_sweep_gives_policy_options_to_the_policies_that_take_them(tmp_path: Path) -> None:
+    args = ["sweep", "--policies", "farm,delayed", "--period-h", "12", "--loads", "0.3"]
+    result = runner.invoke(app, [*args, "--jobs", "60", "--out", str(tmp_path / "o")])
+    assert result.exit_code == 0, result.output
+    with (tmp_path / "o" / "sweep.csv").open(newline="") as fh:
+        waits = {r["policy"]: float(r["mean_wait_s"]) for r in csv.DictReader(fh)}
+    assert waits["delayed"] > 3 * 3600 > waits["farm"]
+
+
 def test_policies_lists_the_policies() -> None:
     result = runner.invoke(app, ["policies"])
     assert result.exit_code == 0
     for name in ("farm", "splitting", "cache-splitting", "out-of-order"):
         assert name in result.stdout
+    assert "§3.1" in result.stdout  # the paper section of the processing farm
 
 
 def test_sweep_writes_csv_and_png(tmp_path: Path) -> None:
-    out = tmp_path / "sweep"
+    out = tmp_path / "new" / "sweep"
     args = ["sweep", "--policies", "farm,cache-splitting", "--loads", "0.2,0.6"]
-    args += ["--cache-gb", "50,100", "--jobs", "60", "--out", str(out)]
+    args += ["--cache-gb", "50", "--cache-gb", "100", "--jobs", "60", "--out", str(out)]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
-    rows = (out / "sweep.csv").read_text().splitlines()
-    assert len(rows) == 1 + 2 + 2 * 2  # header, farm x 2 loads, cache-splitting x 2 caches x 2
+    with (out / "sweep.csv").open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    # farm x 2 loads (its results do not depend on the cache), cache-splitting x 2 caches x 2
+    assert len(rows) == 2 + 2 * 2
+    assert set(rows[0]) >= SIM_KEYS
+    assert {(r["policy"], r["cache_gb"]) for r in rows} == {
+        ("farm", "50.0"),
+        ("cache-splitting", "50.0"),
+        ("cache-splitting", "100.0"),
+    }
     png = (out / "sweep.png").read_bytes()
-    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["sweep"]  # no temporary left
+    assert png[:8] == PNG_MAGIC and len(png) > 10_000
+    assert sorted(p.name for p in out.iterdir()) == ["sweep.csv", "sweep.png"]
+    assert [p.name for p in (tmp_path / "new").iterdir()] == ["sweep"]  # no temporary left
+    assert str(out / "sweep.png") in result.stdout.replace("\n", "")
+
+
+def test_sweep_into_an_existing_directory_replaces_its_files(tmp_path: Path) -> None:
+    (tmp_path / "sweep.csv").write_text("old\n")
+    (tmp_path / "keep.txt").write_text("mine\n")
+    args = ["sweep", "--policies", "farm", "--loads", "0.3:0.9:3", "--jobs", "40"]
+    result = runner.invoke(app, [*args, "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert len((tmp_path / "sweep.csv").read_text().splitlines()) == 1 + 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.txt", "sweep.csv", "sweep.png"]
+
+
+def test_sweep_where_every_run_overloads_still_draws(tmp_path: Path) -> None:
+    args = ["sweep", "--policies", "farm", "--loads", "20,30", "--jobs", "60"]
+    result = runner.invoke(app, [*args, "--out", str(tmp_path / "o")])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "o" / "sweep.png").read_bytes()[:8] == PNG_MAGIC
+
+
+def test_a_failed_sweep_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*args: object, **kwargs: object) -> Path:
+        raise RuntimeError("plotting failed")
+
+    monkeypatch.setattr(cli, "plot_sweep", broken)
+    out = tmp_path / "a" / "b"
+    args = ["sweep", "--policies", "farm", "--loads", "0.5", "--jobs", "40", "--out", str(out)]
+    result = runner.invoke(app, args)
+    assert result.exit_code != 0
+    assert list(tmp_path.iterdir()) == []  # neither the directory nor its parents
 
 
 def test_max_load_json(tmp_path: Path) -> None:
-    result = runner.invoke(app, ["max-load", "--policy", "farm", "--jobs", "300", "--json"])
+    args = ["max-load", "--policy", "farm", "--jobs", "40", "--nodes", "2", "--json"]
+    result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
-    assert 0.5 < data["max_load_jobs_per_h"] < 2.0
-    assert data["probes"]
+    assert isinstance(data["max_load_jobs_per_h"], float) and data["max_load_jobs_per_h"] > 0
+    assert data["policy"] == "farm" and data["n_nodes"] == 2 and data["n_jobs"] == 40
+    assert {"cache_gb", "pipeline", "seed", "warmup_fraction", "min_subjob_events"} <= set(data)
+    assert data["probes"] and all(
+        set(p) == {"load_jobs_per_h", "overloaded"} for p in data["probes"]
+    )
+
+
+def test_max_load_prints_its_probes_on_stderr() -> None:
+    result = runner.invoke(app, ["max-load", "--jobs", "40", "--nodes", "2"])
+    assert result.exit_code == 0, result.output
+    assert "probe" in result.stderr and "jobs/h" in result.stderr
+    assert "maximal sustainable load" in result.stdout and "probe" not in result.stdout
 
 
 def test_scale_json() -> None:
@@ -94,13 +181,16 @@ def test_scale_json() -> None:
 
 def test_trace_round_trip(tmp_path: Path) -> None:
     path = tmp_path / "t.csv"
-    result = runner.invoke(app, ["trace", "generate", "--out", str(path), "--jobs", "50"])
+    args = ["trace", "generate", "--out", str(path), "--jobs", "50", "--load", "0.8"]
+    result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     result = runner.invoke(app, ["trace", "show", str(path)])
     assert result.exit_code == 0 and "50 jobs" in result.stdout
     result = runner.invoke(app, ["sim", "--trace", str(path), "--json"])
     assert result.exit_code == 0, result.output
-    assert json.loads(result.stdout)["jobs_measured"] > 0
+    data = json.loads(result.stdout)
+    assert data["jobs_measured"] > 0
+    assert 0.5 < data["load_jobs_per_h"] < 1.3  # the trace's own arrival rate, not --load
 
 
 @pytest.mark.parametrize(
@@ -111,14 +201,31 @@ def test_trace_round_trip(tmp_path: Path) -> None:
         (["sim", "--nodes", "0"], "--nodes: must be a positive number"),
         (["sim", "--jobs", "0"], "--jobs: must be a positive number"),
         (["sim", "--cache-gb", "-5"], "--cache-gb: must be zero or positive"),
-        (["max-load", "--policy", "nope"], "--policy: unknown policy"),
+        (["sim", "--min-subjob", "0"], "--min-subjob: must be a positive number"),
+        (["sim", "--warmup", "1.5"], "--warmup: must be in [0, 1)"),
+        (["sim", "--pipeline", "sideways", "--json"], "--pipeline: 'sideways' is not one of"),
+        (["sim", "--load", "fast"], "--load: "),
+        (["sim", "--colour", "red"], "No such option: --colour"),
+        (["sim", "--trace", "no/such/file.csv"], "file.csv: cannot be read"),
+        (["max-load", "--policy", "nope", "--json"], "--policy: unknown policy"),
+        (["max-load", "--nodes", "-2"], "--nodes: must be a positive number"),
         (["sweep", "--loads", "a,b"], "--loads: expected a comma list"),
-        (["sweep", "--policies", "farm,nope"], "--policy: unknown policy 'nope'"),
-        (["sweep", "--loads", "0.5,-1"], "--load: must be a positive number"),
+        (["sweep", "--loads", "0.1:1.5"], "--loads: expected a comma list"),
+        (["sweep", "--loads", "0.1:1.5:0"], "--loads: expected a comma list"),
+        (["sweep", "--loads", ","], "--loads: no values given"),
+        (["sweep", "--loads", "0.5,-1"], "--loads: must be a positive number"),
+        (["sweep", "--policies", "farm,nope"], "--policies: unknown policy 'nope'"),
+        (["sweep", "--cache-gb", "100,-5"], "--cache-gb: must be zero or positive"),
+        (["sweep", "--nodes", "0"], "--nodes: must be a positive number"),
+        (["sweep", "--pipeline", "sideways"], "--pipeline: 'sideways' is not one of"),
+        (["trace", "generate", "--jobs", "0"], "--jobs: must be a positive integer"),
+        (["trace", "generate", "--load", "0"], "--load: must be a positive number"),
         (["sim", "-p", "out-of-order", "-P", "colour=3"], "has no parameter 'colour'"),
         (["sim", "-p", "farm", "--period-h", "3"], "--period-h: policy 'farm' takes no such"),
-        (["sim", "-p", "delayed", "--stripe-events", "0"], "stripe_events: must be positive"),
+        (["sim", "-p", "delayed", "--stripe-events", "0"], "--stripe-events: must be positive"),
+        (["max-load", "-p", "splitting", "--fairness-h", "2"], "--fairness-h: policy 'splitting'"),
         (["sweep", "--policies", "farm", "--fairness-h", "2"], "--fairness-h: none of the"),
+        (["sim", "-p", "out-of-order", "--replicate-after", "0"], "--replicate-after: must be"),
         (["sim", "-p", "out-of-order", "-P", "fairness_h=-1"], "fairness_h: must be positive"),
         (["sim", "-p", "out-of-order", "-P", "fairness_h=soon"], "expected a number"),
     ],
@@ -129,32 +236,76 @@ def test_bad_input_is_one_line_exit_2_nothing_written(
     out = tmp_path / "out"
     if args[0] == "sweep":
         args = [*args, "--out", str(out), "--jobs", "40"]
+    elif args[:2] == ["trace", "generate"]:
+        args = [*args, "--out", str(out / "t.csv")]
     result = runner.invoke(app, args)
     assert result.exit_code == 2
+    assert result.stderr.startswith("error: ")
     assert needle in result.stderr
-    assert "Traceback" not in result.output
     assert len(result.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in result.output
+    assert result.stdout == ""
     assert not out.exists()
 
 
 def test_malformed_trace_names_line_and_field(tmp_path: Path) -> None:
     path = tmp_path / "bad.csv"
     path.write_text("job_id,submit_s,start_event,n_events\n0,1.0,10,100\n1,2.0,20,-3\n")
-    result = runner.invoke(app, ["sim", "--trace", str(path)])
-    assert result.exit_code == 2
-    assert "bad.csv line 3: field 'n_events'" in result.stderr
+    expected = "error: bad.csv line 3: field 'n_events': must be a positive integer, got '-3'\n"
+    for args in (["sim", "--trace", str(path), "--json"], ["trace", "show", str(path)]):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 2
+        assert result.stderr == expected
+        assert result.stdout == ""
 
 
-def test_bad_pipeline_is_rejected_by_the_parser() -> None:
-    result = runner.invoke(app, ["sim", "--pipeline", "sideways"])
+def test_an_output_directory_that_is_a_file_is_refused(tmp_path: Path) -> None:
+    target = tmp_path / "taken"
+    target.write_text("not a directory\n")
+    args = ["sweep", "--policies", "farm", "--loads", "0.5", "--jobs", "40", "--out", str(target)]
+    result = runner.invoke(app, args)
     assert result.exit_code == 2
+    assert result.stderr.startswith("error: --out: ") and "not a directory" in result.stderr
+    assert target.read_text() == "not a directory\n"
+
+
+def test_version() -> None:
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0
+    assert result.stdout.strip() == f"datasched {__version__}"
 
 
 @pytest.mark.parametrize(
     "command",
-    [[], ["sim"], ["max-load"], ["sweep"], ["policies"], ["trace", "generate"], ["demo-sim"]],
+    [
+        [],
+        ["sim"],
+        ["max-load"],
+        ["sweep"],
+        ["scale"],
+        ["policies"],
+        ["trace"],
+        ["trace", "generate"],
+        ["trace", "show"],
+        ["reproduce", "ponce"],
+        ["demo-sim"],
+    ],
 )
 def test_help_explains(command: list[str]) -> None:
     result = runner.invoke(app, [*command, "--help"])
     assert result.exit_code == 0
     assert len(result.stdout) > 200
+    if command in (["sim"], ["max-load"], ["sweep"]):
+        assert "GB" in result.stdout and "default" in result.stdout.lower()
+
+
+@pytest.mark.slow
+def test_demo_sim_json(tmp_path: Path) -> None:
+    out = tmp_path / "demo"
+    result = runner.invoke(app, ["demo-sim", "--out", str(out), "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert len(data["runs"]) == 3 * 4
+    assert {r["policy"] for r in data["runs"]} == {"farm", "splitting", "cache-splitting"}
+    assert Path(data["plot"]).read_bytes()[:8] == PNG_MAGIC
+    assert len((out / "sweep.csv").read_text().splitlines()) == 1 + 12

@@ -16,9 +16,9 @@ import os
 import secrets
 import shutil
 import sys
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import asdict
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager, nullcontext
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -34,6 +34,7 @@ from datasched.core.model import Pipelining
 from datasched.policies import UnknownPolicyError, available, get_policy
 from datasched.sim.experiment import ConfigError, SimConfig, find_max_load, simulate
 from datasched.sim.metrics import Summary
+from datasched.sim.plots import plot_sweep, uses_cache
 from datasched.sim.workload import (
     JobRecord,
     TraceError,
@@ -283,11 +284,114 @@ ParamOpt = Annotated[
 ]
 
 
-def parse_params(policy: str, items: list[str] | None) -> dict[str, Any]:
-    """``NAME=VALUE`` pairs checked against the policy's constructor."""
+FairnessOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--fairness-h",
+        metavar="HOURS",
+        help="out-of-order: a job that has waited this many hours for uncached data runs on "
+        "the next free node (the fairness bound of Table 3). Default: 48.",
+    ),
+]
+ReplicateOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--replicate-after",
+        metavar="N",
+        help="out-of-order: turn replication on (ponce-hersch §4.2): data cached on another "
+        "node is read from there, and copied into the reader's cache at its N-th remote read. "
+        "Default: off.",
+    ),
+]
+PeriodOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--period-h",
+        metavar="HOURS",
+        help="delayed: length of a period in hours; the jobs that arrive during a period are "
+        "scheduled together at its end (Table 4). Default: 48.",
+    ),
+]
+StripeOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--stripe-events",
+        metavar="EVENTS",
+        help="delayed: stripe size in events; uncached data is cut on common stripe points "
+        "(Table 4). Default: 5000.",
+    ),
+]
+
+POLICY_OPTIONS: dict[str, tuple[str, dict[str, Any]]] = {
+    "--fairness-h": ("fairness_h", {}),
+    "--replicate-after": ("replicate_after", {"replication": True}),
+    "--period-h": ("period_h", {}),
+    "--stripe-events": ("stripe_events", {}),
+}
+"""Options for policy parameters: option -> (constructor parameter, parameters it implies)."""
+
+
+def named_options(
+    fairness_h: float | None,
+    replicate_after: int | None,
+    period_h: float | None,
+    stripe_events: int | None,
+) -> dict[str, Any]:
+    """The policy options of a command, by option name (None: not given)."""
+    return {
+        "--fairness-h": fairness_h,
+        "--replicate-after": replicate_after,
+        "--period-h": period_h,
+        "--stripe-events": stripe_events,
+    }
+
+
+def takes(policy: str, parameter: str) -> bool:
+    """Whether the policy's constructor has this parameter."""
+    return parameter in inspect.signature(get_policy(policy)).parameters
+
+
+def check_named(named: Mapping[str, Any], policies: Sequence[str]) -> None:
+    """In a sweep, each policy option given must be taken by at least one policy."""
+    for option, value in named.items():
+        parameter = POLICY_OPTIONS[option][0]
+        if value is not None and not any(takes(p, parameter) for p in policies):
+            listed = ", ".join(policies)
+            fail(f"{option}: none of the policies ({listed}) takes it")
+
+
+def parse_params(
+    policy: str,
+    items: list[str] | None,
+    named: Mapping[str, Any] | None = None,
+    *,
+    strict: bool = True,
+) -> dict[str, Any]:
+    """The policy's parameters from its options (``named``: option -> value or None) and from
+    ``-P NAME=VALUE`` pairs, checked against its constructor.
+
+    With ``strict``, an option the policy does not take is an error; without (a sweep), it
+    goes only to the policies that take it.
+    """
     cls = get_policy(policy)
     known = inspect.signature(cls).parameters
     params: dict[str, Any] = {}
+    option_of: dict[str, str] = {}
+    for option, given in (named or {}).items():
+        parameter, implied = POLICY_OPTIONS[option]
+        if given is None:
+            continue
+        if parameter not in known:
+            if strict:
+                users = [n for n in available() if takes(n, parameter)]
+                fail(
+                    f"{option}: policy {policy!r} takes no such parameter "
+                    f"(it is for {', '.join(users)})"
+                )
+            continue
+        params.update(implied)
+        params[parameter] = given
+        option_of[parameter] = option
     for item in items or []:
         name, sep, text = item.partition("=")
         name = name.strip().replace("-", "_")
@@ -309,10 +413,13 @@ def parse_params(policy: str, items: list[str] | None) -> dict[str, Any]:
                 except ValueError:
                     fail(f"--param: {name}: expected a number or true/false, got {text!r}")
         params[name] = value
+        option_of.pop(name, None)
     try:
         cls(**params)
     except ValueError as exc:
-        fail(f"--param: {exc}")
+        # The policies say "name: reason"; name the option the user typed.
+        name, _, reason = str(exc).partition(": ")
+        fail(f"{option_of[name]}: {reason}" if name in option_of else f"--param: {exc}")
     return params
 
 
@@ -335,11 +442,13 @@ def make_config(
     min_subjob: int,
     trace: Path | None = None,
     params: list[str] | None = None,
+    named: Mapping[str, Any] | None = None,
+    strict: bool = True,
 ) -> SimConfig:
     """A checked :class:`SimConfig` from the options (raises the errors :func:`user_errors`
     reports). A trace is read here, so a malformed one is reported before anything runs, and
     its own arrival rate and job count stand in for ``--load`` and ``--jobs``."""
-    policy_params = parse_params(policy, params)
+    policy_params = parse_params(policy, params, named, strict=strict)
     if trace is not None:
         records = load_trace(trace)
         load = trace_rate_jobs_per_h(records) or load
@@ -384,30 +493,39 @@ def percent(ratio: float) -> str:
 
 
 def summary_detail(s: Summary) -> Table:
-    """One run, one figure per row, in the units an operator reads."""
-    table = Table(box=box.SIMPLE_HEAD, show_header=False, pad_edge=False)
+    """One run, one figure per row, in the units an operator reads (fits 80 columns)."""
+    pipe = "no pipelining" if s.pipeline == "none" else f"{s.pipeline} pipelining"
+    title = (
+        f"{s.policy} at {s.load_jobs_per_h:.3g} jobs/h: {s.n_nodes} nodes, "
+        f"{s.cache_gb:g} GB cache each, {pipe}"
+    )
+    table = Table(title=title, box=box.SIMPLE_HEAD, show_header=False, pad_edge=False)
     table.add_column("figure", style="bold")
     table.add_column("value", justify="right")
     table.add_column("meaning", style="dim")
-    pipe = "no pipelining" if s.pipeline == "none" else f"{s.pipeline} pipelining"
     rows = [
-        ("policy", s.policy, f"{s.n_nodes} nodes, {s.cache_gb:g} GB cache each, {pipe}"),
-        ("load", f"{s.load_jobs_per_h:.3g} jobs/h", "mean arrival rate"),
         ("jobs measured", f"{s.jobs_measured}", "warm-up and cool-down left out"),
-        ("mean wait", hours(s.mean_wait_s), "submission to start of the first part"),
+        ("mean wait", hours(s.mean_wait_s), "submission to start of first part"),
     ]
     if not math.isclose(s.mean_wait_excl_delay_s, s.mean_wait_s, rel_tol=1e-9, abs_tol=1e-6):
-        rows.append(("mean wait after period", hours(s.mean_wait_excl_delay_s), "delayed policy"))
+        rows.append(
+            (
+                "mean wait after period",
+                hours(s.mean_wait_excl_delay_s),
+                "from the end of its period",
+            )
+        )
     rows += [
-        ("median / p95 / max wait", " / ".join(hours(x) for x in (
-            s.median_wait_s, s.p95_wait_s, s.max_wait_s)), ""),
-        ("mean processing time", hours(s.mean_processing_s), "first part's start to last's end"),
-        ("mean speedup", f"{s.mean_speedup:.2f}", "single-node, no-cache time / processing time"),
-        ("cache hits", percent(s.cache_hit_ratio), "events read from the node's own cache"),
+        ("median wait", hours(s.median_wait_s), ""),
+        ("95th percentile wait", hours(s.p95_wait_s), ""),
+        ("longest wait", hours(s.max_wait_s), ""),
+        ("mean processing time", hours(s.mean_processing_s), "start of first part to end of last"),
+        ("mean speedup", f"{s.mean_speedup:.2f}", "alone on one node, no cache = 1"),
+        ("cache hits", percent(s.cache_hit_ratio), "events read from the node's cache"),
         ("peer reads", percent(s.peer_read_ratio), "events read from another node's cache"),
-        ("tertiary reads", size(s.tertiary_bytes), "read from central storage while measured"),
+        ("tertiary reads", size(s.tertiary_bytes), "from central storage, measured jobs"),
         ("utilization", percent(s.utilization), "node time spent processing"),
-        ("mean backlog", f"{s.mean_backlog:.1f} jobs", "in the system, seen by each arrival"),
+        ("mean backlog", f"{s.mean_backlog:.1f} jobs", "in the system, seen at arrivals"),
         ("overloaded", "[red]yes[/red]" if s.overloaded else "no", "queues growing without end"),
     ]
     for row in rows:
@@ -425,9 +543,11 @@ def summary_table(rows: Sequence[Summary], title: str = "") -> Table:
     for name in columns:
         table.add_column(name, justify="left" if name == "policy" else "right")
     for s in rows:
-        cells = [s.policy, f"{s.cache_gb:g} GB", *([s.pipeline] if piped else [])]
+        cache = f"{s.cache_gb:g} GB" if uses_cache(s.policy) else "-"
+        cells = [s.policy, cache, *([s.pipeline] if piped else [])]
+        load = s.load_jobs_per_h
         cells += [
-            f"{s.load_jobs_per_h:.3g}",
+            f"{load:.2f}" if load >= 0.1 else f"{load:.3g}",
             f"{s.mean_speedup:.2f}",
             hours(s.mean_wait_s),
             hours(s.p95_wait_s),
@@ -464,6 +584,10 @@ def sim(
     warmup: WarmupOpt = 0.2,
     min_subjob: MinSubjobOpt = 10,
     trace: TraceOpt = None,
+    fairness_h: FairnessOpt = None,
+    replicate_after: ReplicateOpt = None,
+    period_h: PeriodOpt = None,
+    stripe_events: StripeOpt = None,
     param: ParamOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -488,10 +612,10 @@ def sim(
             min_subjob=min_subjob,
             trace=trace,
             params=param,
+            named=named_options(fairness_h, replicate_after, period_h, stripe_events),
         )
-    with err.status(f"simulating {config.n_jobs} jobs under {policy} ...", console=err) as st:
-        if as_json:
-            st.stop()
+    spinner = err.status(f"simulating {config.n_jobs} jobs under {policy} ...")
+    with nullcontext() if as_json else spinner:
         summary, _ = simulate(config)
     if as_json:
         print_json(jsonable(summary.to_dict()))
@@ -513,6 +637,10 @@ def max_load(
     pipeline: PipelineOpt = Pipelining.NONE,
     warmup: WarmupOpt = 0.2,
     min_subjob: MinSubjobOpt = 10,
+    fairness_h: FairnessOpt = None,
+    replicate_after: ReplicateOpt = None,
+    period_h: PeriodOpt = None,
+    stripe_events: StripeOpt = None,
     param: ParamOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -544,6 +672,7 @@ def max_load(
             warmup=warmup,
             min_subjob=min_subjob,
             params=param,
+            named=named_options(fairness_h, replicate_after, period_h, stripe_events),
         )
     result = find_max_load(config, on_step=on_step)
     if as_json:
@@ -583,7 +712,8 @@ def parse_floats(texts: str | Sequence[str], option: str) -> list[float]:
                 if count < 1:
                     raise ValueError
                 step = (stop - start) / (count - 1) if count > 1 else 0.0
-                values += [start + step * i for i in range(count)]
+                # Rounded so that 0.1:1.5:8 gives 0.3, not 0.30000000000000004.
+                values += [round(start + step * i, 12) for i in range(count)]
             else:
                 values += [float(v) for v in text.split(",") if v.strip()]
         except ValueError:
@@ -639,8 +769,6 @@ def write_sweep(results: Sequence[Summary], out_dir: Path) -> tuple[Path, Path]:
     renamed (so it appears whole or not at all, and directories created for it are removed on
     failure); into an existing one the two files are renamed, replacing older ones.
     """
-    from datasched.sim.plots import plot_sweep
-
     created = [p for p in (out_dir, *out_dir.parents) if not p.exists()]
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     base = out_dir if out_dir.is_dir() else out_dir.parent
@@ -648,7 +776,7 @@ def write_sweep(results: Sequence[Summary], out_dir: Path) -> tuple[Path, Path]:
     try:
         tmp.mkdir()
         with (tmp / "sweep.csv").open("w", newline="") as fh:
-            writer = csv.DictWriter(fh, fieldnames=list(Summary.__dataclass_fields__))
+            writer = csv.DictWriter(fh, fieldnames=[f.name for f in fields(Summary)])
             writer.writeheader()
             for s in results:
                 writer.writerow(s.to_dict())
@@ -710,6 +838,10 @@ def sweep(
     pipeline: PipelineOpt = Pipelining.NONE,
     warmup: WarmupOpt = 0.2,
     min_subjob: MinSubjobOpt = 10,
+    fairness_h: FairnessOpt = None,
+    replicate_after: ReplicateOpt = None,
+    period_h: PeriodOpt = None,
+    stripe_events: StripeOpt = None,
 ) -> None:
     """Simulate every policy (and cache size) at every load: a table, a CSV and a plot of
     mean speedup and mean waiting time against load, like Figure 3 of ponce-hersch.
@@ -720,16 +852,22 @@ def sweep(
     """
     load_list = parse_floats(loads or ["0.1:1.5:8"], "--loads")
     cache_list = parse_floats(cache_gb or ["100"], "--cache-gb")
-    names = [p.strip() for text in policies or ["farm,splitting,cache-splitting"]
-             for p in text.split(",") if p.strip()]
+    names = [
+        p.strip()
+        for text in policies or ["farm,splitting,cache-splitting"]
+        for p in text.split(",")
+        if p.strip()
+    ]
     if not names:
         fail("--policies: no policy given")
+    named = named_options(fairness_h, replicate_after, period_h, stripe_events)
     configs: list[SimConfig] = []
     with user_errors(policy="--policies", load_jobs_per_h="--loads"):
+        for name in names:
+            get_policy(name)  # an unknown name is reported before anything runs
+        check_named(named, list(dict.fromkeys(names)))
         for name in dict.fromkeys(names):
-            cls = get_policy(name)
-            uses_cache = cls.cache_fill or cls.peer_reads
-            for cache in dict.fromkeys(cache_list if uses_cache else cache_list[:1]):
+            for cache in dict.fromkeys(cache_list if uses_cache(name) else cache_list[:1]):
                 for load in load_list:
                     configs.append(
                         make_config(
@@ -742,6 +880,8 @@ def sweep(
                             pipeline=pipeline,
                             warmup=warmup,
                             min_subjob=min_subjob,
+                            named=named,
+                            strict=False,
                         )
                     )
     check_out_dir(out_dir)
@@ -891,7 +1031,7 @@ def reproduce_ponce(
     from datasched.sim.reproduce import ponce_fcfs_claims, write_report
 
     check_out_dir(out_dir)
-    with err.status("running the reproduction ...", console=err) as status:
+    with err.status("running the reproduction ...") as status:
         claims = ponce_fcfs_claims(quick=quick, progress=lambda m: status.update(m))
     with user_errors():
         _, md_path = write_report(

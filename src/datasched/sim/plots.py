@@ -19,15 +19,15 @@ from datasched.sim.metrics import Summary
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["WAIT_FLOOR_H", "plot_sweep", "series_label"]
+__all__ = ["WAIT_FLOOR_H", "plot_sweep", "series_label", "uses_cache"]
 
 WAIT_FLOOR_H = 1e-3
 """Mean waits below this (3.6 s, zero included) sit on the floor of the log axis, as open
 triangles: a log scale has no zero, and the paper's Figure 3 stops at a few minutes too."""
 
 
-def _uses_cache(policy: str) -> bool:
-    """Whether the cache size can change the policy's results (unknown policies: assume so)."""
+def uses_cache(policy: str) -> bool:
+    """Whether the cache size can change a policy's results (an unknown name: assume so)."""
     try:
         cls = get_policy(policy)
     except UnknownPolicyError:
@@ -42,10 +42,10 @@ def series_label(s: Summary, *, with_cache: bool | None = None) -> str:
     that use the node caches.
     """
     if with_cache is None:
-        with_cache = _uses_cache(s.policy)
+        with_cache = uses_cache(s.policy)
     label = s.policy
     if with_cache:
-        label += f", {s.cache_gb:g} GB cache"
+        label += f" {s.cache_gb:g} GB"
     if s.pipeline != "none":
         label += f", {s.pipeline} pipelining"
     return label
@@ -57,7 +57,7 @@ def _overload_note(runs: Sequence[Summary]) -> str:
     if not over:
         return ""
     if all(r.overloaded for r in runs if r.load_jobs_per_h >= over[0]):
-        return f" (overloaded from {over[0]:g} jobs/h)"
+        return f" (overloaded from {over[0]:g} jobs/h on)"
     return f" (overloaded at {', '.join(f'{x:g}' for x in over)} jobs/h)"
 
 
@@ -68,7 +68,7 @@ def _series(summaries: Sequence[Summary]) -> dict[str, list[Summary]]:
         caches.setdefault(s.policy, set()).add(s.cache_gb)
     series: dict[str, list[Summary]] = {}
     for s in summaries:
-        with_cache = _uses_cache(s.policy) or len(caches[s.policy]) > 1
+        with_cache = uses_cache(s.policy) or len(caches[s.policy]) > 1
         series.setdefault(series_label(s, with_cache=with_cache), []).append(s)
     return series
 
@@ -86,9 +86,9 @@ def plot_sweep(summaries: Sequence[Summary], path: Path, *, title: str = "") -> 
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
 
-    fig = Figure(figsize=(7.5, 8.0), layout="constrained")
+    fig = Figure(figsize=(8.5, 8.5), layout="constrained")
     top, bottom = fig.subplots(2, 1, sharex=True)
-    floored_any = False
+    floored_any = drawn_any = False
     for i, (label, runs) in enumerate(_series(summaries).items()):
         colour = f"C{i % 10}"
         ok = sorted((r for r in runs if not r.overloaded), key=lambda r: r.load_jobs_per_h)
@@ -107,12 +107,18 @@ def plot_sweep(summaries: Sequence[Summary], path: Path, *, title: str = "") -> 
         bottom.plot([x for x, _ in high], [w for _, w in high], "o", color=colour)
         bottom.plot(low, [WAIT_FLOOR_H] * len(low), "v", color=colour, mfc="none")
         floored_any = floored_any or bool(low)
-    top.set_ylabel("mean speedup (single-node time / processing time)")
+        drawn_any = drawn_any or bool(ok)
+    top.set_ylabel("mean speedup")
     top.set_ylim(bottom=0)
     top.grid(True, alpha=0.3)
-    if top.get_legend_handles_labels()[0]:
-        top.legend(fontsize="small", loc="best")
+    all_loads = [s.load_jobs_per_h for s in summaries]
+    if len(set(all_loads)) > 1:
+        # The whole swept range, overloaded loads included: where a curve stops shows.
+        pad = 0.04 * (max(all_loads) - min(all_loads))
+        bottom.set_xlim(min(all_loads) - pad, max(all_loads) + pad)
     bottom.set_yscale("log")
+    if not drawn_any:  # every run overloaded: an empty log axis cannot autoscale
+        bottom.set_ylim(WAIT_FLOOR_H / 2, 10)
     bottom.set_ylabel("mean waiting time [h]")
     bottom.set_xlabel("load [jobs/h]")
     bottom.grid(True, which="both", alpha=0.3)
@@ -120,20 +126,17 @@ def plot_sweep(summaries: Sequence[Summary], path: Path, *, title: str = "") -> 
         marker = Line2D([], [], ls="none", marker="v", mfc="none", color="0.3")
         note = f"below {WAIT_FLOOR_H * 3600:.1f} s (drawn at {WAIT_FLOOR_H:g} h)"
         bottom.legend([marker], [note], fontsize="small", loc="upper left")
-    if not summaries:
-        top.text(0.5, 0.5, "no runs", ha="center", va="center", transform=top.transAxes)
+    handles, labels = top.get_legend_handles_labels()
+    if handles:
+        # Below the panels, where it hides no curve; overloaded runs are named there.
+        ncols = 2 if max(len(x) for x in labels) <= 44 else 1
+        fig.legend(handles, labels, loc="outside lower center", ncols=ncols, fontsize="small")
+    if not drawn_any:
+        empty = "every run overloaded the cluster" if summaries else "no runs"
+        top.text(0.5, 0.5, empty, ha="center", va="center", transform=top.transAxes)
     nodes = sorted({s.n_nodes for s in summaries})
     where = f", {'/'.join(str(n) for n in nodes)} nodes" if nodes else ""
     fig.suptitle(title or f"Mean speedup and waiting time against load{where}")
-    fig.text(
-        0.99,
-        0.002,
-        "runs that overloaded the cluster (queues growing without bound) are not drawn",
-        ha="right",
-        va="bottom",
-        fontsize="x-small",
-        color="0.4",
-    )
     return _save_png(fig, path)
 
 
