@@ -162,3 +162,14 @@ def test_spec_errors_name_the_field(field: str, value: float) -> None:
     with pytest.raises(WorkloadError) as info:
         WorkloadSpec(**{field: value})  # type: ignore[arg-type]
     assert info.value.field == field
+
+
+def test_saved_trace_gets_ordinary_permissions(tmp_path: Path) -> None:
+    import os
+
+    old = os.umask(0o022)
+    try:
+        save_trace(generate(WorkloadSpec(n_jobs=3)), tmp_path / "t.csv")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "t.csv").stat().st_mode & 0o777 == 0o644

@@ -52,11 +52,19 @@ class Summary:
         return asdict(self)
 
 
+SATURATED = 0.98
+"""Node utilisation from which a run counts as overloaded: below capacity, nodes idle for
+a fraction 1 - load/capacity of the time, so a cluster busy 98 % of the time is at its limit
+(and short runs above capacity show it before their queues have visibly grown)."""
+
+
 def is_overloaded(run: SimRun, measure: tuple[int, int]) -> bool:
     """Whether the queues grew without bound (ponce-hersch §3.4: "curves are cut ... when
     queues start growing indefinitely").
 
-    Judged on the number of jobs in the system seen by each arrival in the measured window.
+    A run whose nodes were busy at least ``SATURATED`` of the measured time is at its limit.
+    Otherwise it is judged on the number of jobs in the system seen by each arrival in the
+    measured window.
     A stable queue fluctuates around its mean; an unstable one climbs for the whole run. So a
     run is overloaded if it was stopped for a runaway backlog, if the least-squares trend over
     the window adds more jobs than the window holds on average, or if the last third of the
@@ -65,6 +73,10 @@ def is_overloaded(run: SimRun, measure: tuple[int, int]) -> bool:
     a finite run; the maximal loads found this way carry that uncertainty.
     """
     if run.stopped_early:
+        return True
+    w0, w1 = run.window
+    span = (w1 - w0) * run.n_nodes
+    if span > 0 and run.busy_s / span >= SATURATED:
         return True
     lo, hi = measure
     samples = np.asarray(run.backlog[lo:hi], dtype=float)

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import csv
 import math
-import os
-import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import IO
 
+from datasched._files import atomic_write_text
 from datasched.core.model import CostModel, Pipelining
 from datasched.sim.engine import SimRun
 from datasched.sim.experiment import SimConfig, find_max_load, simulate
@@ -259,7 +258,7 @@ def write_report(claims: list[Claim], out_dir: Path, *, title: str) -> tuple[Pat
     csv_path = out_dir / "claims.csv"
     md_path = out_dir / "report.md"
     rows = [{**asdict(c), "agrees": c.agrees} for c in claims]
-    _atomic_write(csv_path, lambda fh: _write_csv(fh, rows))
+    atomic_write_text(csv_path, lambda fh: _write_csv(fh, rows))
     lines = [
         f"# {title}",
         "",
@@ -276,7 +275,7 @@ def write_report(claims: list[Claim], out_dir: Path, *, title: str) -> tuple[Pat
             f"{'yes' if c.agrees else 'no'} | {c.note} |"
         )
     text = "\n".join(lines) + "\n"
-    _atomic_write(md_path, lambda fh: fh.write(text))
+    atomic_write_text(md_path, lambda fh: fh.write(text))
     return csv_path, md_path
 
 
@@ -289,14 +288,3 @@ def _write_csv(fh: IO[str], rows: list[dict[str, object]]) -> None:
     writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
     writer.writeheader()
     writer.writerows(rows)
-
-
-def _atomic_write(path: Path, write: Callable[[IO[str]], object]) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", newline="") as fh:
-            write(fh)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

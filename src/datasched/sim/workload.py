@@ -13,13 +13,15 @@ from __future__ import annotations
 import csv
 import math
 import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 import numpy.typing as npt
+
+from datasched._files import atomic_write_text
 
 __all__ = [
     "JobRecord",
@@ -187,20 +189,14 @@ def _start_points(spec: WorkloadSpec, rng: np.random.Generator, n: int) -> npt.N
 
 def save_trace(records: Sequence[JobRecord], path: str | os.PathLike[str]) -> None:
     """Write a trace CSV atomically: a temporary file beside ``path``, then a rename."""
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or ".")
-    try:
-        with os.fdopen(fd, "w", newline="") as fh:
-            writer = csv.writer(fh)
-            writer.writerow(TRACE_COLUMNS)
-            for r in records:
-                writer.writerow(
-                    [r.job_id, repr(float(r.submit_s)), r.start_event, r.n_events, r.user]
-                )
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+
+    def write(fh: IO[str]) -> None:
+        writer = csv.writer(fh)
+        writer.writerow(TRACE_COLUMNS)
+        for r in records:
+            writer.writerow([r.job_id, repr(float(r.submit_s)), r.start_event, r.n_events, r.user])
+
+    atomic_write_text(Path(path), write)
 
 
 def load_trace(
