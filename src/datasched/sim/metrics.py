@@ -53,16 +53,18 @@ class Summary:
 
 
 SATURATED = 0.98
-"""Node utilisation from which a run counts as overloaded: below capacity, nodes idle for
-a fraction 1 - load/capacity of the time, so a cluster busy 98 % of the time is at its limit
-(and short runs above capacity show it before their queues have visibly grown)."""
+"""Node utilisation from which a run whose backlog rose counts as overloaded: below
+capacity, nodes idle for a fraction 1 - load/capacity of the time, so a cluster busy 98 % of
+the time with a rising queue is at its limit (short runs above capacity show it before their
+queues have grown enough for the trend tests)."""
 
 
 def is_overloaded(run: SimRun, measure: tuple[int, int]) -> bool:
     """Whether the queues grew without bound (ponce-hersch §3.4: "curves are cut ... when
     queues start growing indefinitely").
 
-    A run whose nodes were busy at least ``SATURATED`` of the measured time is at its limit.
+    A run whose nodes were busy at least ``SATURATED`` of the measured time, and whose queue
+    was longer in the last third of the window than in the first, is at its limit.
     Otherwise it is judged on the number of jobs in the system seen by each arrival in the
     measured window.
     A stable queue fluctuates around its mean; an unstable one climbs for the whole run. So a
@@ -74,11 +76,14 @@ def is_overloaded(run: SimRun, measure: tuple[int, int]) -> bool:
     """
     if run.stopped_early:
         return True
+    lo, hi = measure
     w0, w1 = run.window
     span = (w1 - w0) * run.n_nodes
-    if span > 0 and run.busy_s / span >= SATURATED:
-        return True
-    lo, hi = measure
+    window = run.backlog[lo:hi]
+    if span > 0 and run.busy_s / span >= SATURATED and len(window) >= 6:
+        third = len(window) // 3
+        if sum(window[-third:]) > sum(window[:third]):
+            return True
     samples = np.asarray(run.backlog[lo:hi], dtype=float)
     if samples.size < 30:
         return False

@@ -70,7 +70,11 @@ def ponce_fcfs_claims(*, quick: bool = False, progress: Progress | None = None) 
     say = progress or (lambda _: None)
     n_jobs = 600 if quick else 2500
     n_cache_jobs = 900 if quick else 2500
+    # Maximal loads need longer runs: near capacity a short run cannot tell a queue that
+    # grows from one that fluctuates (farm and splitting runs are cheap).
+    n_max_load_jobs = 2000 if quick else 4000
     base = SimConfig(n_jobs=n_jobs)
+    probe = replace(base, n_jobs=n_max_load_jobs)
     cost = base.cost_model
     claims: list[Claim] = []
 
@@ -98,7 +102,7 @@ def ponce_fcfs_claims(*, quick: bool = False, progress: Progress | None = None) 
     )
 
     say("processing farm: maximal sustainable load")
-    farm_max = find_max_load(replace(base, policy="farm"))
+    farm_max = find_max_load(replace(probe, policy="farm"))
     capacity = 3600 * base.n_nodes / (base.mean_job_events * cost.reference_s_per_event)
     claims.append(
         Claim(
@@ -159,9 +163,9 @@ def ponce_fcfs_claims(*, quick: bool = False, progress: Progress | None = None) 
     )
 
     say("job splitting: maximal sustainable load, without and with pipelining")
-    split_max = find_max_load(replace(base, policy="splitting"))
+    split_max = find_max_load(replace(probe, policy="splitting"))
     split_pipe_max = find_max_load(
-        replace(base, policy="splitting", pipelining=Pipelining.TERTIARY)
+        replace(probe, policy="splitting", pipelining=Pipelining.TERTIARY)
     )
     claims.append(
         Claim(
