@@ -114,7 +114,7 @@ def ponce_fcfs_claims(*, quick: bool = False, progress: Progress | None = None) 
             "jobs/h",
             0.1,
             f"queueing capacity 10 nodes / 32,000 s = {capacity:.3f} jobs/h; finite runs cannot "
-            "tell loads within a few per cent of it apart, so found maxima sit slightly above",
+            "tell loads within a few per cent of it apart",
         )
     )
 
