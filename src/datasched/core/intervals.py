@@ -84,6 +84,7 @@ class IntervalSet:
 
     @classmethod
     def empty(cls) -> IntervalSet:
+        """The set of no events."""
         return cls._make([], [])
 
     @classmethod
@@ -100,6 +101,7 @@ class IntervalSet:
 
     @property
     def is_empty(self) -> bool:
+        """Whether the set holds no event (the same as ``not self``)."""
         return not self._starts
 
     def __bool__(self) -> bool:
@@ -107,10 +109,12 @@ class IntervalSet:
 
     @property
     def n_ranges(self) -> int:
+        """How many maximal ``[start, stop)`` ranges (a measure of fragmentation)."""
         return len(self._starts)
 
     @property
     def ranges(self) -> tuple[tuple[int, int], ...]:
+        """The maximal ranges ``(start, stop)``, ascending."""
         return tuple(zip(self._starts, self._stops, strict=True))
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
@@ -118,12 +122,14 @@ class IntervalSet:
 
     @property
     def start(self) -> int:
+        """The first event."""
         if not self._starts:
             raise ValueError("an empty IntervalSet has no start")
         return self._starts[0]
 
     @property
     def stop(self) -> int:
+        """One past the last event."""
         if not self._stops:
             raise ValueError("an empty IntervalSet has no stop")
         return self._stops[-1]
@@ -154,10 +160,24 @@ class IntervalSet:
     # and list slicing (C speed), instead of merging both lists in a Python loop.
 
     def __or__(self, other: IntervalSet) -> IntervalSet:
+        """The events in either set."""
         if not other._starts:
             return self
         if not self._starts:
             return other
+        if len(self._starts) == 1 and len(other._starts) == 1:
+            a, b, c, d = self._starts[0], self._stops[0], other._starts[0], other._stops[0]
+            if b < c:
+                return IntervalSet._make([a, c], [b, d], b - a + d - c)
+            if d < a:
+                return IntervalSet._make([c, a], [d, b], b - a + d - c)
+            if a <= c and d <= b:
+                return self
+            if c <= a and b <= d:
+                return other
+            lo = a if a < c else c
+            hi = b if b > d else d
+            return IntervalSet._make([lo], [hi], hi - lo)
         big, small = (self, other) if len(self._starts) >= len(other._starts) else (other, self)
         if len(small._starts) <= _SMALL:
             starts, stops = big._starts, big._stops
@@ -197,15 +217,23 @@ class IntervalSet:
     union = __or__
 
     def __and__(self, other: IntervalSet) -> IntervalSet:
+        """The events in both sets."""
         if not self._starts or not other._starts:
             return _EMPTY
         if len(other._starts) == 1:
+            if len(self._starts) == 1:
+                a, b, c, d = self._starts[0], self._stops[0], other._starts[0], other._stops[0]
+                if c <= a and b <= d:
+                    return self
+                if a <= c and d <= b:
+                    return other
+                lo = a if a > c else c
+                hi = b if b < d else d
+                return IntervalSet._make([lo], [hi], hi - lo) if lo < hi else _EMPTY
             return self.clip(other._starts[0], other._stops[0])
         if len(self._starts) == 1:
             return other.clip(self._starts[0], self._stops[0])
         big, small = (self, other) if len(self._starts) >= len(other._starts) else (other, self)
-        if len(small._starts) == 1:
-            return big.clip(small._starts[0], small._stops[0])
         if len(small._starts) <= _SMALL:
             starts: list[int] = []
             stops: list[int] = []
@@ -234,10 +262,21 @@ class IntervalSet:
     intersection = __and__
 
     def __sub__(self, other: IntervalSet) -> IntervalSet:
+        """The events of this set that are not in ``other``."""
         if not self._starts or not other._starts:
             return self
         if other._starts[0] >= self._stops[-1] or other._stops[-1] <= self._starts[0]:
             return self
+        if len(self._starts) == 1 and len(other._starts) == 1:
+            # The two overlap (checked above): what is left is a piece before and one after.
+            a, b, c, d = self._starts[0], self._stops[0], other._starts[0], other._stops[0]
+            if a < c:
+                if d < b:
+                    return IntervalSet._make([a, d], [c, b], c - a + b - d)
+                return IntervalSet._make([a], [c], c - a)
+            if d < b:
+                return IntervalSet._make([d], [b], b - d)
+            return _EMPTY
         if len(other._starts) <= _SMALL:
             # Cut each range of ``other`` out of our lists.
             starts, stops = self._starts, self._stops
@@ -305,10 +344,33 @@ class IntervalSet:
     difference = __sub__
 
     def overlaps(self, other: IntervalSet) -> bool:
-        return bool(self & other)
+        """Whether the two sets share an event (without building the intersection)."""
+        if not self._starts or not other._starts:
+            return False
+        big, small = (self, other) if len(self._starts) >= len(other._starts) else (other, self)
+        starts, stops = big._starts, big._stops
+        if small._starts[0] >= stops[-1] or small._stops[-1] <= starts[0]:
+            return False
+        n = len(starts)
+        for a, b in zip(small._starts, small._stops, strict=True):
+            i = bisect_right(stops, a)  # the first range of ``big`` that ends after ``a``
+            if i < n and starts[i] < b:
+                return True
+        return False
 
     def issubset(self, other: IntervalSet) -> bool:
-        return not (self - other)
+        """Whether every event of this set is in ``other`` (without building the difference)."""
+        if not self._starts:
+            return True
+        if self._length > other._length:
+            return False
+        starts, stops = other._starts, other._stops
+        # ``other``'s ranges neither overlap nor touch, so each of our ranges must lie inside one.
+        for a, b in zip(self._starts, self._stops, strict=True):
+            i = bisect_right(starts, a) - 1
+            if i < 0 or stops[i] < b:
+                return False
+        return True
 
     def clip(self, start: int, stop: int) -> IntervalSet:
         """The events of this set within ``[start, stop)``."""
@@ -359,16 +421,24 @@ class IntervalSet:
         s0, s1 = self._starts, self._stops
         if len(s0) == 1:
             cut = s0[0] + n
-            return IntervalSet._make([s0[0]], [cut]), IntervalSet._make([cut], [s1[0]])
+            return (
+                IntervalSet._make([s0[0]], [cut], n),
+                IntervalSet._make([cut], [s1[0]], self._length - n),
+            )
+        left_length = n
+        right_length = self._length - n
         i = 0
         while n >= s1[i] - s0[i]:
             n -= s1[i] - s0[i]
             i += 1
         if n == 0:
-            return IntervalSet._make(s0[:i], s1[:i]), IntervalSet._make(s0[i:], s1[i:])
+            return (
+                IntervalSet._make(s0[:i], s1[:i], left_length),
+                IntervalSet._make(s0[i:], s1[i:], right_length),
+            )
         cut = s0[i] + n
-        left = IntervalSet._make([*s0[: i + 1]], [*s1[:i], cut])
-        right = IntervalSet._make([cut, *s0[i + 1 :]], s1[i:])
+        left = IntervalSet._make(s0[: i + 1], [*s1[:i], cut], left_length)
+        right = IntervalSet._make([cut, *s0[i + 1 :]], s1[i:], right_length)
         return left, right
 
     def split_even(self, parts: int, min_events: int = 1) -> list[IntervalSet]:
@@ -382,12 +452,32 @@ class IntervalSet:
         if n == 0:
             return []
         parts = max(1, min(parts, n // min_events))
+        if parts == 1:
+            return [self]
+        size, extra = divmod(n, parts)  # the first ``extra`` pieces get one event more
+        s0, s1 = self._starts, self._stops
         out = []
-        rest = self
-        for k in range(parts, 0, -1):
-            size = rest.length // k + (1 if rest.length % k else 0)
-            piece, rest = rest.head(size)
-            out.append(piece)
+        i = 0
+        pos = s0[0]  # the next event to hand out, in range ``i``
+        for k in range(parts):
+            piece_length = size + 1 if k < extra else size
+            need = piece_length
+            starts: list[int] = []
+            stops: list[int] = []
+            while need:
+                end = s1[i]
+                if end - pos > need:
+                    starts.append(pos)
+                    stops.append(pos + need)
+                    pos += need
+                    break
+                starts.append(pos)
+                stops.append(end)
+                need -= end - pos
+                i += 1
+                if i < len(s0):
+                    pos = s0[i]
+            out.append(IntervalSet._make(starts, stops, piece_length))
         return out
 
 

@@ -1,0 +1,59 @@
+"""Hypothesis strategies for the core data model (event sets over a small data space)."""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from datasched.core.intervals import IntervalSet
+
+__all__ = ["dense_event_sets", "event_sets", "interval_sets", "raw_ranges"]
+
+
+def raw_ranges(
+    max_event: int = 200, max_ranges: int = 8
+) -> st.SearchStrategy[list[tuple[int, int]]]:
+    """Unnormalised ``(start, stop)`` pairs within ``[0, max_event]``: unsorted, possibly
+    overlapping, adjacent or empty, as a caller might pass them to ``IntervalSet(...)``."""
+    pair = st.tuples(st.integers(0, max_event), st.integers(0, max_event)).map(
+        lambda p: (min(p), max(p))
+    )
+    return st.lists(pair, max_size=max_ranges)
+
+
+@st.composite
+def interval_sets(draw: st.DrawFn, max_event: int = 200, max_ranges: int = 8) -> IntervalSet:
+    """An ``IntervalSet`` of events in ``[0, max_event)``.
+
+    Mixes sets built from arbitrary ranges, sets of scattered events (dozens of ranges), and
+    the single-range and empty sets that the simulator's hot path mostly sees.
+    """
+    kind = draw(st.sampled_from(["ranges", "single", "empty", "events"]))
+    if kind == "empty":
+        return IntervalSet.empty()
+    if kind == "single":
+        start = draw(st.integers(0, max_event - 1))
+        stop = draw(st.integers(start + 1, max_event))
+        return IntervalSet.range(start, stop)
+    if kind == "events":
+        # Scattered single events give many short ranges, so that both operands of a binary
+        # operation can be long enough for the linear-merge code paths.
+        return IntervalSet.from_events(draw(event_sets(max_event)))
+    return IntervalSet(draw(raw_ranges(max_event, max_ranges)))
+
+
+def event_sets(max_event: int = 200) -> st.SearchStrategy[set[int]]:
+    """Sets of individual events in ``[0, max_event)``: the reference model for IntervalSet.
+
+    Half are sparse (a few scattered events), half dense (each event in or out by a coin flip,
+    which gives dozens of ranges of a few events each, with gaps of a few events).
+    """
+    sparse = st.sets(st.integers(0, max_event - 1), max_size=max_event)
+    return st.one_of(sparse, dense_event_sets(max_event, min_span=0))
+
+
+def dense_event_sets(max_event: int = 200, min_span: int = 100) -> st.SearchStrategy[set[int]]:
+    """Events of ``[0, n)``, ``min_span <= n <= max_event``, each in or out by a coin flip:
+    with the default span, about 25 or more ranges of a few events each."""
+    return st.lists(st.booleans(), min_size=min_span, max_size=max_event).map(
+        lambda mask: {e for e, inside in enumerate(mask) if inside}
+    )
