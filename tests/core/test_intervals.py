@@ -182,6 +182,7 @@ def check_binary_operations(a: IntervalSet, b: IntervalSet) -> None:
         assert events(result) == expected, op
         assert by_name == result, op
     assert a.overlaps(b) == bool(ea & eb)
+    assert a.overlap_length(b) == len(ea & eb) == b.overlap_length(a)
     assert a.issubset(b) == (ea <= eb)
     assert (a.ranges, b.ranges) == before, "an operation changed its operands"
 

@@ -369,6 +369,10 @@ class CacheDirectory:
         """The part of ``data`` that ``node`` caches."""
         return data & self._content[node]
 
+    def cached_length(self, node: int, data: IntervalSet) -> int:
+        """How many events of ``data`` ``node`` caches."""
+        return data.overlap_length(self._content[node])
+
     def add(self, node: int, data: IntervalSet) -> None:
         if not data:
             return

@@ -209,7 +209,7 @@ class Scheduler:
             return self._s_cache
         if not self.policy.cache_fill and not self.policy.peer_reads:
             return self._s_tertiary
-        local = self.directory.cached_on(node, data).length
+        local = self.directory.cached_length(node, data)
         peer = 0
         if self.policy.peer_reads:
             for start, stop in data:

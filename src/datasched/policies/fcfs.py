@@ -343,9 +343,9 @@ class CacheOrientedSplitting(Policy):
         """The subjob with the most data cached on ``node`` (the earliest on ties)."""
         content = sched.directory.content(node)
         best = subjobs[0]
-        best_n = (best.data & content).length
+        best_n = best.data.overlap_length(content)
         for sj in subjobs[1:]:
-            n = (sj.data & content).length
+            n = sj.data.overlap_length(content)
             if n > best_n:
                 best, best_n = sj, n
         return best

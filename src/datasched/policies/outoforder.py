@@ -21,6 +21,8 @@ __all__ = ["REPLICATION_BLOCK", "OutOfOrder"]
 REPLICATION_BLOCK = 1000
 """Events per block for counting remote accesses (the paper counts per "data segment")."""
 
+_NO_DATA = IntervalSet()
+
 
 @register
 class OutOfOrder(Policy):
@@ -173,9 +175,10 @@ class OutOfOrder(Policy):
 
     def _load_s(self, sched: Scheduler, node: int) -> float:
         queued = sum(sj.data.length for sj in self.node_queues[node])
-        return sched.estimated_remaining_s(node) + queued * sched.s_per_event_on(
-            node, IntervalSet()
-        )
+        if not queued:
+            return sched.estimated_remaining_s(node)
+        # Queued subjobs are cached on ``node``: they run at cache speed.
+        return sched.estimated_remaining_s(node) + queued * sched.s_per_event_on(node, _NO_DATA)
 
     def _steal(self, sched: Scheduler, node: int) -> None:
         """Take work from the most loaded node, so both end at about the same time."""
