@@ -14,6 +14,7 @@ gave with the Preempt decides where that remainder goes.
 
 from __future__ import annotations
 
+import heapq
 import itertools
 from bisect import bisect_left, insort
 from collections import deque
@@ -125,6 +126,13 @@ class Policy:
     def tick(self, sched: Scheduler) -> None:
         """A WakeAt this policy asked for came due."""
 
+    def started(self, sched: Scheduler, sj: Subjob, node: int) -> None:
+        """``sj`` was just started on ``node`` (by the policy or by a split it asked for)."""
+
+    def counters(self) -> dict[str, int]:
+        """How often the policy's special rules fired (for reports). Default: none."""
+        return {}
+
     def wants_replica(self, sched: Scheduler, sj: Subjob, node: int) -> bool:
         """Whether ``sj``, starting on ``node``, should copy what it reads from peers into
         the node's cache (ponce-hersch §4.2). Default: never."""
@@ -159,6 +167,8 @@ class Scheduler:
         self._subjob_ids: Iterator[int] = itertools.count()
         self._out: list[Action] = []
         self._freed: list[tuple[int, JobState | None]] = []
+        self._by_end: list[tuple[float, int, int]] = []
+        """Lazy max-heap of running subjobs by estimated end: (-end, node, subjob id)."""
         self._s_cache = self.cost.s_per_event(Source.CACHE)
         self._s_peer = self.cost.s_per_event(Source.PEER)
         self._s_tertiary = self.cost.s_per_event(Source.TERTIARY)
@@ -219,6 +229,21 @@ class Scheduler:
         total = local * self._s_cache + peer * self._s_peer + (n - local - peer) * self._s_tertiary
         return total / n
 
+    def longest_running(self) -> int | None:
+        """The node whose subjob (not being stopped) is estimated to end last, the lowest
+        node on ties; None if every one is due. O(log n) amortised: a heap by estimated end,
+        whose stale entries are dropped when they reach the top (ponce-hersch Table 5 has
+        job splitting scan all nodes here)."""
+        heap = self._by_end
+        while heap:
+            neg_end, node, subjob_id = heap[0]
+            r = self.running.get(node)
+            if r is None or r.subjob.subjob_id != subjob_id or r.stopping:
+                heapq.heappop(heap)
+                continue
+            return node if -neg_end > self.now else None
+        return None
+
     def estimated_remaining_s(self, node: int) -> float:
         """Estimated seconds until the subjob on ``node`` ends (0 if idle)."""
         r = self.running.get(node)
@@ -260,7 +285,10 @@ class Scheduler:
         if js.first_start_s is None:
             js.first_start_s = self.now
         js.running_nodes.add(node)
-        self.running[node] = Running(sj, node, self.now, self.s_per_event_on(node, sj.data))
+        spe = self.s_per_event_on(node, sj.data)
+        self.running[node] = Running(sj, node, self.now, spe)
+        heapq.heappush(self._by_end, (-(self.now + sj.data.length * spe), node, sj.subjob_id))
+        self.policy.started(self, sj, node)
         self._out.append(
             Start(
                 subjob=sj,

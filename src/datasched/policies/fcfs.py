@@ -62,18 +62,6 @@ def _job_to_shrink(sched: Scheduler) -> JobState | None:
     return best
 
 
-def _largest_running(sched: Scheduler) -> int | None:
-    """The node whose subjob has the most estimated time left (lowest node id on ties)."""
-    best, best_s = None, 0.0
-    for node in sorted(sched.running):
-        r = sched.running[node]
-        if r.stopping:
-            continue
-        left = r.estimated_remaining(sched.now) * r.s_per_event
-        if left > best_s:
-            best, best_s = node, left
-    return best
-
 
 def cut_by_cache(sched: Scheduler, data: IntervalSet) -> list[tuple[IntervalSet, int | None]]:
     """``data`` cut into runs each cached on one node (that node) or on none (``None``).
@@ -192,7 +180,7 @@ class JobSplitting(Policy):
             if js.suspended:
                 sched.start(js.suspended.popleft(), node)
                 return
-        victim = _largest_running(sched)
+        victim = sched.longest_running()
         if victim is not None:
             sched.split_running(victim, node)
 

@@ -86,6 +86,8 @@ class SimRun:
     n_events_handled: int = 0
     scheduler_s: float = 0.0
     """Wall-clock seconds spent inside ``Scheduler.handle``: the master's own work."""
+    policy_counters: dict[str, int] = field(default_factory=dict)
+    """The policy's own counters at the end (e.g. how often out-of-order's fairness fired)."""
     processed: dict[int, list[IntervalSet]] | None = None
     """With ``check_conservation``: every processed piece of every job."""
 
@@ -178,6 +180,7 @@ class SimEngine:
                 ev = Tick(t)
             handled += self._dispatch(ev)
         res.end_s = self.now
+        res.policy_counters = dict(self.scheduler.policy.counters())
         res.n_events_handled = handled
         w1 = min(w1, self.now)
         res.window = (w0, w1)
