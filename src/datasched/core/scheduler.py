@@ -174,6 +174,8 @@ class Scheduler:
         self._s_tertiary = self.cost.s_per_event(Source.TERTIARY)
         self.fastest_s_per_event = min(self.cost.s_per_event(src) for src in Source)
         """The least time per event any read can take (a bound for policies' estimates)."""
+        self.slowest_s_per_event = max(self.cost.s_per_event(src) for src in Source)
+        """The most time per event any read can take."""
         policy.bind(self)
 
     # -- the one entry point ------------------------------------------------------------------
@@ -243,6 +245,27 @@ class Scheduler:
                 continue
             return node if -neg_end > self.now else None
         return None
+
+    def scan_longest(self, visit: Callable[[int, float], bool]) -> None:
+        """Call ``visit(node, estimated seconds left)`` for running subjobs (not being
+        stopped) from the one estimated to end last, until it returns False. Costs
+        O(k log n) for k visits (the heap of :meth:`longest_running`), so a policy that can
+        bound what it looks for stops early instead of scanning every node."""
+        heap = self._by_end
+        taken: list[tuple[float, int, int]] = []
+        try:
+            while heap:
+                entry = heapq.heappop(heap)
+                neg_end, node, subjob_id = entry
+                r = self.running.get(node)
+                if r is None or r.subjob.subjob_id != subjob_id or r.stopping:
+                    continue
+                taken.append(entry)
+                if not visit(node, -neg_end - self.now):
+                    break
+        finally:
+            for entry in taken:
+                heapq.heappush(heap, entry)
 
     def estimated_remaining_s(self, node: int) -> float:
         """Estimated seconds until the subjob on ``node`` ends (0 if idle)."""

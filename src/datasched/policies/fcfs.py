@@ -342,27 +342,36 @@ class CacheOrientedSplitting(Policy):
         """Split the running subjob whose split saves the most time (Table 2's "largest
         caching benefit"); the freed node takes what it caches of it, if enough, else a tail
         sized so both parts end together."""
-        best, best_saving = None, 0.0
-        # Bound each saving from above (as if the target cached everything) and look at the
-        # candidates best bound first: usually one or two exact evaluations, not one per node.
+        # Look at candidates from the longest remaining time down: a subjob with ``left_s``
+        # seconds left saves at most ``left_s * a / (a + fastest)`` (as if the target cached
+        # everything), at most ``left_s * slowest / (slowest + fastest)`` whatever its pace,
+        # so the scan stops as soon as that cannot beat the best saving found: usually a few
+        # candidates, not every node (ponce-hersch Table 5 scans them all).
         fastest = sched.fastest_s_per_event
-        bounds = []
-        for other, r in sched.running.items():
-            if not r.stopping:
-                left = r.estimated_remaining(sched.now)
-                a = r.s_per_event
-                bounds.append((-left * a * a / (a + fastest), other))
-        bounds.sort()
-        for neg_bound, other in bounds:
-            if -neg_bound <= best_saving:
-                break
+        slowest = sched.slowest_s_per_event
+        cap = slowest / (slowest + fastest)
+        best: int | None = None
+        best_saving = 0.0
+
+        too_short_s = 2 * sched.min_subjob_events * fastest
+
+        def visit(other: int, left_s: float) -> bool:
+            nonlocal best, best_saving
+            if left_s * cap <= best_saving or left_s < too_short_s:
+                return False  # neither this nor any shorter one can do better
             r = sched.running[other]
+            a = r.s_per_event
+            if left_s * a / (a + fastest) <= best_saving:
+                return True
             _, rest = r.subjob.data.head(r.estimated_done(sched.now))
-            saving = _split_saving(sched, other, rest, node, r.s_per_event)
+            saving = _split_saving(sched, other, rest, node, a)
             if saving > best_saving or (
                 saving == best_saving and best is not None and other < best
             ):
                 best, best_saving = other, saving
+            return True
+
+        sched.scan_longest(visit)
         if best is None:
             return
         holder = best
