@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,12 +19,20 @@ from datasched.core.intervals import IntervalSet
 from datasched.core.model import ClusterSpec, CostModel, Job
 from datasched.core.scheduler import Scheduler
 from datasched.policies import available, make_policy
+from datasched.policies.adaptive import MapPoint, PerformanceMap
 from datasched.sim.engine import SimEngine
 
 GOLDEN = Path(__file__).parent.parent / "golden"
 EVENT_BYTES = CostModel().bytes_per_event
 # Parameters scaled to the small scenario, where a policy's defaults would hide its logic.
-PARAMS: dict[str, dict[str, float]] = {"delayed": {"period_h": 0.25, "stripe_events": 100}}
+# Adaptive delay: no delay at the first arrival's measured load, then a short one.
+SMALL_MAP = PerformanceMap.of(
+    MapPoint(period_h, 100, 0.3, load) for period_h, load in ((0.0, 50.0), (0.25, 200.0))
+)
+PARAMS: dict[str, dict[str, Any]] = {
+    "delayed": {"period_h": 0.25, "stripe_events": 100},
+    "adaptive-delay": {"performance_map": SMALL_MAP, "stripe_events": 100, "window_h": 0.1},
+}
 
 
 def ranges(data: IntervalSet) -> str:

@@ -133,6 +133,15 @@ class Policy:
         """How often the policy's special rules fired (for reports). Default: none."""
         return {}
 
+    def held_jobs(self) -> int:
+        """Jobs the policy holds back on purpose (delayed scheduling's current period):
+        not part of a queue that grows from overload. Default: none."""
+        return 0
+
+    def max_delay_s(self) -> float:
+        """The longest time the policy holds a job back on purpose. Default: none."""
+        return 0.0
+
     def wants_replica(self, sched: Scheduler, sj: Subjob, node: int) -> bool:
         """Whether ``sj``, starting on ``node``, should copy what it reads from peers into
         the node's cache (ponce-hersch §4.2). Default: never."""

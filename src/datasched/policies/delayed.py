@@ -59,7 +59,7 @@ class MetaSubjob:
 @register
 class DelayedScheduling(Policy):
     """Delayed scheduling (ponce-hersch Table 4), periods of ``period_h`` hours and stripes of
-    at most ``stripe_events`` events.
+    at most ``stripe_events`` events. A period of 0 schedules each job when it arrives.
 
     Where the table leaves room: periods are aligned on multiples of the period from time 0
     and stop while the cluster is empty; a cached piece goes to the queue of one node caching
@@ -72,8 +72,8 @@ class DelayedScheduling(Policy):
     cache_fill = True
 
     def __init__(self, *, period_h: float = 48.0, stripe_events: int = 5000) -> None:
-        if not period_h > 0:
-            raise ValueError(f"period_h: must be positive, got {period_h!r}")
+        if not period_h >= 0:
+            raise ValueError(f"period_h: must be zero or positive, got {period_h!r}")
         if stripe_events < 1:
             raise ValueError(f"stripe_events: must be positive, got {stripe_events!r}")
         self.period_s = period_h * 3600.0
@@ -83,23 +83,53 @@ class DelayedScheduling(Policy):
         self.meta: deque[MetaSubjob] = deque()
         self._next_tick: float | None = None
 
+    def held_jobs(self) -> int:
+        return len(self.pending)
+
+    def max_delay_s(self) -> float:
+        return self.period_s
+
     def bind(self, sched: Scheduler) -> None:
         self.node_queues = {n.node_id: deque() for n in sched.cluster.nodes}
 
     def job_arrived(self, sched: Scheduler, js: JobState) -> None:
         self.pending.append(js)
-        if self._next_tick is None:
-            self._next_tick = (math.floor(sched.now / self.period_s) + 1) * self.period_s
-            sched.wake_at(self._next_tick)
+        if self._next_tick is not None:
+            return
+        period = self.next_period_s(sched)
+        if period == 0:
+            # No delay: the job is scheduled on arrival, cut and striped all the same.
+            self._release(sched)
+            return
+        self._next_tick = self.first_period_end(sched, period)
+        sched.wake_at(self._next_tick)
+
+    def next_period_s(self, sched: Scheduler) -> float:
+        """The length of the period starting now (fixed here; adaptive delay varies it)."""
+        return self.period_s
+
+    def first_period_end(self, sched: Scheduler, period_s: float) -> float:
+        """When the first period after an idle spell ends: on multiples of the period."""
+        return (math.floor(sched.now / period_s) + 1) * period_s
 
     def tick(self, sched: Scheduler) -> None:
         if self._next_tick is None or sched.now < self._next_tick:
             return
+        self._next_tick = None
         self._schedule_period(sched)
-        busy = sched.jobs or self.pending
-        self._next_tick = sched.now + self.period_s if busy else None
-        if self._next_tick is not None:
-            sched.wake_at(self._next_tick)
+        if sched.jobs or self.pending:
+            period = self.next_period_s(sched)
+            if period > 0:
+                self._next_tick = sched.now + period
+                sched.wake_at(self._next_tick)
+        self._feed_idle(sched)
+
+    def _release(self, sched: Scheduler) -> None:
+        """Schedule what accumulated and give idle nodes their work."""
+        self._schedule_period(sched)
+        self._feed_idle(sched)
+
+    def _feed_idle(self, sched: Scheduler) -> None:
         for node in list(sched.idle_nodes):
             if sched.is_idle(node):
                 self.node_freed(sched, node, None)

@@ -62,7 +62,6 @@ def _job_to_shrink(sched: Scheduler) -> JobState | None:
     return best
 
 
-
 def cut_by_cache(sched: Scheduler, data: IntervalSet) -> list[tuple[IntervalSet, int | None]]:
     """``data`` cut into runs each cached on one node (that node) or on none (``None``).
 

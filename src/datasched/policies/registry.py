@@ -15,6 +15,7 @@ _BUILTIN_MODULES = (
     "datasched.policies.fcfs",
     "datasched.policies.outoforder",
     "datasched.policies.delayed",
+    "datasched.policies.adaptive",
 )
 
 _registry: dict[str, type[Policy]] = {}

@@ -168,8 +168,10 @@ class SimEngine:
                     continue  # superseded by a preemption
                 ev = self._leave(a, finished=True)
             elif kind == _ARRIVAL:
-                res.backlog.append(len(sched.jobs))
-                if max_backlog is not None and len(sched.jobs) > max_backlog:
+                # Jobs a policy holds back on purpose (a period) are not a growing queue.
+                backlog = len(sched.jobs) - sched.policy.held_jobs()
+                res.backlog.append(backlog)
+                if max_backlog is not None and backlog > max_backlog:
                     res.stopped_early = True
                     break
                 if a + 1 < len(jobs):

@@ -19,6 +19,7 @@ from datasched.core.scheduler import Scheduler
 from datasched.policies import make_policy
 from datasched.sim.engine import SimEngine, SimRun
 from datasched.sim.metrics import Summary, summarise
+from datasched.sim.perfmap import with_default_map
 from datasched.sim.workload import JobRecord, WorkloadSpec, generate, load_trace
 
 __all__ = ["ConfigError", "SimConfig", "find_max_load", "jobs_from_records", "simulate", "sweep"]
@@ -54,7 +55,8 @@ class SimConfig:
     cooldown_fraction: float = 0.1
     min_subjob_events: int = 10
     max_backlog: int | None = None
-    """Stop early, as overloaded, past this many jobs in the system (default: 20 per node)."""
+    """Stop early, as overloaded, past this many jobs in the system (default: 20 per node,
+    plus twice what a delaying policy releases at once)."""
     trace: Path | None = None
     """Replay this trace CSV instead of generating a workload (load and n_jobs then unused)."""
 
@@ -136,11 +138,17 @@ def simulate(
         records = config.records()
     jobs = jobs_from_records(records)
     cluster = config.cluster()
-    policy = make_policy(config.policy, **dict(config.policy_params))
+    policy = make_policy(config.policy, **with_default_map(config.policy, config.policy_params))
     sched = Scheduler(cluster, policy, min_subjob_events=config.min_subjob_events)
     engine = SimEngine(cluster, sched, check_conservation=check_conservation)
     measure = config.measure(len(jobs))
-    max_backlog = config.max_backlog if config.max_backlog is not None else 20 * config.n_nodes
+    max_backlog = config.max_backlog
+    if max_backlog is None:
+        # 20 jobs per node, plus what a period releases at once (twice the mean, for
+        # Poisson arrivals): delayed scheduling holds a period's jobs and lets them go
+        # together.
+        batch = 2 * config.load_jobs_per_h * policy.max_delay_s() / 3600
+        max_backlog = 20 * config.n_nodes + math.ceil(batch)
     t0 = time.perf_counter()
     run = engine.run(jobs, measure=measure, max_backlog=max_backlog)
     wall = time.perf_counter() - t0

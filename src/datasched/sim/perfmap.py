@@ -1,0 +1,97 @@
+"""The performance map of delayed scheduling (ponce-hersch Figure 9), computed by simulation,
+saved as JSON, and handed to the adaptive-delay policy (§6).
+
+``datasched perf-map`` builds one; a map built with the paper's parameters ships with the
+package (``data/perfmap-ponce.json``) and is what adaptive delay uses unless told otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from datasched._files import atomic_write_text
+from datasched.policies.adaptive import MapPoint, PerformanceMap
+
+if TYPE_CHECKING:
+    from datasched.sim.experiment import SimConfig
+
+__all__ = [
+    "DEFAULT_CACHES_GB",
+    "DEFAULT_PERIODS_H",
+    "DEFAULT_STRIPES",
+    "build_map",
+    "default_map",
+    "load_map",
+    "save_map",
+    "with_default_map",
+]
+
+DEFAULT_PERIODS_H = (0.0, 24.0, 48.0, 168.0)
+DEFAULT_STRIPES = (200, 1000, 5000)
+DEFAULT_CACHES_GB = (50.0, 100.0, 200.0)
+
+
+def build_map(
+    base: SimConfig,
+    *,
+    periods_h: Sequence[float] = DEFAULT_PERIODS_H,
+    stripes: Sequence[int] = DEFAULT_STRIPES,
+    caches_gb: Sequence[float] = DEFAULT_CACHES_GB,
+    on_point: Callable[[MapPoint], None] | None = None,
+) -> PerformanceMap:
+    """Maximal sustainable load of delayed scheduling at every grid point (``base`` gives the
+    cluster, workload size and seed; its policy and cache size are replaced)."""
+    from datasched.sim.experiment import find_max_load
+
+    points = []
+    for cache in caches_gb:
+        for stripe in stripes:
+            for period in periods_h:
+                config = replace(
+                    base,
+                    policy="delayed",
+                    cache_gb=cache,
+                    policy_params={"period_h": period, "stripe_events": stripe},
+                )
+                point = MapPoint(period, stripe, cache, round(find_max_load(config), 4))
+                points.append(point)
+                if on_point is not None:
+                    on_point(point)
+    return PerformanceMap(tuple(points))
+
+
+def save_map(pmap: PerformanceMap, path: Path, *, meta: Mapping[str, Any] | None = None) -> None:
+    doc = {**pmap.to_dict(), "meta": dict(meta or {})}
+    atomic_write_text(path, json.dumps(doc, indent=1) + "\n")
+
+
+def load_map(path: Path) -> PerformanceMap:
+    """A map saved by :func:`save_map`; ValueError naming the file and the problem."""
+    try:
+        doc = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not JSON: {exc}") from exc
+    try:
+        return PerformanceMap.from_dict(doc)
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from exc
+
+
+def default_map() -> PerformanceMap:
+    """The map shipped with the package (ponce-hersch's cluster and workload)."""
+    text = resources.files("datasched.sim").joinpath("data/perfmap-ponce.json").read_text()
+    return PerformanceMap.from_dict(json.loads(text))
+
+
+def with_default_map(policy: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    """``params``, with the shipped map added for adaptive delay when none is given (an
+    explicit ``performance_map=None`` means no map: never delay)."""
+    out = dict(params)
+    if policy == "adaptive-delay" and "performance_map" not in out:
+        out["performance_map"] = default_map()
+    return out
