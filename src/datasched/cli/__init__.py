@@ -402,7 +402,14 @@ def parse_params(
             fail(f"--param: policy {policy!r} has no parameter {name!r} (it has: {names})")
         value: Any
         low = text.strip().lower()
-        if low in ("true", "yes", "on", "false", "no", "off"):
+        if name == "performance_map":
+            from datasched.sim.perfmap import load_map
+
+            try:
+                value = load_map(Path(text))
+            except (OSError, ValueError) as exc:
+                fail(f"--param: performance_map: {exc}")
+        elif low in ("true", "yes", "on", "false", "no", "off"):
             value = low in ("true", "yes", "on")
         else:
             try:
@@ -961,6 +968,72 @@ def scale(
     out.print(table)
 
 
+@app.command("perf-map")
+def perf_map(
+    out_path: Annotated[
+        Path,
+        typer.Option("--out", metavar="FILE", help="Where the map (JSON) goes."),
+    ] = Path("out/perfmap.json"),
+    periods_h: Annotated[
+        str, typer.Option("--periods-h", metavar="H,H,...", help="Period delays, hours.")
+    ] = "0,24,48,168",
+    stripes: Annotated[
+        str, typer.Option("--stripes", metavar="N,N,...", help="Stripe sizes, events.")
+    ] = "200,1000,5000",
+    caches_gb: Annotated[
+        str, typer.Option("--caches-gb", metavar="G,G,...", help="Cache sizes per node, GB.")
+    ] = "50,100,200",
+    nodes: NodesOpt = 10,
+    jobs: JobsOpt = 1000,
+    seed: SeedOpt = 0,
+) -> None:
+    """Build the performance map of delayed scheduling (ponce-hersch Figure 9): its maximal
+    sustainable load at every period, stripe size and cache size. Adaptive delay (§6) reads
+    it: `-P performance_map=FILE` (without it, the map shipped with datasched is used)."""
+    from datasched.policies.adaptive import MapPoint
+    from datasched.sim.perfmap import build_map, save_map
+
+    periods = parse_floats(periods_h, "--periods-h")
+    if any(p < 0 for p in periods):
+        fail("--periods-h: periods must be zero or positive")
+    stripe_list = parse_ints(stripes, "--stripes")
+    if any(s < 1 for s in stripe_list):
+        fail("--stripes: stripe sizes must be positive")
+    caches = parse_floats(caches_gb, "--caches-gb")
+    if any(c < 0 for c in caches):
+        fail("--caches-gb: cache sizes must be zero or positive")
+    if out_path.is_dir():
+        fail(f"--out: {out_path} is a directory")
+    with user_errors():
+        base = SimConfig(policy="delayed", n_nodes=nodes, n_jobs=jobs, seed=seed)
+    total = len(periods) * len(stripe_list) * len(caches)
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+    )
+    with progress:
+        task = progress.add_task("max-load searches", total=total)
+
+        def done(point: MapPoint) -> None:
+            progress.update(
+                task,
+                advance=1,
+                description=f"{point.cache_gb:g} GB, stripe {point.stripe_events}, "
+                f"{point.period_h:g} h: {point.max_load_jobs_per_h:.2f}/h",
+            )
+
+        pmap = build_map(
+            base, periods_h=periods, stripes=stripe_list, caches_gb=caches, on_point=done
+        )
+    meta = {"nodes": nodes, "jobs": jobs, "seed": seed, "command": "datasched perf-map"}
+    with user_errors():
+        save_map(pmap, out_path, meta=meta)
+    out.print(f"map: {out_path}", highlight=False)
+
+
 @app.command()
 def policies() -> None:
     """List the scheduling policies: name (for `--policy`), the paper section each implements,
@@ -1020,32 +1093,50 @@ def trace_show(
 def reproduce_ponce(
     out_dir: Annotated[
         Path,
-        typer.Option("--out", metavar="DIR", help="Directory for report.md and claims.csv."),
+        typer.Option(
+            "--out", metavar="DIR", help="Directory for report.md, claims.csv and figures/."
+        ),
     ],
     quick: Annotated[
-        bool, typer.Option("--quick", metavar="", help="Fewer jobs per run (about 30 s).")
+        bool,
+        typer.Option("--quick", metavar="", help="Fewer jobs and loads (under 3 minutes)."),
     ] = False,
 ) -> None:
-    """Re-run the experiments behind ponce-hersch's numbers (§3, §7) and write a report with
-    the paper's value beside ours for every claim."""
-    from datasched.sim.reproduce import ponce_fcfs_claims, write_report
+    """Re-run the experiments behind ponce-hersch's numbers and figures (§3-§8): our
+    Figures 3-12 and 14-16 (CSV and PNG each) and a report with the paper's value beside ours
+    for every claim."""
+    from datasched.sim.figures import figure_specs, run_figure, write_figure
+    from datasched.sim.reproduce import ponce_fcfs_claims, ponce_policy_claims, write_report
 
     check_out_dir(out_dir)
+    specs = figure_specs(quick=quick)
+    figs = {}
     with err.status("running the reproduction ...") as status:
         claims = ponce_fcfs_claims(quick=quick, progress=lambda m: status.update(m))
+        for spec in specs:
+            result = run_figure(spec, quick=quick, progress=lambda m: status.update(m))
+            with user_errors():
+                figs[spec.key] = write_figure(result, out_dir / "figures")
+        claims += ponce_policy_claims(figs, quick=quick, progress=lambda m: status.update(m))
+    shown = [(f.spec.title, f.png_path) for f in figs.values() if f.png_path is not None]
     with user_errors():
         _, md_path = write_report(
-            claims, out_dir, title="Reproduction of ponce-hersch (FCFS policies)"
+            claims, out_dir, title="Reproduction of ponce-hersch", figures=shown
         )
     table = Table(title="ponce-hersch: paper vs datasched")
     for col in ("claim", "paper", "ours", "agrees"):
         table.add_column(col)
     for c in claims:
+        bound = {"at_most": "<= ", "at_least": ">= "}.get(c.bound, "")
         table.add_row(
-            c.claim, f"{c.paper:g}", f"{c.ours:.3g}", "yes" if c.agrees else "[yellow]no[/yellow]"
+            c.claim,
+            f"{bound}{c.paper:g}",
+            f"{c.ours:.3g}",
+            "yes" if c.agrees else "[yellow]no[/yellow]",
         )
     out.print(table)
     out.print(f"report: {md_path}", highlight=False)
+    out.print(f"figures: {out_dir / 'figures'}", highlight=False)
 
 
 DEMO_POLICIES = ("farm", "splitting", "cache-splitting")
@@ -1092,3 +1183,10 @@ def demo_sim(
     title = f"{DEMO_JOBS} jobs per run, 10 nodes, 100 GB caches"
     out.print(summary_table(results, title=title))
     out.print(f"plot: {png_path}", highlight=False)
+
+
+# The runtime's commands (run, demo-data, demo) live in their own module; they are registered
+# last because they use the helpers above.
+from datasched.cli import runtime as _runtime  # noqa: E402
+
+_runtime.register(app)
