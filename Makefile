@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: venv
-	$(BIN)/datasched demo-sim
+	$(BIN)/datasched demo
 
 test: venv lint
 	$(BIN)/python -m pytest
@@ -31,6 +31,7 @@ format: venv
 
 bench: venv
 	$(BIN)/python benchmarks/run.py
+	$(BIN)/python benchmarks/runtime.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist

@@ -211,7 +211,7 @@ def run(
     jobs_file: Annotated[
         Path, typer.Argument(metavar="JOBS.yaml", help="Jobs to run (see the README).")
     ],
-    policy: PolicyOption = "cache-splitting",
+    policy: PolicyOption = "out-of-order",
     params: Annotated[
         list[str] | None,
         typer.Option("--param", "-P", metavar="NAME=VALUE", help="A policy parameter."),
@@ -327,7 +327,7 @@ def demo(
     out_dir: Annotated[
         Path, typer.Option("--out", metavar="DIR", help="Outputs, plot and packet tables.")
     ] = Path("out/demo-run"),
-    policy: PolicyOption = "cache-splitting",
+    policy: PolicyOption = "out-of-order",
     workers: WorkersOption = 4,
     tertiary_mb_s: Annotated[
         float, typer.Option("--tertiary-mb-s", help="Throttled tertiary storage, MB/s/worker.")

@@ -1,0 +1,131 @@
+"""Reading whole files from tertiary storage: any fsspec URL, retried with backoff, optionally
+throttled to a per-node bandwidth that stands in for tape (ponce-hersch §2.4: 1 MB/s per node).
+
+The worker cache (:mod:`datasched.runtime.diskcache`) calls :func:`copy_file` to bring a file
+in; what it copies is exactly the bytes counted as read from tertiary storage.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import fsspec
+
+__all__ = ["StorageError", "Throttle", "copy_file", "url_size"]
+
+CHUNK_BYTES = 1 << 20
+
+
+class StorageError(OSError):
+    """A file could not be read from storage (after retries); names the URL and the reason."""
+
+    def __init__(self, url: str, reason: str, *, transient: bool = False) -> None:
+        super().__init__(f"{url}: {reason}")
+        self.url = url
+        self.reason = reason
+        self.transient = transient
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Pickled across processes (worker -> master) with its fields, not only its message.
+        return (_rebuild_storage_error, (self.url, self.reason, self.transient))
+
+
+def _rebuild_storage_error(url: str, reason: str, transient: bool) -> StorageError:
+    return StorageError(url, reason, transient=transient)
+
+
+class Throttle:
+    """A token bucket shared by every reader on one node: at most ``bytes_per_s`` on average.
+
+    ``None`` or ``inf`` means unthrottled. Thread-safe: a worker runs two packets at once.
+    """
+
+    def __init__(self, bytes_per_s: float | None, *, sleep: Callable[[float], None] = time.sleep):
+        if bytes_per_s is not None and not bytes_per_s > 0:
+            raise ValueError(f"tertiary_bytes_per_s: must be positive, got {bytes_per_s!r}")
+        self.bytes_per_s = bytes_per_s
+        self._sleep = sleep
+        self._lock = threading.Lock()
+        self._free_at = 0.0
+
+    def consume(self, n_bytes: int) -> None:
+        """Wait until ``n_bytes`` more may pass."""
+        if self.bytes_per_s is None or self.bytes_per_s == float("inf"):
+            return
+        with self._lock:
+            now = time.monotonic()
+            start = max(now, self._free_at)
+            self._free_at = start + n_bytes / self.bytes_per_s
+            wait = self._free_at - now
+        if wait > 0:
+            self._sleep(wait)
+
+
+def url_size(url: str) -> int:
+    """Size in bytes of the file at ``url``."""
+    fs, path = fsspec.core.url_to_fs(url)
+    try:
+        return int(fs.size(path))
+    except FileNotFoundError as exc:
+        raise StorageError(url, "no such file") from exc
+
+
+def copy_file(
+    url: str,
+    dest: Path,
+    *,
+    throttle: Throttle | None = None,
+    retries: int = 3,
+    backoff_s: float = 0.2,
+    expected_bytes: int | None = None,
+) -> int:
+    """Copy ``url`` to the local path ``dest``; returns the bytes copied.
+
+    Transient read errors (``OSError`` other than a missing file) are retried ``retries``
+    times with exponential backoff; a missing file, or one of the wrong size when
+    ``expected_bytes`` is given, fails at once. On failure ``dest`` does not exist.
+    """
+    attempt = 0
+    while True:
+        try:
+            return _copy_once(url, dest, throttle, expected_bytes)
+        except StorageError:
+            _remove(dest)
+            raise
+        except FileNotFoundError as exc:
+            _remove(dest)
+            raise StorageError(url, "no such file") from exc
+        except OSError as exc:
+            _remove(dest)
+            if attempt >= retries:
+                raise StorageError(
+                    url, f"read failed after {retries + 1} attempts: {exc}", transient=True
+                ) from exc
+            time.sleep(backoff_s * 2**attempt)
+            attempt += 1
+
+
+def _copy_once(url: str, dest: Path, throttle: Throttle | None, expected: int | None) -> int:
+    copied = 0
+    with fsspec.open(url, "rb") as src, open(dest, "wb") as out:
+        while True:
+            chunk = src.read(CHUNK_BYTES)
+            if not chunk:
+                break
+            if throttle is not None:
+                throttle.consume(len(chunk))
+            out.write(chunk)
+            copied += len(chunk)
+        out.flush()
+        os.fsync(out.fileno())
+    if expected is not None and copied != expected:
+        raise StorageError(url, f"expected {expected} bytes, read {copied} (file changed?)")
+    return copied
+
+
+def _remove(path: Path) -> None:
+    path.unlink(missing_ok=True)

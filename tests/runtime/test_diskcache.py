@@ -1,0 +1,154 @@
+"""The worker's disk cache and tertiary reads: LRU by bytes, pins, persistence, retries."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from datasched.runtime.diskcache import DiskCache, cache_file_name
+from datasched.runtime.storage import StorageError, Throttle, copy_file
+
+
+def make_file(tmp_path: Path, name: str, n: int) -> str:
+    path = tmp_path / "tertiary" / name
+    path.parent.mkdir(exist_ok=True)
+    path.write_bytes(bytes([len(name)]) * n)
+    return str(path)
+
+
+def fetcher(url: str, log: list[str]):  # type: ignore[no-untyped-def]
+    def fetch(dest: Path) -> int:
+        log.append(url)
+        return copy_file(url, dest)
+
+    return fetch
+
+
+def test_hit_after_miss_and_lru_eviction_by_bytes(tmp_path: Path) -> None:
+    urls = [make_file(tmp_path, f"f{i}.root", 400) for i in range(4)]
+    cache = DiskCache(tmp_path / "cache", capacity_bytes=1000)
+    log: list[str] = []
+    a = cache.acquire(urls[0], 400, fetcher(urls[0], log))
+    assert not a.hit and a.cached and a.added == [urls[0]] and a.bytes_fetched == 400
+    cache.release(a)
+    b = cache.acquire(urls[0], 400, fetcher(urls[0], log))
+    assert b.hit and b.bytes_fetched == 0 and log == [urls[0]]
+    cache.release(b)
+    for u in urls[1:3]:
+        cache.release(cache.acquire(u, 400, fetcher(u, log)))
+    # Two files fit (800 <= 1000); the third evicted the least recently used, f0.
+    assert cache.contents() == [urls[1], urls[2]]
+    assert cache.used_bytes == 800 <= cache.capacity_bytes
+    assert not cache.path_of(urls[0]).exists()
+
+
+def test_pinned_files_are_never_evicted(tmp_path: Path) -> None:
+    urls = [make_file(tmp_path, f"g{i}.root", 600) for i in range(2)]
+    cache = DiskCache(tmp_path / "cache", capacity_bytes=1000)
+    held = cache.acquire(urls[0], 600, fetcher(urls[0], []))
+    other = cache.acquire(urls[1], 600, fetcher(urls[1], []))
+    # No room without evicting the pinned file: read through a temporary copy instead.
+    assert not other.cached and other.path.exists() and cache.contents() == [urls[0]]
+    cache.release(other)
+    assert not other.path.exists()
+    cache.release(held)
+    again = cache.acquire(urls[1], 600, fetcher(urls[1], []))
+    assert again.cached and again.evicted == [urls[0]]
+
+
+def test_cache_survives_a_restart_and_drops_strays(tmp_path: Path) -> None:
+    url = make_file(tmp_path, "h.root", 300)
+    root = tmp_path / "cache"
+    cache = DiskCache(root, capacity_bytes=1000)
+    cache.release(cache.acquire(url, 300, fetcher(url, [])))
+    (root / "junk.part").write_bytes(b"half")
+    again = DiskCache(root, capacity_bytes=1000)
+    assert again.contents() == [url]
+    assert not (root / "junk.part").exists()
+    # A truncated copy is not trusted.
+    again.path_of(url).write_bytes(b"short")
+    assert DiskCache(root, capacity_bytes=1000).contents() == []
+
+
+def test_second_reader_waits_for_the_fetch_in_flight(tmp_path: Path) -> None:
+    url = make_file(tmp_path, "w.root", 100)
+    cache = DiskCache(tmp_path / "cache", capacity_bytes=1000)
+    started, go = threading.Event(), threading.Event()
+    log: list[str] = []
+
+    def slow(dest: Path) -> int:
+        log.append("fetch")
+        started.set()
+        go.wait(5)
+        return copy_file(url, dest)
+
+    results = []
+    t = threading.Thread(target=lambda: results.append(cache.acquire(url, 100, slow)))
+    t.start()
+    started.wait(5)
+    u = threading.Thread(target=lambda: results.append(cache.acquire(url, 100, slow)))
+    u.start()
+    go.set()
+    t.join(5)
+    u.join(5)
+    assert log == ["fetch"]
+    assert sorted(r.hit for r in results) == [False, True]
+
+
+def test_failed_fetch_leaves_nothing(tmp_path: Path) -> None:
+    cache = DiskCache(tmp_path / "cache", capacity_bytes=1000)
+    missing = str(tmp_path / "nope.root")
+    with pytest.raises(StorageError, match=r"nope\.root: no such file"):
+        cache.acquire(missing, 10, lambda dest: copy_file(missing, dest))
+    assert cache.contents() == []
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == ["index.json"]
+
+
+def test_transient_errors_are_retried_then_reported(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import datasched.runtime.storage as storage
+
+    url = make_file(tmp_path, "flaky.root", 50)
+    calls = []
+    real = storage._copy_once
+
+    def flaky(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        if len(calls) < 3:
+            raise ConnectionError("connection reset")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(storage, "_copy_once", flaky)
+    dest = tmp_path / "copy"
+    assert copy_file(url, dest, retries=3, backoff_s=0.001) == 50 and len(calls) == 3
+    calls.clear()
+    monkeypatch.setattr(storage, "_copy_once", lambda *a, **k: (_ for _ in ()).throw(OSError("io")))
+    with pytest.raises(StorageError, match="after 2 attempts") as info:
+        copy_file(url, tmp_path / "copy2", retries=1, backoff_s=0.001)
+    assert info.value.transient and not (tmp_path / "copy2").exists()
+
+
+def test_wrong_size_is_an_error(tmp_path: Path) -> None:
+    url = make_file(tmp_path, "sz.root", 10)
+    with pytest.raises(StorageError, match="expected 11 bytes"):
+        copy_file(url, tmp_path / "c", expected_bytes=11)
+
+
+def test_throttle_spaces_reads() -> None:
+    slept: list[float] = []
+    throttle = Throttle(1000.0, sleep=slept.append)
+    for _ in range(3):
+        throttle.consume(500)
+    # 1,500 bytes at 1,000 B/s (the fake sleep lets no time pass): the last read may go
+    # 1.5 s after the first, each 0.5 s after the one before.
+    assert slept == pytest.approx([0.5, 1.0, 1.5], abs=0.05)
+    assert Throttle(None, sleep=slept.append).consume(10**9) is None
+    with pytest.raises(ValueError, match="tertiary_bytes_per_s"):
+        Throttle(0)
+
+
+def test_cache_names_are_distinct_and_safe() -> None:
+    a = cache_file_name("root://host//store/a/f.root")
+    b = cache_file_name("root://host//store/b/f.root")
+    assert a != b and "/" not in a and a.endswith("f.root")

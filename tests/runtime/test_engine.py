@@ -1,0 +1,215 @@
+"""The Dask engine end to end: policies of the core on real workers, caches, faults, XRootD.
+
+Each test starts a small LocalCluster (two worker processes); the dataset is the session's
+12,000-event demo set. Every result is compared with the histogram computed directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pickle
+import shutil
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from datasched.core.intervals import IntervalSet
+from datasched.runtime.engine import EngineConfig, RunReport, RuntimeEngine
+from datasched.runtime.jobspec import JobSpec, load_jobs
+from datasched.runtime.session import (
+    ClusterOptions,
+    calibrate_cost,
+    open_cluster,
+    run_dask_map,
+    run_jobs,
+)
+from datasched.runtime.space import EventSpace
+from runtime_support import N_EVENTS, reference_counts
+
+FAST = EngineConfig(packet_target_s=0.2, min_packet_events=300, poll_s=0.1)
+
+
+def write_jobs(tmp_path: Path, catalog: Path, jobs: list[dict[str, Any]]) -> list[JobSpec]:
+    doc = {
+        "catalog": str(catalog),
+        "defaults": {"processor": "datasched.runtime.demodata:DimuonMass"},
+        "jobs": [{"output": str(tmp_path / "out" / f"{j['id']}.pkl"), **j} for j in jobs],
+    }
+    path = tmp_path / "jobs.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return load_jobs(path)
+
+
+def options(tmp_path: Path, **kw: Any) -> ClusterOptions:
+    defaults: dict[str, Any] = {
+        "workers": 2,
+        "cache_bytes": 50 * 10**6,
+        "cache_root": tmp_path / "caches",
+    }
+    return ClusterOptions(**{**defaults, **kw})
+
+
+def check_exactly_once(report: RunReport, specs: list[JobSpec], catalog: Path) -> None:
+    for spec, job in zip(specs, report.jobs, strict=True):
+        assert job.status == "completed", job.error
+        assert job.events_processed == job.events_expected == spec.stop - spec.start
+        mine = [p for p in report.packets if p.job == spec.id]
+        covered = IntervalSet((p.start, p.stop) for p in mine)
+        assert covered.length == sum(p.n_events for p in mine) == job.events_expected
+        counts = [float(x) for x in report.results[spec.id]["mass"].values()]
+        assert counts == reference_counts(catalog, spec.start, spec.stop)
+        with open(spec.output, "rb") as fh:
+            saved = pickle.load(fh)
+        assert [float(x) for x in saved["mass"].values()] == counts
+
+
+@pytest.mark.parametrize("policy", ["farm", "cache-splitting", "out-of-order"])
+def test_policies_process_every_event_exactly_once(
+    policy: str, demo_catalog: Path, tmp_path: Path
+) -> None:
+    specs = write_jobs(
+        tmp_path,
+        demo_catalog,
+        [
+            {"id": "a", "dataset": "zmumu", "events": [0, 8000]},
+            {"id": "b", "dataset": "zmumu", "events": [4000, N_EVENTS], "submit_s": 0.2},
+        ],
+    )
+    report = asyncio.run(run_jobs(specs, options(tmp_path), policy=policy, config=FAST))
+    check_exactly_once(report, specs, demo_catalog)
+    if policy == "cache-splitting":
+        # Job b reads [4000, 8000) after job a brought those files in.
+        assert report.jobs[1].cache_hit_ratio > 0
+    if policy == "farm":
+        # The processing farm keeps nothing: everything comes from tertiary storage.
+        assert report.cache_hit_ratio == 0
+    assert report.scheduling_ms_per_packet < 50
+
+
+def test_caches_persist_between_runs(demo_catalog: Path, tmp_path: Path) -> None:
+    specs = write_jobs(tmp_path, demo_catalog, [{"id": "c", "dataset": "zmumu"}])
+    opts = options(tmp_path)
+    first = asyncio.run(run_jobs(specs, opts, policy="cache-splitting", config=FAST))
+    assert first.bytes_from_tertiary > 0
+    # New worker processes, same names, same cache directories: all hits.
+    second = asyncio.run(run_jobs(specs, opts, policy="cache-splitting", config=FAST))
+    check_exactly_once(second, specs, demo_catalog)
+    assert second.cache_hit_ratio == 1.0 and second.bytes_from_tertiary == 0
+    cold = asyncio.run(run_jobs(specs, opts, policy="cache-splitting", config=FAST, cold=True))
+    assert cold.bytes_from_tertiary == first.bytes_from_tertiary
+
+
+def test_cache_capacity_is_enforced(demo_catalog: Path, tmp_path: Path) -> None:
+    specs = write_jobs(tmp_path, demo_catalog, [{"id": "d", "dataset": "zmumu"}])
+    biggest = max(f.n_bytes for f in specs[0].dataset.files)
+    opts = options(tmp_path, cache_bytes=2 * biggest)
+    report = asyncio.run(run_jobs(specs, opts, policy="cache-splitting", config=FAST))
+    check_exactly_once(report, specs, demo_catalog)
+    for node_dir in (tmp_path / "caches").iterdir():
+        cached = sum(p.stat().st_size for p in node_dir.glob("*.root"))
+        assert cached <= 2 * biggest
+
+
+def test_worker_killed_mid_job_loses_and_doubles_nothing(
+    demo_catalog: Path, tmp_path: Path
+) -> None:
+    specs = write_jobs(tmp_path, demo_catalog, [{"id": "k", "dataset": "zmumu"}])
+    # Slow tertiary storage, so the job is still running when a worker dies.
+    opts = options(tmp_path, tertiary_bytes_per_s=specs[0].dataset.n_bytes / 4)
+
+    async def main() -> tuple[RunReport, RuntimeEngine]:
+        space = EventSpace()
+        space.job_data(specs[0].dataset, specs[0].start, specs[0].stop)
+        cost = calibrate_cost(specs, space, opts.tertiary_bytes_per_s)
+        async with open_cluster(opts) as (client, names):
+            pids: dict[str, int] = await client.run(os.getpid)
+            victim = max(pids.values())
+            killed: list[int] = []
+
+            class KillOnFirstPacket:
+                def job_started(self, job_id: str, n_events: int) -> None:
+                    pass
+
+                def advance(self, job_id: str, n_events: int, from_cache: bool) -> None:
+                    if not killed:
+                        killed.append(victim)
+                        os.kill(victim, signal.SIGKILL)
+
+                def job_done(self, job_id: str, status: str) -> None:
+                    pass
+
+            engine = RuntimeEngine(
+                client,
+                names,
+                policy="cache-splitting",
+                cache_bytes=opts.cache_bytes,
+                cost=cost,
+                config=FAST,
+                progress=KillOnFirstPacket(),
+            )
+            report = await engine.run(specs, known_cache={})
+            assert killed
+            return report, engine
+
+    report, engine = asyncio.run(main())
+    assert engine.worker_departures >= 1
+    check_exactly_once(report, specs, demo_catalog)
+
+
+def test_bad_files_fail_only_their_jobs(demo_catalog: Path, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    shutil.copytree(demo_catalog.parent, data)
+    catalog = data / demo_catalog.name
+    files = sorted(data.glob("*.root"))
+    files[2].unlink()
+    size = files[4].stat().st_size
+    files[4].write_bytes(b"\0garbage" * (size // 8) + b"\0" * (size % 8))
+    per_file = N_EVENTS // len(files)
+    specs = write_jobs(
+        tmp_path,
+        catalog,
+        [
+            {"id": "missing", "dataset": "zmumu", "events": [2 * per_file, 3 * per_file]},
+            {"id": "corrupt", "dataset": "zmumu", "events": [4 * per_file, 5 * per_file]},
+            {"id": "fine", "dataset": "zmumu", "events": [0, 2 * per_file]},
+        ],
+    )
+    report = asyncio.run(run_jobs(specs, options(tmp_path), policy="cache-splitting", config=FAST))
+    by_id = {j.id: j for j in report.jobs}
+    assert by_id["missing"].status == "failed" and files[2].name in by_id["missing"].error
+    assert by_id["corrupt"].status == "failed" and files[4].name in by_id["corrupt"].error
+    assert not Path(specs[0].output).exists() and not Path(specs[1].output).exists()
+    fine = specs[2]
+    assert by_id["fine"].status == "completed"
+    counts = [float(x) for x in report.results["fine"]["mass"].values()]
+    assert counts == reference_counts(demo_catalog, fine.start, fine.stop)
+
+
+def test_dask_map_baseline_counts_every_event(demo_catalog: Path, tmp_path: Path) -> None:
+    specs = write_jobs(
+        tmp_path,
+        demo_catalog,
+        [
+            {"id": "m1", "dataset": "zmumu", "events": [0, 6000]},
+            {"id": "m2", "dataset": "zmumu", "events": [3000, 9000], "submit_s": 0.1},
+        ],
+    )
+    report = asyncio.run(run_dask_map(specs, options(tmp_path), packet_events=700, cold=True))
+    check_exactly_once(report, specs, demo_catalog)
+
+
+def test_reads_through_xrootd(xrootd_server: str, demo_catalog: Path, tmp_path: Path) -> None:
+    doc = yaml.safe_load(demo_catalog.read_text())
+    for f in doc["datasets"]["zmumu"]["files"]:
+        f["url"] = f"{xrootd_server}/{Path(str(f['url'])).name}"
+    catalog = tmp_path / "catalog.yaml"
+    catalog.write_text(yaml.safe_dump(doc))
+    specs = write_jobs(tmp_path, catalog, [{"id": "x", "dataset": "zmumu", "events": [0, 8000]}])
+    assert specs[0].dataset.files[0].url.startswith("root://")
+    report = asyncio.run(run_jobs(specs, options(tmp_path), policy="cache-splitting", config=FAST))
+    assert report.bytes_from_tertiary > 0
+    check_exactly_once(report, specs, demo_catalog)
