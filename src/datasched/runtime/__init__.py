@@ -1,0 +1,17 @@
+"""The real runtime: the scheduling core driving Dask workers with per-node disk caches.
+
+Needs the ``runtime`` extra (``pip install 'datasched[runtime]'``). Importing this package
+imports nothing heavy; the modules are:
+
+* :mod:`~datasched.runtime.dataset`, :mod:`~datasched.runtime.jobspec`: datasets, catalogs
+  and jobs files;
+* :mod:`~datasched.runtime.processor`: the analysis API and accumulators;
+* :mod:`~datasched.runtime.engine`, :mod:`~datasched.runtime.session`: the master;
+* :mod:`~datasched.runtime.worker`, :mod:`~datasched.runtime.diskcache`,
+  :mod:`~datasched.runtime.storage`: what runs on the workers;
+* :mod:`~datasched.runtime.demodata`, :mod:`~datasched.runtime.demo`: the demo.
+"""
+
+from __future__ import annotations
+
+__all__: list[str] = []
