@@ -21,11 +21,19 @@ EVENT_BYTES = CostModel().bytes_per_event
 
 
 def run_scenario(
-    policy: str, jobs: list[Job], nodes: int, cache_events: int, pipelining: Pipelining
+    policy: str,
+    jobs: list[Job],
+    nodes: int,
+    cache_events: int,
+    pipelining: Pipelining,
+    file_events: int = 0,
 ) -> SimEngine:
     cost = CostModel(pipelining=pipelining)
     cluster = ClusterSpec.uniform(nodes, cache_events * EVENT_BYTES, cost)
     sched = Scheduler(cluster, make_policy(policy), min_subjob_events=3)
+    if file_events:
+        # Cuts snap to "file" boundaries, as in the runtime.
+        sched.boundaries = list(range(0, 10_000, file_events))
     engine = SimEngine(cluster, sched, check_conservation=True)
     engine.run(jobs)
     return engine
@@ -38,11 +46,17 @@ def run_scenario(
     nodes=st.integers(1, 5),
     cache_events=st.sampled_from([0, 50, 150, 1000]),
     pipelining=st.sampled_from(list(Pipelining)),
+    file_events=st.sampled_from([0, 0, 7, 40]),
 )
 def test_every_event_processed_exactly_once(
-    policy: str, jobs: list[Job], nodes: int, cache_events: int, pipelining: Pipelining
+    policy: str,
+    jobs: list[Job],
+    nodes: int,
+    cache_events: int,
+    pipelining: Pipelining,
+    file_events: int,
 ) -> None:
-    engine = run_scenario(policy, jobs, nodes, cache_events, pipelining)
+    engine = run_scenario(policy, jobs, nodes, cache_events, pipelining, file_events)
     run = engine.result
     assert run.processed is not None
     for job in jobs:
@@ -210,3 +224,17 @@ def test_no_duplicate_fill_keeps_one_copy_per_event(jobs: list[Job], nodes: int)
     for job in jobs:
         union = union | job.data
     assert seen == union  # the caches are large enough to hold everything once
+
+
+def test_cuts_snap_to_near_boundaries_only() -> None:
+    cluster = ClusterSpec.uniform(2, 0)
+    sched = Scheduler(cluster, make_policy("splitting"), min_subjob_events=10)
+    data = IntervalSet([(0, 50), (100, 150)])
+    assert sched.cut(data, 40) == data.head(40)  # no boundaries: exactly head
+    sched.boundaries = [0, 30, 110, 200]
+    head, rest = sched.cut(data, 55)
+    assert head == IntervalSet([(0, 50), (100, 110)]) and head | rest == data  # 60 events
+    # The nearest boundary (30) is 10 events away, more than half the smaller part (15 / 2).
+    assert sched.cut(data, 15)[0].length == 15
+    parts = sched.split_even(data, 2)
+    assert [p.length for p in parts] == [60, 40] and parts[0] | parts[1] == data

@@ -185,6 +185,9 @@ class Scheduler:
         """The least time per event any read can take (a bound for policies' estimates)."""
         self.slowest_s_per_event = max(self.cost.s_per_event(src) for src in Source)
         """The most time per event any read can take."""
+        self.boundaries: list[int] = []
+        """Sorted event numbers where cutting is cheap (where files begin, for an engine
+        that caches whole files): :meth:`cut` moves cuts there when one is near."""
         policy.bind(self)
 
     # -- the one entry point ------------------------------------------------------------------
@@ -388,6 +391,46 @@ class Scheduler:
         if offer:
             self._freed.append((node, None))
 
+    def cut(self, data: IntervalSet, n: int) -> tuple[IntervalSet, IntervalSet]:
+        """``data.head(n)``, with the cut moved to the nearest of :attr:`boundaries` that is
+        at most half the smaller part away and leaves both parts at least the minimal
+        subjob. Without boundaries, exactly ``data.head(n)``."""
+        length = data.length
+        if not self.boundaries or n <= 0 or n >= length:
+            return data.head(n)
+        slack = min(n, length - n) // 2
+        lo, hi = data.event_at(max(n - slack, 0)), data.event_at(min(n + slack, length - 1))
+        b = self.boundaries
+        best, best_gap = n, slack + 1
+        for j in range(bisect_left(b, lo), len(b)):
+            if b[j] > hi:
+                break
+            k = data.split_at(b[j])[0].length
+            gap = abs(k - n)
+            fits = self.min_subjob_events <= k <= length - self.min_subjob_events
+            if fits and gap < best_gap:
+                best, best_gap = k, gap
+        return data.head(best)
+
+    def split_even(
+        self, data: IntervalSet, parts: int, min_events: int | None = None
+    ) -> list[IntervalSet]:
+        """``data.split_even`` (pieces of at least ``min_events``, by default the minimal
+        subjob), each cut moved by :meth:`cut` when there are boundaries."""
+        minimum = self.min_subjob_events if min_events is None else min_events
+        pieces = data.split_even(parts, minimum)
+        if not self.boundaries or len(pieces) < 2:
+            return pieces
+        out = []
+        rest = data
+        for piece in pieces[:-1]:
+            head, rest = self.cut(rest, piece.length)
+            if head:
+                out.append(head)
+        if rest:
+            out.append(rest)
+        return out
+
     def wake_at(self, time: float) -> None:
         self._out.append(WakeAt(time=time))
 
@@ -432,7 +475,7 @@ class Scheduler:
             give = pick(remaining) if pick is not None else IntervalSet()
             if give.length < minimum or remaining.length - give.length < minimum:
                 # A split leaves work on both nodes; moving everything could ping-pong.
-                give = remaining.head(remaining.length - round(remaining.length * share))[1]
+                give = self.cut(remaining, remaining.length - round(remaining.length * share))[1]
             keep = remaining - give
             if give.length < minimum or keep.length < minimum:
                 # The estimate was off: no split. Not offering the target again now keeps

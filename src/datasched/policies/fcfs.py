@@ -153,7 +153,7 @@ class JobSplitting(Policy):
     def job_arrived(self, sched: Scheduler, js: JobState) -> None:
         idle = sched.idle_nodes
         if idle:
-            parts = js.job.data.split_even(len(idle), sched.min_subjob_events)
+            parts = sched.split_even(js.job.data, len(idle))
             for part, node in zip(parts, list(idle), strict=False):
                 sched.start(sched.new_subjob(js, part), node)
             return
@@ -254,7 +254,7 @@ class CacheOrientedSplitting(Policy):
             sizes[0] = data.length - sum(sizes[1:])
             left = data
             for i, n in enumerate([node, *extra]):
-                part, left = left.head(sizes[i]) if i < len(extra) else (left, IntervalSet())
+                part, left = sched.cut(left, sizes[i]) if i < len(extra) else (left, IntervalSet())
                 plan[n] = (part, holder if n == node else None)
         for node in sorted(plan):
             data, holder = plan[node]

@@ -118,7 +118,11 @@ class OutOfOrder(Policy):
             if pieces[i].length < (counts[i] + 1) * sched.min_subjob_events:
                 break
             counts[i] += 1
-        parts = [p for piece, c in zip(pieces, counts, strict=True) for p in piece.split_even(c)]
+        parts = [
+            p
+            for piece, c in zip(pieces, counts, strict=True)
+            for p in sched.split_even(piece, c, 1)
+        ]
         return [sched.new_subjob(js, p) for p in parts]
 
     def _displace(self, sched: Scheduler, node: int, sj: Subjob) -> None:
@@ -176,7 +180,7 @@ class OutOfOrder(Policy):
             return
         js = sched.jobs[sj.job_id]
         sched.discard(sj)
-        parts = sj.data.split_even(1 + len(helpers), sched.min_subjob_events)
+        parts = sched.split_even(sj.data, 1 + len(helpers))
         for part, target in zip(parts, [node, *helpers], strict=False):
             sched.start(sched.new_subjob(js, part, preemptible=sj.preemptible), target)
 
@@ -241,7 +245,7 @@ class OutOfOrder(Policy):
                 queue.append(sj)
                 return
             js = sched.jobs[sj.job_id]
-            keep, give = sj.data.head(sj.data.length - n_give)
+            keep, give = sched.cut(sj.data, sj.data.length - n_give)
             sched.discard(sj)
             if keep:
                 queue.append(sched.new_subjob(js, keep, cached_on=sj.cached_on))
