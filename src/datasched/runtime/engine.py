@@ -211,6 +211,8 @@ class _Node:
     processed: IntervalSet = _EMPTY
     inflight: dict[int, tuple[int, int]] = field(default_factory=dict)
     stopping: bool = False
+    announced: set[str] = field(default_factory=set)
+    """Files announced to the core as cached here, not fetched yet."""
     down_since: float | None = None
     lost: bool = False
     s_per_event: float = 0.0
@@ -273,6 +275,7 @@ class RuntimeEngine:
         self._t0 = 0.0
         self._run_id = uuid.uuid4().hex[:8]
         self._tasks: set[asyncio.Task[None]] = set()
+
         self.worker_departures = 0
         """Times a worker vanished or came back under a new address (its packets written off)."""
         self._to_cancel: list[Future[Any]] = []
@@ -289,6 +292,8 @@ class RuntimeEngine:
             data = self.space.job_data(spec.dataset, spec.start, spec.stop)
             report = JobReport(id=spec.id, events_expected=data.length, output=str(spec.output))
             self._jobs[i] = _JobRun(spec, i, data, report)
+        # Caching is by whole file: cuts between nodes cost least at file boundaries.
+        self.scheduler.boundaries = [f.start for f in self.space.files]
         self._t0 = self._clock()
         await self._refresh_workers()
         for name, urls in known_cache.items():
@@ -363,6 +368,7 @@ class RuntimeEngine:
                 raise RuntimeError(f"node {node.name}: start while running a subjob")
             node.subjob, node.start = action.subjob, action
             node.todo, node.processed, node.stopping = action.subjob.data, _EMPTY, False
+            self._announce(action.node, action)
             self._feed(action.node)
         elif isinstance(action, Preempt):
             node = self.nodes[action.node]
@@ -480,6 +486,10 @@ class RuntimeEngine:
         index, job_id, a, b, _ = entry
         node = self.nodes[index]
         node.inflight.pop(pid, None)
+        if ok:
+            url = self.space.files[self.space.file_at(a)].url
+            if payload.source == "cache" or url in payload.cache_added:
+                node.announced.discard(url)
         jr = self._jobs[job_id]
         if ok:
             result: PacketResult = payload
@@ -549,6 +559,7 @@ class RuntimeEngine:
         if sj is None:
             return
         remaining = sj.data - node.processed
+        self._retract(index)
         node.subjob = node.start = None
         node.todo = node.processed = _EMPTY
         node.stopping = False
@@ -620,6 +631,36 @@ class RuntimeEngine:
             futures, self._to_cancel = self._to_cancel, []
             await self.client.cancel(futures)  # type: ignore[no-untyped-call]
 
+    def _announce(self, index: int, start: Start) -> None:
+        """Tell the core at once that the subjob's files will be in this node's cache: jobs
+        arriving meanwhile are then sent here instead of fetching the same files elsewhere
+        (fetches in flight, which the simulator's caches model too). What is not fetched
+        after all is retracted when the subjob ends."""
+        node = self.nodes[index]
+        if not start.cache_fill or start.peer_reads:
+            return
+        directory = self.scheduler.directory
+        added = []
+        for a, b in start.subjob.data:
+            i = self.space.file_at(a)
+            while i < len(self.space.files) and self.space.files[i].start < b:
+                f = self.space.files[i]
+                whole = IntervalSet.range(f.start, f.stop)
+                if directory.cached_length(index, whole) < whole.length:
+                    added.append((f.start, f.stop))
+                    node.announced.add(f.url)
+                i += 1
+        if added:
+            self._emit(CacheChanged(self.now(), index, added=IntervalSet(added)))
+
+    def _retract(self, index: int) -> None:
+        """Announced files the node did not fetch after all."""
+        node = self.nodes[index]
+        if node.announced:
+            gone = self.space.ranges_of_urls(sorted(node.announced))
+            node.announced.clear()
+            self._emit(CacheChanged(self.now(), index, evicted=gone))
+
     def _write_off(self, index: int) -> None:
         """The node's worker went away: its packets in flight are lost; their events go
         back to the node's work (never counted: their results cannot arrive any more)."""
@@ -628,6 +669,7 @@ class RuntimeEngine:
             entry = self._packets.pop(pid, None)
             if entry is not None:
                 self._to_cancel.append(entry[4])
+
             node.todo = node.todo | IntervalSet.range(a, b)
         node.inflight.clear()
         if node.subjob is not None:

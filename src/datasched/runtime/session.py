@@ -315,6 +315,7 @@ def predict_makespan(
         Job(i, s.submit_s, space.job_data(s.dataset, s.start, s.stop)) for i, s in enumerate(specs)
     ]
     cluster = ClusterSpec.uniform(opts.workers, opts.cache_bytes, cost)
-    engine = SimEngine(cluster, Scheduler(cluster, make_policy(policy)))
-    run = engine.run(jobs)
+    sched = Scheduler(cluster, make_policy(policy))
+    sched.boundaries = [f.start for f in space.files]  # as the runtime cuts
+    run = SimEngine(cluster, sched).run(jobs)
     return max((r.end_s for r in run.jobs), default=0.0)
