@@ -145,10 +145,11 @@ class RootGroup(TyperGroup):
 app = typer.Typer(
     cls=RootGroup,
     help=(
-        "Simulate how analysis jobs that read large event datasets run on a cluster whose "
-        "nodes cache data from slow central (tape) storage: compare scheduling policies, find "
-        "the load a cluster sustains, sweep loads and cache sizes, and reproduce the published "
-        "results (ponce-hersch)."
+        "Schedule analysis jobs that read large event datasets on a cluster whose nodes "
+        "cache data from slow central (tape) storage. Simulate: compare scheduling policies, "
+        "find the load a cluster sustains, sweep loads and cache sizes, reproduce the "
+        "published results (ponce-hersch). Run: the same policies drive real analyses on "
+        "Dask workers with disk caches (run, demo)."
     ),
     no_args_is_help=True,
     add_completion=False,

@@ -8,6 +8,7 @@ package (``data/perfmap-ponce.json``) and is what adaptive delay uses unless tol
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from importlib import resources
@@ -26,6 +27,7 @@ __all__ = [
     "DEFAULT_STRIPES",
     "build_map",
     "default_map",
+    "jobs_for_period",
     "load_map",
     "save_map",
     "with_default_map",
@@ -34,6 +36,16 @@ __all__ = [
 DEFAULT_PERIODS_H = (0.0, 24.0, 48.0, 168.0)
 DEFAULT_STRIPES = (200, 1000, 5000)
 DEFAULT_CACHES_GB = (50.0, 100.0, 200.0)
+PERIODS_PER_RUN = 6
+"""A run must span several periods for overload to show: with a week-long period a short run
+sees one or two batches, and the trend of the queue is noise."""
+THEORETICAL_MAX_LOAD = 3.46
+"""Jobs per hour (ponce-hersch §3.4): no probe of the search goes much beyond it."""
+
+
+def jobs_for_period(n_jobs: int, period_h: float) -> int:
+    """Jobs a run needs so that, near the maximal load, it spans ``PERIODS_PER_RUN`` periods."""
+    return max(n_jobs, math.ceil(PERIODS_PER_RUN * period_h * THEORETICAL_MAX_LOAD))
 
 
 def build_map(
@@ -55,6 +67,7 @@ def build_map(
                 config = replace(
                     base,
                     policy="delayed",
+                    n_jobs=jobs_for_period(base.n_jobs, period),
                     cache_gb=cache,
                     policy_params={"period_h": period, "stripe_events": stripe},
                 )

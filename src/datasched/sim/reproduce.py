@@ -341,7 +341,7 @@ def ponce_policy_claims(
     """Claims of ponce-hersch §4-§7 (out-of-order, replication, delayed and adaptive delay,
     pipelining), read from the figures' runs plus a few maximal-load searches."""
     say = progress or (lambda _: None)
-    probe = SimConfig(n_jobs=1000 if quick else 3000)
+    probe = SimConfig(n_jobs=1000 if quick else 2000)
     claims: list[Claim] = []
     nan = float("nan")
 
