@@ -73,7 +73,7 @@ class DemoResult:
     def table(self) -> Table:
         table = Table(title="the same jobs, three ways (cold caches each time)")
         for col in ("run", "makespan", "simulated", "events", "cache hits", "from tertiary"):
-            table.add_column(col, justify="left" if col == "run" else "right")
+            table.add_column(col, justify="left" if col == "run" else "right", no_wrap=True)
         rows = [*self.runs.items(), ("dask map", self.baseline)]
         for name, r in rows:
             predicted = self.predictions.get(name)
@@ -81,7 +81,9 @@ class DemoResult:
                 name,
                 f"{r.makespan_s:.1f} s",
                 f"{predicted:.1f} s" if predicted is not None else "-",
-                f"{r.events_processed:,}/{r.events_expected:,}",
+                f"{r.events_processed:,}"
+                if r.events_processed == r.events_expected
+                else f"{r.events_processed:,} of {r.events_expected:,}",
                 f"{r.cache_hit_ratio:.0%}",
                 f"{r.bytes_from_tertiary / 1e6:.1f} MB",
             )
