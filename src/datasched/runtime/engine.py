@@ -319,6 +319,12 @@ class RuntimeEngine:
                 await self._refresh_workers()
                 next_poll = now + self.config.poll_s
                 self._pump()
+                if all(n.lost for n in self.nodes):
+                    for jr in self._jobs.values():
+                        if jr.report.status in ("pending", "running"):
+                            jr.report.status = "failed"
+                            jr.report.error = "every worker was lost"
+                    break
             wake = [next_poll]
             if arrivals:
                 wake.append(arrivals[0].spec.submit_s)

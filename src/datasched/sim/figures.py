@@ -65,7 +65,7 @@ def figure_specs(*, quick: bool) -> list[FigureSpec]:
     """The figures, with fewer jobs and loads when ``quick``."""
     jobs = 400 if quick else 1000
     n_loads = 6 if quick else 8
-    base = SimConfig(n_jobs=jobs, max_backlog=60)
+    base = SimConfig(n_jobs=jobs)
     tert = Pipelining.TERTIARY
 
     def s(label: str, policy: str, cache: float = 100.0, **kw: Any) -> Series:
