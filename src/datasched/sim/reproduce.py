@@ -377,7 +377,10 @@ def ponce_policy_claims(
                 0.7,
                 f"at {cs['load_jobs_per_h']:g} jobs/h, the highest load of Figure 4 both "
                 f"sustain; speedups {ooo['mean_speedup']:.1f} (out-of-order) and "
-                f"{cs['mean_speedup']:.1f}",
+                f"{cs['mean_speedup']:.1f}. Our cache-oriented splitting follows Table 1 in "
+                "giving an arriving job a node at once (the job with the most nodes per event "
+                "gives one up), so its jobs hardly wait until the cluster saturates; they "
+                "pay in processing time instead",
             )
         )
     fig5 = figs["fig05"]
@@ -394,7 +397,8 @@ def ponce_policy_claims(
                 "days",
                 0.34,
                 f"at {fig5.rows[0]['load_jobs_per_h']:g} jobs/h, 95 % of the maximal load "
-                f"{fig5.meta.get('max_load', nan):.2f}",
+                f"{fig5.meta.get('max_load', nan):.2f}; the worst wait of a finite run grows "
+                "with its length and with how close to the limit it runs",
             )
         )
         claims.append(
@@ -426,7 +430,10 @@ def ponce_policy_claims(
                 sum(ratios) / len(ratios),
                 "",
                 0.1,
-                f"mean over {len(common)} loads; from {min(ratios):.2f} to {max(ratios):.2f}",
+                f"mean over {len(common)} loads; from {min(ratios):.2f} to {max(ratios):.2f}. "
+                "With replication a node reads data cached on a peer from there instead of "
+                "from tertiary storage (§4.2), which is where our gain comes from; the paper "
+                "finds none",
             )
         )
         claims.append(
@@ -438,8 +445,10 @@ def ponce_policy_claims(
                 100 * top.get("replications", 0) / max(top["jobs"], 1),
                 "%",
                 0.0,
-                f"at {top['load_jobs_per_h']:g} jobs/h; counted per replicated block of "
-                "1,000 events, so one job may replicate several",
+                f"at {top['load_jobs_per_h']:g} jobs/h. We count every subjob whose reads "
+                "copy peer data into its node's cache (every block of it read remotely three "
+                "times, blocks of 1,000 events); a job makes many subjobs, so this is not the "
+                "paper's count per arrival, and the two cannot be compared directly",
                 bound="at_most",
             )
         )
@@ -457,6 +466,7 @@ def ponce_policy_claims(
                 week["max_load_jobs_per_h"],
                 "jobs/h",
                 0.15,
+                LONG_PERIOD_NOTE,
             )
         )
     curve = sorted(
@@ -473,7 +483,7 @@ def ponce_policy_claims(
                 _r_squared(curve),
                 "",
                 0.1,
-                ", ".join(f"{p:g} h: {m:.2f}" for p, m in curve),
+                ", ".join(f"{p:g} h: {m:.2f}" for p, m in curve) + ". " + LONG_PERIOD_NOTE,
             )
         )
     small, large = pts.get((48.0, 200, 100.0)), pts.get((48.0, 5000, 100.0))
@@ -487,6 +497,8 @@ def ponce_policy_claims(
                 small["max_load_jobs_per_h"] / large["max_load_jobs_per_h"],
                 "",
                 0.0,
+                "maximal loads are found to a few per cent (a finite run cannot tell loads "
+                "just below the limit from loads just above)",
                 bound="at_least",
             )
         )
@@ -516,12 +528,15 @@ def ponce_policy_claims(
             Claim(
                 "adaptive_low_load_speedup",
                 "§6, Figure 10",
-                "adaptive delay matches out-of-order's speedup at low load (stripe 200)",
+                "adaptive delay performs as well as or slightly better than out-of-order "
+                "at low load, in speedup (stripe 200)",
                 1.0,
                 a["mean_speedup"] / o["mean_speedup"],
                 "",
-                0.15,
-                f"at {a['load_jobs_per_h']:g} jobs/h",
+                0.1,
+                f"at {a['load_jobs_per_h']:g} jobs/h; small stripes spread a job over more "
+                "nodes (§6)",
+                bound="at_least",
             )
         )
         claims.append(
@@ -612,6 +627,14 @@ def ponce_policy_claims(
             )
         )
     return claims
+
+
+LONG_PERIOD_NOTE = (
+    "With a one-week period the queue is a sawtooth of week-long batches, and our overload "
+    "test (a queue that keeps growing) misjudges it in runs of a few batches: most 168 h "
+    "points of the shipped map sit near 1.9 jobs/h, below the 48 h ones, while a 2,000-job "
+    "search at 200 GB and stripe 200 finds 2.86. The test, not the policy, is what needs work"
+)
 
 
 def _r_squared(points: list[tuple[float, float]]) -> float:
