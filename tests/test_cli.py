@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from datasched import __version__, cli
+from datasched import __version__
 from datasched.cli import app
+from datasched.cli import sim as cli_sim
 
 # typer's runner keeps stdout and stderr apart (``result.output`` has both, interleaved).
 runner = CliRunner()
@@ -141,7 +142,7 @@ def test_a_failed_sweep_leaves_nothing(tmp_path: Path, monkeypatch: pytest.Monke
     def broken(*args: object, **kwargs: object) -> Path:
         raise RuntimeError("plotting failed")
 
-    monkeypatch.setattr(cli, "plot_sweep", broken)
+    monkeypatch.setattr(cli_sim, "plot_sweep", broken)
     out = tmp_path / "a" / "b"
     args = ["sweep", "--policies", "farm", "--loads", "0.5", "--jobs", "40", "--out", str(out)]
     result = runner.invoke(app, args)
