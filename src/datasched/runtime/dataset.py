@@ -1,7 +1,9 @@
 """Datasets: ordered lists of files on (tertiary) storage, events numbered across them.
 
 A dataset's events are numbered 0..N-1 over its files in order, as DESIGN.md's data model
-says; a catalog (YAML) names datasets, so jobs can say ``dataset: zmumu``.
+says ("a dataset maps event ranges to files"); the core schedules event ranges and the runtime
+uses :meth:`Dataset.locate` to turn a range back into (file, local entries) pieces. A catalog
+(YAML) names datasets, so jobs can say ``dataset: zmumu``.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import glob
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +31,12 @@ __all__ = [
     "read_events",
 ]
 
+CATALOG_DATASET_KEYS = frozenset({"tree", "files"})
+CATALOG_FILE_KEYS = frozenset({"url", "n_events", "n_bytes"})
+
 
 class DatasetError(ValueError):
-    """A file of a dataset is missing or unreadable; the message names it."""
+    """A file of a dataset is missing or unreadable; the message names it and the reason."""
 
 
 class CatalogError(ValueError):
@@ -40,66 +45,87 @@ class CatalogError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class FileEntry:
-    """One file of a dataset: where it is, its tree, its entries and its size."""
+    """One file of a dataset: where it is (fsspec URL or path), its tree, entries and size."""
 
     url: str
     tree: str
     n_events: int
     n_bytes: int
 
+    def __post_init__(self) -> None:
+        for name in ("n_events", "n_bytes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{self.url}: field {name!r}: expected an int >= 0, got {value!r}")
+
 
 @dataclass(frozen=True, slots=True)
 class Dataset:
-    """An ordered list of files; event ``i`` is entry ``i - offset`` of the file holding it."""
+    """An ordered list of files; global event ``i`` is entry ``i - offset`` of the file that
+    holds it, where ``offset`` is the number of events in the files before it."""
 
     name: str
     files: tuple[FileEntry, ...]
+    _offsets: tuple[int, ...] = field(init=False, repr=False, compare=False)
+    """Cumulative event counts: file ``i`` holds global events ``[_offsets[i], _offsets[i+1])``."""
+
+    def __post_init__(self) -> None:
+        offsets = [0]
+        for f in self.files:
+            offsets.append(offsets[-1] + f.n_events)
+        object.__setattr__(self, "files", tuple(self.files))
+        object.__setattr__(self, "_offsets", tuple(offsets))
 
     @property
     def n_events(self) -> int:
-        return sum(f.n_events for f in self.files)
+        """Events in the whole dataset."""
+        return self._offsets[-1]
 
     @property
     def n_bytes(self) -> int:
+        """Bytes of all its files on storage."""
         return sum(f.n_bytes for f in self.files)
 
     @property
     def bytes_per_event(self) -> float:
+        """Mean bytes per event (0 for an empty dataset): the cost model's data size."""
         n = self.n_events
         return self.n_bytes / n if n else 0.0
 
-    def _offsets(self) -> list[int]:
-        offsets = [0]
-        for f in self.files:
-            offsets.append(offsets[-1] + f.n_events)
-        return offsets
-
     def file_range(self, i: int) -> tuple[int, int]:
         """Global events ``[start, stop)`` of file ``i``."""
-        offsets = self._offsets()
-        return offsets[i], offsets[i + 1]
+        if not 0 <= i < len(self.files):
+            raise IndexError(
+                f"dataset {self.name!r}: file index {i} outside [0, {len(self.files)})"
+            )
+        return self._offsets[i], self._offsets[i + 1]
 
     def file_index_at(self, event: int) -> int:
-        """Index of the file holding global ``event``."""
+        """Index of the file holding global ``event`` (empty files hold none)."""
         if not 0 <= event < self.n_events:
-            raise ValueError(f"event {event} outside the dataset [0, {self.n_events})")
-        return bisect_right(self._offsets(), event) - 1
+            raise ValueError(
+                f"dataset {self.name!r}: event {event} outside the dataset [0, {self.n_events})"
+            )
+        return bisect_right(self._offsets, event) - 1
 
     def locate(self, start: int, stop: int) -> list[tuple[int, int, int]]:
-        """``[start, stop)`` as ``(file index, local start, local stop)`` pieces."""
+        """The global range ``[start, stop)`` as ``(file index, local start, local stop)``
+        pieces in order; empty files and an empty range give no pieces."""
         if not 0 <= start <= stop <= self.n_events:
             raise ValueError(
-                f"event range [{start}, {stop}) outside the dataset [0, {self.n_events})"
+                f"dataset {self.name!r}: event range [{start}, {stop}) outside the dataset "
+                f"[0, {self.n_events})"
             )
-        offsets = self._offsets()
+        if start == stop:
+            return []
+        offsets = self._offsets
+        first = bisect_right(offsets, start) - 1
+        last = bisect_right(offsets, stop - 1) - 1
         out = []
-        i = bisect_right(offsets, start) - 1
-        while start < stop and i < len(self.files):
-            a, b = offsets[i], offsets[i + 1]
-            if b > start:
-                out.append((i, start - a, min(stop, b) - a))
-                start = min(stop, b)
-            i += 1
+        for i in range(first, last + 1):
+            a, b = max(start, offsets[i]), min(stop, offsets[i + 1])
+            if a < b:
+                out.append((i, a - offsets[i], b - offsets[i]))
         return out
 
 
@@ -112,120 +138,179 @@ def _local_path(url: str) -> str:
 
 
 def expand_files(patterns: Sequence[str], base_dir: Path) -> list[str]:
-    """Paths (relative to ``base_dir``), globs (sorted) and URLs, in order."""
+    """Local paths (relative ones against ``base_dir``) and globs (expanded, sorted) as paths;
+    URLs with a scheme other than ``file://`` passed through unchanged; order kept. A path
+    naming an existing file is taken as it is, even if it holds glob characters."""
     out: list[str] = []
     for pattern in patterns:
         if not _is_local(pattern):
             out.append(pattern)
             continue
-        path = Path(_local_path(pattern))
+        local = _local_path(pattern)
+        path = Path(local)
         if not path.is_absolute():
             path = base_dir / path
-        if glob.has_magic(str(path)):
-            matches = sorted(glob.glob(str(path)))
-            if not matches:
+        if glob.has_magic(local) and not path.is_file():  # an existing file is taken as named
+            # Glob relative to base_dir so that magic characters in base_dir itself are literal.
+            root = None if Path(local).is_absolute() else base_dir
+            matches = sorted(glob.glob(local, root_dir=root))
+            files = [Path(m) if root is None else root / m for m in matches]
+            files = [p for p in files if p.is_file()]
+            if not files:
                 raise DatasetError(f"{pattern}: no file matches")
-            out.extend(matches)
-        elif path.is_file():
-            out.append(str(path))
-        else:
-            raise DatasetError(f"{pattern}: no such file")
+            out.extend(str(p) for p in files)
+            continue
+        if not path.is_file():
+            raise DatasetError(f"{pattern}: no such file ({path})")
+        out.append(str(path))
     return out
 
 
 def open_dataset(name: str, urls: Sequence[str], tree: str) -> Dataset:
-    """A dataset of ``urls``: entries counted with uproot, sizes from fsspec."""
-    files = []
-    for url in urls:
-        try:
-            fs, path = fsspec.core.url_to_fs(url)
-            size = int(fs.size(path))
-        except FileNotFoundError as exc:
-            raise DatasetError(f"{url}: no such file") from exc
-        except OSError as exc:
-            raise DatasetError(f"{url}: cannot read: {exc}") from exc
-        try:
-            with uproot.open(url) as f:
-                if tree not in f:
-                    raise DatasetError(f"{url}: no tree {tree!r}")
-                n = int(f[tree].num_entries)
-        except DatasetError:
-            raise
-        except Exception as exc:
-            raise DatasetError(f"{url}: not a readable ROOT file: {exc}") from exc
-        files.append(FileEntry(url, tree, n, size))
-    return Dataset(name, tuple(files))
+    """A dataset of ``urls`` (paths or fsspec URLs): entries counted with uproot, sizes from
+    fsspec. Opens every file, so bad ones are found before anything runs."""
+    if not urls:
+        raise DatasetError(f"dataset {name!r}: no files")
+    return Dataset(name, tuple(_open_file(url, tree) for url in urls))
+
+
+def _open_file(url: str, tree: str) -> FileEntry:
+    try:
+        fs, path = fsspec.core.url_to_fs(url)
+        size = int(fs.size(path))
+    except FileNotFoundError as exc:
+        raise DatasetError(f"{url}: no such file") from exc
+    except Exception as exc:  # any fsspec backend's failure: say which file and why
+        raise DatasetError(f"{url}: cannot read: {exc}") from exc
+    try:
+        with uproot.open(url) as f:
+            if tree not in f:
+                raise DatasetError(f"{url}: no tree {tree!r}")
+            obj = f[tree]
+            if not hasattr(obj, "num_entries"):
+                raise DatasetError(f"{url}: {tree!r} is a {f.classname_of(tree)}, not a tree")
+            n = int(obj.num_entries)
+    except DatasetError:
+        raise
+    except Exception as exc:
+        raise DatasetError(f"{url}: not a readable ROOT file: {exc}") from exc
+    return FileEntry(url, tree, n, size)
 
 
 def load_catalog(path: Path) -> dict[str, Dataset]:
-    """Datasets of a YAML catalog: ``datasets: {name: {tree:, files: [...]}}``; each file is
-    a path (relative to the catalog), a glob, a URL, or ``{url:, n_events:, n_bytes:}``
-    (counts given: the file is not opened)."""
+    """The datasets of a YAML catalog, by name::
+
+        datasets:
+          zmumu:
+            tree: Events
+            files: [data/part-000.root, data/*.root, root://host//f.root]
+
+    Local paths are relative to the catalog; an entry may also be ``{url:, n_events:,
+    n_bytes:}``, whose file is then not opened (with ``url`` alone it is). File order is kept.
+    """
+    where = str(path)
     try:
         doc = yaml.safe_load(path.read_text())
     except FileNotFoundError as exc:
-        raise CatalogError(f"{path}: no such catalog") from exc
+        raise CatalogError(f"{where}: no such catalog") from exc
+    except OSError as exc:
+        raise CatalogError(f"{where}: cannot read: {exc}") from exc
     except yaml.YAMLError as exc:
-        raise CatalogError(f"{path}: not valid YAML: {exc}") from exc
-    if not isinstance(doc, Mapping) or not isinstance(doc.get("datasets"), Mapping):
-        raise CatalogError(f"{path}: field 'datasets': missing or not a mapping")
+        mark = getattr(exc, "problem_mark", None)
+        line = f" (line {mark.line + 1})" if mark is not None else ""
+        raise CatalogError(f"{where}{line}: not valid YAML: {exc}") from exc
+    if not isinstance(doc, Mapping):
+        raise CatalogError(f"{where}: expected a mapping with a 'datasets' field")
+    datasets = doc.get("datasets")
+    if not isinstance(datasets, Mapping) or not datasets:
+        raise CatalogError(f"{where}: field 'datasets': missing, empty or not a mapping")
     out: dict[str, Dataset] = {}
-    for name, spec in doc["datasets"].items():
-        where = f"{path.name}: dataset {name!r}"
-        if not isinstance(spec, Mapping):
-            raise CatalogError(f"{where}: not a mapping")
-        tree = spec.get("tree")
-        if not isinstance(tree, str) or not tree:
-            raise CatalogError(f"{where}: field 'tree': missing")
-        files = spec.get("files")
-        if not isinstance(files, list) or not files:
-            raise CatalogError(f"{where}: field 'files': missing or empty")
-        out[str(name)] = _catalog_dataset(str(name), tree, files, path.parent, where)
+    for name, spec in datasets.items():
+        out[str(name)] = _catalog_dataset(
+            str(name), spec, path.parent, f"{where}: dataset {name!r}"
+        )
     return out
 
 
-def _catalog_dataset(name: str, tree: str, files: list[Any], base: Path, where: str) -> Dataset:
+def _catalog_dataset(name: str, spec: Any, base: Path, where: str) -> Dataset:
+    if not isinstance(spec, Mapping):
+        raise CatalogError(f"{where}: expected a mapping with 'tree' and 'files'")
+    unknown = sorted(str(k) for k in spec if k not in CATALOG_DATASET_KEYS)
+    if unknown:
+        raise CatalogError(f"{where}: field {unknown[0]!r}: unknown (expected tree, files)")
+    tree = spec.get("tree")
+    if tree is None:
+        raise CatalogError(f"{where}: field 'tree': missing")
+    if not isinstance(tree, str) or not tree:
+        raise CatalogError(f"{where}: field 'tree': expected a tree name, got {tree!r}")
+    files = spec.get("files")
+    if files is None:
+        raise CatalogError(f"{where}: field 'files': missing")
+    if isinstance(files, str):
+        files = [files]
+    if not isinstance(files, list) or not files:
+        raise CatalogError(f"{where}: field 'files': expected a non-empty list")
     entries: list[FileEntry] = []
-    plain: list[str] = []
     for i, item in enumerate(files):
-        if isinstance(item, str):
-            plain.append(item)
-            continue
-        if not isinstance(item, Mapping) or "url" not in item:
-            raise CatalogError(f"{where}: field 'files' #{i}: expected a path or {{url: ...}}")
-        url = str(item["url"])
-        if _is_local(url) and not Path(_local_path(url)).is_absolute():
-            url = str(base / _local_path(url))
-        try:
-            n, size = int(item["n_events"]), int(item["n_bytes"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise CatalogError(
-                f"{where}: field 'files' #{i}: n_events and n_bytes must be whole numbers"
-            ) from exc
-        if n < 0 or size < 0:
-            raise CatalogError(f"{where}: field 'files' #{i}: counts must not be negative")
-        entries.append(FileEntry(url, tree, n, size))
-    if plain:
-        try:
-            opened = open_dataset(name, expand_files(plain, base), tree)
-        except DatasetError as exc:
-            raise CatalogError(f"{where}: field 'files': {exc}") from exc
-        entries.extend(opened.files)
+        entries.extend(_catalog_files(item, tree, base, f"{where}: field 'files' #{i + 1}"))
     return Dataset(name, tuple(entries))
+
+
+def _catalog_files(item: Any, tree: str, base: Path, where: str) -> list[FileEntry]:
+    """The file entries of one item of a catalog's ``files`` list."""
+    if isinstance(item, str):
+        try:
+            return [_open_file(url, tree) for url in expand_files([item], base)]
+        except DatasetError as exc:
+            raise CatalogError(f"{where}: {exc}") from exc
+    if not isinstance(item, Mapping):
+        raise CatalogError(f"{where}: expected a path, a URL or {{url:, n_events:, n_bytes:}}")
+    unknown = sorted(str(k) for k in item if k not in CATALOG_FILE_KEYS)
+    if unknown:
+        raise CatalogError(
+            f"{where}: field {unknown[0]!r}: unknown (expected url, n_events, n_bytes)"
+        )
+    url = item.get("url")
+    if not isinstance(url, str) or not url:
+        raise CatalogError(f"{where}: field 'url': missing or not a string")
+    if _is_local(url) and not Path(_local_path(url)).is_absolute():
+        url = str(base / _local_path(url))
+    counts = [k for k in ("n_events", "n_bytes") if k in item]
+    if not counts:
+        try:
+            return [_open_file(url, tree)]
+        except DatasetError as exc:
+            raise CatalogError(f"{where}: {exc}") from exc
+    for key in ("n_events", "n_bytes"):
+        value = item.get(key)
+        if value is None:
+            raise CatalogError(f"{where}: field {key!r}: missing (give both counts or neither)")
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise CatalogError(f"{where}: field {key!r}: expected an int >= 0, got {value!r}")
+    return [FileEntry(url, tree, int(item["n_events"]), int(item["n_bytes"]))]
 
 
 def read_events(
     url: str, tree: str, start: int, stop: int, columns: Sequence[str] | None = None
 ) -> ak.Array:
-    """Entries ``[start, stop)`` of one file as an awkward array (ROOT via uproot, or
-    Parquet)."""
+    """Entries ``[start, stop)`` of one file as an awkward array: ROOT via uproot, or Parquet
+    (``.parquet``, where ``tree`` is unused). Raises :class:`DatasetError` rather than return
+    fewer entries than asked for, so that no event is silently lost."""
+    if not 0 <= start <= stop:
+        raise ValueError(f"{url}: entry range [{start}, {stop}) is not a range")
+    cols = list(columns) if columns is not None else None
     if url.endswith(".parquet"):
-        arr = ak.from_parquet(url, columns=list(columns) if columns else None)
+        arr = ak.from_parquet(url, columns=cols)
+        n = len(arr)
+        if stop > n:
+            raise DatasetError(f"{url}: entries [{start}, {stop}) outside the file's {n}")
         return arr[start:stop]
     with uproot.open(url) as f:
-        return f[tree].arrays(
-            list(columns) if columns else None,
-            entry_start=start,
-            entry_stop=stop,
-            library="ak",
-        )
+        try:
+            t = f[tree]
+        except KeyError as exc:
+            raise DatasetError(f"{url}: no tree {tree!r}") from exc
+        n = int(t.num_entries)
+        if stop > n:
+            raise DatasetError(f"{url}: entries [{start}, {stop}) outside the file's {n}")
+        return t.arrays(cols, entry_start=start, entry_stop=stop, library="ak")

@@ -1,8 +1,15 @@
 """A synthetic collision dataset and the demo analysis: the dimuon mass, a Z peak over a
-falling background (what a physicist's first look at muon data shows)."""
+falling background (what a physicist's first look at muon data shows).
+
+The files look like a slimmed NanoAOD: a TTree ``Events`` with jagged muon collections
+``Muon_pt``, ``Muon_eta``, ``Muon_phi``, ``Muon_charge`` (sorted by decreasing pt, counted by
+``nMuon``) and the global event number ``event``, so tests can check that every event was
+read exactly once.
+"""
 
 from __future__ import annotations
 
+import io
 import os
 import secrets
 from pathlib import Path
@@ -17,13 +24,38 @@ import yaml
 __all__ = ["DimuonMass", "plot_mass", "write_demo_dataset"]
 
 Z_MASS = 91.1876
+"""GeV, PDG."""
 Z_WIDTH = 2.4952
+"""GeV, PDG: the Breit–Wigner (Cauchy) full width of the generated Z peak."""
 MUON_MASS = 0.10566
+"""GeV."""
 Z_FRACTION = 0.3
+"""Share of Z→μμ events; the rest is background."""
+MASS_RESOLUTION = 1.5
+"""GeV: the Gaussian detector smearing of a Z's mass."""
+
+
+def _z_muons(
+    rng: np.random.Generator, n: int
+) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """``(pt, eta, phi)`` of the first muon of ``n`` Z decays (each shape ``(n,)``); the
+    second has the same pt, ``eta2 = 2*boost - eta`` and ``phi + π``, which the caller sets.
+
+    The Z decays at rest in the transverse plane, back to back, then is boosted along the
+    beam (adds ``boost`` to both rapidities, which keeps the pair's mass for massless muons).
+    """
+    mass = Z_MASS + Z_WIDTH / 2 * rng.standard_cauchy(n)
+    mass = np.clip(mass + rng.normal(0.0, MASS_RESOLUTION, n), 40.0, 200.0)
+    eta_rest = rng.uniform(-1.2, 1.2, n)
+    pt = mass / 2 / np.cosh(eta_rest)
+    phi = rng.uniform(-np.pi, np.pi, n)
+    boost = rng.normal(0.0, 0.6, n)
+    return pt, np.stack([eta_rest + boost, boost - eta_rest]), phi
 
 
 def _events(rng: np.random.Generator, n: int, first: int) -> dict[str, Any]:
-    """``n`` events: Z->mumu (two opposite-charge muons) or background (0-4 muons)."""
+    """``n`` events numbered from ``first``: Z→μμ (two opposite-charge muons) or background
+    (0–4 muons of random charge, a falling exponential pt spectrum, so mostly low masses)."""
     is_z = rng.random(n) < Z_FRACTION
     counts = np.where(is_z, 2, rng.poisson(0.8, n).clip(0, 4))
     total = int(counts.sum())
@@ -31,43 +63,54 @@ def _events(rng: np.random.Generator, n: int, first: int) -> dict[str, Any]:
     eta = rng.uniform(-2.4, 2.4, total)
     phi = rng.uniform(-np.pi, np.pi, total)
     charge = rng.choice(np.array([-1, 1]), total)
-    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
     z_idx = np.flatnonzero(is_z)
     if z_idx.size:
-        # A Z at rest in the transverse plane decaying back to back, with a Breit-Wigner
-        # mass smeared by the detector, boosted along the beam.
-        mass = Z_MASS + Z_WIDTH / 2 * rng.standard_cauchy(z_idx.size)
-        mass = np.clip(mass + rng.normal(0, 1.5, z_idx.size), 40.0, 200.0)
-        theta_eta = rng.uniform(-1.2, 1.2, z_idx.size)
-        p = mass / 2
-        pt_z = p / np.cosh(theta_eta)
-        phi0 = rng.uniform(-np.pi, np.pi, z_idx.size)
-        boost = rng.normal(0, 0.6, z_idx.size)
-        i0 = starts[z_idx]
-        pt[i0], pt[i0 + 1] = pt_z, pt_z
-        eta[i0], eta[i0 + 1] = theta_eta + boost, -theta_eta + boost
-        phi[i0], phi[i0 + 1] = phi0, np.mod(phi0 + 2 * np.pi, 2 * np.pi) - np.pi
+        i0 = (np.cumsum(counts) - counts)[z_idx]
+        z_pt, z_eta, z_phi = _z_muons(rng, z_idx.size)
+        pt[i0], pt[i0 + 1] = z_pt, z_pt
+        eta[i0], eta[i0 + 1] = z_eta[0], z_eta[1]
+        phi[i0], phi[i0 + 1] = z_phi, z_phi + np.pi
         charge[i0], charge[i0 + 1] = -1, 1
+    phi = np.mod(phi + np.pi, 2 * np.pi) - np.pi
+    muons = ak.unflatten(
+        ak.zip(
+            {
+                "pt": pt.astype(np.float32),
+                "eta": eta.astype(np.float32),
+                "phi": phi.astype(np.float32),
+                "charge": charge.astype(np.int32),
+            }
+        ),
+        counts,
+    )
+    muons = muons[ak.argsort(muons["pt"], axis=1, ascending=False, stable=True)]
     return {
         "event": np.arange(first, first + n, dtype=np.int64),
-        "Muon_pt": ak.unflatten(pt.astype(np.float32), counts),
-        "Muon_eta": ak.unflatten(eta.astype(np.float32), counts),
-        "Muon_phi": ak.unflatten(np.mod(phi + np.pi, 2 * np.pi).astype(np.float32) - np.pi, counts),
-        "Muon_charge": ak.unflatten(charge.astype(np.int32), counts),
+        **{f"Muon_{k}": muons[k] for k in ("pt", "eta", "phi", "charge")},
     }
+
+
+def _check_count(name: str, value: Any, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
+        raise ValueError(f"{name}: expected an integer >= {minimum}, got {value!r}")
 
 
 def write_demo_dataset(
     directory: Path, n_events: int = 200_000, n_files: int = 20, seed: int = 1
 ) -> Path:
-    """Write ``n_files`` ROOT files (tree ``Events``) and ``catalog.yaml`` (dataset
-    ``zmumu``, with per-file counts); returns the catalog's path. Deterministic per seed.
-    The catalog is written last, so it never names a file that is not complete."""
-    if n_files < 1:
-        raise ValueError(f"n_files: must be at least 1, got {n_files}")
-    if n_events < n_files:
-        raise ValueError(f"n_events: must be at least n_files ({n_files}), got {n_events}")
+    """Write ``n_files`` ROOT files ``part-000.root``… (tree ``Events``) holding ``n_events``
+    events in all, and ``catalog.yaml`` naming them dataset ``zmumu`` with per-file counts (so
+    it loads without opening the files); returns the catalog's path.
+
+    Deterministic per ``seed`` (the arrays; ROOT files also hold write times). Each file is
+    written to a temporary name and renamed; an old catalog is removed first and the new
+    one written last, so no catalog ever names a missing or half-written file."""
+    _check_count("n_files", n_files, 1)
+    _check_count("n_events", n_events, n_files)
+    _check_count("seed", seed, 0)
     directory.mkdir(parents=True, exist_ok=True)
+    catalog = directory / "catalog.yaml"
+    catalog.unlink(missing_ok=True)
     rng = np.random.default_rng(seed)
     files = []
     first = 0
@@ -75,84 +118,103 @@ def write_demo_dataset(
         n = n_events // n_files + (1 if i < n_events % n_files else 0)
         data = _events(rng, n, first)
         path = directory / f"part-{i:03d}.root"
-        tmp = directory / f".part-{i:03d}.{secrets.token_hex(4)}.tmp"
-        try:
-            with uproot.recreate(tmp) as f:
-                f.mktree(
-                    "Events",
-                    {
-                        "event": np.int64,
-                        "Muon_pt": data["Muon_pt"].type.content,
-                        "Muon_eta": data["Muon_eta"].type.content,
-                        "Muon_phi": data["Muon_phi"].type.content,
-                        "Muon_charge": data["Muon_charge"].type.content,
-                    },
-                    counter_name=lambda _: "nMuon",
-                )
-                f["Events"].extend(data)
-            os.replace(tmp, path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+        _write_tree(data, path)
         files.append({"url": path.name, "n_events": n, "n_bytes": path.stat().st_size})
         first += n
-    catalog = directory / "catalog.yaml"
     doc = {"datasets": {"zmumu": {"tree": "Events", "files": files}}}
-    tmp = directory / f".catalog.{secrets.token_hex(4)}.tmp"
-    tmp.write_text(yaml.safe_dump(doc, sort_keys=False))
-    os.replace(tmp, catalog)
+    _atomic_write(catalog, yaml.safe_dump(doc, sort_keys=False).encode())
     return catalog
+
+
+def _write_tree(data: dict[str, Any], path: Path) -> None:
+    """``data`` as TTree ``Events`` of ``path``, written atomically."""
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    try:
+        with uproot.recreate(tmp) as f:
+            # mktree + extend: since uproot 5.7, f[name] = {...} would write an RNTuple.
+            f.mktree(
+                "Events",
+                {
+                    name: (np.int64 if name == "event" else a.type.content)
+                    for name, a in data.items()
+                },
+                counter_name=lambda _: "nMuon",
+            )
+            f["Events"].extend(data)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def _mass_hist() -> hist.Hist[Any]:
     return hist.Hist.new.Reg(60, 60, 120, name="mass", label="m(μμ) [GeV]").Double()
 
 
+def _np(a: ak.Array) -> np.ndarray[Any, Any]:
+    out: np.ndarray[Any, Any] = ak.to_numpy(a).astype(np.float64)
+    return out
+
+
 class DimuonMass:
-    """The demo processor: the invariant mass of the leading opposite-charge muon pair."""
+    """The demo processor: the invariant mass of each event's leading opposite-charge muon
+    pair (the leading muon and the highest-pt muon of opposite charge), histogrammed in
+    60–120 GeV. Keeps no state, so any split of the events into packets merges to the same
+    result."""
 
     def process(self, events: ak.Array) -> dict[str, Any]:
-        mu = events[ak.num(events["Muon_pt"]) >= 2]
-        pt, eta, phi = mu["Muon_pt"][:, :2], mu["Muon_eta"][:, :2], mu["Muon_phi"][:, :2]
-        charge = mu["Muon_charge"][:, :2]
-        opposite = ak.to_numpy(charge[:, 0] * charge[:, 1] < 0)
-        pt_np = ak.to_numpy(pt).astype(np.float64)[opposite]
-        eta_np = ak.to_numpy(eta).astype(np.float64)[opposite]
-        phi_np = ak.to_numpy(phi).astype(np.float64)[opposite]
-        px, py = pt_np * np.cos(phi_np), pt_np * np.sin(phi_np)
-        pz = pt_np * np.sinh(eta_np)
+        """``{"mass": hist, "n_events": events seen, "n_pairs": pairs found (any mass)}``."""
+        mu = events[ak.num(events["Muon_pt"], axis=1) >= 2]
+        charge = mu["Muon_charge"]
+        opposite = charge[:, 1:] != charge[:, 0]
+        second = {k: ak.firsts(mu[f"Muon_{k}"][:, 1:][opposite]) for k in ("pt", "eta", "phi")}
+        has_pair = ~ak.is_none(second["pt"])
+        pt = np.stack([_np(mu["Muon_pt"][:, 0][has_pair]), _np(ak.drop_none(second["pt"]))])
+        eta = np.stack([_np(mu["Muon_eta"][:, 0][has_pair]), _np(ak.drop_none(second["eta"]))])
+        phi = np.stack([_np(mu["Muon_phi"][:, 0][has_pair]), _np(ak.drop_none(second["phi"]))])
+        px, py, pz = pt * np.cos(phi), pt * np.sin(phi), pt * np.sinh(eta)
         e = np.sqrt(px**2 + py**2 + pz**2 + MUON_MASS**2)
-        m2 = e.sum(1) ** 2 - px.sum(1) ** 2 - py.sum(1) ** 2 - pz.sum(1) ** 2
-        mass = np.sqrt(np.clip(m2, 0, None))
+        m2 = e.sum(0) ** 2 - px.sum(0) ** 2 - py.sum(0) ** 2 - pz.sum(0) ** 2
+        mass = np.sqrt(np.clip(m2, 0.0, None))
         h = _mass_hist()
         h.fill(mass=mass)
         return {"mass": h, "n_events": len(events), "n_pairs": int(mass.size)}
 
     def postprocess(self, accumulator: Any) -> Any:
+        """The merged result, unchanged."""
         return accumulator
 
 
 def plot_mass(h: hist.Hist[Any], path: Path) -> Path:
-    """The dimuon-mass histogram as a PNG (written atomically)."""
-    import io
+    """The dimuon-mass histogram ``h`` as a PNG at ``path`` (written atomically); returns it.
 
-    import matplotlib
+    Uses matplotlib's Agg canvas directly, without pyplot, so it changes no global backend
+    and keeps no figure alive."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
-    edges = h.axes[0].edges
-    ax.stairs(h.values(), edges, fill=True, alpha=0.6)
-    ax.set_xlabel(h.axes[0].label)
-    ax.set_ylabel("pairs per GeV")
+    fig = Figure(figsize=(6, 4))
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    axis = h.axes[0]
+    ax.stairs(h.values(), axis.edges, fill=True, alpha=0.6)
+    ax.set_xlabel(axis.label)
+    widths = np.unique(np.round(axis.widths, 9))
+    ax.set_ylabel(f"pairs / {widths[0]:g} GeV" if widths.size == 1 else "pairs / bin")
     ax.set_title(f"dimuon mass, {int(h.sum()):,} pairs")
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100)
-    plt.close(fig)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(buf.getvalue())
-    os.replace(tmp, path)
+    _atomic_write(path, buf.getvalue())
     return path

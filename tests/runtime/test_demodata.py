@@ -1,0 +1,176 @@
+"""The demo dataset and analysis: deterministic files, a Z peak, and a result that does not
+depend on how the events were split into packets."""
+
+from __future__ import annotations
+
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import awkward as ak
+import numpy as np
+import pytest
+import uproot
+import yaml
+
+from datasched.runtime.dataset import Dataset, load_catalog, open_dataset, read_events
+from datasched.runtime.demodata import DimuonMass, plot_mass, write_demo_dataset
+from datasched.runtime.processor import merge_all
+
+N_EVENTS = 2_000
+N_FILES = 3
+
+
+@pytest.fixture(scope="module")
+def catalog(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2,000-event demo dataset in three files (not to be modified by tests)."""
+    return write_demo_dataset(
+        tmp_path_factory.mktemp("data"), n_events=N_EVENTS, n_files=N_FILES, seed=11
+    )
+
+
+def all_events(ds: Dataset) -> ak.Array:
+    return ak.concatenate([read_events(f.url, f.tree, 0, f.n_events) for f in ds.files])
+
+
+def process_range(ds: Dataset, start: int, stop: int) -> Any:
+    """Process ``[start, stop)`` piece by piece (one piece per file touched), merged."""
+    proc = DimuonMass()
+    parts = []
+    for i, a, b in ds.locate(start, stop):
+        f = ds.files[i]
+        parts.append(proc.process(read_events(f.url, f.tree, a, b)))
+    return merge_all(parts)
+
+
+def test_files_and_catalog(catalog: Path) -> None:
+    doc = yaml.safe_load(catalog.read_text())
+    ds = load_catalog(catalog)["zmumu"]
+    assert [f["url"] for f in doc["datasets"]["zmumu"]["files"]] == [
+        "part-000.root",
+        "part-001.root",
+        "part-002.root",
+    ]
+    assert sorted(p.name for p in catalog.parent.iterdir()) == [
+        "catalog.yaml",
+        "part-000.root",
+        "part-001.root",
+        "part-002.root",
+    ]
+    # The catalog's counts are the files' own.
+    opened = open_dataset("zmumu", [f.url for f in ds.files], "Events")
+    assert opened == ds and [f.n_events for f in ds.files] == [667, 667, 666]
+    with uproot.open(ds.files[0].url) as f:
+        tree = f["Events"]
+        assert tree.keys() == ["event", "nMuon", "Muon_pt", "Muon_eta", "Muon_phi", "Muon_charge"]
+        assert tree.typenames() == {
+            "event": "int64_t",
+            "nMuon": "int32_t",
+            "Muon_pt": "float[]",
+            "Muon_eta": "float[]",
+            "Muon_phi": "float[]",
+            "Muon_charge": "int32_t[]",
+        }
+    events = all_events(ds)
+    assert events["event"].to_list() == list(range(N_EVENTS))
+    n = ak.num(events["Muon_pt"])
+    assert ak.all(events["nMuon"] == n) and ak.min(n) == 0 and ak.max(n) <= 4
+    assert ak.all(ak.num(events["Muon_charge"]) == n)
+    assert set(ak.flatten(events["Muon_charge"]).to_list()) == {-1, 1}
+    assert ak.all(events["Muon_pt"][:, :-1] >= events["Muon_pt"][:, 1:])  # sorted by pt
+    assert ak.all(abs(events["Muon_phi"]) <= np.pi + 1e-6)
+
+
+def test_same_seed_same_events(tmp_path: Path, catalog: Path) -> None:
+    again = write_demo_dataset(tmp_path / "a", n_events=N_EVENTS, n_files=N_FILES, seed=11)
+    other = write_demo_dataset(tmp_path / "b", n_events=N_EVENTS, n_files=N_FILES, seed=12)
+    ref = all_events(load_catalog(catalog)["zmumu"])
+    assert all_events(load_catalog(again)["zmumu"]).to_list() == ref.to_list()
+    assert all_events(load_catalog(other)["zmumu"]).to_list() != ref.to_list()
+
+
+def test_the_mass_has_a_z_peak(catalog: Path) -> None:
+    ds = load_catalog(catalog)["zmumu"]
+    result = DimuonMass().process(all_events(ds))
+    h = result["mass"]
+    assert (h.axes[0].name, h.axes[0].label, h.axes[0].size) == ("mass", "m(μμ) [GeV]", 60)
+    assert tuple(h.axes[0].edges[[0, -1]]) == (60, 120)
+    peak = h.axes[0].centers[int(np.argmax(h.values()))]
+    assert 88 <= peak <= 94
+    assert result["n_events"] == N_EVENTS
+    assert h.sum(flow=True) == result["n_pairs"]
+    # About 30% of events are Z decays; most pairs land near the peak.
+    assert 0.25 * N_EVENTS < result["n_pairs"] < 0.5 * N_EVENTS
+    assert h[80j:100j].sum() > 0.7 * h.sum()
+    assert DimuonMass().postprocess(result) is result
+
+
+def test_piecewise_processing_merges_to_the_whole(catalog: Path) -> None:
+    ds = load_catalog(catalog)["zmumu"]
+    whole = process_range(ds, 0, N_EVENTS)
+    for cuts in ([0, 1, 500, 667, 668, 1333, 1999, N_EVENTS], list(range(0, N_EVENTS + 1, 125))):
+        merged = merge_all(process_range(ds, a, b) for a, b in pairwise(cuts))
+        assert merged["mass"].values().tolist() == whole["mass"].values().tolist()
+        assert merged["mass"].sum(flow=True) == whole["mass"].sum(flow=True)
+        assert (merged["n_events"], merged["n_pairs"]) == (N_EVENTS, whole["n_pairs"])
+
+
+def test_packets_without_pairs(catalog: Path) -> None:
+    f = load_catalog(catalog)["zmumu"].files[0]
+    events = read_events(f.url, f.tree, 0, 50)
+    single = events[ak.num(events["Muon_pt"]) < 2]
+    for packet in (events[:0], single):
+        result = DimuonMass().process(packet)
+        assert (result["n_events"], result["n_pairs"]) == (len(packet), 0)
+        assert result["mass"].sum() == 0
+    same_sign = ak.zip(
+        {
+            "Muon_pt": [[50.0, 40.0, 30.0]],
+            "Muon_eta": [[0.0, 0.0, 0.0]],
+            "Muon_phi": [[0.0, np.pi, np.pi]],
+            "Muon_charge": [[1, 1, -1]],
+        },
+        depth_limit=1,
+    )
+    # The leading muon pairs with the highest-pt muon of opposite charge: m = 2√(50·30).
+    result = DimuonMass().process(same_sign)
+    assert result["n_pairs"] == 1
+    assert result["mass"].axes[0].index(2 * np.sqrt(50 * 30)) == int(
+        np.argmax(result["mass"].values())
+    )
+
+
+def test_argument_checks_and_rewriting(tmp_path: Path) -> None:
+    for kwargs, name in (
+        ({"n_events": 1, "n_files": 2}, "n_events"),
+        ({"n_files": 0}, "n_files"),
+        ({"n_events": 10, "n_files": 1.5}, "n_files"),
+        ({"seed": -1}, "seed"),
+    ):
+        with pytest.raises(ValueError, match=f"^{name}: expected an integer"):
+            write_demo_dataset(tmp_path / "x", **kwargs)  # type: ignore[arg-type]
+    assert not (tmp_path / "x").exists()
+    d = tmp_path / "d"
+    write_demo_dataset(d, n_events=40, n_files=4)
+    catalog = write_demo_dataset(d, n_events=30, n_files=2)  # fewer files: the catalog says so
+    ds = load_catalog(catalog)["zmumu"]
+    assert [Path(f.url).name for f in ds.files] == ["part-000.root", "part-001.root"]
+    assert ds.n_events == 30 and all_events(ds)["event"].to_list() == list(range(30))
+    assert not list(d.glob(".*"))  # no temporary files left
+
+
+def test_default_size_is_small(tmp_path: Path) -> None:
+    catalog = write_demo_dataset(tmp_path)
+    ds = load_catalog(catalog)["zmumu"]
+    assert (ds.n_events, len(ds.files)) == (200_000, 20)
+    assert ds.n_bytes < 30e6
+    assert ds.n_bytes == sum(p.stat().st_size for p in tmp_path.glob("part-*.root"))
+
+
+def test_plot_mass(tmp_path: Path, catalog: Path) -> None:
+    ds = load_catalog(catalog)["zmumu"]
+    h = DimuonMass().process(all_events(ds))["mass"]
+    path = plot_mass(h, tmp_path / "plots" / "mass.png")
+    assert path == tmp_path / "plots" / "mass.png"
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert [p.name for p in path.parent.iterdir()] == ["mass.png"]
