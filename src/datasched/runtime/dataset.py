@@ -29,6 +29,7 @@ __all__ = [
     "load_catalog",
     "open_dataset",
     "read_events",
+    "read_yaml",
 ]
 
 CATALOG_DATASET_KEYS = frozenset({"tree", "files"})
@@ -197,6 +198,21 @@ def _open_file(url: str, tree: str) -> FileEntry:
     return FileEntry(url, tree, n, size)
 
 
+def read_yaml(path: Path, error: type[ValueError], *, missing: str = "no such file") -> Any:
+    """The YAML document in ``path``; ``error`` naming the file (and the line) if it cannot
+    be read or parsed. Shared by catalogs and jobs files."""
+    try:
+        return yaml.safe_load(path.read_text())
+    except FileNotFoundError as exc:
+        raise error(f"{path}: {missing}") from exc
+    except OSError as exc:
+        raise error(f"{path}: cannot read: {exc}") from exc
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f" (line {mark.line + 1})" if mark is not None else ""
+        raise error(f"{path}{line}: not valid YAML: {exc}") from exc
+
+
 def load_catalog(path: Path) -> dict[str, Dataset]:
     """The datasets of a YAML catalog, by name::
 
@@ -209,16 +225,7 @@ def load_catalog(path: Path) -> dict[str, Dataset]:
     n_bytes:}``, whose file is then not opened (with ``url`` alone it is). File order is kept.
     """
     where = str(path)
-    try:
-        doc = yaml.safe_load(path.read_text())
-    except FileNotFoundError as exc:
-        raise CatalogError(f"{where}: no such catalog") from exc
-    except OSError as exc:
-        raise CatalogError(f"{where}: cannot read: {exc}") from exc
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f" (line {mark.line + 1})" if mark is not None else ""
-        raise CatalogError(f"{where}{line}: not valid YAML: {exc}") from exc
+    doc = read_yaml(path, CatalogError, missing="no such catalog")
     if not isinstance(doc, Mapping):
         raise CatalogError(f"{where}: expected a mapping with a 'datasets' field")
     datasets = doc.get("datasets")

@@ -25,8 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from datasched.runtime.dataset import (
     CatalogError,
     Dataset,
@@ -34,6 +32,7 @@ from datasched.runtime.dataset import (
     expand_files,
     load_catalog,
     open_dataset,
+    read_yaml,
 )
 from datasched.runtime.processor import OUTPUT_SUFFIXES, ProcessorError, load_processor
 
@@ -90,16 +89,7 @@ def load_jobs(path: Path) -> list[JobSpec]:
 
     Raises :class:`JobSpecError` for the first problem found, before anything is started."""
     where = str(path)
-    try:
-        doc = yaml.safe_load(path.read_text())
-    except FileNotFoundError as exc:
-        raise JobSpecError(f"{where}: no such file") from exc
-    except OSError as exc:
-        raise JobSpecError(f"{where}: cannot read: {exc}") from exc
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f" (line {mark.line + 1})" if mark is not None else ""
-        raise JobSpecError(f"{where}{line}: not valid YAML: {exc}") from exc
+    doc = read_yaml(path, JobSpecError)
     if not isinstance(doc, Mapping):
         raise JobSpecError(f"{where}: expected a mapping with a 'jobs' list")
     unknown = sorted(map(str, set(doc) - TOP_KEYS))
