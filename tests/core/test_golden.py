@@ -13,8 +13,15 @@ from typing import Any
 
 import pytest
 
-from datasched.core.actions import Action, JobCompleted, Preempt, Start, WakeAt
-from datasched.core.events import Event, JobArrived, SubjobFinished, SubjobStopped, Tick
+from datasched.core.actions import Action, JobCompleted, Preempt, Shrink, Start, WakeAt
+from datasched.core.events import (
+    Event,
+    JobArrived,
+    SubjobFinished,
+    SubjobShrunk,
+    SubjobStopped,
+    Tick,
+)
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import ClusterSpec, CostModel, Job
 from datasched.core.scheduler import Scheduler
@@ -47,6 +54,8 @@ def fmt_event(ev: Event) -> str:
         return f"{t} finish subjob {ev.subjob_id} on {ev.node} +cache {ranges(ev.cache_added)}"
     if isinstance(ev, SubjobStopped):
         return f"{t} stopped subjob {ev.subjob_id} on {ev.node} left {ranges(ev.remaining)}"
+    if isinstance(ev, SubjobShrunk):
+        return f"{t} shrunk subjob {ev.subjob_id} on {ev.node} released {ranges(ev.released)}"
     if isinstance(ev, Tick):
         return f"{t} tick"
     return f"{t} {ev!r}"
@@ -61,6 +70,8 @@ def fmt_action(a: Action) -> str:
         )
     if isinstance(a, Preempt):
         return f"    -> preempt subjob {a.subjob_id} on {a.node}"
+    if isinstance(a, Shrink):
+        return f"    -> shrink subjob {a.subjob_id} on {a.node}: release {ranges(a.release)}"
     if isinstance(a, JobCompleted):
         return f"    -> job {a.job_id} completed"
     if isinstance(a, WakeAt):

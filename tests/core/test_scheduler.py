@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from datasched.core.actions import JobCompleted, Preempt, Start
-from datasched.core.events import JobArrived, SubjobFinished, SubjobStopped
+from datasched.core.actions import JobCompleted, Preempt, Shrink, Start
+from datasched.core.events import JobArrived, SubjobFinished, SubjobShrunk, SubjobStopped
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import ClusterSpec, CostModel, Job, Pipelining
 from datasched.core.scheduler import Scheduler, SchedulerError
@@ -176,13 +176,18 @@ def test_splitting_table1_scenario() -> None:
     assert resumed.subjob.data == remaining and resumed.node == 0
     # Node 1 ends its half; nothing waits, so the largest running subjob is split.
     actions = s.handle(SubjobFinished(400.0, a1.subjob.subjob_id, 1))
-    (pre,) = [a for a in actions if isinstance(a, Preempt)]
-    assert pre.node == 0
+    (shrink,) = [a for a in actions if isinstance(a, Shrink)]
+    assert shrink.node == 0 and shrink.subjob_id == resumed.subjob.subjob_id
     rest = remaining - remaining.head(390)[0]  # 312 s at 0.8 s per event
-    keep, give = starts(s.handle(SubjobStopped(400.0, pre.subjob_id, 0, rest)))
-    assert (keep.node, give.node) == (0, 1)
-    assert keep.subjob.data | give.subjob.data == rest
-    assert keep.subjob.data.length == give.subjob.data.length == 50
+    # The running subjob keeps the first half of what is left and goes on; no restart.
+    _, give = rest.head(50)
+    assert shrink.release == give
+    (moved,) = starts(s.handle(SubjobShrunk(400.0, shrink.subjob_id, 0, give)))
+    assert moved.node == 1 and moved.subjob.data == give and moved.subjob.preemptible
+    assert s.running[0].subjob.data == remaining - give
+    assert s.running[0].subjob.subjob_id == resumed.subjob.subjob_id
+    # Both halves end together: 100 events at 0.8 s, 50 each.
+    assert s.running[0].end_s == s.running[1].end_s == 440.0
 
 
 def test_cache_splitting_sends_cached_pieces_to_their_nodes() -> None:

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from datasched.core.intervals import IntervalSet
 from datasched.core.model import Subjob
 
-__all__ = ["Action", "JobCompleted", "Preempt", "Start", "WakeAt"]
+__all__ = ["Action", "JobCompleted", "Preempt", "Shrink", "Start", "WakeAt"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +40,21 @@ class Preempt:
 
 
 @dataclass(frozen=True, slots=True)
+class Shrink:
+    """Take ``release`` away from the subjob running on ``node``, which goes on with the rest.
+
+    The engine gives up what it has neither processed nor started (at once in the simulator,
+    the packets not yet sent in the runtime) and answers with SubjobShrunk naming exactly
+    that, before any other event of the subjob. A split is a Shrink plus a Start of what was
+    released on another node: the kept part runs on without a stop and a restart.
+    """
+
+    subjob_id: int
+    node: int
+    release: IntervalSet
+
+
+@dataclass(frozen=True, slots=True)
 class WakeAt:
     """Send a Tick at ``time`` (or as soon after as the engine can)."""
 
@@ -57,4 +73,4 @@ class JobCompleted:
     scheduling); -1 when it never held the job back."""
 
 
-Action = Start | Preempt | WakeAt | JobCompleted
+Action = Start | Preempt | Shrink | WakeAt | JobCompleted

@@ -199,7 +199,10 @@ class NodeCache:
 
     def touch(self, data: IntervalSet, stamp: float) -> None:
         """Record that ``data`` was read at ``stamp`` (refreshes LRU keys of cached parts)."""
-        hit = self.lookup(data)
+        self.refresh(self.lookup(data), stamp)
+
+    def refresh(self, hit: IntervalSet, stamp: float) -> None:
+        """:meth:`touch` for data known to be cached whole (read under a pin): no lookup."""
         for a, b in hit:
             self._split_at(a)
             self._split_at(b)
@@ -218,8 +221,14 @@ class NodeCache:
         What cannot be made room for (everything else pinned) is not cached: the earliest events
         of ``data`` that fit are kept.
         """
-        self.touch(data, stamp)
-        new = data - self.lookup(data)
+        hit = self.lookup(data)
+        if hit:
+            self.refresh(hit, stamp)
+            new = data - hit
+            if not new:
+                return _EMPTY, _EMPTY
+        else:
+            new = data
         if not new:
             return _EMPTY, _EMPTY
         evicted = _EMPTY
@@ -326,12 +335,16 @@ class NodeCache:
             key, _, start, stop = entry
             if not self._live(key, start, stop):
                 continue
-            free = IntervalSet.range(start, stop) - protect if protect else None
-            if free is None:
-                self._remove_range(start, stop)
+            if not protect.clip(start, stop):
+                # The whole extent goes (the common case): no cutting needed.
+                i = bisect_left(self._starts, start)
+                del self._starts[i], self._stops[i], self._keys[i]
+                self._used -= stop - start
+                self._content = None
                 evicted.append((start, stop))
                 need -= stop - start
                 continue
+            free = IntervalSet.range(start, stop) - protect
             if not free:
                 deferred.append(entry)
                 continue

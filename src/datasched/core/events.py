@@ -17,6 +17,7 @@ __all__ = [
     "JobArrived",
     "NodeLost",
     "SubjobFinished",
+    "SubjobShrunk",
     "SubjobStopped",
     "Tick",
 ]
@@ -63,6 +64,17 @@ class SubjobStopped:
 
 
 @dataclass(frozen=True, slots=True)
+class SubjobShrunk:
+    """The answer to a Shrink: ``released`` (part of what was asked, possibly less, possibly
+    nothing) was taken from the subjob, which goes on with the rest of its data."""
+
+    time: float
+    subjob_id: int
+    node: int
+    released: IntervalSet
+
+
+@dataclass(frozen=True, slots=True)
 class CacheChanged:
     """A node's cache changed outside any subjob (a worker restart, an operator's purge)."""
 
@@ -89,4 +101,4 @@ class Tick:
     time: float
 
 
-Event = JobArrived | SubjobFinished | SubjobStopped | CacheChanged | NodeLost | Tick
+Event = JobArrived | SubjobFinished | SubjobStopped | SubjobShrunk | CacheChanged | NodeLost | Tick

@@ -6,14 +6,16 @@ A :class:`Policy` decides; the scheduler keeps the books so that the subjobs of 
 always partition what is left of it, which is what makes "every event processed exactly once"
 hold whatever the policy does.
 
-Splitting or suspending a running subjob is a two-step exchange, the same in every engine: the
-scheduler sends Preempt, the engine answers SubjobStopped with the unprocessed remainder (at
-once in the simulator, at a packet boundary in the runtime), and the continuation the policy
-gave with the Preempt decides where that remainder goes.
+Suspending a running subjob is a two-step exchange, the same in every engine: the scheduler
+sends Preempt, the engine answers SubjobStopped with the unprocessed remainder (at once in the
+simulator, at a packet boundary in the runtime), and the continuation the policy gave with the
+Preempt decides where that remainder goes. Splitting one is the same exchange with Shrink and
+SubjobShrunk: the engine gives up part of what is left and the subjob runs on with the rest.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
 from bisect import bisect_left, insort
@@ -22,7 +24,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from datasched.core.actions import Action, JobCompleted, Preempt, Start, WakeAt
+from datasched.core.actions import Action, JobCompleted, Preempt, Shrink, Start, WakeAt
 from datasched.core.cache import CacheDirectory
 from datasched.core.events import (
     CacheChanged,
@@ -30,6 +32,7 @@ from datasched.core.events import (
     JobArrived,
     NodeLost,
     SubjobFinished,
+    SubjobShrunk,
     SubjobStopped,
     Tick,
 )
@@ -82,6 +85,19 @@ class Running:
     start_s: float
     s_per_event: float
     stopping: bool = False
+    """A Preempt is on its way: the subjob is leaving the node."""
+    shrinking: bool = False
+    """A Shrink is on its way: part of the subjob is being taken away."""
+    end_s: float = 0.0
+    """Estimated end: ``start_s`` plus its events at ``s_per_event``."""
+
+    def __post_init__(self) -> None:
+        self.end_s = self.start_s + self.subjob.data.length * self.s_per_event
+
+    @property
+    def settled(self) -> bool:
+        """No Preempt or Shrink is waiting for its answer (the subjob may be asked again)."""
+        return not (self.stopping or self.shrinking)
 
     def estimated_done(self, now: float) -> int:
         if self.s_per_event <= 0:
@@ -205,6 +221,8 @@ class Scheduler:
             self._on_finished(event)
         elif isinstance(event, SubjobStopped):
             self._on_stopped(event)
+        elif isinstance(event, SubjobShrunk):
+            self._on_shrunk(event)
         elif isinstance(event, CacheChanged):
             self.directory.remove(event.node, event.evicted)
             self.directory.add(event.node, event.added)
@@ -252,7 +270,10 @@ class Scheduler:
         while heap:
             neg_end, node, subjob_id = heap[0]
             r = self.running.get(node)
-            if r is None or r.subjob.subjob_id != subjob_id or r.stopping:
+            if r is None or r.subjob.subjob_id != subjob_id or not r.settled:
+                heapq.heappop(heap)  # gone, or asked already (a shrunk one is pushed again)
+                continue
+            if r.end_s != -neg_end:
                 heapq.heappop(heap)
                 continue
             return node if -neg_end > self.now else None
@@ -270,7 +291,9 @@ class Scheduler:
                 entry = heapq.heappop(heap)
                 neg_end, node, subjob_id = entry
                 r = self.running.get(node)
-                if r is None or r.subjob.subjob_id != subjob_id or r.stopping:
+                if r is None or r.subjob.subjob_id != subjob_id or not r.settled:
+                    continue  # gone, or asked already (a shrunk one is pushed again)
+                if r.end_s != -neg_end:
                     continue
                 taken.append(entry)
                 if not visit(node, -neg_end - self.now):
@@ -320,9 +343,9 @@ class Scheduler:
         if js.first_start_s is None:
             js.first_start_s = self.now
         js.running_nodes.add(node)
-        spe = self.s_per_event_on(node, sj.data)
-        self.running[node] = Running(sj, node, self.now, spe)
-        heapq.heappush(self._by_end, (-(self.now + sj.data.length * spe), node, sj.subjob_id))
+        r = Running(sj, node, self.now, self.s_per_event_on(node, sj.data))
+        self.running[node] = r
+        heapq.heappush(self._by_end, (-r.end_s, node, sj.subjob_id))
         self.policy.started(self, sj, node)
         self._out.append(
             Start(
@@ -365,8 +388,8 @@ class Scheduler:
         remainder is suspended at the front of its job.
         """
         r = self.running[node]
-        if r.stopping:
-            raise SchedulerError(f"node {node} is already being preempted")
+        if not r.settled:
+            raise SchedulerError(f"node {node} is already being preempted or shrunk")
         r.stopping = True
         if then is not None:
             self._continuations[r.subjob.subjob_id] = then
@@ -434,11 +457,10 @@ class Scheduler:
     def wake_at(self, time: float) -> None:
         self._out.append(WakeAt(time=time))
 
-    def balanced_share(self, node: int, target: int) -> float:
-        """Fraction of what remains on ``node`` to move to ``target`` so both end together."""
-        r = self.running[node]
-        _, rest = r.subjob.data.head(r.estimated_done(self.now))
-        keep_s = r.s_per_event
+    def balanced_share(self, node: int, target: int, rest: IntervalSet) -> float:
+        """Fraction of ``rest`` (what remains on ``node``) to move to ``target`` so both end
+        together."""
+        keep_s = self.running[node].s_per_event
         give_s = self.s_per_event_on(target, rest)
         return keep_s / (keep_s + give_s)
 
@@ -453,45 +475,48 @@ class Scheduler:
         By default the tail of what remains moves, sized so both parts end at about the same
         time (equal halves when both read at the same speed: ponce-hersch Table 1). ``pick``
         chooses the moved part instead (cache-oriented splitting moves what ``target``
-        caches). Returns False, doing nothing, when the estimated remainder is too small.
+        caches), unless it leaves either side less than the minimal subjob. Returns False,
+        doing nothing, when the estimated remainder is too small.
+
+        The running subjob is shrunk, not stopped: it goes on with what it keeps, and what
+        the engine releases starts on ``target`` as a new, preemptible subjob.
         """
         r = self.running[node]
-        if r.stopping:
+        if not r.settled:
             return False
-        left = r.estimated_remaining(self.now)
-        share = self.balanced_share(node, target)
         minimum = self.min_subjob_events
-        if pick is None and min(left * share, left * (1 - share)) < minimum:
-            return False
+        _, rest = r.subjob.data.head(r.estimated_done(self.now))
+        left = rest.length
         if left < 2 * minimum:
+            return False
+        give = pick(rest) if pick is not None else IntervalSet()
+        if give.length < minimum or left - give.length < minimum:
+            # A split leaves work on both nodes; moving everything could ping-pong.
+            share = self.balanced_share(node, target, rest)
+            give = self.cut(rest, left - round(left * share))[1]
+        if give.length < minimum or left - give.length < minimum:
             return False
         self.reserve(target)
         origin = r.subjob
         self._split_targets[origin.subjob_id] = target
 
-        def then(remaining: IntervalSet) -> None:
+        def then(released: IntervalSet) -> None:
             del self._split_targets[origin.subjob_id]
-            js = self.jobs[origin.job_id]
-            give = pick(remaining) if pick is not None else IntervalSet()
-            if give.length < minimum or remaining.length - give.length < minimum:
-                # A split leaves work on both nodes; moving everything could ping-pong.
-                give = self.cut(remaining, remaining.length - round(remaining.length * share))[1]
-            keep = remaining - give
-            if give.length < minimum or keep.length < minimum:
-                # The estimate was off: no split. Not offering the target again now keeps
-                # the policy from asking for the same split in a loop.
+            if not released:
+                # The estimate was off (it had been processed): no split. Not offering the
+                # target again now keeps the policy from asking for the same split in a loop.
                 self.release(target, offer=False)
-                if remaining:
-                    self.start(self.new_subjob(js, remaining, cached_on=origin.cached_on), node)
                 return
-            self.start(self.new_subjob(js, keep, cached_on=origin.cached_on), node)
+            js = self.jobs[origin.job_id]
             # The moved part keeps naming the node that caches it (its queue of origin, for
             # out-of-order scheduling), unless the target caches it itself.
-            on_target = target if give.issubset(self.directory.content(target)) else None
-            cached_on = on_target if on_target is not None else origin.cached_on
-            self.start(self.new_subjob(js, give, cached_on=cached_on, preemptible=True), target)
+            on_target = released.issubset(self.directory.content(target))
+            cached_on = target if on_target else origin.cached_on
+            self.start(self.new_subjob(js, released, cached_on=cached_on, preemptible=True), target)
 
-        self.preempt(node, then)
+        r.shrinking = True
+        self._continuations[origin.subjob_id] = then
+        self._out.append(Shrink(subjob_id=origin.subjob_id, node=node, release=give))
         return True
 
     # -- event handlers -----------------------------------------------------------------------
@@ -508,6 +533,27 @@ class Scheduler:
 
     def _on_finished(self, ev: SubjobFinished) -> None:
         self._subjob_left(ev.node, ev.subjob_id, None, ev.cache_added, ev.cache_evicted)
+
+    def _on_shrunk(self, ev: SubjobShrunk) -> None:
+        r = self.running.get(ev.node)
+        if r is None or r.subjob.subjob_id != ev.subjob_id:
+            # It left the node first (a lost worker's packets): its continuation took what
+            # was left then, and an engine cannot release anything from it any more.
+            if ev.released:
+                raise SchedulerError(f"subjob {ev.subjob_id} released events after it left")
+            return
+        if not r.shrinking:
+            raise SchedulerError(f"subjob {ev.subjob_id} on node {ev.node} was not being shrunk")
+        sj = r.subjob
+        if not ev.released.issubset(sj.data):
+            raise SchedulerError(f"subjob {ev.subjob_id}: released events are not part of its data")
+        r.shrinking = False
+        if ev.released:
+            r.subjob = dataclasses.replace(sj, data=sj.data - ev.released)
+            self.jobs[sj.job_id].live[sj.subjob_id] = r.subjob
+            r.end_s = r.start_s + r.subjob.data.length * r.s_per_event
+        heapq.heappush(self._by_end, (-r.end_s, ev.node, sj.subjob_id))
+        self._continuations.pop(sj.subjob_id)(ev.released)
 
     def _on_stopped(self, ev: SubjobStopped) -> None:
         self._subjob_left(ev.node, ev.subjob_id, ev.remaining, ev.cache_added, ev.cache_evicted)

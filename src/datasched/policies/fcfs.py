@@ -38,9 +38,7 @@ def _multi_node_jobs(sched: Scheduler) -> list[JobState]:
     """Jobs running on two or more nodes (none of them being preempted), in arrival order."""
     out = []
     for js in sched.jobs.values():
-        if len(js.running_nodes) >= 2 and all(
-            not sched.running[n].stopping for n in js.running_nodes
-        ):
+        if len(js.running_nodes) >= 2 and all(sched.running[n].settled for n in js.running_nodes):
             out.append(js)
     return out
 

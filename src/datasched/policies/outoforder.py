@@ -93,7 +93,7 @@ class OutOfOrder(Policy):
                 sched.start(sj, holder)
                 continue
             r = sched.running.get(holder)
-            if r is not None and not r.stopping and r.subjob.cached_on != holder:
+            if r is not None and r.settled and r.subjob.cached_on != holder:
                 self._displace(sched, holder, sj)
             else:
                 self.node_queues[holder].append(sj)
@@ -188,7 +188,7 @@ class OutOfOrder(Policy):
         """When ``node`` is estimated to have done its subjob and its queue (queued work is
         cached there: cache speed). Constant while neither changes."""
         r = sched.running.get(node)
-        end = r.start_s + r.subjob.data.length * r.s_per_event if r is not None else sched.now
+        end = r.end_s if r is not None else sched.now
         queued = sum(sj.data.length for sj in self.node_queues[node])
         return end + queued * self._s_cache
 
@@ -252,7 +252,7 @@ class OutOfOrder(Policy):
             sched.start(sched.new_subjob(js, give, cached_on=best, preemptible=True), node)
             return
         r = sched.running[best]
-        if not r.stopping:
+        if r.settled:
             sched.split_running(best, node)
 
     def wants_replica(self, sched: Scheduler, sj: Subjob, node: int) -> bool:

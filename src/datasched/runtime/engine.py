@@ -12,6 +12,8 @@ carries out the core's actions:
   packets per worker: the next one's file is fetched while the current one computes.
 * ``Preempt(node)``: no more packets; once those in flight return, the core learns what was
   really processed (``SubjobStopped`` with the exact remainder).
+* ``Shrink(node, release)``: what is asked and not yet sent as a packet is taken from the
+  node's work at once (``SubjobShrunk``); the node goes on with the rest without a pause.
 * Cache changes reported by packets become ``CacheChanged`` events, so the core's cache
   directory stays true.
 
@@ -27,6 +29,7 @@ returns, and each event range at most once (checked), so no event is lost or cou
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import math
 import time
@@ -39,13 +42,14 @@ from typing import Any, Protocol
 
 from distributed import Client, Future
 
-from datasched.core.actions import Action, JobCompleted, Preempt, Start, WakeAt
+from datasched.core.actions import Action, JobCompleted, Preempt, Shrink, Start, WakeAt
 from datasched.core.events import (
     CacheChanged,
     Event,
     JobArrived,
     NodeLost,
     SubjobFinished,
+    SubjobShrunk,
     SubjobStopped,
     Tick,
 )
@@ -381,12 +385,27 @@ class RuntimeEngine:
             if node.subjob is not None and node.subjob.subjob_id == action.subjob_id:
                 node.stopping = True
                 self._feed(action.node)
+        elif isinstance(action, Shrink):
+            self._emit(self._shrink(action))
         elif isinstance(action, WakeAt):
             self._ticks.append(action.time)
         elif isinstance(action, JobCompleted):
             self._complete(self._jobs[action.job_id])
 
     # -- packets ------------------------------------------------------------------------------
+
+    def _shrink(self, action: Shrink) -> SubjobShrunk:
+        """Give up what was asked of the packets not yet sent; those in flight go on, and so
+        does the subjob with what it keeps (no pause, unlike a Preempt)."""
+        node = self.nodes[action.node]
+        sj = node.subjob
+        released = _EMPTY
+        if sj is not None and sj.subjob_id == action.subjob_id and not node.stopping:
+            released = action.release & node.todo
+            if released:
+                node.todo = node.todo - released
+                node.subjob = dataclasses.replace(sj, data=sj.data - released)
+        return SubjobShrunk(self.now(), action.subjob_id, action.node, released)
 
     def _packet_events(self, node: _Node) -> int:
         """PROOF-style size: about ``packet_target_s`` of work, halving near the end."""

@@ -7,11 +7,12 @@ storage), each with its time per event from the cost model, so its end time, and
 exactly how many events it has processed, follow in closed form (ponce-hersch §2.3, DESIGN.md).
 Node caches (:class:`~datasched.core.cache.NodeCache`) are the world's truth; what a subjob
 read goes into its node's cache when it stops or ends, and the change is reported to the
-scheduler with that event. Preempt is answered at once, inside the same instant.
+scheduler with that event. Preempt and Shrink are answered at once, inside the same instant.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
 import time
@@ -19,9 +20,16 @@ from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from datasched.core.actions import Action, JobCompleted, Preempt, Start, WakeAt
+from datasched.core.actions import Action, JobCompleted, Preempt, Shrink, Start, WakeAt
 from datasched.core.cache import LRU, CacheDirectory, NodeCache, Replacement
-from datasched.core.events import Event, JobArrived, SubjobFinished, SubjobStopped, Tick
+from datasched.core.events import (
+    Event,
+    JobArrived,
+    SubjobFinished,
+    SubjobShrunk,
+    SubjobStopped,
+    Tick,
+)
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import ClusterSpec, Job, Source, Subjob
 from datasched.core.scheduler import Scheduler
@@ -202,6 +210,8 @@ class SimEngine:
             self._start(action)
         elif isinstance(action, Preempt):
             return self._dispatch(self._leave(action.node, finished=False))
+        elif isinstance(action, Shrink):
+            return self._dispatch(self._shrink(action))
         elif isinstance(action, WakeAt):
             heapq.heappush(self._heap, (max(action.time, self.now), next(self._seq), _TICK, 0, 0))
         elif isinstance(action, JobCompleted):
@@ -262,6 +272,43 @@ class SimEngine:
         self._runs[node] = run
         heapq.heappush(self._heap, (self.now + total, next(self._seq), _FINISH, node, run.version))
 
+    def _shrink(self, action: Shrink) -> SubjobShrunk:
+        """Take what was asked, less what is processed or in progress, from a running subjob;
+        it goes on with the rest, its finish moved earlier."""
+        node = action.node
+        run = self._runs[node]
+        if run is None or run.subjob.subjob_id != action.subjob_id:
+            raise RuntimeError(f"node {node} is not running subjob {action.subjob_id}")
+        segments = run.segments
+        k, part = _position(run, self.now - run.start_s)
+        released = _EMPTY
+        if k < len(segments):
+            # Segments are in ascending event order: everything after the event in progress
+            # is untouched.
+            in_progress = segments[k][0] + part
+            released = (action.release & run.subjob.data).split_at(in_progress + 1)[1]
+        if not released:
+            return SubjobShrunk(self.now, action.subjob_id, node, _EMPTY)
+        kept = segments[:k]
+        ends = run.ends[:k]
+        total = ends[-1] if ends else 0.0
+        for a, b, per, src, peer in segments[k:]:
+            for lo, hi in IntervalSet.range(a, b) - released:
+                kept.append((lo, hi, per, src, peer))
+                total += (hi - lo) * per
+                ends.append(total)
+        run.segments, run.ends = kept, ends
+        run.subjob = dataclasses.replace(run.subjob, data=run.subjob.data - released)
+        cache = self.caches[node]
+        if run.pin is not None and run.local.overlaps(released):
+            cache.unpin(run.pin)
+            run.local = run.local - released
+            run.pin = cache.pin(run.local) if run.local else None
+        run.version = next(self._versions)
+        finish = (run.start_s + total, next(self._seq), _FINISH, node, run.version)
+        heapq.heappush(self._heap, finish)
+        return SubjobShrunk(self.now, action.subjob_id, node, released)
+
     def _held_elsewhere(self, node: int, data: IntervalSet) -> IntervalSet:
         """The part of ``data`` that some node other than ``node`` caches."""
         held: list[tuple[int, int]] = []
@@ -293,18 +340,15 @@ class SimEngine:
                     mcounts[src] += b - a
         else:
             n_done = 0
-            k = bisect_right(run.ends, elapsed)
-            for i in range(min(k, len(run.segments))):
+            k, part = _position(run, elapsed)
+            for i in range(k):
                 a, b, _, src, _ = run.segments[i]
                 n_done += b - a
                 counts[src] += b - a
                 if measured:
                     mcounts[src] += b - a
             if k < len(run.segments):
-                a, b, per, src, _ = run.segments[k]
-                before = run.ends[k - 1] if k > 0 else 0.0
-                part = min(int((elapsed - before) / per), b - a - 1)
-                part = max(part, 0)
+                src = run.segments[k][3]
                 n_done += part
                 counts[src] += part
                 if measured:
@@ -328,7 +372,7 @@ class SimEngine:
             self.caches[peer].unpin(token)
             self.caches[peer].touch(processed, now)
         if run.local:
-            cache.touch(processed & run.local, now)
+            cache.refresh(processed & run.local, now)  # pinned since the start: cached
         added = evicted = _EMPTY
         if run.fetch is not None:
             completed = processed
@@ -342,3 +386,14 @@ class SimEngine:
         if finished:
             return SubjobFinished(now, run.subjob.subjob_id, node, added, evicted)
         return SubjobStopped(now, run.subjob.subjob_id, node, remaining, added, evicted)
+
+
+def _position(run: _Run, elapsed: float) -> tuple[int, int]:
+    """Where ``run`` is after ``elapsed`` seconds: the index of the segment in progress (the
+    number of segments when all are done) and how many of its events are done."""
+    k = bisect_right(run.ends, elapsed)
+    if k >= len(run.segments):
+        return len(run.segments), 0
+    a, b, per, _, _ = run.segments[k]
+    before = run.ends[k - 1] if k > 0 else 0.0
+    return k, max(min(int((elapsed - before) / per), b - a - 1), 0)
