@@ -9,27 +9,25 @@ ratios the targets are stated in:
 * the simulator's prediction is within 25 % of the measured makespan;
 * the master's own scheduling time per packet is under 2 ms.
 
-    python benchmarks/runtime.py [--policy out-of-order] [--tertiary-mb-s 0.25] [--json]
+    python benchmarks/runtime.py [--policy out-of-order] [--tertiary-mb-s 0.25] [--repeat N]
+        [--json]
+
+The demo runs out-of-order with peer reads (its replication option, ponce-hersch §4.2).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from datasched.runtime.demo import run_demo
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--policy", default="out-of-order")
-    parser.add_argument("--workers", type=int, default=4)
-    parser.add_argument("--tertiary-mb-s", type=float, default=0.25)
-    parser.add_argument("--data", type=Path, default=Path("out/demo-data"))
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
-    args = parser.parse_args()
+def one_run(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="datasched-bench-") as tmp:
         result = run_demo(
             args.data,
@@ -40,12 +38,10 @@ def main() -> None:
         )
     cache = result.runs[args.policy]
     farm = result.runs["farm"]
-    figures = {
-        "makespan_s": {
-            "farm": round(farm.makespan_s, 2),
-            args.policy: round(cache.makespan_s, 2),
-            "dask_map": round(result.baseline.makespan_s, 2),
-        },
+    runs = [*result.runs.items(), ("dask_map", result.baseline)]
+    return {
+        "policy_params": result.params.get(args.policy, {}),
+        "makespan_s": {name: round(r.makespan_s, 2) for name, r in runs},
         "sim_prediction_s": {k: round(v, 2) for k, v in result.predictions.items()},
         "speedup_over_farm": round(farm.makespan_s / cache.makespan_s, 2),
         "speedup_over_dask_map": round(result.baseline.makespan_s / cache.makespan_s, 2),
@@ -56,16 +52,36 @@ def main() -> None:
         "master_ms_per_packet": {
             name: round(r.scheduling_ms_per_packet, 3) for name, r in result.runs.items()
         },
-        "cache_hit_ratio": {
-            name: round(r.cache_hit_ratio, 3)
-            for name, r in [*result.runs.items(), ("dask_map", result.baseline)]
-        },
+        "cache_hit_ratio": {name: round(r.cache_hit_ratio, 3) for name, r in runs},
+        "tertiary_mb": {name: round(r.bytes_from_tertiary / 1e6, 2) for name, r in runs},
     }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--policy", default="out-of-order")
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--tertiary-mb-s", type=float, default=0.25)
+    parser.add_argument("--data", type=Path, default=Path("out/demo-data"))
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="independent runs (the machine is noisy)"
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args()
+    results = []
+    for i in range(args.repeat):
+        figures = one_run(args)
+        results.append(figures)
+        if not args.json:
+            print(f"-- run {i + 1} of {args.repeat}")
+            for key, value in figures.items():
+                print(f"{key:24s} {value}")
     if args.json:
-        print(json.dumps(figures))
-        return
-    for key, value in figures.items():
-        print(f"{key:24s} {value}")
+        print(json.dumps(results if args.repeat > 1 else results[0]))
+    elif args.repeat > 1:
+        for key in ("speedup_over_farm", "speedup_over_dask_map"):
+            values = sorted(r[key] for r in results)
+            print(f"{key:24s} runs {values}, median {statistics.median(values)}")
 
 
 if __name__ == "__main__":

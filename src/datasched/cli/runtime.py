@@ -328,6 +328,16 @@ def demo(
         Path, typer.Option("--out", metavar="DIR", help="Outputs, plot and packet tables.")
     ] = Path("out/demo-run"),
     policy: PolicyOption = "out-of-order",
+    params: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--param",
+            "-P",
+            metavar="NAME=VALUE",
+            help="A parameter of the cache-aware policy (default for out-of-order: "
+            "replication=true, reads from peers' caches).",
+        ),
+    ] = None,
     workers: WorkersOption = 4,
     tertiary_mb_s: Annotated[
         float, typer.Option("--tertiary-mb-s", help="Throttled tertiary storage, MB/s/worker.")
@@ -344,6 +354,7 @@ def demo(
         from datasched.runtime.demo import run_demo
 
         get_policy(policy)  # an unknown name: one line naming the known ones
+        policy_params = parse_params(policy, params) if params else None
         if workers < 1:
             fail(f"--workers: must be at least 1, got {workers}")
         if not tertiary_mb_s > 0:
@@ -352,6 +363,7 @@ def demo(
             data_dir,
             out_dir,
             cache_policy=policy,
+            policy_params=policy_params,
             workers=workers,
             tertiary_bytes_per_s=tertiary_mb_s * 1e6,
             progress_factory=None if as_json else (lambda total: _DemoBars(total)),

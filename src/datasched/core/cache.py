@@ -203,7 +203,34 @@ class NodeCache:
 
     def refresh(self, hit: IntervalSet, stamp: float) -> None:
         """:meth:`touch` for data known to be cached whole (read under a pin): no lookup."""
+        starts, stops, keys = self._starts, self._stops, self._keys
+        touch = self.replacement.key_on_touch
         for a, b in hit:
+            lo = bisect_right(stops, a)
+            hi = bisect_left(starts, b)
+            new_keys = {touch(keys[i], stamp) for i in range(lo, hi)}
+            if len(new_keys) == 1:
+                # Every extent of [a, b) gets the same key (LRU): one extent replaces them,
+                # instead of updating and merging them one by one. They tile [a, b), since
+                # ``hit`` is cached whole; the first and last may stick out of it.
+                (key,) = new_keys
+                if key == keys[lo] and lo + 1 == hi:
+                    continue  # one extent, key unchanged (FIFO): nothing to do
+                new_starts, new_stops, kept = [a], [b], [key]
+                if starts[lo] < a:
+                    new_starts.insert(0, starts[lo])
+                    new_stops.insert(0, a)
+                    kept.insert(0, keys[lo])
+                if stops[hi - 1] > b:
+                    new_starts.append(b)
+                    new_stops.append(stops[hi - 1])
+                    kept.append(keys[hi - 1])
+                starts[lo:hi] = new_starts
+                stops[lo:hi] = new_stops
+                keys[lo:hi] = kept
+                for i in range(lo, lo + len(kept)):
+                    self._push(i)
+                continue
             self._split_at(a)
             self._split_at(b)
             lo = bisect_left(self._starts, a)

@@ -15,7 +15,6 @@ SubjobShrunk: the engine gives up part of what is left and the subjob runs on wi
 
 from __future__ import annotations
 
-import dataclasses
 import heapq
 import itertools
 from bisect import bisect_left, insort
@@ -40,6 +39,8 @@ from datasched.core.intervals import IntervalSet
 from datasched.core.model import ClusterSpec, Job, Source, Subjob
 
 __all__ = ["JobState", "Policy", "Running", "Scheduler", "SchedulerError"]
+
+_EMPTY = IntervalSet()
 
 Continuation = Callable[[IntervalSet], None]
 """What to do with a preempted subjob's remainder once the engine has stopped it."""
@@ -489,7 +490,7 @@ class Scheduler:
         left = rest.length
         if left < 2 * minimum:
             return False
-        give = pick(rest) if pick is not None else IntervalSet()
+        give = pick(rest) if pick is not None else _EMPTY
         if give.length < minimum or left - give.length < minimum:
             # A split leaves work on both nodes; moving everything could ping-pong.
             share = self.balanced_share(node, target, rest)
@@ -549,7 +550,9 @@ class Scheduler:
             raise SchedulerError(f"subjob {ev.subjob_id}: released events are not part of its data")
         r.shrinking = False
         if ev.released:
-            r.subjob = dataclasses.replace(sj, data=sj.data - ev.released)
+            r.subjob = Subjob(
+                sj.subjob_id, sj.job_id, sj.data - ev.released, sj.cached_on, sj.preemptible
+            )
             self.jobs[sj.job_id].live[sj.subjob_id] = r.subjob
             r.end_s = r.start_s + r.subjob.data.length * r.s_per_event
         heapq.heappush(self._by_end, (-r.end_s, ev.node, sj.subjob_id))

@@ -70,11 +70,15 @@ def cut_by_cache(sched: Scheduler, data: IntervalSet) -> list[tuple[IntervalSet,
     """
     runs: list[tuple[int, int, int | None]] = []
     minimum = sched.min_subjob_events
+    idle = set(sched.idle_nodes)
     for start, stop in data:
         for a, b, holders in sched.directory.holders(start, stop):
             holder = None
-            if holders:
-                holder = min(holders, key=lambda n: (not sched.is_idle(n), n))
+            if len(holders) == 1:
+                (holder,) = holders
+            elif holders:
+                free = idle.intersection(holders)
+                holder = min(free) if free else min(holders)
             if runs and runs[-1][2] == holder and runs[-1][1] == a:
                 runs[-1] = (runs[-1][0], b, holder)
             else:

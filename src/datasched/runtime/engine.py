@@ -31,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
-import math
 import time
 import uuid
 from collections import deque
@@ -407,14 +406,21 @@ class RuntimeEngine:
                 node.subjob = dataclasses.replace(sj, data=sj.data - released)
         return SubjobShrunk(self.now(), action.subjob_id, action.node, released)
 
-    def _packet_events(self, node: _Node) -> int:
-        """PROOF-style size: about ``packet_target_s`` of work, halving near the end."""
+    def _packet_events(self, node: _Node, jr: _JobRun, a: int, file_stop: int) -> int:
+        """PROOF-style packet size (the PROOF notes, ``CalculatePacketSize``): about
+        ``packet_target_s`` of work at the node's measured pace, shrinking to a quarter of
+        the job's estimated time left as the job nears its end, so that its nodes finish
+        together; a packet that would leave less than half a packet of its file takes the
+        rest of the file (each packet pays a fixed cost to open its file and set up the
+        processor, and a whole-file cache has fetched that file anyway)."""
         cfg = self.config
-        n = int(cfg.packet_target_s / max(node.s_per_event, 1e-9))
+        pace = max(node.s_per_event, 1e-9)
+        nodes = sum(1 for n in self.nodes if n.subjob is not None and n.subjob.job_id == jr.job_id)
+        left_s = (jr.data.length - jr.done.length) * pace / max(nodes, 1)
+        n = int(min(cfg.packet_target_s, left_s / 4) / pace)
         n = min(max(n, cfg.min_packet_events), cfg.max_packet_events)
-        left = node.todo.length
-        if left < 2 * n:
-            n = max(cfg.min_packet_events, math.ceil(left / 2))
+        if a + 1.5 * n >= file_stop:
+            n = file_stop - a
         return n
 
     def _feed(self, index: int) -> None:
@@ -436,7 +442,7 @@ class RuntimeEngine:
                 break
             a, b = node.todo.ranges[0]
             f = self.space.files[self.space.file_at(a)]
-            b = min(b, f.stop, a + self._packet_events(node))
+            b = min(b, a + self._packet_events(node, jr, a, f.stop))
             node.todo = node.todo - IntervalSet.range(a, b)
             self._submit(index, jr, a, b, start)
         self._scheduling_s += time.perf_counter() - t0

@@ -308,7 +308,12 @@ def _packets(space: EventSpace, data: IntervalSet, size: int) -> list[tuple[int,
 
 
 def predict_makespan(
-    specs: list[JobSpec], opts: ClusterOptions, *, policy: str, cost: CostModel
+    specs: list[JobSpec],
+    opts: ClusterOptions,
+    *,
+    policy: str,
+    cost: CostModel,
+    policy_params: dict[str, Any] | None = None,
 ) -> float:
     """What the simulator predicts for the same jobs, cluster and (calibrated) costs, with
     empty caches."""
@@ -319,7 +324,7 @@ def predict_makespan(
         Job(i, s.submit_s, space.job_data(s.dataset, s.start, s.stop)) for i, s in enumerate(specs)
     ]
     cluster = ClusterSpec.uniform(opts.workers, opts.cache_bytes, cost)
-    sched = Scheduler(cluster, make_policy(policy))
+    sched = Scheduler(cluster, make_policy(policy, **(policy_params or {})))
     sched.boundaries = [f.start for f in space.files]  # as the runtime cuts
     run = SimEngine(cluster, sched).run(jobs)
     return max((r.end_s for r in run.jobs), default=0.0)

@@ -139,6 +139,29 @@ def _plugin(worker: Any = None) -> tuple[str, CachePlugin]:
     return str(worker.name), plugin
 
 
+PEER_POLL_S = 0.02
+
+
+def _await_peer(path: Path, throttle: Throttle | None, spec: PacketSpec) -> bool:
+    """Whether the peer's cached copy at ``path`` is there to read, waiting for it while the
+    peer is still fetching it (its ``.part`` file exists): that fetch started first, so it
+    ends sooner than a fetch of our own would (DESIGN.md: "a second reader of data being
+    fetched waits for it rather than fetching again"). The wait is bounded by the time our
+    own fetch would take at this node's tertiary rate; past that, or if the peer's fetch
+    fails, the caller reads from tertiary storage."""
+    if path.is_file():
+        return True
+    part = path.with_suffix(".part")
+    rate = throttle.bytes_per_s if throttle is not None else None
+    limit_s = spec.file_bytes / rate if rate else 1.0
+    deadline = time.monotonic() + limit_s
+    while part.exists() and time.monotonic() < deadline:
+        time.sleep(PEER_POLL_S)
+        if path.is_file():
+            return True
+    return path.is_file()
+
+
 def run_packet(spec: PacketSpec) -> PacketResult:
     """The Dask task of one packet (runs on the worker it is pinned to)."""
     node, plugin = _plugin()
@@ -150,7 +173,7 @@ def run_packet(spec: PacketSpec) -> PacketResult:
 
     def fetch(dest: Path) -> int:
         nonlocal source, from_peer
-        if spec.peer_path is not None and Path(spec.peer_path).is_file():
+        if spec.peer_path is not None and _await_peer(Path(spec.peer_path), plugin.throttle, spec):
             try:
                 n = copy_file(spec.peer_path, dest, retries=0, expected_bytes=spec.file_bytes)
                 source, from_peer = "peer", n

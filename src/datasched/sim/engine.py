@@ -12,7 +12,6 @@ scheduler with that event. Preempt and Shrink are answered at once, inside the s
 
 from __future__ import annotations
 
-import dataclasses
 import heapq
 import itertools
 import time
@@ -298,7 +297,10 @@ class SimEngine:
                 total += (hi - lo) * per
                 ends.append(total)
         run.segments, run.ends = kept, ends
-        run.subjob = dataclasses.replace(run.subjob, data=run.subjob.data - released)
+        sj = run.subjob
+        run.subjob = Subjob(
+            sj.subjob_id, sj.job_id, sj.data - released, sj.cached_on, sj.preemptible
+        )
         cache = self.caches[node]
         if run.pin is not None and run.local.overlaps(released):
             cache.unpin(run.pin)
