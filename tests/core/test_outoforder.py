@@ -90,3 +90,7 @@ def test_replication_fires_on_the_third_remote_read() -> None:
     assert [policy.wants_replica(sched, stolen, 1) for _ in range(3)] == [False, False, True]
     assert policy.replications == 1
     assert not policy.wants_replica(sched, stolen, 0)  # reading its own cache is not remote
+    # Counted per job as well (the paper's measure is a share of job arrivals).
+    other = Subjob(subjob_id=1, job_id=0, data=IntervalSet.range(0, 500), cached_on=0)
+    assert policy.wants_replica(sched, other, 1)
+    assert policy.counters() == {"fairness_fired": 0, "replications": 2, "replicated_jobs": 1}

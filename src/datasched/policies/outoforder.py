@@ -64,6 +64,7 @@ class OutOfOrder(Policy):
         self.replications = 0
         """How many subjobs copied what they read from a peer into their own cache."""
         self.replicated_jobs: set[int] = set()
+        """Jobs with at least one replicating subjob (ponce-hersch §4.2 counts per arrival)."""
         self.node_queues: dict[int, deque[Subjob]] = {}
         self.nocache: deque[Subjob] = deque()
         self.fairness_fired = 0
@@ -80,7 +81,11 @@ class OutOfOrder(Policy):
     # -- arrival ------------------------------------------------------------------------------
 
     def counters(self) -> dict[str, int]:
-        return {"fairness_fired": self.fairness_fired, "replications": self.replications}
+        return {
+            "fairness_fired": self.fairness_fired,
+            "replications": self.replications,
+            "replicated_jobs": len(self.replicated_jobs),
+        }
 
     def job_arrived(self, sched: Scheduler, js: JobState) -> None:
         uncached: list[IntervalSet] = []
