@@ -43,7 +43,8 @@ __all__ = ["JobState", "Policy", "Running", "Scheduler", "SchedulerError"]
 _EMPTY = IntervalSet()
 
 Continuation = Callable[[IntervalSet], None]
-"""What to do with a preempted subjob's remainder once the engine has stopped it."""
+"""What to do with what the engine gave up, once it answered: a preempted subjob's remainder
+(SubjobStopped), or the part a Shrink released (SubjobShrunk)."""
 
 
 class SchedulerError(RuntimeError):
