@@ -23,7 +23,9 @@ FIGURES += ["fig12", "fig14", "fig15", "fig16"]
 def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, float, str]:
     out = tmp_path_factory.mktemp("repro")
     t0 = time.perf_counter()
-    result = CliRunner().invoke(app, ["reproduce", "ponce", "--quick", "--out", str(out)])
+    # Two processes, as on the 2-core CI machine: the parallel path is the one exercised.
+    args = ["reproduce", "ponce", "--quick", "--jobs", "2", "--out", str(out)]
+    result = CliRunner().invoke(app, args)
     elapsed = time.perf_counter() - t0
     assert result.exit_code == 0, result.output
     return out, elapsed, result.output
@@ -68,3 +70,11 @@ def test_claim_bounds() -> None:
     assert under.agrees and not over.agrees
     assert Claim("k", "s", "c", 1.0, 1.2, "", 0.0, bound="at_least").agrees
     assert not Claim("k", "s", "c", 1.0, 0.8, "", 0.0, bound="at_least").agrees
+
+
+def test_jobs_must_be_positive(tmp_path: Path) -> None:
+    out = tmp_path / "repro"
+    result = CliRunner().invoke(app, ["reproduce", "ponce", "--jobs", "0", "--out", str(out)])
+    assert result.exit_code == 2
+    assert "--jobs: must be at least 1" in result.output
+    assert not out.exists()

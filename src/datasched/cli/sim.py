@@ -588,23 +588,31 @@ def reproduce_ponce(
         bool,
         typer.Option("--quick", metavar="", help="Fewer jobs and loads (under 3 minutes)."),
     ] = False,
+    jobs: Annotated[
+        int,
+        typer.Option(
+            "--jobs",
+            "-j",
+            help="Processes to run the experiments in (the scale figure, which times the "
+            "scheduler, runs alone).",
+        ),
+    ] = 1,
 ) -> None:
     """Re-run the experiments behind ponce-hersch's numbers and figures (§3-§8): our
     Figures 3-12 and 14-16 (CSV and PNG each) and a report with the paper's value beside ours
     for every claim."""
-    from datasched.sim.figures import figure_specs, run_figure, write_figure
-    from datasched.sim.reproduce import ponce_fcfs_claims, ponce_policy_claims, write_report
+    from datasched.sim.figures import write_figure
+    from datasched.sim.reproduce import run_ponce, write_report
 
+    if jobs < 1:
+        fail(f"--jobs: must be at least 1, got {jobs}")
     check_out_dir(out_dir)
-    specs = figure_specs(quick=quick)
-    figs = {}
     with err.status("running the reproduction ...") as status:
-        claims = ponce_fcfs_claims(quick=quick, progress=lambda m: status.update(m))
-        for spec in specs:
-            result = run_figure(spec, quick=quick, progress=lambda m: status.update(m))
-            with user_errors():
-                figs[spec.key] = write_figure(result, out_dir / "figures")
-        claims += ponce_policy_claims(figs, quick=quick, progress=lambda m: status.update(m))
+        claims, results = run_ponce(quick=quick, jobs=jobs, progress=lambda m: status.update(m))
+    figs = {}
+    for result in results:
+        with user_errors():
+            figs[result.spec.key] = write_figure(result, out_dir / "figures")
     shown = [(f.spec.title, f.png_path) for f in figs.values() if f.png_path is not None]
     with user_errors():
         _, md_path = write_report(

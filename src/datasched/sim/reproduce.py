@@ -19,9 +19,17 @@ from datasched._files import atomic_write_text
 from datasched.core.model import CostModel, Pipelining
 from datasched.sim.engine import SimRun
 from datasched.sim.experiment import SimConfig, find_max_load, simulate
+from datasched.sim.figures import FigureResult
 from datasched.sim.workload import expected_single_node_time_s, theoretical_max_load_jobs_per_h
 
-__all__ = ["Claim", "ponce_fcfs_claims", "ponce_policy_claims", "write_report"]
+__all__ = [
+    "Claim",
+    "policy_max_load",
+    "ponce_fcfs_claims",
+    "ponce_policy_claims",
+    "run_ponce",
+    "write_report",
+]
 
 LOW_LOAD = 0.05
 """Jobs per hour: the paper's "low load" (a job rarely meets another one)."""
@@ -335,19 +343,94 @@ def _at_common_load(
     return ra[load], rb[load]
 
 
+MAX_LOAD_POLICIES = ("cache-splitting", "out-of-order", "adaptive-delay")
+"""The policies whose maximal load (100 GB caches) the claims of §4-§6 need."""
+
+
+def _probe(quick: bool) -> SimConfig:
+    return SimConfig(n_jobs=1000 if quick else 2000)
+
+
+def policy_max_load(policy: str, *, quick: bool = False) -> float:
+    """The maximal load of ``policy`` with 100 GB caches, as :func:`ponce_policy_claims`
+    searches it (a separate function so that the searches can run in other processes)."""
+    return find_max_load(replace(_probe(quick), policy=policy))
+
+
+def run_ponce(
+    *, quick: bool = False, jobs: int = 1, progress: Progress | None = None
+) -> tuple[list[Claim], list[FigureResult]]:
+    """Every experiment of the reproduction: the claims and the figures (in the paper's
+    order, not yet written).
+
+    With ``jobs`` > 1 the independent parts (the claims of §3 and §7, the figures, the
+    maximal-load searches of §4-§6) run in that many processes. The §8 scale figure times
+    the scheduler, so it runs alone afterwards, with nothing else sharing the CPU.
+    """
+    from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+
+    from datasched.sim.figures import figure_specs, run_figure
+
+    say = progress or (lambda _: None)
+    specs = figure_specs(quick=quick)
+    timed = [s for s in specs if s.kind == "scale"]
+    results: dict[str, FigureResult] = {}
+    max_loads: dict[str, float] = {}
+    if jobs <= 1:
+        claims = ponce_fcfs_claims(quick=quick, progress=say)
+        for spec in specs:
+            if spec not in timed:
+                results[spec.key] = run_figure(spec, quick=quick, progress=say)
+    else:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            fcfs = pool.submit(ponce_fcfs_claims, quick=quick)
+            names: dict[Future[Any], str] = {fcfs: "claims of §3 and §7"}
+            figures = {
+                pool.submit(run_figure, spec, quick=quick): spec.key
+                for spec in specs
+                if spec not in timed
+            }
+            searches = {pool.submit(policy_max_load, p, quick=quick): p for p in MAX_LOAD_POLICIES}
+            names.update({f: key for f, key in figures.items()})
+            names.update({f: f"maximal load of {p}" for f, p in searches.items()})
+            say(f"running {len(names)} parts in {jobs} processes ...")
+            for done, future in enumerate(as_completed(names), start=1):
+                if future in figures:
+                    results[figures[future]] = future.result()
+                elif future in searches:
+                    max_loads[searches[future]] = future.result()
+                say(f"{done} of {len(names)} parts done: {names[future]}")
+            claims = fcfs.result()
+    for spec in timed:
+        results[spec.key] = run_figure(spec, quick=quick, progress=say)
+    claims += ponce_policy_claims(results, quick=quick, progress=say, max_loads=max_loads)
+    return claims, [results[spec.key] for spec in specs]
+
+
 def ponce_policy_claims(
-    figs: dict[str, Any], *, quick: bool = False, progress: Progress | None = None
+    figs: dict[str, Any],
+    *,
+    quick: bool = False,
+    progress: Progress | None = None,
+    max_loads: dict[str, float] | None = None,
 ) -> list[Claim]:
     """Claims of ponce-hersch §4-§7 (out-of-order, replication, delayed and adaptive delay,
-    pipelining), read from the figures' runs plus a few maximal-load searches."""
+    pipelining), read from the figures' runs plus a few maximal-load searches (taken from
+    ``max_loads``, policy -> jobs/h, where it has them)."""
     say = progress or (lambda _: None)
-    probe = SimConfig(n_jobs=1000 if quick else 2000)
+    probe = _probe(quick)
     claims: list[Claim] = []
     nan = float("nan")
+    known = dict(max_loads or {})
 
-    say("maximal load: cache-oriented splitting and out-of-order, 100 GB")
-    cs_max = find_max_load(replace(probe, policy="cache-splitting"))
-    ooo_max = find_max_load(replace(probe, policy="out-of-order"))
+    def max_load(policy: str) -> float:
+        if policy not in known:
+            say(f"maximal load: {policy}, 100 GB")
+            known[policy] = policy_max_load(policy, quick=quick)
+        return known[policy]
+
+    cs_max = max_load("cache-splitting")
+    ooo_max = max_load("out-of-order")
     claims.append(
         Claim(
             "ooo_over_cs_max_load",
@@ -553,8 +636,7 @@ def ponce_policy_claims(
                 bound="at_most",
             )
         )
-    say("maximal load: adaptive delay, 100 GB, stripe 5000")
-    adaptive_max = find_max_load(replace(probe, policy="adaptive-delay"))
+    adaptive_max = max_load("adaptive-delay")
     longest = max((p for p, _ in curve), default=nan)
     delayed_best = dict(curve).get(longest, nan)
     claims.append(
