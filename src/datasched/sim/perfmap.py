@@ -46,9 +46,9 @@ THEORETICAL_MAX_LOAD = 3.46
 """Jobs per hour (ponce-hersch §3.4): no probe of the search goes much beyond it."""
 
 
-def jobs_for_period(n_jobs: int, period_h: float) -> int:
-    """Jobs a run needs so that, near the maximal load, it spans ``PERIODS_PER_RUN`` periods."""
-    return max(n_jobs, math.ceil(PERIODS_PER_RUN * period_h * THEORETICAL_MAX_LOAD))
+def jobs_for_period(n_jobs: int, period_h: float, *, periods: int = PERIODS_PER_RUN) -> int:
+    """Jobs a run needs so that, near the maximal load, it spans ``periods`` periods."""
+    return max(n_jobs, math.ceil(periods * period_h * THEORETICAL_MAX_LOAD))
 
 
 def build_map(
