@@ -33,7 +33,7 @@ from datasched.core.intervals import IntervalSet
 from datasched.core.model import ClusterSpec, Job, Source, Subjob
 from datasched.core.scheduler import Scheduler
 
-__all__ = ["JobRecordTimes", "SimEngine", "SimRun"]
+__all__ = ["JobRecordTimes", "Release", "SimEngine", "SimRun"]
 
 _ARRIVAL, _FINISH, _TICK = 0, 1, 2
 _EMPTY = IntervalSet()
@@ -73,6 +73,17 @@ class JobRecordTimes:
     """Node-seconds its subjobs ran (processing time x mean number of nodes it held)."""
 
 
+@dataclass(frozen=True, slots=True)
+class Release:
+    """A release of held jobs (the end of a delaying policy's period), seen just before it."""
+
+    time_s: float
+    residual: int
+    """Jobs released earlier and not finished yet: what the last periods left undone."""
+    released: int
+    """Held jobs let go at this instant (the period's batch)."""
+
+
 @dataclass(slots=True)
 class SimRun:
     """Everything one simulation measured; :mod:`datasched.sim.metrics` summarises it."""
@@ -87,7 +98,11 @@ class SimRun:
     """Node-seconds spent on subjobs inside the measured time window."""
     window: tuple[float, float] = (0.0, 0.0)
     backlog: list[int] = field(default_factory=list)
-    """Jobs in the system just before each arrival."""
+    """Jobs in the system just before each arrival, less those the policy holds back."""
+    releases: list[Release] = field(default_factory=list)
+    """Every release of held jobs at a wake-up (a period end), in time order: how many jobs
+    earlier releases left unfinished, and how many were let go. Empty for policies that hold
+    nothing back, and for releases on arrival (a period of zero)."""
     stopped_early: bool = False
     end_s: float = 0.0
     n_events_handled: int = 0
@@ -187,6 +202,15 @@ class SimEngine:
                 ev = JobArrived(t, jobs[a])
             else:
                 ev = Tick(t)
+                held = sched.policy.held_jobs()
+                if held > 0:
+                    # A wake-up while the policy holds jobs: the end of a period, maybe.
+                    residual = len(sched.jobs) - held
+                    handled += self._dispatch(ev)
+                    released = held - sched.policy.held_jobs()
+                    if released > 0:
+                        res.releases.append(Release(t, residual, released))
+                    continue
             handled += self._dispatch(ev)
         res.end_s = self.now
         res.policy_counters = dict(self.scheduler.policy.counters())

@@ -9,15 +9,16 @@ cool-down are not measured.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
 from datasched.core.model import CostModel, Source
-from datasched.sim.engine import SimRun
+from datasched.sim.engine import Release, SimRun
 
-__all__ = ["Summary", "is_overloaded", "summarise"]
+__all__ = ["Summary", "is_overloaded", "periodic_overload", "summarise"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,25 +60,48 @@ the time with a rising queue is at its limit (short runs above capacity show it 
 queues have grown enough for the trend tests)."""
 
 
+MIN_RELEASES = 3
+"""Releases of held jobs inside the measured window from which a run is judged on them."""
+RELEASE_COVERAGE = 0.5
+"""...and the share of the measured jobs those releases must let go (so that adaptive delay,
+releasing most jobs on arrival at a period of zero, is judged on its arrivals)."""
+RESIDUAL_BATCH_FRACTION = 0.25
+"""How far, in mean batches, the residual's floor must rise across the window for a
+delaying policy to count as overloaded (see :func:`periodic_overload`)."""
+RESIDUAL_JOBS_PER_NODE = 2.0
+"""The least rise of that floor, in jobs per node, that counts (small batches)."""
+
+
 def is_overloaded(run: SimRun, measure: tuple[int, int]) -> bool:
     """Whether the queues grew without bound (ponce-hersch §3.4: "curves are cut ... when
     queues start growing indefinitely").
+
+    A run stopped for a runaway backlog is overloaded. A run that released held jobs at
+    period ends (delayed scheduling, adaptive delay with a period) is judged on what each
+    release found undone (:func:`periodic_overload`) when at least ``MIN_RELEASES`` releases
+    fall in the measured window and let go at least ``RELEASE_COVERAGE`` of its jobs: the
+    number of jobs seen by arrivals is then a sawtooth of period-long batches, whose trend
+    over a few batches says little. Other runs are judged as follows.
 
     A run whose nodes were busy at least ``SATURATED`` of the measured time, and whose queue
     was longer in the last third of the window than in the first, is at its limit.
     Otherwise it is judged on the number of jobs in the system seen by each arrival in the
     measured window.
     A stable queue fluctuates around its mean; an unstable one climbs for the whole run. So a
-    run is overloaded if it was stopped for a runaway backlog, if the least-squares trend over
-    the window adds more jobs than the window holds on average, or if the last third of the
-    window holds 25 % more jobs than the middle third (and at least two per node more: small
-    queues are noise). Loads within a few per cent of the true limit cannot be told apart in
-    a finite run; the maximal loads found this way carry that uncertainty.
+    run is overloaded if the least-squares trend over the window adds more jobs than the
+    window holds on average, or if the last third of the window holds 25 % more jobs than
+    the middle third (and at least two per node more: small queues are noise). Loads within
+    a few per cent of the true limit cannot be told apart in a finite run; the maximal loads
+    found this way carry that uncertainty.
     """
     if run.stopped_early:
         return True
     lo, hi = measure
     w0, w1 = run.window
+    releases = [r for r in run.releases if w0 <= r.time_s <= w1]
+    released = sum(r.released for r in releases)
+    if len(releases) >= MIN_RELEASES and released >= RELEASE_COVERAGE * (hi - lo):
+        return periodic_overload(releases, run.n_nodes)
     span = (w1 - w0) * run.n_nodes
     window = run.backlog[lo:hi]
     if span > 0 and run.busy_s / span >= SATURATED and len(window) >= 6:
@@ -100,6 +124,56 @@ def is_overloaded(run: SimRun, measure: tuple[int, int]) -> bool:
     m3 = float(whole[2 * third :].mean())
     step = max(2.0 * nodes, 0.02 * third)
     return m3 - m1 > 2 * step and m3 > m2 > m1
+
+
+def periodic_overload(releases: Sequence[Release], n_nodes: int) -> bool:
+    """Whether a policy that lets held jobs go in batches fell behind, judged on the
+    *residual*: the jobs earlier batches left unfinished, seen at each of ``releases`` (in
+    time order).
+
+    Counted in work, the residual follows Lindley's recursion ``R' = max(0, R + A - c)``,
+    with ``A`` the work of the batch just released and ``c`` what the cluster does in a
+    period: a random walk reflected at zero. For a mean batch of ``b`` jobs at utilisation
+    ``rho`` its steps have a mean of about ``(rho - 1) b`` and, for a Poisson number of jobs
+    of Erlang-4 sizes, a standard deviation ``s`` of about ``sqrt(1.25 b)`` jobs: 5 % of a
+    batch of 500 jobs (a week at 3 jobs/h). Counted in jobs, as here, it also counts jobs
+    with little left, which widens its swings (a stable run at 93 % utilisation left a fifth
+    of a batch undone at one period end, none at the next) but not where it comes back to.
+
+    * Below capacity the walk is recurrent: whatever it reaches in between, it keeps coming
+      back to its floor near zero (a batch is done within about a period).
+    * Above capacity it is transient: its floor climbs by about ``(rho - 1) b`` a period,
+      for good.
+
+    So floors are compared: the run is overloaded when the least residual of the last half
+    of the releases exceeds the least of the first half by more than
+    ``max(RESIDUAL_BATCH_FRACTION * b, RESIDUAL_JOBS_PER_NODE * nodes)`` (the last residual
+    is then at least as high: the backlog did not clear). Floors rather than a least-squares
+    trend, because neither a late excursion that clears again nor the sawtooth that batches
+    of unequal sizes make (adaptive delay: the residual is high at the short periods after
+    a long one, and back to zero at the next long one) is an overload.
+
+    The thresholds. The two floors are about half the releases apart, so over ``K``
+    releases an overload raises their difference by ``(rho - 1) b K / 2``: a quarter batch
+    flags overloads beyond ``1 + 1 / (2 K)``, under 5 % with the eleven releases or more
+    that the performance map's runs hold near the maximal load (``PERIODS_PER_RUN``), a
+    little coarser than its bisection. The other way round, at exactly full load (no
+    drift) the difference, for a walk started empty, has a standard deviation of 1.3 ``s``
+    over twelve releases and exceeds 5 ``s``, a quarter of a 500-job batch, one time in
+    eighty (simulated; an eighth of a batch, 2.5 ``s``, one time in nine); the negative
+    drift of a stable system only pulls it further down. The floor in jobs per node: at
+    any moment about one job per node is being worked on and striping spreads a job over
+    several nodes, so a couple of jobs per node left at a release are the tail of a batch,
+    not a queue (the arrival-sampled test's floor too); it governs the short periods, whose
+    batches are a few tens of jobs.
+    """
+    if not releases:
+        return False
+    residual = [r.residual for r in releases]
+    batch = sum(r.released for r in releases) / len(releases)
+    limit = max(RESIDUAL_BATCH_FRACTION * batch, RESIDUAL_JOBS_PER_NODE * n_nodes)
+    half = max(len(residual) // 2, 1)
+    return min(residual[-half:]) - min(residual[:half]) > limit
 
 
 def summarise(

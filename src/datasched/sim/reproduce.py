@@ -713,10 +713,11 @@ def ponce_policy_claims(
 
 
 LONG_PERIOD_NOTE = (
-    "With a one-week period the queue is a sawtooth of week-long batches, and our overload "
-    "test (a queue that keeps growing) misjudges it in runs of a few batches: most 168 h "
-    "points of the shipped map sit near 1.9 jobs/h, below the 48 h ones, while a 2,000-job "
-    "search at 200 GB and stripe 200 finds 2.86. The test, not the policy, is what needs work"
+    "With a one-week period the queue is a sawtooth of week-long batches, so delayed runs are "
+    "judged on the jobs each period end leaves unfinished (overloaded when their floor "
+    "climbs), over 16 periods for the map. The maximal load follows the cache hit ratio, "
+    "which longer periods raise but which cannot pass 1 (3.46 jobs/h): the curve bends at "
+    "long periods"
 )
 
 
