@@ -20,6 +20,7 @@ from datasched.core.model import CostModel, Pipelining
 from datasched.sim.engine import SimRun
 from datasched.sim.experiment import SimConfig, find_max_load, simulate
 from datasched.sim.figures import FigureResult
+from datasched.sim.perfmap import DEFAULT_PERIODS_H, jobs_for_period
 from datasched.sim.workload import expected_single_node_time_s, theoretical_max_load_jobs_per_h
 
 __all__ = [
@@ -354,7 +355,12 @@ def _probe(quick: bool) -> SimConfig:
 def policy_max_load(policy: str, *, quick: bool = False) -> float:
     """The maximal load of ``policy`` with 100 GB caches, as :func:`ponce_policy_claims`
     searches it (a separate function so that the searches can run in other processes)."""
-    return find_max_load(replace(_probe(quick), policy=policy))
+    probe = _probe(quick)
+    if policy == "adaptive-delay":
+        # Its runs at high load let jobs go in batches of up to the map's longest period:
+        # they must span as many periods as the map's own runs for overload to show.
+        probe = replace(probe, n_jobs=jobs_for_period(probe.n_jobs, max(DEFAULT_PERIODS_H)))
+    return find_max_load(replace(probe, policy=policy))
 
 
 def run_ponce(
