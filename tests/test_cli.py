@@ -310,3 +310,22 @@ def test_demo_sim_json(tmp_path: Path) -> None:
     assert {r["policy"] for r in data["runs"]} == {"farm", "splitting", "cache-splitting"}
     assert Path(data["plot"]).read_bytes()[:8] == PNG_MAGIC
     assert len((out / "sweep.csv").read_text().splitlines()) == 1 + 12
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["-P", "bogus=1"], "bogus"),
+        (["-P", "replication=maybe"], "replication"),
+        (["--policy", "nope"], "nope"),
+    ],
+)
+def test_demo_rejects_bad_policy_settings_before_starting(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    data, out = tmp_path / "data", tmp_path / "run"
+    result = runner.invoke(app, ["demo", "--data", str(data), "--out", str(out), *args])
+    assert result.exit_code == 2
+    assert message in result.output
+    assert "Traceback" not in result.output
+    assert not data.exists() and not out.exists()
