@@ -51,3 +51,16 @@ def test_pure_layers_import_nothing_forbidden(path: Path) -> None:
 
 def test_the_rule_is_checked_on_real_files() -> None:
     assert len(PURE_FILES) >= 8
+
+
+def test_test_modules_have_unique_basenames() -> None:
+    """The test folders are not packages, so pytest imports each test module by its basename:
+    two files of one name in different folders stop the whole run at collection."""
+    tests = Path(__file__).parent
+    seen: dict[str, Path] = {}
+    clashes = []
+    for path in sorted(tests.rglob("test_*.py")):
+        if path.name in seen:
+            clashes.append(f"{seen[path.name].relative_to(tests)} and {path.relative_to(tests)}")
+        seen.setdefault(path.name, path)
+    assert not clashes, "test modules with the same name: " + "; ".join(clashes)
