@@ -1,0 +1,33 @@
+"""The demo's comparison table, as `make demo` prints it into a log or a pipe (80 columns)."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+from rich.console import Console
+
+from datasched.runtime.demo import DemoResult
+from datasched.runtime.engine import JobReport, RunReport
+
+
+def _run(policy: str, makespan_s: float) -> RunReport:
+    job = JobReport("zpeak-1", events_expected=960_000, events_processed=960_000)
+    return RunReport(policy=policy, makespan_s=makespan_s, jobs=[job], packets=[])
+
+
+def test_table_fits_80_columns_without_cutting_a_figure() -> None:
+    result = DemoResult(
+        runs={"farm": _run("farm", 33.14), "out-of-order": _run("out-of-order", 11.25)},
+        baseline=_run("dask map", 19.42),
+        predictions={"farm": 32.72, "out-of-order": 8.81},
+        plot=Path("out/dimuon-mass.png"),
+        params={"out-of-order": {"replication": True}},
+    )
+    console = Console(width=80, record=True, file=io.StringIO())
+    console.print(result.table())
+    text = console.export_text()
+    assert "…" not in text
+    assert max(len(line) for line in text.splitlines()) <= 80
+    for figure in ("33.1 s", "11.2 s", "19.4 s", "32.7 s", "8.8 s", "960,000", "replication=True"):
+        assert figure in text
