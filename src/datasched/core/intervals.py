@@ -180,7 +180,9 @@ class IntervalSet:
             return IntervalSet._make([lo], [hi], hi - lo)
         big, small = (self, other) if len(self._starts) >= len(other._starts) else (other, self)
         if len(small._starts) <= _SMALL:
-            starts, stops = big._starts, big._stops
+            # One copy of the big lists, then each small range spliced in place: a slice
+            # assignment moves pointers (memmove) where a rebuilt list would copy them all.
+            starts, stops = big._starts.copy(), big._stops.copy()
             length = big._length
             for a, b in zip(small._starts, small._stops, strict=True):
                 lo = bisect_left(stops, a)
@@ -191,8 +193,8 @@ class IntervalSet:
                     for k in range(lo, hi):
                         length -= stops[k] - starts[k]
                 length += b - a
-                starts = [*starts[:lo], a, *starts[hi:]]
-                stops = [*stops[:lo], b, *stops[hi:]]
+                starts[lo:hi] = (a,)
+                stops[lo:hi] = (b,)
             return IntervalSet._make(starts, stops, length)
         a0, a1, b0, b1 = self._starts, self._stops, other._starts, other._stops
         starts = []
@@ -278,8 +280,8 @@ class IntervalSet:
                 return IntervalSet._make([d], [b], b - d)
             return _EMPTY
         if len(other._starts) <= _SMALL:
-            # Cut each range of ``other`` out of our lists.
-            starts, stops = self._starts, self._stops
+            # Cut each range of ``other`` out of one copy of our lists, in place (as in ``|``).
+            starts, stops = self._starts.copy(), self._stops.copy()
             length = self._length
             for a, b in zip(other._starts, other._stops, strict=True):
                 lo = bisect_right(stops, a)
@@ -298,8 +300,8 @@ class IntervalSet:
                     new_starts.append(b)
                     new_stops.append(stops[hi - 1])
                     length += stops[hi - 1] - b
-                starts = [*starts[:lo], *new_starts, *starts[hi:]]
-                stops = [*stops[:lo], *new_stops, *stops[hi:]]
+                starts[lo:hi] = new_starts
+                stops[lo:hi] = new_stops
             return IntervalSet._make(starts, stops, length)
         if len(self._starts) <= _SMALL:
             # Each of our few ranges minus the part of ``other`` inside it.
