@@ -249,13 +249,10 @@ class NodeCache:
         of ``data`` that fit are kept.
         """
         hit = self.lookup(data)
+        new = data
         if hit:
             self.refresh(hit, stamp)
             new = data - hit
-            if not new:
-                return _EMPTY, _EMPTY
-        else:
-            new = data
         if not new:
             return _EMPTY, _EMPTY
         evicted = _EMPTY

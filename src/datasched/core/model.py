@@ -175,7 +175,8 @@ class Subjob:
     """A part of a job's data that runs, or waits to run, on one node at a time.
 
     The live subjobs of a job always partition what is left of it, so every event is processed
-    exactly once; splitting or suspending a subjob retires it and creates new ones.
+    exactly once; suspending a subjob retires it and creates new ones, and splitting one keeps
+    it (same id, :meth:`shrunk`) with a new subjob for the released part.
     ``cached_on`` names the node whose cache holds the data, when the subjob was cut that way;
     ``preemptible`` marks work taken from another node's queue that cached work may displace
     (ponce-hersch Table 3).
@@ -186,3 +187,9 @@ class Subjob:
     data: IntervalSet
     cached_on: int | None = None
     preemptible: bool = False
+
+    def shrunk(self, released: IntervalSet) -> Subjob:
+        """The same subjob without ``released`` (what a Shrink took from it)."""
+        return Subjob(
+            self.subjob_id, self.job_id, self.data - released, self.cached_on, self.preemptible
+        )

@@ -271,15 +271,20 @@ class Scheduler:
         heap = self._by_end
         while heap:
             neg_end, node, subjob_id = heap[0]
-            r = self.running.get(node)
-            if r is None or r.subjob.subjob_id != subjob_id or not r.settled:
-                heapq.heappop(heap)  # gone, or asked already (a shrunk one is pushed again)
-                continue
-            if r.end_s != -neg_end:
+            if not self._current(neg_end, node, subjob_id):
                 heapq.heappop(heap)
                 continue
             return node if -neg_end > self.now else None
         return None
+
+    def _current(self, neg_end: float, node: int, subjob_id: int) -> bool:
+        """Whether an entry of the by-end heap still describes a subjob that may be asked to
+        split: still running, settled, and with that estimated end (a shrunk one is pushed
+        again with its new end)."""
+        r = self.running.get(node)
+        return (
+            r is not None and r.subjob.subjob_id == subjob_id and r.settled and r.end_s == -neg_end
+        )
 
     def scan_longest(self, visit: Callable[[int, float], bool]) -> None:
         """Call ``visit(node, estimated seconds left)`` for running subjobs (not being
@@ -292,10 +297,7 @@ class Scheduler:
             while heap:
                 entry = heapq.heappop(heap)
                 neg_end, node, subjob_id = entry
-                r = self.running.get(node)
-                if r is None or r.subjob.subjob_id != subjob_id or not r.settled:
-                    continue  # gone, or asked already (a shrunk one is pushed again)
-                if r.end_s != -neg_end:
+                if not self._current(neg_end, node, subjob_id):
                     continue
                 taken.append(entry)
                 if not visit(node, -neg_end - self.now):
@@ -551,9 +553,7 @@ class Scheduler:
             raise SchedulerError(f"subjob {ev.subjob_id}: released events are not part of its data")
         r.shrinking = False
         if ev.released:
-            r.subjob = Subjob(
-                sj.subjob_id, sj.job_id, sj.data - ev.released, sj.cached_on, sj.preemptible
-            )
+            r.subjob = sj.shrunk(ev.released)
             self.jobs[sj.job_id].live[sj.subjob_id] = r.subjob
             r.end_s = r.start_s + r.subjob.data.length * r.s_per_event
         heapq.heappush(self._by_end, (-r.end_s, ev.node, sj.subjob_id))

@@ -29,7 +29,6 @@ returns, and each event range at most once (checked), so no event is lost or cou
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import itertools
 import time
 import uuid
@@ -403,7 +402,7 @@ class RuntimeEngine:
             released = action.release & node.todo
             if released:
                 node.todo = node.todo - released
-                node.subjob = dataclasses.replace(sj, data=sj.data - released)
+                node.subjob = sj.shrunk(released)
         return SubjobShrunk(self.now(), action.subjob_id, action.node, released)
 
     def _packet_events(self, node: _Node, jr: _JobRun, a: int, file_stop: int) -> int:

@@ -321,10 +321,7 @@ class SimEngine:
                 total += (hi - lo) * per
                 ends.append(total)
         run.segments, run.ends = kept, ends
-        sj = run.subjob
-        run.subjob = Subjob(
-            sj.subjob_id, sj.job_id, sj.data - released, sj.cached_on, sj.preemptible
-        )
+        run.subjob = run.subjob.shrunk(released)
         cache = self.caches[node]
         if run.pin is not None and run.local.overlaps(released):
             cache.unpin(run.pin)
