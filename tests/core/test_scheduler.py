@@ -99,6 +99,23 @@ def test_same_events_in_same_actions_out(policy: str, jobs: list[Job], nodes: in
     assert trace() == trace()
 
 
+@pytest.mark.parametrize("policy", ["splitting", "out-of-order"])
+def test_by_end_heap_stays_bounded_by_the_nodes(policy: str) -> None:
+    # Thousands of subjobs start and end; the master's heap by estimated end (a private
+    # structure, checked here because an unbounded one slows every decision) keeps only
+    # about what runs, not one entry per subjob ever started.
+    nodes = 3
+    jobs = [
+        Job(job_id=i, submit_s=50.0 * i, data=IntervalSet.range(37 * i % 900, 37 * i % 900 + 90))
+        for i in range(1500)
+    ]
+    cluster = ClusterSpec.uniform(nodes, 300 * EVENT_BYTES)
+    sched = Scheduler(cluster, make_policy(policy), min_subjob_events=3)
+    SimEngine(cluster, sched).run(jobs)
+    assert sched.completed == len(jobs)
+    assert len(sched._by_end) <= 2 * nodes + 1025
+
+
 def test_unknown_policy_names_the_known_ones() -> None:
     with pytest.raises(UnknownPolicyError, match=r"known: .*farm"):
         make_policy("no-such-policy")

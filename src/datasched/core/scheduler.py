@@ -286,6 +286,18 @@ class Scheduler:
             r is not None and r.subjob.subjob_id == subjob_id and r.settled and r.end_s == -neg_end
         )
 
+    def _push_end(self, r: Running) -> None:
+        """Enter ``r`` in the by-end heap. Entries of subjobs that ended before the longest
+        never reach the top, so the heap is rebuilt from its current entries whenever it holds
+        more than twice what is running (plus a constant). A rebuild keeps at most one entry per
+        running subjob (a shrink that released nothing pushes a copy), so it is amortised O(1)
+        per push and the heap stays O(nodes) instead of growing with every subjob started."""
+        heap = self._by_end
+        heapq.heappush(heap, (-r.end_s, r.node, r.subjob.subjob_id))
+        if len(heap) > 2 * len(self.running) + 1024:
+            heap[:] = dict.fromkeys(e for e in heap if self._current(*e))
+            heapq.heapify(heap)
+
     def scan_longest(self, visit: Callable[[int, float], bool]) -> None:
         """Call ``visit(node, estimated seconds left)`` for running subjobs (not being
         stopped) from the one estimated to end last, until it returns False. Costs
@@ -349,7 +361,7 @@ class Scheduler:
         js.running_nodes.add(node)
         r = Running(sj, node, self.now, self.s_per_event_on(node, sj.data))
         self.running[node] = r
-        heapq.heappush(self._by_end, (-r.end_s, node, sj.subjob_id))
+        self._push_end(r)
         self.policy.started(self, sj, node)
         self._out.append(
             Start(
@@ -556,7 +568,7 @@ class Scheduler:
             r.subjob = sj.shrunk(ev.released)
             self.jobs[sj.job_id].live[sj.subjob_id] = r.subjob
             r.end_s = r.start_s + r.subjob.data.length * r.s_per_event
-        heapq.heappush(self._by_end, (-r.end_s, ev.node, sj.subjob_id))
+        self._push_end(r)
         self._continuations.pop(sj.subjob_id)(ev.released)
 
     def _on_stopped(self, ev: SubjobStopped) -> None:
