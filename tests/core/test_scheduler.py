@@ -102,8 +102,8 @@ def test_same_events_in_same_actions_out(policy: str, jobs: list[Job], nodes: in
 @pytest.mark.parametrize("policy", ["splitting", "out-of-order"])
 def test_by_end_heap_stays_bounded_by_the_nodes(policy: str) -> None:
     # Thousands of subjobs start and end; the master's heap by estimated end (a private
-    # structure, checked here because an unbounded one slows every decision) keeps only
-    # about what runs, not one entry per subjob ever started.
+    # structure, checked here because an unbounded one leaks in a master that runs for days)
+    # stays within a constant of what runs, not one entry per subjob ever started.
     nodes = 3
     jobs = [
         Job(job_id=i, submit_s=50.0 * i, data=IntervalSet.range(37 * i % 900, 37 * i % 900 + 90))
