@@ -99,7 +99,7 @@ def test_same_events_in_same_actions_out(policy: str, jobs: list[Job], nodes: in
     assert trace() == trace()
 
 
-@pytest.mark.parametrize("policy", ["splitting", "out-of-order"])
+@pytest.mark.parametrize("policy", ["farm", "out-of-order"])
 def test_by_end_heap_stays_bounded_by_the_nodes(policy: str) -> None:
     # Thousands of subjobs start and end; the master's heap by estimated end (a private
     # structure, checked here because an unbounded one leaks in a master that runs for days)
