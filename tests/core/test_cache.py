@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from datasched.core.cache import FIFO, CacheDirectory, NodeCache
+from datasched.core.cache import FIFO, LRU, CacheDirectory, NodeCache
 from datasched.core.intervals import IntervalSet
 
 
@@ -109,6 +109,36 @@ def test_capacity_and_content_stay_consistent(
         tiles = IntervalSet([(a, b) for a, b, _ in cache.extents()])
         assert tiles == cache.content
         assert sum(b - a for a, b, _ in cache.extents()) == cache.used_events
+
+
+@settings(max_examples=300)
+@given(capacity=st.integers(1, 200), script=ops, fifo=st.booleans())
+def test_eviction_takes_the_oldest_keys_first(
+    capacity: int, script: list[tuple[str, int, int]], fifo: bool
+) -> None:
+    """Whatever mix of reads and refreshes came before (refreshes push nothing on the heap):
+    an insert evicts no extent whose key is newer than that of an extent it leaves behind,
+    pins and the inserted data aside; and the heap keeps an entry for every extent that sorts
+    no later than the extent's own key."""
+    cache = NodeCache(capacity, FIFO if fifo else LRU)
+    for stamp, (op, start, size) in enumerate(script):
+        data = r(start, start + size)
+        if op == "touch":
+            cache.touch(data, float(stamp))
+        elif op == "evict":
+            cache.evict(data)
+        else:
+            before = list(cache.extents())
+            _, evicted = cache.insert(data, float(stamp))
+            gone = [key for a, b, key in before if r(a, b).overlaps(evicted)]
+            kept = [key for a, b, key in before if not r(a, b).overlaps(evicted | data)]
+            if gone and kept:
+                assert max(gone) <= min(kept)
+        listed: dict[tuple[int, int], list[tuple[float, int]]] = {}
+        for key, seq, start, stop in cache._heap:
+            listed.setdefault((start, stop), []).append((key, seq))
+        for i, (a, b, key) in enumerate(cache.extents()):
+            assert min(listed[(a, b)]) <= (key, cache._seqs[i])
 
 
 @settings(max_examples=200)

@@ -72,9 +72,13 @@ class NodeCache:
     """The disk cache of one node, in events, with replacement over cached ranges.
 
     Cached data is kept as disjoint extents ``[start, stop)`` in sorted parallel lists, each with
-    a replacement key; a heap of ``(key, seq, start, stop)`` finds the victim, with stale entries
-    skipped lazily (an entry is live while an extent with exactly that start, stop and key
-    exists). Pinned ranges (being read) are never evicted; a fetch in flight holds no space until
+    a replacement key and a sequence number; a heap of ``(key, seq, start, stop)`` finds the
+    victim, lazily. Every extent has an entry in the heap that sorts no later than its own
+    ``(key, seq)``: an entry naming no extent any more is skipped when it reaches the top, one
+    naming an extent whose key has grown since (a refresh, which pushes nothing: refreshes are
+    far more frequent than evictions) is pushed again with the extent's key, and one that
+    matches is the victim. The order of eviction is the one a heap updated on every refresh
+    would give. Pinned ranges (being read) are never evicted; a fetch in flight holds no space until
     it completes (:meth:`end_fetch`), when what was really read is inserted.
     """
 
@@ -87,6 +91,7 @@ class NodeCache:
         "_pin_ids",
         "_pins",
         "_seq",
+        "_seqs",
         "_starts",
         "_stops",
         "_used",
@@ -102,6 +107,8 @@ class NodeCache:
         self._starts: list[int] = []
         self._stops: list[int] = []
         self._keys: list[float] = []
+        self._seqs: list[int] = []
+        """Per extent, the sequence number of its replacement key (ties go to the lower)."""
         self._heap: list[tuple[float, int, int, int]] = []
         self._seq = itertools.count()
         self._content: IntervalSet | None = _EMPTY
@@ -214,8 +221,15 @@ class NodeCache:
                 # instead of updating and merging them one by one. They tile [a, b), since
                 # ``hit`` is cached whole; the first and last may stick out of it.
                 (key,) = new_keys
-                if key == keys[lo] and lo + 1 == hi:
-                    continue  # one extent, key unchanged (FIFO): nothing to do
+                if lo + 1 == hi:
+                    if key == keys[lo]:
+                        continue  # one extent, key unchanged (FIFO): nothing to do
+                    if key > keys[lo] and starts[lo] == a and stops[lo] == b:
+                        # Exactly one extent whose key grows (LRU, the common case): only
+                        # recorded; its older heap entry stands for it (see the class).
+                        keys[lo] = key
+                        self._seqs[lo] = next(self._seq)
+                        continue
                 new_starts, new_stops, kept = [a], [b], [key]
                 if starts[lo] < a:
                     new_starts.insert(0, starts[lo])
@@ -228,6 +242,7 @@ class NodeCache:
                 starts[lo:hi] = new_starts
                 stops[lo:hi] = new_stops
                 keys[lo:hi] = kept
+                self._seqs[lo:hi] = [0] * len(kept)  # set by the pushes below
                 for i in range(lo, lo + len(kept)):
                     self._push(i)
                 continue
@@ -268,6 +283,7 @@ class NodeCache:
             self._starts.insert(i, a)
             self._stops.insert(i, b)
             self._keys.insert(i, key)
+            self._seqs.insert(i, 0)
             self._push(i)
         self._used += new.length
         self._content = None
@@ -286,6 +302,7 @@ class NodeCache:
         self._starts.clear()
         self._stops.clear()
         self._keys.clear()
+        self._seqs.clear()
         self._heap.clear()
         self._content = _EMPTY
         self._used = 0
@@ -294,9 +311,9 @@ class NodeCache:
     # -- internals ----------------------------------------------------------------------------
 
     def _push(self, i: int) -> None:
-        heapq.heappush(
-            self._heap, (self._keys[i], next(self._seq), self._starts[i], self._stops[i])
-        )
+        seq = next(self._seq)
+        self._seqs[i] = seq
+        heapq.heappush(self._heap, (self._keys[i], seq, self._starts[i], self._stops[i]))
 
     def _split_at(self, point: int) -> None:
         """Cut the extent containing ``point`` in its interior into two."""
@@ -308,6 +325,7 @@ class NodeCache:
         self._starts.insert(i + 1, point)
         self._stops.insert(i + 1, stop)
         self._keys.insert(i + 1, self._keys[i])
+        self._seqs.insert(i + 1, 0)
         self._push(i)
         self._push(i + 1)
 
@@ -317,7 +335,7 @@ class NodeCache:
         while i + 1 < hi and i + 1 < len(self._starts):
             if self._stops[i] == self._starts[i + 1] and self._keys[i] == self._keys[i + 1]:
                 self._stops[i] = self._stops[i + 1]
-                del self._starts[i + 1], self._stops[i + 1], self._keys[i + 1]
+                del self._starts[i + 1], self._stops[i + 1], self._keys[i + 1], self._seqs[i + 1]
                 hi -= 1
                 self._push(i)
             else:
@@ -331,18 +349,16 @@ class NodeCache:
         removed = 0
         for i in range(lo, hi):
             removed += self._stops[i] - self._starts[i]
-        del self._starts[lo:hi], self._stops[lo:hi], self._keys[lo:hi]
+        del self._starts[lo:hi], self._stops[lo:hi], self._keys[lo:hi], self._seqs[lo:hi]
         self._used -= removed
         self._content = None
 
-    def _live(self, key: float, start: int, stop: int) -> bool:
+    def _extent(self, start: int, stop: int) -> int:
+        """The index of the extent ``[start, stop)``, or -1 if there is none."""
         i = bisect_left(self._starts, start)
-        return (
-            i < len(self._starts)
-            and self._starts[i] == start
-            and self._stops[i] == stop
-            and self._keys[i] == key
-        )
+        if i < len(self._starts) and self._starts[i] == start and self._stops[i] == stop:
+            return i
+        return -1
 
     def _evict(self, need: int, protect: IntervalSet) -> IntervalSet:
         """Evict whole extents, smallest key first, until ``need`` events are free.
@@ -356,13 +372,17 @@ class NodeCache:
         heap = self._heap
         while need > 0 and heap:
             entry = heapq.heappop(heap)
-            key, _, start, stop = entry
-            if not self._live(key, start, stop):
+            key, seq, start, stop = entry
+            i = self._extent(start, stop)
+            if i < 0:
+                continue  # split, merged or gone since: the extents it became have entries
+            if self._keys[i] != key or self._seqs[i] != seq:
+                # Refreshed since (a key only grows between pushes): enter it as it is now.
+                heapq.heappush(heap, (self._keys[i], self._seqs[i], start, stop))
                 continue
             if not protect.clip(start, stop):
                 # The whole extent goes (the common case): no cutting needed.
-                i = bisect_left(self._starts, start)
-                del self._starts[i], self._stops[i], self._keys[i]
+                del self._starts[i], self._stops[i], self._keys[i], self._seqs[i]
                 self._used -= stop - start
                 self._content = None
                 evicted.append((start, stop))
