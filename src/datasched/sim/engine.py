@@ -395,7 +395,9 @@ class SimEngine:
             self.caches[peer].unpin(token)
             self.caches[peer].touch(processed, now)
         if run.local:
-            cache.refresh(processed & run.local, now)  # pinned since the start: cached
+            # Pinned since the start, so cached; a finished subjob read all of it (no
+            # intersection to build: both sets are often fragmented).
+            cache.refresh(run.local if finished else processed & run.local, now)
         added = evicted = _EMPTY
         if run.fetch is not None:
             completed = processed
