@@ -173,3 +173,15 @@ def test_directory_agrees_with_per_node_contents(
     by_node = directory.by_node(r(0, 300))
     for node in range(4):
         assert by_node.get(node, IntervalSet()) == truth[node] & r(0, 300)
+
+
+def test_eviction_heap_stays_bounded_without_evictions() -> None:
+    """A cache that never fills (no eviction drains the heap) keeps its heap O(extents),
+    however often reads split and refresh its extents."""
+    cache = NodeCache(10**9)
+    cache.insert(r(0, 1000), stamp=0.0)
+    for stamp in range(1, 5000):
+        start = (stamp * 37) % 990
+        cache.touch(r(start, start + 7), float(stamp))
+    assert len(cache._heap) <= 2 * len(list(cache.extents())) + 1024
+    assert cache.content == r(0, 1000)

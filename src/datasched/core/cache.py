@@ -313,7 +313,14 @@ class NodeCache:
     def _push(self, i: int) -> None:
         seq = next(self._seq)
         self._seqs[i] = seq
-        heapq.heappush(self._heap, (self._keys[i], seq, self._starts[i], self._stops[i]))
+        heap = self._heap
+        heapq.heappush(heap, (self._keys[i], seq, self._starts[i], self._stops[i]))
+        if len(heap) > 2 * len(self._starts) + 1024:
+            # Stale entries leave only through evictions: a cache that never fills (a
+            # long-running worker's) would grow its heap with every split and merge. Rebuilt
+            # from the extents, one entry each, it stays O(extents), amortised O(1) a push.
+            heap[:] = zip(self._keys, self._seqs, self._starts, self._stops, strict=True)
+            heapq.heapify(heap)
 
     def _split_at(self, point: int) -> None:
         """Cut the extent containing ``point`` in its interior into two."""
