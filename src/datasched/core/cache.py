@@ -215,21 +215,24 @@ class NodeCache:
         for a, b in hit:
             lo = bisect_right(stops, a)
             hi = bisect_left(starts, b)
-            new_keys = {touch(keys[i], stamp) for i in range(lo, hi)}
+            if lo + 1 == hi:
+                key = touch(keys[lo], stamp)
+                if key == keys[lo]:
+                    continue  # one extent, key unchanged (FIFO): nothing to do
+                if key > keys[lo] and starts[lo] == a and stops[lo] == b:
+                    # Exactly one extent whose key grows (LRU, the common case): only
+                    # recorded; its older heap entry stands for it (see the class).
+                    keys[lo] = key
+                    self._seqs[lo] = next(self._seq)
+                    continue
+                new_keys = {key}
+            else:
+                new_keys = {touch(keys[i], stamp) for i in range(lo, hi)}
             if len(new_keys) == 1:
                 # Every extent of [a, b) gets the same key (LRU): one extent replaces them,
                 # instead of updating and merging them one by one. They tile [a, b), since
                 # ``hit`` is cached whole; the first and last may stick out of it.
                 (key,) = new_keys
-                if lo + 1 == hi:
-                    if key == keys[lo]:
-                        continue  # one extent, key unchanged (FIFO): nothing to do
-                    if key > keys[lo] and starts[lo] == a and stops[lo] == b:
-                        # Exactly one extent whose key grows (LRU, the common case): only
-                        # recorded; its older heap entry stands for it (see the class).
-                        keys[lo] = key
-                        self._seqs[lo] = next(self._seq)
-                        continue
                 new_starts, new_stops, kept = [a], [b], [key]
                 if starts[lo] < a:
                     new_starts.insert(0, starts[lo])
