@@ -30,7 +30,7 @@ format: venv
 	$(BIN)/ruff check --fix src tests benchmarks
 
 bench: venv
-	$(BIN)/python benchmarks/run.py
+	$(BIN)/python benchmarks/run.py --repeat 3
 	$(BIN)/python benchmarks/runtime.py
 
 clean:

@@ -4,7 +4,8 @@ Prints, for each policy at 10 and 100 nodes, simulated jobs per wall-clock secon
 events per second, and the ratio of the cost per event to a bare ``heapq`` event loop timed in
 the same run (this machine is shared and noisy: ratios travel, seconds do not).
 
-    python benchmarks/run.py [--jobs 5000] [--quick]
+    python benchmarks/run.py [--jobs 5000] [--quick] [--repeat N]
+        [--policies a,b] [--nodes 10,100] [--no-sweep] [--json]
 """
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ import argparse
 import heapq
 import itertools
 import json
+import statistics
 import time
 from dataclasses import replace
 
+from datasched.policies.registry import available
 from datasched.sim.experiment import SimConfig, simulate, sweep
 
 POLICIES = ("farm", "splitting", "cache-splitting", "out-of-order", "delayed")
@@ -35,46 +38,93 @@ def bare_heapq_loop(n_events: int) -> float:
     return (time.perf_counter() - t0) / n_events
 
 
+def _config(policy: str, nodes: int, jobs: int) -> SimConfig:
+    # Load and data space grow with the cluster (ponce-hersch §8), at a moderate load that
+    # every policy sustains.
+    return SimConfig(
+        policy=policy,
+        n_nodes=nodes,
+        cache_gb=100.0,
+        load_jobs_per_h=0.5 * nodes / 10,
+        data_space_bytes=2e12 * nodes / 10,
+        n_jobs=jobs,
+        max_backlog=10**9,
+    )
+
+
+def _csv(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=5000)
     parser.add_argument("--quick", action="store_true", help="fewer jobs, no sweep")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="run every simulation N times, in interleaved rounds; report the median and the "
+        "fastest (the host's speed drifts from minute to minute)",
+    )
+    parser.add_argument("--policies", default=",".join(POLICIES), help="comma-separated")
+    parser.add_argument("--nodes", default="10,100", help="comma-separated cluster sizes")
+    parser.add_argument("--no-sweep", action="store_true", help="skip the 12-load sweep")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
+    if args.repeat < 1:
+        parser.error(f"--repeat: must be positive, got {args.repeat}")
+    if args.jobs < 1:
+        parser.error(f"--jobs: must be positive, got {args.jobs}")
+    policies = _csv(args.policies)
+    unknown = sorted(set(policies) - set(available()))
+    if unknown:
+        parser.error(f"--policies: unknown policy {', '.join(unknown)}")
+    try:
+        node_counts = [int(n) for n in _csv(args.nodes)]
+    except ValueError:
+        parser.error(f"--nodes: not a list of integers: {args.nodes!r}")
+    if not node_counts or min(node_counts) < 1:
+        parser.error(f"--nodes: must be positive integers, got {args.nodes!r}")
     n_jobs = 1000 if args.quick else args.jobs
-    base = bare_heapq_loop(200_000)
+    runs: list[tuple[str, int, int]] = []
+    for nodes in node_counts:
+        # Clusters over 10 nodes run a fifth of the jobs: job splitting's per-job cost grows
+        # with the number of nodes (ponce-hersch Table 5), and the figure is per job anyway.
+        jobs_here = n_jobs if nodes <= 10 else max(n_jobs // 5, 200)
+        runs.extend((policy, nodes, jobs_here) for policy in policies)
+    walls: dict[tuple[str, int, int], list[float]] = {run: [] for run in runs}
+    ratios: dict[tuple[str, int, int], list[float]] = {run: [] for run in runs}
+    events: dict[tuple[str, int, int], int] = {}
+    bases = []
+    for _ in range(args.repeat):
+        base = bare_heapq_loop(200_000)
+        bases.append(base)
+        for run in runs:
+            summary, result = simulate(_config(*run))
+            events[run] = result.n_events_handled
+            walls[run].append(summary.wall_s)
+            ratios[run].append(summary.wall_s / max(result.n_events_handled, 1) / base)
+    base = statistics.median(bases)
     rows = []
-    for nodes in (10, 100):
-        # 100-node runs use a fifth of the jobs: job splitting's per-job cost grows with the
-        # number of nodes (ponce-hersch Table 5), and the figure is per job anyway.
-        jobs_here = n_jobs if nodes == 10 else max(n_jobs // 5, 200)
-        for policy in POLICIES:
-            # Load and data space grow with the cluster (ponce-hersch §8), at a moderate load
-            # that every policy sustains.
-            config = SimConfig(
-                policy=policy,
-                n_nodes=nodes,
-                cache_gb=100.0,
-                load_jobs_per_h=0.5 * nodes / 10,
-                data_space_bytes=2e12 * nodes / 10,
-                n_jobs=jobs_here,
-                max_backlog=10**9,
-            )
-            summary, run = simulate(config)
-            per_event = summary.wall_s / max(run.n_events_handled, 1)
-            rows.append(
-                {
-                    "policy": policy,
-                    "nodes": nodes,
-                    "jobs": jobs_here,
-                    "wall_s": round(summary.wall_s, 3),
-                    "jobs_per_s": round(jobs_here / summary.wall_s, 1),
-                    "events_per_s": round(run.n_events_handled / summary.wall_s),
-                    "cost_vs_bare_heapq": round(per_event / base, 1),
-                }
-            )
+    for run in runs:
+        policy, nodes, jobs_here = run
+        wall = statistics.median(walls[run])
+        rows.append(
+            {
+                "policy": policy,
+                "nodes": nodes,
+                "jobs": jobs_here,
+                "wall_s": round(wall, 3),
+                "fastest_wall_s": round(min(walls[run]), 3),
+                "jobs_per_s": round(jobs_here / wall, 1),
+                "events_per_job": round(events[run] / jobs_here, 1),
+                "events_per_s": round(events[run] / wall),
+                "cost_vs_bare_heapq": round(statistics.median(ratios[run]), 1),
+            }
+        )
     sweep_s = None
-    if not args.quick:
+    if not args.quick and not args.no_sweep:
         loads = [0.1 + 0.1 * i for i in range(12)]
         configs = [
             SimConfig(policy=p, load_jobs_per_h=load, n_jobs=500, cache_gb=100.0)
@@ -87,13 +137,15 @@ def main() -> None:
     if args.json:
         print(json.dumps({"bare_heapq_s_per_event": base, "runs": rows, "sweep_s": sweep_s}))
         return
-    print(f"bare heapq loop: {base * 1e9:.0f} ns per event")
-    header = f"{'policy':<16}{'nodes':>6}{'jobs':>7}{'wall s':>9}{'jobs/s':>10}"
-    print(header + f"{'events/s':>11}{'x heapq':>9}")
+    runs_note = f", median of {args.repeat} runs" if args.repeat > 1 else ""
+    print(f"bare heapq loop: {base * 1e9:.0f} ns per event{runs_note}")
+    header = f"{'policy':<16}{'nodes':>6}{'jobs':>7}{'wall s':>9}{'fastest':>9}{'jobs/s':>10}"
+    print(header + f"{'ev/job':>8}{'events/s':>10}{'x heapq':>9}")
     for r in rows:
         print(
-            f"{r['policy']:<16}{r['nodes']:>6}{r['jobs']:>7}{r['wall_s']:>9}{r['jobs_per_s']:>10}"
-            f"{r['events_per_s']:>11}{r['cost_vs_bare_heapq']:>9}"
+            f"{r['policy']:<16}{r['nodes']:>6}{r['jobs']:>7}{r['wall_s']:>9}"
+            f"{r['fastest_wall_s']:>9}{r['jobs_per_s']:>10}{r['events_per_job']:>8}"
+            f"{r['events_per_s']:>10}{r['cost_vs_bare_heapq']:>9}"
         )
     if sweep_s is not None:
         print(f"sweep of 3 policies x 12 loads x 500 jobs: {sweep_s:.1f} s")

@@ -1,0 +1,50 @@
+"""benchmarks/run.py: a small run end to end (its figures are not checked here: timings live in
+the benchmark, not in tests), and its refusal of bad options."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "run.py"
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=300
+    )
+
+
+def test_repeated_runs_report_median_and_fastest() -> None:
+    done = _run("--jobs", "40", "--nodes", "10", "--policies", "farm", "--no-sweep")
+    assert done.returncode == 0, done.stderr
+    assert "x heapq" in done.stdout and "farm" in done.stdout
+    done = _run(
+        "--jobs", "40", "--nodes", "10", "--policies", "farm,splitting", "--repeat", "2",
+        "--no-sweep", "--json",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["sweep_s"] is None
+    assert [(r["policy"], r["nodes"], r["jobs"]) for r in report["runs"]] == [
+        ("farm", 10, 40),
+        ("splitting", 10, 40),
+    ]
+    for row in report["runs"]:
+        assert 0 < row["fastest_wall_s"] <= row["wall_s"]
+        assert row["events_per_job"] >= 2  # an arrival and an end at least
+        assert row["cost_vs_bare_heapq"] > 0
+
+
+def test_bad_options_are_refused_naming_them() -> None:
+    for args, field in (
+        (["--policies", "nope"], "--policies"),
+        (["--nodes", "ten"], "--nodes"),
+        (["--nodes", "0"], "--nodes"),
+        (["--repeat", "0"], "--repeat"),
+    ):
+        done = _run(*args)
+        assert done.returncode == 2
+        assert field in done.stderr.splitlines()[-1]
