@@ -146,12 +146,14 @@ def test_eviction_takes_the_oldest_keys_first(
     script=st.lists(
         st.tuples(st.booleans(), st.integers(0, 3), st.integers(0, 200), st.integers(1, 60)),
         max_size=40,
-    )
+    ),
+    window=st.tuples(st.integers(0, 300), st.integers(0, 120)),
 )
 def test_directory_agrees_with_per_node_contents(
-    script: list[tuple[bool, int, int, int]],
+    script: list[tuple[bool, int, int, int]], window: tuple[int, int]
 ) -> None:
-    """The segment map answers exactly what scanning every node would."""
+    """The segment map answers exactly what scanning every node would, for the whole space
+    and for any window of it (the segments tile the window, clipped to it)."""
     directory = CacheDirectory(4)
     truth = [IntervalSet()] * 4
     for add, node, start, size in script:
@@ -170,6 +172,15 @@ def test_directory_agrees_with_per_node_contents(
             assert covered == (node in holders)
             if not covered:
                 assert not (r(a, b) & truth[node])
+    start, size = window
+    segments = directory.holders(start, start + size)
+    assert [(a, b) for a, b, _ in segments] == [
+        (a, b) for a, b, _ in segments if start <= a < b <= start + size
+    ]
+    assert sum(b - a for a, b, _ in segments) == size
+    for a, b, holders in segments:
+        for node in range(4):
+            assert (node in holders) == r(a, b).issubset(truth[node])
     by_node = directory.by_node(r(0, 300))
     for node in range(4):
         assert by_node.get(node, IntervalSet()) == truth[node] & r(0, 300)
