@@ -78,8 +78,8 @@ class NodeCache:
     naming an extent whose key has grown since (a refresh, which pushes nothing: refreshes are
     far more frequent than evictions) is pushed again with the extent's key, and one that
     matches is the victim. The order of eviction is the one a heap updated on every refresh
-    would give. Pinned ranges (being read) are never evicted; a fetch in flight holds no space until
-    it completes (:meth:`end_fetch`), when what was really read is inserted.
+    would give. Pinned ranges (being read) are never evicted; a fetch in flight holds no space
+    until it completes (:meth:`end_fetch`), when what was really read is inserted.
     """
 
     __slots__ = (
