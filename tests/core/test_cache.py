@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -174,10 +176,9 @@ def test_directory_agrees_with_per_node_contents(
                 assert not (r(a, b) & truth[node])
     start, size = window
     segments = directory.holders(start, start + size)
-    assert [(a, b) for a, b, _ in segments] == [
-        (a, b) for a, b, _ in segments if start <= a < b <= start + size
-    ]
-    assert sum(b - a for a, b, _ in segments) == size
+    bounds = [start] + [b for _, b, _ in segments]
+    assert [(a, b) for a, b, _ in segments] == list(pairwise(bounds))
+    assert bounds[-1] == start + size and all(a < b for a, b, _ in segments)
     for a, b, holders in segments:
         for node in range(4):
             assert (node in holders) == r(a, b).issubset(truth[node])
