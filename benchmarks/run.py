@@ -1,8 +1,10 @@
-"""Simulator throughput benchmark (targets: 5,000-job runs under 5 s, 12-load sweeps under 60 s).
+"""Simulator throughput benchmark (targets: 5,000-job runs under 5 s, out-of-order's under 10 s,
+12-load sweeps under 60 s).
 
-Prints, for each policy at 10 and 100 nodes, simulated jobs per wall-clock second and scheduler
-events per second, and the ratio of the cost per event to a bare ``heapq`` event loop timed in
-the same run (this machine is shared and noisy: ratios travel, seconds do not).
+Prints, for each policy at 10 and 100 nodes, the wall-clock seconds of a run (with ``--repeat``,
+the median and the fastest of interleaved rounds), simulated jobs per second, scheduler events
+per job and per second, and the ratio of the cost per event to a bare ``heapq`` event loop timed
+in the same run (this machine is shared and noisy: ratios travel, seconds do not).
 
     python benchmarks/run.py [--jobs 5000] [--quick] [--repeat N]
         [--policies a,b] [--nodes 10,100] [--no-sweep] [--json]
