@@ -24,7 +24,7 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, float, st
     out = tmp_path_factory.mktemp("repro")
     t0 = time.perf_counter()
     # Two processes, as on the 2-core CI machine: the parallel path is the one exercised.
-    args = ["reproduce", "ponce", "--quick", "--jobs", "2", "--out", str(out)]
+    args = ["reproduce", "ponce", "--quick", "--processes", "2", "--out", str(out)]
     result = CliRunner().invoke(app, args)
     elapsed = time.perf_counter() - t0
     assert result.exit_code == 0, result.output
@@ -72,9 +72,10 @@ def test_claim_bounds() -> None:
     assert not Claim("k", "s", "c", 1.0, 0.8, "", 0.0, bound="at_least").agrees
 
 
-def test_jobs_must_be_positive(tmp_path: Path) -> None:
+def test_processes_must_be_positive(tmp_path: Path) -> None:
     out = tmp_path / "repro"
-    result = CliRunner().invoke(app, ["reproduce", "ponce", "--jobs", "0", "--out", str(out)])
+    args = ["reproduce", "ponce", "-j", "0", "--out", str(out)]
+    result = CliRunner().invoke(app, args)
     assert result.exit_code == 2
-    assert "--jobs: must be at least 1" in result.output
+    assert "--processes: must be at least 1" in result.output
     assert not out.exists()

@@ -250,6 +250,14 @@ def run_all(configs: Sequence[SimConfig], *, quiet: bool = False) -> list[Summar
     return results
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity, which a container or a batch
+    system may narrow; all of the machine's where the platform cannot say)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(len(os.sched_getaffinity(0)), 1)
+    return os.cpu_count() or 1
+
+
 def check_out_dir(out_dir: Path) -> None:
     """Refuse an ``--out`` that names a file, before anything runs."""
     if out_dir.exists() and not out_dir.is_dir():
@@ -588,15 +596,18 @@ def reproduce_ponce(
         bool,
         typer.Option("--quick", metavar="", help="Fewer jobs and loads (under 3 minutes)."),
     ] = False,
-    jobs: Annotated[
-        int,
+    processes: Annotated[
+        int | None,
         typer.Option(
-            "--jobs",
+            "--processes",
             "-j",
+            metavar="N",
             help="Processes to run the experiments in (the scale figure, which times the "
-            "scheduler, runs alone).",
+            "scheduler, runs alone). Default: one per core this command may use "
+            f"({usable_cores()} here).",
+            show_default=False,
         ),
-    ] = 1,
+    ] = None,
 ) -> None:
     """Re-run the experiments behind ponce-hersch's numbers and figures (§3-§8): our
     Figures 3-12 and 14-16 (CSV and PNG each) and a report with the paper's value beside ours
@@ -604,11 +615,15 @@ def reproduce_ponce(
     from datasched.sim.figures import write_figure
     from datasched.sim.reproduce import run_ponce, write_report
 
-    if jobs < 1:
-        fail(f"--jobs: must be at least 1, got {jobs}")
+    if processes is None:
+        processes = usable_cores()
+    if processes < 1:
+        fail(f"--processes: must be at least 1, got {processes}")
     check_out_dir(out_dir)
-    with err.status("running the reproduction ...") as status:
-        claims, results = run_ponce(quick=quick, jobs=jobs, progress=lambda m: status.update(m))
+    with err.status(f"running the reproduction in {processes} processes ...") as status:
+        claims, results = run_ponce(
+            quick=quick, processes=processes, progress=lambda m: status.update(m)
+        )
     figs = {}
     for result in results:
         with user_errors():

@@ -364,12 +364,12 @@ def policy_max_load(policy: str, *, quick: bool = False) -> float:
 
 
 def run_ponce(
-    *, quick: bool = False, jobs: int = 1, progress: Progress | None = None
+    *, quick: bool = False, processes: int = 1, progress: Progress | None = None
 ) -> tuple[list[Claim], list[FigureResult]]:
     """Every experiment of the reproduction: the claims and the figures (in the paper's
     order, not yet written).
 
-    With ``jobs`` > 1 the independent parts (the claims of §3 and §7, the figures, the
+    With ``processes`` > 1 the independent parts (the claims of §3 and §7, the figures, the
     maximal-load searches of §4-§6) run in that many processes. The §8 scale figure times
     the scheduler, so it runs alone afterwards, with nothing else sharing the CPU.
     """
@@ -382,13 +382,13 @@ def run_ponce(
     timed = [s for s in specs if s.kind == "scale"]
     results: dict[str, FigureResult] = {}
     max_loads: dict[str, float] = {}
-    if jobs <= 1:
+    if processes <= 1:
         claims = ponce_fcfs_claims(quick=quick, progress=say)
         for spec in specs:
             if spec not in timed:
                 results[spec.key] = run_figure(spec, quick=quick, progress=say)
     else:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
+        with ProcessPoolExecutor(max_workers=processes) as pool:
             fcfs = pool.submit(ponce_fcfs_claims, quick=quick)
             names: dict[Future[Any], str] = {fcfs: "claims of §3 and §7"}
             figures = {
@@ -399,7 +399,7 @@ def run_ponce(
             searches = {pool.submit(policy_max_load, p, quick=quick): p for p in MAX_LOAD_POLICIES}
             names.update({f: key for f, key in figures.items()})
             names.update({f: f"maximal load of {p}" for f, p in searches.items()})
-            say(f"running {len(names)} parts in {jobs} processes ...")
+            say(f"running {len(names)} parts in {processes} processes ...")
             for done, future in enumerate(as_completed(names), start=1):
                 if future in figures:
                     results[figures[future]] = future.result()
