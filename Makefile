@@ -33,5 +33,12 @@ bench: venv
 	$(BIN)/python benchmarks/run.py --repeat 3
 	$(BIN)/python benchmarks/runtime.py
 
+# The full reproduction (about ten minutes on two cores), then its report and figures
+# copied over the committed ones in docs/.
+reproduce: venv
+	$(BIN)/datasched reproduce ponce --out out/reproduce
+	cp out/reproduce/report.md docs/reproduction-ponce.md
+	cp out/reproduce/figures/*.csv out/reproduce/figures/*.png docs/figures/
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist

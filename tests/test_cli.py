@@ -150,6 +150,18 @@ def test_a_failed_sweep_leaves_nothing(tmp_path: Path, monkeypatch: pytest.Monke
     assert list(tmp_path.iterdir()) == []  # neither the directory nor its parents
 
 
+@pytest.mark.parametrize(
+    "command",
+    [["sweep", "--policies", "farm", "--loads", "0.5"], ["perf-map"], ["demo-sim"]],
+)
+def test_processes_must_be_positive(tmp_path: Path, command: list[str]) -> None:
+    out = tmp_path / "o"
+    result = runner.invoke(app, [*command, "-j", "0", "--out", str(out)])
+    assert result.exit_code == 2
+    assert "--processes: must be at least 1, got 0" in result.output
+    assert not out.exists()
+
+
 def test_max_load_json(tmp_path: Path) -> None:
     args = ["max-load", "--policy", "farm", "--jobs", "40", "--nodes", "2", "--json"]
     result = runner.invoke(app, args)

@@ -28,6 +28,7 @@ from datasched.core.model import Pipelining
 from datasched.policies import UnknownPolicyError, available, get_policy
 from datasched.sim.experiment import ConfigError, SimConfig
 from datasched.sim.metrics import Summary
+from datasched.sim.parallel import usable_cores
 from datasched.sim.plots import uses_cache
 from datasched.sim.workload import JobRecord, TraceError, WorkloadError, load_trace
 
@@ -269,6 +270,28 @@ ParamOpt = Annotated[
         "`-P fill_duplicates=false` for cache-splitting. Default: the policy's own defaults.",
     ),
 ]
+
+
+ProcessesOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--processes",
+        "-j",
+        metavar="N",
+        help="Simulations run side by side in this many processes; the results are the same "
+        f"for any number. Default: one per core this command may use ({usable_cores()} here).",
+        show_default=False,
+    ),
+]
+
+
+def processes_or_default(processes: int | None) -> int:
+    """``--processes`` as given (checked), or one per usable core."""
+    if processes is None:
+        return usable_cores()
+    if processes < 1:
+        fail(f"--processes: must be at least 1, got {processes}")
+    return processes
 
 
 FairnessOpt = Annotated[

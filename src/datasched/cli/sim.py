@@ -30,6 +30,7 @@ from datasched.cli import (
     PeriodOpt,
     PipelineOpt,
     PolicyOpt,
+    ProcessesOpt,
     ReplicateOpt,
     SeedOpt,
     StripeOpt,
@@ -44,6 +45,7 @@ from datasched.cli import (
     named_options,
     out,
     print_json,
+    processes_or_default,
     reproduce_app,
     summary_detail,
     summary_table,
@@ -54,6 +56,7 @@ from datasched.cli import (
 from datasched.core.model import Pipelining
 from datasched.policies import available, get_policy
 from datasched.sim.experiment import ConfigError, SimConfig, find_max_load, simulate
+from datasched.sim.experiment import sweep as run_sweep
 from datasched.sim.metrics import Summary
 from datasched.sim.plots import plot_sweep, uses_cache
 from datasched.sim.workload import (
@@ -228,8 +231,11 @@ def parse_ints(text: str, option: str) -> list[int]:
     return values
 
 
-def run_all(configs: Sequence[SimConfig], *, quiet: bool = False) -> list[Summary]:
-    """Simulate each config in turn with a progress bar on stderr (none when ``quiet``)."""
+def run_all(
+    configs: Sequence[SimConfig], *, processes: int = 1, quiet: bool = False
+) -> list[Summary]:
+    """Simulate every config (in up to ``processes`` processes) with a progress bar on stderr
+    (none when ``quiet``); the summaries in the order of ``configs``."""
     progress = Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -238,24 +244,17 @@ def run_all(configs: Sequence[SimConfig], *, quiet: bool = False) -> list[Summar
         console=err,
         disable=quiet,
     )
-    results: list[Summary] = []
     with progress:
-        task = progress.add_task("simulating", total=len(configs))
-        for config in configs:
-            label = f"{config.policy} {config.cache_gb:g} GB @ {config.load_jobs_per_h:.3g}/h"
-            progress.update(task, description=label)
-            results.append(simulate(config)[0])
-            progress.advance(task)
+        what = f"simulating in {processes} processes" if processes > 1 else "simulating"
+        task = progress.add_task(what, total=len(configs))
+
+        def done(summary: Summary) -> None:
+            label = f"{summary.policy} {summary.cache_gb:g} GB @ {summary.load_jobs_per_h:.3g}/h"
+            progress.update(task, advance=1, description=f"{what}: {label} done")
+
+        results = run_sweep(configs, on_result=done, processes=processes)
         progress.update(task, description="done")
     return results
-
-
-def usable_cores() -> int:
-    """The cores this process may run on (its CPU affinity, which a container or a batch
-    system may narrow; all of the machine's where the platform cannot say)."""
-    if hasattr(os, "sched_getaffinity"):
-        return max(len(os.sched_getaffinity(0)), 1)
-    return os.cpu_count() or 1
 
 
 def check_out_dir(out_dir: Path) -> None:
@@ -344,6 +343,7 @@ def sweep(
     replicate_after: ReplicateOpt = None,
     period_h: PeriodOpt = None,
     stripe_events: StripeOpt = None,
+    processes: ProcessesOpt = None,
 ) -> None:
     """Simulate every policy (and cache size) at every load: a table, a CSV and a plot of
     mean speedup and mean waiting time against load, like Figure 3 of ponce-hersch.
@@ -386,8 +386,9 @@ def sweep(
                             strict=False,
                         )
                     )
+    processes = processes_or_default(processes)
     check_out_dir(out_dir)
-    results = run_all(configs)
+    results = run_all(configs, processes=processes)
     with user_errors():
         csv_path, png_path = write_sweep(results, out_dir)
     out.print(summary_table(results, title=f"{nodes} nodes, {jobs} jobs per run"))
@@ -481,6 +482,7 @@ def perf_map(
     nodes: NodesOpt = 10,
     jobs: JobsOpt = 1000,
     seed: SeedOpt = 0,
+    processes: ProcessesOpt = None,
 ) -> None:
     """Build the performance map of delayed scheduling (ponce-hersch Figure 9): its maximal
     sustainable load at every period, stripe size and cache size. Adaptive delay (§6) reads
@@ -499,6 +501,7 @@ def perf_map(
         fail("--caches-gb: cache sizes must be zero or positive")
     if out_path.is_dir():
         fail(f"--out: {out_path} is a directory")
+    processes = processes_or_default(processes)
     with user_errors():
         base = SimConfig(policy="delayed", n_nodes=nodes, n_jobs=jobs, seed=seed)
     total = len(periods) * len(stripe_list) * len(caches)
@@ -521,7 +524,12 @@ def perf_map(
             )
 
         pmap = build_map(
-            base, periods_h=periods, stripes=stripe_list, caches_gb=caches, on_point=done
+            base,
+            periods_h=periods,
+            stripes=stripe_list,
+            caches_gb=caches,
+            on_point=done,
+            processes=processes,
         )
     meta = {"nodes": nodes, "jobs": jobs, "seed": seed, "command": "datasched perf-map"}
     with user_errors():
@@ -596,18 +604,7 @@ def reproduce_ponce(
         bool,
         typer.Option("--quick", metavar="", help="Fewer jobs and loads (under 3 minutes)."),
     ] = False,
-    processes: Annotated[
-        int | None,
-        typer.Option(
-            "--processes",
-            "-j",
-            metavar="N",
-            help="Processes to run the experiments in (the scale figure, which times the "
-            "scheduler, runs alone). Default: one per core this command may use "
-            f"({usable_cores()} here).",
-            show_default=False,
-        ),
-    ] = None,
+    processes: ProcessesOpt = None,
 ) -> None:
     """Re-run the experiments behind ponce-hersch's numbers and figures (§3-§8): our
     Figures 3-12 and 14-16 (CSV and PNG each) and a report with the paper's value beside ours
@@ -615,10 +612,7 @@ def reproduce_ponce(
     from datasched.sim.figures import write_figure
     from datasched.sim.reproduce import run_ponce, write_report
 
-    if processes is None:
-        processes = usable_cores()
-    if processes < 1:
-        fail(f"--processes: must be at least 1, got {processes}")
+    processes = processes_or_default(processes)
     check_out_dir(out_dir)
     with err.status(f"running the reproduction in {processes} processes ...") as status:
         claims, results = run_ponce(
@@ -668,17 +662,19 @@ def demo_sim(
             help="Print one JSON object (every run, the CSV and plot paths) and nothing else.",
         ),
     ] = False,
+    processes: ProcessesOpt = None,
 ) -> None:
     """A short tour (well under a minute): the three first-come-first-served policies of
     ponce-hersch (processing farm, job splitting, cache-oriented splitting with 100 GB caches)
     at four loads on the paper's 10-node cluster, as a table, a CSV and a plot."""
+    processes = processes_or_default(processes)
     check_out_dir(out_dir)
     configs = [
         SimConfig(policy=p, load_jobs_per_h=load, n_jobs=DEMO_JOBS, cache_gb=100.0)
         for p in DEMO_POLICIES
         for load in DEMO_LOADS
     ]
-    results = run_all(configs, quiet=as_json)
+    results = run_all(configs, processes=processes, quiet=as_json)
     with user_errors():
         csv_path, png_path = write_sweep(results, out_dir)
     if as_json:

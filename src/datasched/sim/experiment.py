@@ -19,10 +19,19 @@ from datasched.core.scheduler import Scheduler
 from datasched.policies import make_policy
 from datasched.sim.engine import SimEngine, SimRun
 from datasched.sim.metrics import Summary, summarise
+from datasched.sim.parallel import map_in_processes
 from datasched.sim.perfmap import with_default_map
 from datasched.sim.workload import JobRecord, WorkloadSpec, generate, load_trace
 
-__all__ = ["ConfigError", "SimConfig", "find_max_load", "jobs_from_records", "simulate", "sweep"]
+__all__ = [
+    "ConfigError",
+    "SimConfig",
+    "find_max_load",
+    "jobs_from_records",
+    "simulate",
+    "summary_of",
+    "sweep",
+]
 
 GB = 1e9
 
@@ -200,16 +209,23 @@ def find_max_load(
     return lo
 
 
+def summary_of(config: SimConfig) -> Summary:
+    """:func:`simulate`'s summary alone (what a worker process sends back)."""
+    return simulate(config)[0]
+
+
 def sweep(
     configs: Sequence[SimConfig],
     *,
     on_result: Callable[[Summary], None] | None = None,
+    processes: int = 1,
 ) -> list[Summary]:
-    """Simulate each config in turn (the CLI's sweep; ``on_result`` drives a progress bar)."""
-    out = []
-    for config in configs:
-        summary, _ = simulate(config)
-        out.append(summary)
+    """Simulate each config, in up to ``processes`` worker processes; the summaries come back
+    in the order of ``configs`` and are the same for any number of processes (``on_result``
+    sees each as it arrives and drives the CLI's progress bar)."""
+
+    def done(_: int, summary: Summary) -> None:
         if on_result is not None:
             on_result(summary)
-    return out
+
+    return map_in_processes(summary_of, configs, processes=processes, on_done=done)

@@ -58,27 +58,39 @@ def build_map(
     stripes: Sequence[int] = DEFAULT_STRIPES,
     caches_gb: Sequence[float] = DEFAULT_CACHES_GB,
     on_point: Callable[[MapPoint], None] | None = None,
+    processes: int = 1,
 ) -> PerformanceMap:
     """Maximal sustainable load of delayed scheduling at every grid point (``base`` gives the
-    cluster, workload size and seed; its policy and cache size are replaced)."""
+    cluster, workload size and seed; its policy and cache size are replaced). The searches
+    run in up to ``processes`` worker processes; ``on_point`` sees each point as it is found.
+    """
     from datasched.sim.experiment import find_max_load
+    from datasched.sim.parallel import map_in_processes
 
-    points = []
-    for cache in caches_gb:
-        for stripe in stripes:
-            for period in periods_h:
-                config = replace(
-                    base,
-                    policy="delayed",
-                    n_jobs=jobs_for_period(base.n_jobs, period),
-                    cache_gb=cache,
-                    policy_params={"period_h": period, "stripe_events": stripe},
-                )
-                point = MapPoint(period, stripe, cache, round(find_max_load(config), 4))
-                points.append(point)
-                if on_point is not None:
-                    on_point(point)
-    return PerformanceMap(tuple(points))
+    grid = [
+        (period, stripe, cache) for cache in caches_gb for stripe in stripes for period in periods_h
+    ]
+    configs = [
+        replace(
+            base,
+            policy="delayed",
+            n_jobs=jobs_for_period(base.n_jobs, period),
+            cache_gb=cache,
+            policy_params={"period_h": period, "stripe_events": stripe},
+        )
+        for period, stripe, cache in grid
+    ]
+
+    def point(i: int, max_load: float) -> MapPoint:
+        period, stripe, cache = grid[i]
+        return MapPoint(period, stripe, cache, round(max_load, 4))
+
+    def done(i: int, max_load: float) -> None:
+        if on_point is not None:
+            on_point(point(i, max_load))
+
+    loads = map_in_processes(find_max_load, configs, processes=processes, on_done=done)
+    return PerformanceMap(tuple(point(i, load) for i, load in enumerate(loads)))
 
 
 def save_map(pmap: PerformanceMap, path: Path, *, meta: Mapping[str, Any] | None = None) -> None:
