@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from datasched._files import atomic_write_text
 from datasched.policies.adaptive import MapPoint, PerformanceMap
+from datasched.sim.parallel import map_in_processes
 
 if TYPE_CHECKING:
     from datasched.sim.experiment import SimConfig
@@ -65,7 +66,6 @@ def build_map(
     run in up to ``processes`` worker processes; ``on_point`` sees each point as it is found.
     """
     from datasched.sim.experiment import find_max_load
-    from datasched.sim.parallel import map_in_processes
 
     grid = [
         (period, stripe, cache) for cache in caches_gb for stripe in stripes for period in periods_h
