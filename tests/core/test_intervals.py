@@ -250,6 +250,13 @@ def test_clip(s: IntervalSet, start: int, stop: int) -> None:
     assert s.ranges == before
 
 
+@given(interval_sets(MAX_EVENT), st.integers(-5, MAX_EVENT + 5), st.integers(0, 40))
+def test_gaps_are_the_range_less_the_set(s: IntervalSet, start: int, size: int) -> None:
+    gaps = s.gaps(start, start + size)
+    assert IntervalSet(gaps).ranges == tuple(gaps)  # sorted, disjoint, not touching
+    assert events(IntervalSet(gaps)) == set(range(start, start + size)) - events(s)
+
+
 # -- cutting ----------------------------------------------------------------------------------
 
 

@@ -308,16 +308,9 @@ class IntervalSet:
             starts = []
             stops = []
             for s, e in zip(self._starts, self._stops, strict=True):
-                cut = other.clip(s, e)
-                cur = s
-                for a, b in zip(cut._starts, cut._stops, strict=True):
-                    if a > cur:
-                        starts.append(cur)
-                        stops.append(a)
-                    cur = b
-                if cur < e:
-                    starts.append(cur)
-                    stops.append(e)
+                for a, b in other.gaps(s, e):
+                    starts.append(a)
+                    stops.append(b)
             return IntervalSet._make(starts, stops)
         a0, a1, b0, b1 = self._starts, self._stops, other._starts, other._stops
         starts = []
@@ -408,6 +401,19 @@ class IntervalSet:
             if stops[-1] > stop:
                 stops[-1] = stop
         return IntervalSet._make(starts, stops)
+
+    def gaps(self, start: int, stop: int) -> list[tuple[int, int]]:
+        """The ranges of ``[start, stop)`` not in this set, in order: ``range(start, stop) -
+        self`` as pairs, without building a set (the simulator cuts every segment of a shrunk
+        subjob this way)."""
+        out = []
+        for a, b in self.clip(start, stop):
+            if a > start:
+                out.append((start, a))
+            start = b
+        if start < stop:
+            out.append((start, stop))
+        return out
 
     # -- cutting ------------------------------------------------------------------------------
 

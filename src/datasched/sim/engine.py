@@ -316,7 +316,7 @@ class SimEngine:
         ends = run.ends[:k]
         total = ends[-1] if ends else 0.0
         for a, b, per, src, peer in segments[k:]:
-            for lo, hi in _outside(a, b, released):
+            for lo, hi in released.gaps(a, b):
                 kept.append((lo, hi, per, src, peer))
                 total += (hi - lo) * per
                 ends.append(total)
@@ -411,20 +411,6 @@ class SimEngine:
         if finished:
             return SubjobFinished(now, run.subjob.subjob_id, node, added, evicted)
         return SubjobStopped(now, run.subjob.subjob_id, node, remaining, added, evicted)
-
-
-def _outside(a: int, b: int, cut: IntervalSet) -> list[tuple[int, int]]:
-    """The parts of ``[a, b)`` outside ``cut``, in order. Hot in :meth:`SimEngine._shrink`
-    (once per remaining segment), where building ``IntervalSet.range(a, b) - cut`` cost
-    an object per segment; ``cut`` is usually one range."""
-    out = []
-    for lo, hi in cut.clip(a, b):
-        if lo > a:
-            out.append((a, lo))
-        a = hi
-    if a < b:
-        out.append((a, b))
-    return out
 
 
 def _position(run: _Run, elapsed: float) -> tuple[int, int]:

@@ -12,6 +12,7 @@ import csv
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import IO, Any
 
@@ -20,6 +21,7 @@ from datasched.core.model import CostModel, Pipelining
 from datasched.sim.engine import SimRun
 from datasched.sim.experiment import SimConfig, find_max_load, simulate
 from datasched.sim.figures import FigureResult
+from datasched.sim.parallel import map_in_processes
 from datasched.sim.perfmap import DEFAULT_PERIODS_H, jobs_for_period
 from datasched.sim.workload import expected_single_node_time_s, theoretical_max_load_jobs_per_h
 
@@ -363,6 +365,11 @@ def policy_max_load(policy: str, *, quick: bool = False) -> float:
     return find_max_load(replace(probe, policy=policy))
 
 
+def _call(part: Callable[[], Any]) -> Any:
+    """Run one part of the reproduction (in a worker process)."""
+    return part()
+
+
 def run_ponce(
     *, quick: bool = False, processes: int = 1, progress: Progress | None = None
 ) -> tuple[list[Claim], list[FigureResult]]:
@@ -373,8 +380,6 @@ def run_ponce(
     maximal-load searches of §4-§6) run in that many processes. The §8 scale figure times
     the scheduler, so it runs alone afterwards, with nothing else sharing the CPU.
     """
-    from concurrent.futures import Future, ProcessPoolExecutor, as_completed
-
     from datasched.sim.figures import figure_specs, run_figure
 
     say = progress or (lambda _: None)
@@ -388,25 +393,27 @@ def run_ponce(
             if spec not in timed:
                 results[spec.key] = run_figure(spec, quick=quick, progress=say)
     else:
-        with ProcessPoolExecutor(max_workers=processes) as pool:
-            fcfs = pool.submit(ponce_fcfs_claims, quick=quick)
-            names: dict[Future[Any], str] = {fcfs: "claims of §3 and §7"}
-            figures = {
-                pool.submit(run_figure, spec, quick=quick): spec.key
-                for spec in specs
-                if spec not in timed
-            }
-            searches = {pool.submit(policy_max_load, p, quick=quick): p for p in MAX_LOAD_POLICIES}
-            names.update({f: key for f, key in figures.items()})
-            names.update({f: f"maximal load of {p}" for f, p in searches.items()})
-            say(f"running {len(names)} parts in {processes} processes ...")
-            for done, future in enumerate(as_completed(names), start=1):
-                if future in figures:
-                    results[figures[future]] = future.result()
-                elif future in searches:
-                    max_loads[searches[future]] = future.result()
-                say(f"{done} of {len(names)} parts done: {names[future]}")
-            claims = fcfs.result()
+        figures = [s for s in specs if s not in timed]
+        parts: list[tuple[str, Callable[[], Any]]] = [
+            ("claims of §3 and §7", partial(ponce_fcfs_claims, quick=quick))
+        ]
+        parts += [(s.key, partial(run_figure, s, quick=quick)) for s in figures]
+        parts += [
+            (f"maximal load of {p}", partial(policy_max_load, p, quick=quick))
+            for p in MAX_LOAD_POLICIES
+        ]
+        say(f"running {len(parts)} parts in {processes} processes ...")
+        finished = 0
+
+        def done(i: int, _: object) -> None:
+            nonlocal finished
+            finished += 1
+            say(f"{finished} of {len(parts)} parts done: {parts[i][0]}")
+
+        out = map_in_processes(_call, [f for _, f in parts], processes=processes, on_done=done)
+        claims = out[0]
+        results.update(zip((s.key for s in figures), out[1 : 1 + len(figures)], strict=True))
+        max_loads.update(zip(MAX_LOAD_POLICIES, out[1 + len(figures) :], strict=True))
     for spec in timed:
         results[spec.key] = run_figure(spec, quick=quick, progress=say)
     claims += ponce_policy_claims(results, quick=quick, progress=say, max_loads=max_loads)
