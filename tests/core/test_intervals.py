@@ -217,6 +217,23 @@ def test_binary_operations_few_ranges_against_many(a: IntervalSet, eb: set[int])
     check_binary_operations(b, a)
 
 
+@given(
+    st.lists(st.integers(0, 29), min_size=9, max_size=20, unique=True),
+    st.integers(0, 20),
+    st.integers(1, 19),
+)
+def test_binary_operations_fragmented_against_a_dozen_ranges(
+    slots: list[int], offset: int, width: int
+) -> None:
+    # A cache's content (hundreds of ranges) against an eviction of 9 to 20 ranges: more
+    # than the small-operand bound, but small next to the other operand.
+    big = IntervalSet((e, e + 1) for e in range(0, 1200, 3))
+    small = IntervalSet((40 * k + offset, 40 * k + offset + width) for k in slots)
+    assert small.n_ranges == len(slots)
+    check_binary_operations(big, small)
+    check_binary_operations(small, big)
+
+
 def test_overlaps_and_issubset_examples() -> None:
     comb = IntervalSet([(0, 2), (4, 6), (8, 10)])
     gaps = IntervalSet([(2, 4), (6, 8)])

@@ -279,8 +279,9 @@ class IntervalSet:
             if d < b:
                 return IntervalSet._make([d], [b], b - d)
             return _EMPTY
-        if len(other._starts) <= _SMALL:
-            # Cut each range of ``other`` out of one copy of our lists, in place (as in ``|``).
+        if len(other._starts) <= _SMALL or len(other._starts) * _SMALL <= len(self._starts):
+            # Cut each range of ``other`` out of one copy of our lists, in place (as in ``|``):
+            # also when ``other`` is small next to us (evictions from a fragmented cache).
             starts, stops = self._starts.copy(), self._stops.copy()
             length = self._length
             for a, b in zip(other._starts, other._stops, strict=True):

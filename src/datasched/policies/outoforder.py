@@ -194,8 +194,10 @@ class OutOfOrder(Policy):
         cached there: cache speed). Constant while neither changes."""
         r = sched.running.get(node)
         end = r.end_s if r is not None else sched.now
-        queued = sum(sj.data.length for sj in self.node_queues[node])
-        return end + queued * self._s_cache
+        queue = self.node_queues[node]
+        if not queue:  # the common case: no generator to build
+            return end
+        return end + sum(sj.data.length for sj in queue) * self._s_cache
 
     def _push_load(self, sched: Scheduler, node: int) -> None:
         """Record that ``node``'s load may have grown (a start, or work queued there)."""
