@@ -111,9 +111,52 @@ def test_by_end_heap_stays_bounded_by_the_nodes(policy: str) -> None:
     ]
     cluster = ClusterSpec.uniform(nodes, 300 * EVENT_BYTES)
     sched = Scheduler(cluster, make_policy(policy), min_subjob_events=3)
+    # Neither policy asks for the longest subjob, so the master keeps no heap unless asked:
+    # asking once, before anything runs, makes it keep one that these policies never pop.
+    assert sched.longest_running() is None
     SimEngine(cluster, sched).run(jobs)
     assert sched.completed == len(jobs)
+    assert sched._by_end is not None
     assert len(sched._by_end) <= 2 * nodes + 1025
+
+
+def test_by_end_heap_kept_only_once_asked_for_and_then_exact() -> None:
+    # Out-of-order never asks for the longest subjob: no heap is kept. Asked from the middle
+    # of a run on, the heap built from what runs then answers as a scan of all nodes would,
+    # at every event after.
+    nodes = 4
+    jobs = [
+        Job(job_id=i, submit_s=30.0 * i, data=IntervalSet.range(53 * i % 700, 53 * i % 700 + 120))
+        for i in range(300)
+    ]
+    cluster = ClusterSpec.uniform(nodes, 300 * EVENT_BYTES)
+    quiet = Scheduler(cluster, make_policy("out-of-order"), min_subjob_events=3)
+    SimEngine(cluster, quiet).run(jobs)
+    assert quiet._by_end is None
+
+    sched = Scheduler(cluster, make_policy("out-of-order"), min_subjob_events=3)
+    handle = sched.handle
+    seen = []
+
+    def scan() -> int | None:
+        due = [
+            (-r.end_s, node)
+            for node, r in sched.running.items()
+            if r.settled and r.end_s > sched.now
+        ]
+        return min(due)[1] if due else None
+
+    def asking(event):  # type: ignore[no-untyped-def]
+        actions = handle(event)
+        if event.time > 30.0 * 100:
+            seen.append(sched.longest_running())
+            assert seen[-1] == scan()
+        return actions
+
+    sched.handle = asking  # type: ignore[method-assign]
+    SimEngine(cluster, sched).run(jobs)
+    assert sched.completed == len(jobs)
+    assert sum(node is not None for node in seen) > 100
 
 
 def test_unknown_policy_names_the_known_ones() -> None:

@@ -194,8 +194,9 @@ class Scheduler:
         self._subjob_ids: Iterator[int] = itertools.count()
         self._out: list[Action] = []
         self._freed: list[tuple[int, JobState | None]] = []
-        self._by_end: list[tuple[float, int, int]] = []
-        """Lazy max-heap of running subjobs by estimated end: (-end, node, subjob id)."""
+        self._by_end: list[tuple[float, int, int]] | None = None
+        """Lazy max-heap of running subjobs by estimated end: (-end, node, subjob id); built
+        on the first question that needs it (policies that never ask do not keep it)."""
         self._s_cache = self.cost.s_per_event(Source.CACHE)
         self._s_peer = self.cost.s_per_event(Source.PEER)
         self._s_tertiary = self.cost.s_per_event(Source.TERTIARY)
@@ -269,7 +270,7 @@ class Scheduler:
         node on ties; None if every one is due. O(log n) amortised: a heap by estimated end,
         whose stale entries are dropped when they reach the top (ponce-hersch Table 5 has
         job splitting scan all nodes here)."""
-        heap = self._by_end
+        heap = self._end_heap()
         while heap:
             neg_end, node, subjob_id = heap[0]
             if not self._current(neg_end, node, subjob_id):
@@ -287,6 +288,13 @@ class Scheduler:
             r is not None and r.subjob.subjob_id == subjob_id and r.settled and r.end_s == -neg_end
         )
 
+    def _end_heap(self) -> list[tuple[float, int, int]]:
+        """The by-end heap, built from what runs now when first asked for."""
+        if self._by_end is None:
+            self._by_end = [(-r.end_s, r.node, r.subjob.subjob_id) for r in self.running.values()]
+            heapq.heapify(self._by_end)
+        return self._by_end
+
     def _push_end(self, r: Running) -> None:
         """Enter ``r`` in the by-end heap. Entries of subjobs that ended before the longest
         never reach the top, so the heap is rebuilt from its current entries whenever it holds
@@ -294,6 +302,8 @@ class Scheduler:
         running subjob (a shrink that released nothing pushes a copy), so it is amortised O(1)
         per push and the heap stays O(nodes) instead of growing with every subjob started."""
         heap = self._by_end
+        if heap is None:
+            return  # not asked for yet: built from ``running`` when it is
         heapq.heappush(heap, (-r.end_s, r.node, r.subjob.subjob_id))
         if len(heap) > 2 * len(self.running) + 1024:
             heap[:] = dict.fromkeys(e for e in heap if self._current(*e))
@@ -304,7 +314,7 @@ class Scheduler:
         stopped) from the one estimated to end last, until it returns False. Costs
         O(k log n) for k visits (the heap of :meth:`longest_running`), so a policy that can
         bound what it looks for stops early instead of scanning every node."""
-        heap = self._by_end
+        heap = self._end_heap()
         taken: list[tuple[float, int, int]] = []
         try:
             while heap:
