@@ -1,11 +1,12 @@
 """What the scheduler asks for: the outputs of :meth:`Scheduler.handle`.
 
 An action is a request; its outcome comes back as a later event (DESIGN.md, "The core").
+Immutable named tuples, as events are (see :mod:`datasched.core.events` for why).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import Subjob
@@ -13,8 +14,7 @@ from datasched.core.model import Subjob
 __all__ = ["Action", "JobCompleted", "Preempt", "Shrink", "Start", "WakeAt"]
 
 
-@dataclass(frozen=True, slots=True)
-class Start:
+class Start(NamedTuple):
     """Run ``subjob`` on ``node``, reading its events in ascending order.
 
     ``cache_fill``: keep what is read from tertiary storage (or a peer, when ``replicate``) in the
@@ -31,16 +31,14 @@ class Start:
     fill_duplicates: bool = True
 
 
-@dataclass(frozen=True, slots=True)
-class Preempt:
+class Preempt(NamedTuple):
     """Stop the subjob running on ``node``; the engine answers with SubjobStopped."""
 
     subjob_id: int
     node: int
 
 
-@dataclass(frozen=True, slots=True)
-class Shrink:
+class Shrink(NamedTuple):
     """Take ``release`` away from the subjob running on ``node``, which goes on with the rest.
 
     The engine gives up what it has neither processed nor started (at once in the simulator,
@@ -54,15 +52,13 @@ class Shrink:
     release: IntervalSet
 
 
-@dataclass(frozen=True, slots=True)
-class WakeAt:
+class WakeAt(NamedTuple):
     """Send a Tick at ``time`` (or as soon after as the engine can)."""
 
     time: float
 
 
-@dataclass(frozen=True, slots=True)
-class JobCompleted:
+class JobCompleted(NamedTuple):
     """Notice: every event of the job has been processed (the engine records and reports it)."""
 
     job_id: int

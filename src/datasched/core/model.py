@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from datasched.core.intervals import IntervalSet
 
@@ -170,8 +171,7 @@ class Job:
         return self.data.length
 
 
-@dataclass(frozen=True, slots=True)
-class Subjob:
+class Subjob(NamedTuple):
     """A part of a job's data that runs, or waits to run, on one node at a time.
 
     The live subjobs of a job always partition what is left of it, so every event is processed
@@ -179,7 +179,8 @@ class Subjob:
     it (same id, :meth:`shrunk`) with a new subjob for the released part.
     ``cached_on`` names the node whose cache holds the data, when the subjob was cut that way;
     ``preemptible`` marks work taken from another node's queue that cached work may displace
-    (ponce-hersch Table 3).
+    (ponce-hersch Table 3). A named tuple, not a dataclass: tens are built per job (see
+    :mod:`datasched.core.events`).
     """
 
     subjob_id: int
