@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from datasched.core.cache import FIFO, LRU, CacheDirectory, NodeCache
 from datasched.core.intervals import IntervalSet
+from strategies import interval_sets
 
 
 def r(a: int, b: int) -> IntervalSet:
@@ -111,6 +112,31 @@ def test_capacity_and_content_stay_consistent(
         tiles = IntervalSet([(a, b) for a, b, _ in cache.extents()])
         assert tiles == cache.content
         assert sum(b - a for a, b, _ in cache.extents()) == cache.used_events
+
+
+@settings(max_examples=200)
+@given(capacity=st.integers(1, 200), script=ops, queries=st.lists(interval_sets(400), max_size=5))
+def test_partition_and_lookup_agree_with_the_content(
+    capacity: int, script: list[tuple[str, int, int]], queries: list[IntervalSet]
+) -> None:
+    """``partition`` splits any set into its cached part and the rest, as set algebra on the
+    content would (extents with different keys touch: their pieces must merge)."""
+    cache = NodeCache(capacity)
+    for stamp, (op, start, size) in enumerate(script):
+        data = r(start, start + size)
+        if op == "insert":
+            cache.insert(data, float(stamp))
+        elif op == "touch":
+            cache.touch(data, float(stamp))
+        else:
+            cache.evict(data)
+    content = cache.content
+    for q in queries:
+        cached, rest = cache.partition(q)
+        assert cached == q & content == cache.lookup(q)
+        assert rest == q - content
+        for part in (cached, rest):
+            assert part == IntervalSet(part)  # sorted, disjoint, non-adjacent
 
 
 @settings(max_examples=300)

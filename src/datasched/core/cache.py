@@ -157,22 +157,45 @@ class NodeCache:
         Answered from the extent lists with bisect, so a lookup costs the log of the number of
         extents plus the extents it meets, not a copy of the whole content.
         """
+        return self.partition(data)[0]
+
+    def partition(self, data: IntervalSet) -> tuple[IntervalSet, IntervalSet]:
+        """``(cached, rest)``: the part of ``data`` cached here and the part that is not, in
+        one walk over the extents (what :meth:`lookup` and a difference would give)."""
         starts, stops = self._starts, self._stops
         if not starts or not data:
-            return _EMPTY
-        pieces: list[tuple[int, int]] = []
+            return _EMPTY, data
+        hit_starts: list[int] = []
+        hit_stops: list[int] = []
+        gap_starts: list[int] = []
+        gap_stops: list[int] = []
         n = len(starts)
         for a, b in data:
+            cur = a
             i = bisect_right(stops, a)
             while i < n and starts[i] < b:
                 lo = starts[i] if starts[i] > a else a
                 hi = stops[i] if stops[i] < b else b
-                if lo < hi:
-                    pieces.append((lo, hi))
+                if lo > cur:
+                    gap_starts.append(cur)
+                    gap_stops.append(lo)
+                hit_starts.append(lo)
+                hit_stops.append(hi)
+                cur = hi
                 i += 1
-        if not pieces:
-            return _EMPTY
-        return IntervalSet._merge_sorted([p[0] for p in pieces], [p[1] for p in pieces])
+            if cur < b:
+                gap_starts.append(cur)
+                gap_stops.append(b)
+        if not hit_starts:
+            return _EMPTY, data
+        if not gap_starts:
+            return data, _EMPTY
+        # Gaps neither touch nor overlap (cached pieces or gaps between ``data``'s ranges
+        # separate them); cached pieces of neighbouring extents may touch.
+        return (
+            IntervalSet._merge_sorted(hit_starts, hit_stops),
+            IntervalSet._make(gap_starts, gap_stops),
+        )
 
     def extents(self) -> Iterator[tuple[int, int, float]]:
         """Cached extents as ``(start, stop, key)``, in event order."""
@@ -266,11 +289,9 @@ class NodeCache:
         What cannot be made room for (everything else pinned) is not cached: the earliest events
         of ``data`` that fit are kept.
         """
-        hit = self.lookup(data)
-        new = data
+        hit, new = self.partition(data)
         if hit:
             self.refresh(hit, stamp)
-            new = data - hit
         if not new:
             return _EMPTY, _EMPTY
         evicted = _EMPTY

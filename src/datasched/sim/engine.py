@@ -253,8 +253,7 @@ class SimEngine:
         sj = action.subjob
         data = sj.data
         cache = self.caches[node]
-        local = cache.lookup(data)
-        other = data - local if local else data
+        local, other = cache.partition(data)
         pieces: list[tuple[int, int, Source, int]] = [(a, b, Source.CACHE, -1) for a, b in local]
         peer_read = _EMPTY
         peer_pins: list[tuple[int, int]] = []
