@@ -60,11 +60,11 @@ def test_from_events(model: set[int]) -> None:
 
 
 @given(st.lists(st.integers(0, MAX_EVENT), unique=True).map(sorted), st.data())
-def test_merge_sorted_joins_touching_ranges(cuts: list[int], data: st.DataObject) -> None:
-    # Sorted, disjoint ranges that may touch, as the cache module hands them over.
+def test_from_sorted_joins_touching_ranges(cuts: list[int], data: st.DataObject) -> None:
+    # Sorted, disjoint ranges that may touch, as the cache module and cutting by cache give.
     pairs = list(itertools.pairwise(cuts))
     chosen = [p for p in pairs if data.draw(st.booleans())]
-    s = IntervalSet._merge_sorted([a for a, _ in chosen], [b for _, b in chosen])
+    s = IntervalSet.from_sorted(chosen)
     check_invariant(s)
     assert s == IntervalSet(chosen)
 

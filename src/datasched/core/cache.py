@@ -124,7 +124,7 @@ class NodeCache:
     def content(self) -> IntervalSet:
         """Every cached event (built from the extents when asked, kept until they change)."""
         if self._content is None:
-            self._content = IntervalSet._merge_sorted(self._starts, self._stops)
+            self._content = IntervalSet.from_sorted(zip(self._starts, self._stops, strict=True))
         return self._content
 
     @property
@@ -193,7 +193,7 @@ class NodeCache:
         # Gaps neither touch nor overlap (cached pieces or gaps between ``data``'s ranges
         # separate them); cached pieces of neighbouring extents may touch.
         return (
-            IntervalSet._merge_sorted(hit_starts, hit_stops),
+            IntervalSet.from_sorted(zip(hit_starts, hit_stops, strict=True)),
             IntervalSet._make(gap_starts, gap_stops),
         )
 

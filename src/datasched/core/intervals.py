@@ -61,17 +61,19 @@ class IntervalSet:
         return obj
 
     @classmethod
-    def _merge_sorted(cls, starts: list[int], stops: list[int]) -> IntervalSet:
-        """Build from sorted, disjoint ranges that may touch (touching ones are merged)."""
-        out_starts: list[int] = []
-        out_stops: list[int] = []
-        for a, b in zip(starts, stops, strict=True):
-            if out_stops and a == out_stops[-1]:
-                out_stops[-1] = b
+    def from_sorted(cls, ranges: Iterable[tuple[int, int]]) -> IntervalSet:
+        """Build from non-empty ranges given in ascending order and disjoint (ranges that touch
+        are merged), without the constructor's checks and sort: for code that produces ranges
+        in order, such as a walk along another set. Out-of-order input gives an invalid set."""
+        starts: list[int] = []
+        stops: list[int] = []
+        for a, b in ranges:
+            if stops and a == stops[-1]:
+                stops[-1] = b
             else:
-                out_starts.append(a)
-                out_stops.append(b)
-        return cls._make(out_starts, out_stops)
+                starts.append(a)
+                stops.append(b)
+        return cls._make(starts, stops)
 
     @classmethod
     def range(cls, start: int, stop: int) -> IntervalSet:

@@ -94,7 +94,7 @@ def cut_by_cache(sched: Scheduler, data: IntervalSet) -> list[tuple[IntervalSet,
         merged[holder].append((a, b))
     out: list[tuple[IntervalSet, int | None]] = []
     for holder in order:
-        ranges = IntervalSet(merged[holder])
+        ranges = IntervalSet.from_sorted(merged[holder])  # in event order, disjoint
         if holder is None:
             out.extend((IntervalSet.range(a, b), None) for a, b in ranges)
         else:
