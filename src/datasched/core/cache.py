@@ -235,11 +235,12 @@ class NodeCache:
         """:meth:`touch` for data known to be cached whole (read under a pin): no lookup."""
         starts, stops, keys = self._starts, self._stops, self._keys
         touch = self.replacement.key_on_touch
+        lru = self.replacement is LRU  # its key is the stamp: no call per extent
         for a, b in hit:
             lo = bisect_right(stops, a)
             hi = bisect_left(starts, b)
             if lo + 1 == hi:
-                key = touch(keys[lo], stamp)
+                key = stamp if lru else touch(keys[lo], stamp)
                 if key == keys[lo]:
                     continue  # one extent, key unchanged (FIFO): nothing to do
                 if key > keys[lo] and starts[lo] == a and stops[lo] == b:
@@ -429,7 +430,8 @@ class NodeCache:
                 need -= b - a
         for entry in deferred:
             heapq.heappush(heap, entry)
-        return IntervalSet(evicted)
+        evicted.sort()  # whole extents or parts of them: disjoint, in eviction order
+        return IntervalSet.from_sorted(evicted)
 
 
 class CacheDirectory:
