@@ -512,10 +512,11 @@ class Scheduler:
         if not r.settled:
             return False
         minimum = self.min_subjob_events
-        _, rest = r.subjob.data.head(r.estimated_done(self.now))
-        left = rest.length
+        done = r.estimated_done(self.now)
+        left = r.subjob.data.length - done
         if left < 2 * minimum:
-            return False
+            return False  # (before cutting: a third of the calls end here)
+        _, rest = r.subjob.data.head(done)
         give = pick(rest) if pick is not None else _EMPTY
         if give.length < minimum or left - give.length < minimum:
             # A split leaves work on both nodes; moving everything could ping-pong.
