@@ -1,19 +1,26 @@
 """benchmarks/run.py: a small run end to end (its figures are not checked here: timings live in
-the benchmark, not in tests), and its refusal of bad options."""
+the benchmark, not in tests), and its refusal of bad options; the same for
+benchmarks/instructions.py (its run needs valgrind, and is slow under it)."""
 
 from __future__ import annotations
 
 import json
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "run.py"
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+SCRIPT = BENCHMARKS / "run.py"
+INSTRUCTIONS = BENCHMARKS / "instructions.py"
 
 
-def _run(*args: str) -> subprocess.CompletedProcess[str]:
+def _run(*args: str, script: Path = SCRIPT) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=300
+        [sys.executable, str(script), *args], capture_output=True, text=True, timeout=300
     )
 
 
@@ -48,3 +55,27 @@ def test_bad_options_are_refused_naming_them() -> None:
         done = _run(*args)
         assert done.returncode == 2
         assert field in done.stderr.splitlines()[-1]
+
+
+def test_instruction_count_refuses_bad_options_naming_them() -> None:
+    for args, field in (
+        (["--policy", "nope"], "--policy"),
+        (["--jobs", "0"], "--jobs"),
+        (["--nodes", "-1"], "--nodes"),
+    ):
+        done = _run(*args, script=INSTRUCTIONS)
+        assert done.returncode == 2
+        assert field in done.stderr.splitlines()[-1]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="needs valgrind")
+def test_instruction_count_grows_with_the_jobs() -> None:
+    counts = []
+    for jobs in ("50", "400"):
+        done = _run("--policy", "splitting", "--jobs", jobs, script=INSTRUCTIONS)
+        assert done.returncode == 0, done.stderr
+        match = re.search(r"([\d,]+) M instructions", done.stdout)
+        assert match is not None, done.stdout
+        counts.append(int(match.group(1).replace(",", "")))
+    assert 0 < counts[0] < counts[1]

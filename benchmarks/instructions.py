@@ -1,0 +1,83 @@
+"""Instructions a simulation executes, counted by valgrind's cachegrind (host-independent).
+
+Wall-clock seconds on a shared machine drift by 20 % from minute to minute; instruction counts
+do not, so changes to the simulator's hot path are judged by them (and by alternating timed
+runs). The count of the same script stopping after its imports is subtracted. Runs are made
+repeatable: a fixed hash seed, and one BLAS thread (numpy's idle BLAS threads otherwise make
+counts differ by several percent between identical runs).
+
+    python benchmarks/instructions.py [--policy out-of-order] [--jobs 1500] [--nodes 10]
+
+Needs ``valgrind`` (Debian: ``apt-get install valgrind``); a 1,500-job run takes about
+two minutes under it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+from datasched.policies.registry import available
+
+SCRIPT = """
+import sys
+from datasched.sim.experiment import SimConfig, simulate
+policy, jobs, nodes = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+if jobs:
+    simulate(SimConfig(policy=policy, n_nodes=nodes, cache_gb=100.0,
+                       load_jobs_per_h=0.5 * nodes / 10, data_space_bytes=2e12 * nodes / 10,
+                       n_jobs=jobs, max_backlog=10**9))
+"""
+
+
+def count(policy: str, jobs: int, nodes: int) -> int:
+    """Instructions of one run of SCRIPT (``jobs`` 0: imports only)."""
+    env = dict(os.environ, PYTHONHASHSEED="0", OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    cmd = [
+        "valgrind",
+        "--tool=cachegrind",
+        "--cache-sim=no",
+        "--cachegrind-out-file=/dev/null",
+        sys.executable,
+        "-c",
+        SCRIPT,
+        policy,
+        str(jobs),
+        str(nodes),
+    ]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stderr
+    match = re.search(r"I\s+refs:\s+([\d,]+)", out)
+    if match is None:
+        raise RuntimeError(f"no instruction count in valgrind's output:\n{out[-2000:]}")
+    return int(match.group(1).replace(",", ""))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--policy", default="out-of-order")
+    parser.add_argument("--jobs", type=int, default=1500)
+    parser.add_argument("--nodes", type=int, default=10)
+    args = parser.parse_args()
+    if args.jobs < 1:
+        parser.error(f"--jobs: must be positive, got {args.jobs}")
+    if args.nodes < 1:
+        parser.error(f"--nodes: must be positive, got {args.nodes}")
+    if args.policy not in available():
+        parser.error(f"--policy: unknown policy {args.policy!r}")
+    if shutil.which("valgrind") is None:
+        parser.error("valgrind is not installed (Debian: apt-get install valgrind)")
+    base = count(args.policy, 0, args.nodes)
+    total = count(args.policy, args.jobs, args.nodes)
+    millions = (total - base) / 1e6
+    print(
+        f"{args.policy}, {args.jobs} jobs, {args.nodes} nodes: {millions:,.0f} M instructions "
+        f"({millions / args.jobs:.2f} M per job; imports, {base / 1e6:,.0f} M, not counted)"
+    )
+
+
+if __name__ == "__main__":
+    main()
