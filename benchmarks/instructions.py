@@ -20,17 +20,19 @@ import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 from datasched.policies.registry import available
 
+# The simulation of benchmarks/run.py (its bench_config), imported from beside this file.
 SCRIPT = """
 import sys
-from datasched.sim.experiment import SimConfig, simulate
+sys.path.insert(0, sys.argv[4])
+from run import bench_config
+from datasched.sim.experiment import simulate
 policy, jobs, nodes = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 if jobs:
-    simulate(SimConfig(policy=policy, n_nodes=nodes, cache_gb=100.0,
-                       load_jobs_per_h=0.5 * nodes / 10, data_space_bytes=2e12 * nodes / 10,
-                       n_jobs=jobs, max_backlog=10**9))
+    simulate(bench_config(policy, nodes, jobs))
 """
 
 
@@ -48,6 +50,7 @@ def count(policy: str, jobs: int, nodes: int) -> int:
         policy,
         str(jobs),
         str(nodes),
+        str(Path(__file__).resolve().parent),
     ]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stderr
     match = re.search(r"I\s+refs:\s+([\d,]+)", out)
