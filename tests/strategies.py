@@ -1,12 +1,14 @@
-"""Hypothesis strategies for the core data model (event sets over a small data space)."""
+"""Hypothesis strategies, all in one module: event sets over a small data space, and small
+simulated scenarios (jobs over it)."""
 
 from __future__ import annotations
 
 from hypothesis import strategies as st
 
 from datasched.core.intervals import IntervalSet
+from datasched.core.model import Job
 
-__all__ = ["dense_event_sets", "event_sets", "interval_sets", "raw_ranges"]
+__all__ = ["dense_event_sets", "event_sets", "interval_sets", "job_lists", "raw_ranges"]
 
 
 def raw_ranges(
@@ -57,3 +59,17 @@ def dense_event_sets(max_event: int = 200, min_span: int = 100) -> st.SearchStra
     return st.lists(st.booleans(), min_size=min_span, max_size=max_event).map(
         lambda mask: {e for e, inside in enumerate(mask) if inside}
     )
+
+
+@st.composite
+def job_lists(draw: st.DrawFn, max_jobs: int = 8, space: int = 400) -> list[Job]:
+    """A few jobs with random arrival gaps and overlapping contiguous segments."""
+    n = draw(st.integers(1, max_jobs))
+    jobs = []
+    t = 0.0
+    for i in range(n):
+        t += draw(st.sampled_from([0.0, 1.0, 7.5, 40.0, 300.0]))
+        start = draw(st.integers(0, space - 1))
+        size = draw(st.integers(1, space - start))
+        jobs.append(Job(job_id=i, submit_s=t, data=IntervalSet.range(start, start + size)))
+    return jobs

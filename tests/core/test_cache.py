@@ -1,4 +1,5 @@
-"""NodeCache and CacheDirectory: capacity, LRU order, pins, fetches, directory queries."""
+"""Node caches (event ranges and whole files) and the cache directory: capacity, LRU order,
+pins, fetches, directory queries."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ from itertools import pairwise
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from datasched.core.cache import FIFO, LRU, CacheDirectory, NodeCache
+from datasched.core.cache import RangeCache
+from datasched.core.directory import CacheDirectory
+from datasched.core.replacement import FIFO, LRU
 from datasched.core.intervals import IntervalSet
 from strategies import interval_sets
 
@@ -17,7 +20,7 @@ def r(a: int, b: int) -> IntervalSet:
 
 
 def test_insert_within_capacity_keeps_everything() -> None:
-    cache = NodeCache(100)
+    cache = RangeCache(100)
     added, evicted = cache.insert(r(0, 40), stamp=1.0)
     assert added == r(0, 40)
     assert not evicted
@@ -26,7 +29,7 @@ def test_insert_within_capacity_keeps_everything() -> None:
 
 
 def test_lru_evicts_least_recently_used_first() -> None:
-    cache = NodeCache(100)
+    cache = RangeCache(100)
     cache.insert(r(0, 50), stamp=1.0)
     cache.insert(r(100, 150), stamp=2.0)
     cache.touch(r(0, 50), stamp=3.0)  # now [100, 150) is the LRU extent
@@ -37,7 +40,7 @@ def test_lru_evicts_least_recently_used_first() -> None:
 
 
 def test_fifo_ignores_touches() -> None:
-    cache = NodeCache(100, FIFO)
+    cache = RangeCache(100, FIFO)
     cache.insert(r(0, 50), stamp=1.0)
     cache.insert(r(100, 150), stamp=2.0)
     cache.touch(r(0, 50), stamp=3.0)
@@ -46,7 +49,7 @@ def test_fifo_ignores_touches() -> None:
 
 
 def test_pinned_data_is_never_evicted() -> None:
-    cache = NodeCache(100)
+    cache = RangeCache(100)
     cache.insert(r(0, 60), stamp=1.0)
     cache.insert(r(60, 100), stamp=2.0)
     token = cache.pin(r(0, 60))
@@ -60,7 +63,7 @@ def test_pinned_data_is_never_evicted() -> None:
 
 
 def test_fetch_in_flight_inserts_only_what_was_read() -> None:
-    cache = NodeCache(1000)
+    cache = RangeCache(1000)
     token = cache.begin_fetch(r(0, 100))
     assert cache.in_flight == r(0, 100)
     assert not cache.content
@@ -71,7 +74,7 @@ def test_fetch_in_flight_inserts_only_what_was_read() -> None:
 
 
 def test_zero_capacity_caches_nothing() -> None:
-    cache = NodeCache(0)
+    cache = RangeCache(0)
     added, evicted = cache.insert(r(0, 10), stamp=0.0)
     assert not added and not evicted and not cache.content
 
@@ -92,7 +95,7 @@ def test_capacity_and_content_stay_consistent(
     capacity: int, script: list[tuple[str, int, int]]
 ) -> None:
     """Whatever happens, used == content length <= capacity, and extents tile the content."""
-    cache = NodeCache(capacity)
+    cache = RangeCache(capacity)
     for stamp, (op, start, size) in enumerate(script):
         data = r(start, start + size)
         before = cache.content
@@ -121,7 +124,7 @@ def test_partition_and_lookup_agree_with_the_content(
 ) -> None:
     """``partition`` splits any set into its cached part and the rest, as set algebra on the
     content would (extents with different keys touch: their pieces must merge)."""
-    cache = NodeCache(capacity)
+    cache = RangeCache(capacity)
     for stamp, (op, start, size) in enumerate(script):
         data = r(start, start + size)
         if op == "insert":
@@ -148,7 +151,7 @@ def test_eviction_takes_the_oldest_keys_first(
     an insert evicts no extent whose key is newer than that of an extent it leaves behind,
     pins and the inserted data aside; and the heap keeps an entry for every extent that sorts
     no later than the extent's own key."""
-    cache = NodeCache(capacity, FIFO if fifo else LRU)
+    cache = RangeCache(capacity, FIFO if fifo else LRU)
     for stamp, (op, start, size) in enumerate(script):
         data = r(start, start + size)
         if op == "touch":
@@ -216,7 +219,7 @@ def test_directory_agrees_with_per_node_contents(
 def test_eviction_heap_stays_bounded_without_evictions() -> None:
     """A cache that never fills (no eviction drains the heap) keeps its heap O(extents),
     however often reads split and refresh its extents."""
-    cache = NodeCache(10**9)
+    cache = RangeCache(10**9)
     cache.insert(r(0, 1000), stamp=0.0)
     for stamp in range(1, 5000):
         start = (stamp * 37) % 990

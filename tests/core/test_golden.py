@@ -23,14 +23,13 @@ from datasched.core.events import (
     Tick,
 )
 from datasched.core.intervals import IntervalSet
-from datasched.core.model import ClusterSpec, CostModel, Job
-from datasched.core.scheduler import Scheduler
-from datasched.policies import available, make_policy
+from datasched.core.model import Job
+from datasched.policies import available
 from datasched.policies.adaptive import MapPoint, PerformanceMap
 from datasched.sim.engine import SimEngine
+from clusters import scheduler
 
 GOLDEN = Path(__file__).parent.parent / "golden"
-EVENT_BYTES = CostModel().bytes_per_event
 # Parameters scaled to the small scenario, where a policy's defaults would hide its logic.
 # Adaptive delay: no delay at the first arrival's measured load, then a short one.
 SMALL_MAP = PerformanceMap.of(
@@ -51,11 +50,11 @@ def fmt_event(ev: Event) -> str:
     if isinstance(ev, JobArrived):
         return f"{t} arrive job {ev.job.job_id} {ranges(ev.job.data)}"
     if isinstance(ev, SubjobFinished):
-        return f"{t} finish subjob {ev.subjob_id} on {ev.node} +cache {ranges(ev.cache_added)}"
+        return f"{t} finish subjob {ev.subjob_id} on {ev.slot} +cache {ranges(ev.cache_added)}"
     if isinstance(ev, SubjobStopped):
-        return f"{t} stopped subjob {ev.subjob_id} on {ev.node} left {ranges(ev.remaining)}"
+        return f"{t} stopped subjob {ev.subjob_id} on {ev.slot} left {ranges(ev.remaining)}"
     if isinstance(ev, SubjobShrunk):
-        return f"{t} shrunk subjob {ev.subjob_id} on {ev.node} released {ranges(ev.released)}"
+        return f"{t} shrunk subjob {ev.subjob_id} on {ev.slot} released {ranges(ev.released)}"
     if isinstance(ev, Tick):
         return f"{t} tick"
     return f"{t} {ev!r}"
@@ -65,13 +64,13 @@ def fmt_action(a: Action) -> str:
     if isinstance(a, Start):
         sj = a.subjob
         return (
-            f"    -> start subjob {sj.subjob_id} of job {sj.job_id} on {a.node}: "
+            f"    -> start subjob {sj.subjob_id} of job {sj.job_id} on {a.slot}: "
             f"{ranges(sj.data)} cached_on={sj.cached_on}"
         )
     if isinstance(a, Preempt):
-        return f"    -> preempt subjob {a.subjob_id} on {a.node}"
+        return f"    -> preempt subjob {a.subjob_id} on {a.slot}"
     if isinstance(a, Shrink):
-        return f"    -> shrink subjob {a.subjob_id} on {a.node}: release {ranges(a.release)}"
+        return f"    -> shrink subjob {a.subjob_id} on {a.slot}: release {ranges(a.release)}"
     if isinstance(a, JobCompleted):
         return f"    -> job {a.job_id} completed"
     if isinstance(a, WakeAt):
@@ -81,8 +80,7 @@ def fmt_action(a: Action) -> str:
 
 def scenario_trace(policy: str) -> str:
     """Three nodes, caches of 500 events, five overlapping jobs arriving close together."""
-    cluster = ClusterSpec.uniform(3, 500 * EVENT_BYTES)
-    sched = Scheduler(cluster, make_policy(policy, **PARAMS.get(policy, {})), min_subjob_events=10)
+    sched = scheduler(policy, 3, 500, min_subjob=10, params=PARAMS.get(policy, {}))
     lines: list[str] = []
     handle = sched.handle
 
@@ -100,7 +98,7 @@ def scenario_trace(policy: str) -> str:
         Job(3, 400.0, IntervalSet.range(0, 250)),
         Job(4, 2000.0, IntervalSet.range(150, 350)),
     ]
-    SimEngine(cluster, sched).run(jobs)
+    SimEngine(sched).run(jobs)
     return "\n".join(lines) + "\n"
 
 

@@ -10,14 +10,14 @@ from hypothesis import strategies as st
 from datasched.core.actions import JobCompleted, Preempt, Shrink, Start
 from datasched.core.events import JobArrived, SubjobFinished, SubjobShrunk, SubjobStopped
 from datasched.core.intervals import IntervalSet
-from datasched.core.model import ClusterSpec, CostModel, Job, Pipelining
-from datasched.core.scheduler import Scheduler, SchedulerError
-from datasched.policies import UnknownPolicyError, available, make_policy
+from datasched.core.model import Job, Pipelining
+from datasched.core.scheduler import SchedulerError
+from datasched.policies import UnknownPolicyError, available, build_policy
 from datasched.sim.engine import SimEngine
-from strategies_sim import job_lists
+from clusters import file_space, scheduler, space
+from strategies import job_lists
 
 POLICIES = sorted(available())
-EVENT_BYTES = CostModel().bytes_per_event
 
 
 def run_scenario(
@@ -27,14 +27,19 @@ def run_scenario(
     cache_events: int,
     pipelining: Pipelining,
     file_events: int = 0,
+    slots: int = 1,
 ) -> SimEngine:
-    cost = CostModel(pipelining=pipelining)
-    cluster = ClusterSpec.uniform(nodes, cache_events * EVENT_BYTES, cost)
-    sched = Scheduler(cluster, make_policy(policy), min_subjob_events=3)
-    if file_events:
-        # Cuts snap to "file" boundaries, as in the runtime.
-        sched.boundaries = list(range(0, 10_000, file_events))
-    engine = SimEngine(cluster, sched, check_conservation=True)
+    # With files, caches hold whole files and cuts snap to file boundaries, as in the runtime.
+    sched = scheduler(
+        policy,
+        nodes,
+        cache_events,
+        min_subjob=3,
+        slots=slots,
+        data=space(file_events),
+        pipelining=pipelining,
+    )
+    engine = SimEngine(sched, check_conservation=True)
     engine.run(jobs)
     return engine
 
@@ -47,6 +52,7 @@ def run_scenario(
     cache_events=st.sampled_from([0, 50, 150, 1000]),
     pipelining=st.sampled_from(list(Pipelining)),
     file_events=st.sampled_from([0, 0, 7, 40]),
+    slots=st.sampled_from([1, 1, 2, 3]),
 )
 def test_every_event_processed_exactly_once(
     policy: str,
@@ -55,8 +61,9 @@ def test_every_event_processed_exactly_once(
     cache_events: int,
     pipelining: Pipelining,
     file_events: int,
+    slots: int,
 ) -> None:
-    engine = run_scenario(policy, jobs, nodes, cache_events, pipelining, file_events)
+    engine = run_scenario(policy, jobs, nodes, cache_events, pipelining, file_events, slots)
     run = engine.result
     assert run.processed is not None
     for job in jobs:
@@ -69,10 +76,10 @@ def test_every_event_processed_exactly_once(
     assert all(r.end_s >= r.first_start_s >= r.submit_s for r in run.jobs)
     assert engine.scheduler.completed == len(jobs)
     assert not engine.scheduler.jobs and not engine.scheduler.running
-    assert sorted(engine.scheduler.idle_nodes) == list(range(nodes))
+    assert sorted(engine.scheduler.idle_slots) == list(range(nodes * slots))
     # Caches never exceed their capacity and the master's directory matches them.
     for node, cache in enumerate(engine.caches):
-        assert cache.used_events <= cache.capacity_events
+        assert cache.used_bytes <= cache.capacity_bytes
         assert engine.scheduler.directory.content(node) == cache.content
 
 
@@ -81,8 +88,7 @@ def test_every_event_processed_exactly_once(
 @given(jobs=job_lists(), nodes=st.integers(1, 4))
 def test_same_events_in_same_actions_out(policy: str, jobs: list[Job], nodes: int) -> None:
     def trace() -> list[str]:
-        cluster = ClusterSpec.uniform(nodes, 200 * EVENT_BYTES)
-        sched = Scheduler(cluster, make_policy(policy), min_subjob_events=3)
+        sched = scheduler(policy, nodes, 200, min_subjob=3)
         log: list[str] = []
         original = sched.handle
 
@@ -93,7 +99,7 @@ def test_same_events_in_same_actions_out(policy: str, jobs: list[Job], nodes: in
             return actions
 
         sched.handle = handle  # type: ignore[method-assign]
-        SimEngine(cluster, sched).run(jobs)
+        SimEngine(sched).run(jobs)
         return log
 
     assert trace() == trace()
@@ -109,12 +115,11 @@ def test_by_end_heap_stays_bounded_by_the_nodes(policy: str) -> None:
         Job(job_id=i, submit_s=50.0 * i, data=IntervalSet.range(37 * i % 900, 37 * i % 900 + 90))
         for i in range(1500)
     ]
-    cluster = ClusterSpec.uniform(nodes, 300 * EVENT_BYTES)
-    sched = Scheduler(cluster, make_policy(policy), min_subjob_events=3)
+    sched = scheduler(policy, nodes, 300, min_subjob=3)
     # Neither policy asks for the longest subjob, so the master keeps no heap unless asked:
     # asking once, before anything runs, makes it keep one that these policies never pop.
     assert sched.longest_running() is None
-    SimEngine(cluster, sched).run(jobs)
+    SimEngine(sched).run(jobs)
     assert sched.completed == len(jobs)
     assert sched._by_end is not None
     assert len(sched._by_end) <= 2 * nodes + 1025
@@ -129,12 +134,11 @@ def test_by_end_heap_kept_only_once_asked_for_and_then_exact() -> None:
         Job(job_id=i, submit_s=30.0 * i, data=IntervalSet.range(53 * i % 700, 53 * i % 700 + 120))
         for i in range(300)
     ]
-    cluster = ClusterSpec.uniform(nodes, 300 * EVENT_BYTES)
-    quiet = Scheduler(cluster, make_policy("out-of-order"), min_subjob_events=3)
-    SimEngine(cluster, quiet).run(jobs)
+    quiet = scheduler("out-of-order", nodes, 300, min_subjob=3)
+    SimEngine(quiet).run(jobs)
     assert quiet._by_end is None
 
-    sched = Scheduler(cluster, make_policy("out-of-order"), min_subjob_events=3)
+    sched = scheduler("out-of-order", nodes, 300, min_subjob=3)
     handle = sched.handle
     seen = []
 
@@ -154,14 +158,14 @@ def test_by_end_heap_kept_only_once_asked_for_and_then_exact() -> None:
         return actions
 
     sched.handle = asking  # type: ignore[method-assign]
-    SimEngine(cluster, sched).run(jobs)
+    SimEngine(sched).run(jobs)
     assert sched.completed == len(jobs)
     assert sum(node is not None for node in seen) > 100
 
 
 def test_unknown_policy_names_the_known_ones() -> None:
     with pytest.raises(UnknownPolicyError, match=r"known: .*farm"):
-        make_policy("no-such-policy")
+        build_policy("no-such-policy")
 
 
 def test_registry_has_the_fcfs_policies_with_sections() -> None:
@@ -183,23 +187,22 @@ def starts(actions: list[object]) -> list[Start]:
 
 
 def test_farm_queues_when_all_nodes_are_busy() -> None:
-    cluster = ClusterSpec.uniform(1, 0.0)
-    s = Scheduler(cluster, make_policy("farm"))
+    s = scheduler("farm", 1)
     (first,) = starts(s.handle(JobArrived(0.0, job(0, 0.0, 0, 100))))
-    assert first.node == 0 and first.subjob.data == IntervalSet.range(0, 100)
+    assert first.slot == 0 and first.subjob.data == IntervalSet.range(0, 100)
     assert not first.cache_fill
     assert s.handle(JobArrived(1.0, job(1, 1.0, 50, 60))) == []
     assert list(s.job_queue) == [1]
     actions = s.handle(SubjobFinished(80.0, first.subjob.subjob_id, 0))
     assert isinstance(actions[0], JobCompleted) and actions[0].job_id == 0
     (second,) = starts(actions)
-    assert second.subjob.job_id == 1 and second.node == 0
+    assert second.subjob.job_id == 1 and second.slot == 0
 
 
 def test_splitting_spreads_a_job_over_idle_nodes_in_equal_parts() -> None:
-    s = Scheduler(ClusterSpec.uniform(4, 0.0), make_policy("splitting"))
+    s = scheduler("splitting", 4)
     got = starts(s.handle(JobArrived(0.0, job(0, 0.0, 0, 1000))))
-    assert [a.node for a in got] == [0, 1, 2, 3]
+    assert [a.slot for a in got] == [0, 1, 2, 3]
     assert [a.subjob.data.length for a in got] == [250, 250, 250, 250]
     union = IntervalSet()
     for a in got:
@@ -208,7 +211,7 @@ def test_splitting_spreads_a_job_over_idle_nodes_in_equal_parts() -> None:
 
 
 def test_splitting_respects_the_minimal_subjob_size() -> None:
-    s = Scheduler(ClusterSpec.uniform(10, 0.0), make_policy("splitting"), min_subjob_events=10)
+    s = scheduler("splitting", 10, min_subjob=10)
     got = starts(s.handle(JobArrived(0.0, job(0, 0.0, 0, 35))))
     assert len(got) == 3
     assert all(a.subjob.data.length >= 10 for a in got)
@@ -217,33 +220,33 @@ def test_splitting_respects_the_minimal_subjob_size() -> None:
 def test_splitting_table1_scenario() -> None:
     """Newcomer takes a node from the job with most nodes per event; suspended part resumes;
     a freed node with nothing waiting splits the largest running subjob in two halves."""
-    s = Scheduler(ClusterSpec.uniform(2, 0.0), make_policy("splitting"))
+    s = scheduler("splitting", 2)
     a0, a1 = starts(s.handle(JobArrived(0.0, job(0, 0.0, 0, 1000))))
-    assert (a0.node, a1.node) == (0, 1)
+    assert (a0.slot, a1.slot) == (0, 1)
     actions = s.handle(JobArrived(8.0, job(1, 8.0, 5000, 5100)))
     assert starts(actions) == []
     (pre,) = [a for a in actions if isinstance(a, Preempt)]
-    assert pre.node == 0
+    assert pre.slot == 0
     # The engine stopped it after 10 events (0.8 s each).
     remaining = a0.subjob.data - a0.subjob.data.head(10)[0]
     (newcomer,) = starts(s.handle(SubjobStopped(8.0, pre.subjob_id, 0, remaining)))
-    assert newcomer.node == 0 and newcomer.subjob.job_id == 1
+    assert newcomer.slot == 0 and newcomer.subjob.job_id == 1
     assert s.jobs[0].suspended[0].data == remaining
     # The newcomer ends: job 0's suspended part resumes on the freed node.
     actions = s.handle(SubjobFinished(88.0, newcomer.subjob.subjob_id, 0))
     assert [a.job_id for a in actions if isinstance(a, JobCompleted)] == [1]
     (resumed,) = starts(actions)
-    assert resumed.subjob.data == remaining and resumed.node == 0
+    assert resumed.subjob.data == remaining and resumed.slot == 0
     # Node 1 ends its half; nothing waits, so the largest running subjob is split.
     actions = s.handle(SubjobFinished(400.0, a1.subjob.subjob_id, 1))
     (shrink,) = [a for a in actions if isinstance(a, Shrink)]
-    assert shrink.node == 0 and shrink.subjob_id == resumed.subjob.subjob_id
+    assert shrink.slot == 0 and shrink.subjob_id == resumed.subjob.subjob_id
     rest = remaining - remaining.head(390)[0]  # 312 s at 0.8 s per event
     # The running subjob keeps the first half of what is left and goes on; no restart.
     _, give = rest.head(50)
     assert shrink.release == give
     (moved,) = starts(s.handle(SubjobShrunk(400.0, shrink.subjob_id, 0, give)))
-    assert moved.node == 1 and moved.subjob.data == give and moved.subjob.preemptible
+    assert moved.slot == 1 and moved.subjob.data == give and moved.subjob.preemptible
     assert s.running[0].subjob.data == remaining - give
     assert s.running[0].subjob.subjob_id == resumed.subjob.subjob_id
     # Both halves end together: 100 events at 0.8 s, 50 each.
@@ -251,11 +254,10 @@ def test_splitting_table1_scenario() -> None:
 
 
 def test_cache_splitting_sends_cached_pieces_to_their_nodes() -> None:
-    cluster = ClusterSpec.uniform(3, 1000 * EVENT_BYTES)
-    s = Scheduler(cluster, make_policy("cache-splitting"))
+    s = scheduler("cache-splitting", 3, 1000)
     s.directory.add(2, IntervalSet.range(0, 400))
     got = starts(s.handle(JobArrived(0.0, job(0, 0.0, 0, 1000))))
-    by_node = {a.node: a.subjob for a in got}
+    by_node = {a.slot: a.subjob for a in got}
     assert by_node[2].data == IntervalSet.range(0, 400)
     assert by_node[2].cached_on == 2
     assert all(a.cache_fill for a in got)
@@ -266,7 +268,7 @@ def test_cache_splitting_sends_cached_pieces_to_their_nodes() -> None:
 
 
 def test_protocol_errors_are_caught() -> None:
-    s = Scheduler(ClusterSpec.uniform(1, 0.0), make_policy("farm"))
+    s = scheduler("farm", 1)
     with pytest.raises(SchedulerError):
         s.handle(SubjobFinished(0.0, 42, 0))
     s.handle(JobArrived(5.0, job(0, 5.0, 0, 10)))
@@ -277,9 +279,10 @@ def test_protocol_errors_are_caught() -> None:
 @settings(max_examples=40, deadline=None)
 @given(jobs=job_lists(), nodes=st.integers(2, 4))
 def test_no_duplicate_fill_keeps_one_copy_per_event(jobs: list[Job], nodes: int) -> None:
-    cluster = ClusterSpec.uniform(nodes, 1000 * EVENT_BYTES)
-    policy = make_policy("cache-splitting", fill_duplicates=False)
-    engine = SimEngine(cluster, Scheduler(cluster, policy, min_subjob_events=3))
+    sched = scheduler(
+        "cache-splitting", nodes, 1000, min_subjob=3, params={"fill_duplicates": False}
+    )
+    engine = SimEngine(sched)
     engine.run(jobs)
     seen = IntervalSet()
     for cache in engine.caches:
@@ -292,11 +295,11 @@ def test_no_duplicate_fill_keeps_one_copy_per_event(jobs: list[Job], nodes: int)
 
 
 def test_cuts_snap_to_near_boundaries_only() -> None:
-    cluster = ClusterSpec.uniform(2, 0)
-    sched = Scheduler(cluster, make_policy("splitting"), min_subjob_events=10)
     data = IntervalSet([(0, 50), (100, 150)])
-    assert sched.cut(data, 40) == data.head(40)  # no boundaries: exactly head
-    sched.boundaries = [0, 30, 110, 200]
+    ranges = scheduler("splitting", 2, min_subjob=10)
+    assert ranges.cut(data, 40) == data.head(40)  # range-grained caches: exactly head
+    # Whole-file caches: files start at 0, 30, 110 and 200.
+    sched = scheduler("splitting", 2, min_subjob=10, data=file_space([30, 80, 90]))
     head, rest = sched.cut(data, 55)
     assert head == IntervalSet([(0, 50), (100, 110)]) and head | rest == data  # 60 events
     # The nearest boundary (30) is 10 events away, more than half the smaller part (15 / 2).

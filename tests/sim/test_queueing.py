@@ -9,15 +9,14 @@ import numpy as np
 import pytest
 
 from datasched.core.intervals import IntervalSet
-from datasched.core.model import ClusterSpec, CostModel, Job
-from datasched.core.scheduler import Scheduler
-from datasched.policies import make_policy
+from datasched.core.model import Job
 from datasched.sim.engine import SimEngine
+from datasched.sim.experiment import SimConfig
 from datasched.sim.queueing import erlang_c, mm1_mean_wait, mmc_mean_wait
+from clusters import scheduler
 
 MEAN_EVENTS = 1000
-COST = CostModel()
-S_PER_EVENT = COST.reference_s_per_event  # 0.8 s: farm reads everything from tertiary
+S_PER_EVENT = SimConfig().reference_s_per_event  # 0.8 s: farm reads all from tertiary
 
 
 def poisson_exponential_jobs(n: int, rate_per_s: float, seed: int) -> list[Job]:
@@ -35,8 +34,7 @@ def farm_mean_wait(n_nodes: int, rho: float, n_jobs: int, seed: int) -> tuple[fl
     mean_service = MEAN_EVENTS * S_PER_EVENT
     rate = rho * n_nodes / mean_service
     jobs = poisson_exponential_jobs(n_jobs, rate, seed)
-    cluster = ClusterSpec.uniform(n_nodes, 0.0, COST)
-    engine = SimEngine(cluster, Scheduler(cluster, make_policy("farm")))
+    engine = SimEngine(scheduler("farm", n_nodes))
     run = engine.run(jobs, measure=(n_jobs // 10, n_jobs))
     waits = [r.first_start_s - r.submit_s for r in run.jobs[n_jobs // 10 :]]
     assert all(r.end_s >= 0 for r in run.jobs)
@@ -75,8 +73,7 @@ def test_farm_on_c_nodes_is_mmc(nodes: int) -> None:
 
 def test_single_job_single_node_takes_32000_s() -> None:
     """ponce-hersch §3.4: 40,000 events at 0.2 s CPU + 0.6 s tertiary I/O = 32,000 s."""
-    cluster = ClusterSpec.uniform(1, 0.0, COST)
-    engine = SimEngine(cluster, Scheduler(cluster, make_policy("farm")))
+    engine = SimEngine(scheduler("farm", 1))
     run = engine.run([Job(0, 0.0, IntervalSet.range(0, 40_000))])
     assert run.jobs[0].end_s == pytest.approx(32_000.0)
     assert run.jobs[0].busy_s == pytest.approx(32_000.0)  # one node all along

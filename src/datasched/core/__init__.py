@@ -2,22 +2,45 @@
 
 from __future__ import annotations
 
+from datasched.core.data import CacheGrain, DataFile, Dataset, DataSpace, FileSpec
 from datasched.core.intervals import IntervalSet
-from datasched.core.model import ClusterSpec, CostModel, Job, Node, Pipelining, Source, Subjob
-from datasched.core.scheduler import JobState, Policy, Running, Scheduler, SchedulerError
+from datasched.core.model import (
+    CostModel,
+    Job,
+    Link,
+    Node,
+    Pipelining,
+    Site,
+    Source,
+    Subjob,
+    Topology,
+)
+from datasched.core.policy import Param, Policy, ReadMode, Returned, SchedulerView
+from datasched.core.scheduler import JobState, Running, Scheduler, SchedulerError
 
 __all__ = [
-    "ClusterSpec",
+    "CacheGrain",
     "CostModel",
+    "DataFile",
+    "DataSpace",
+    "Dataset",
+    "FileSpec",
     "IntervalSet",
     "Job",
     "JobState",
+    "Link",
     "Node",
+    "Param",
     "Pipelining",
     "Policy",
+    "ReadMode",
+    "Returned",
     "Running",
     "Scheduler",
     "SchedulerError",
+    "SchedulerView",
+    "Site",
     "Source",
     "Subjob",
+    "Topology",
 ]

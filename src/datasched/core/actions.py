@@ -1,6 +1,21 @@
 """What the scheduler asks for: the outputs of :meth:`Scheduler.handle`.
 
-An action is a request; its outcome comes back as a later event (DESIGN.md, "The core").
+An action is a request; its outcome comes back as a later event (DESIGN.md, "The core"):
+
+=============  ==================================================================
+action         answered by
+=============  ==================================================================
+Start, Assign  SubjobFinished, or SubjobStopped
+Preempt        SubjobStopped (or the SubjobFinished that crossed it)
+Shrink         SubjobShrunk
+Fetch          FetchDone
+Replicate      TransferDone
+Evict          CacheChanged
+WakeAt         Tick
+Pin, Release   nothing: they take effect at once
+=============  ==================================================================
+
+``JobCompleted`` and ``JobFailed`` are notices for the engine to record and report.
 Immutable named tuples, as events are (see :mod:`datasched.core.events` for why).
 """
 
@@ -11,11 +26,26 @@ from typing import NamedTuple
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import Subjob
 
-__all__ = ["Action", "JobCompleted", "Preempt", "Shrink", "Start", "WakeAt"]
+__all__ = [
+    "Action",
+    "Assign",
+    "Evict",
+    "Fetch",
+    "JobCompleted",
+    "JobFailed",
+    "Pin",
+    "Preempt",
+    "Release",
+    "Replicate",
+    "Shrink",
+    "Start",
+    "WakeAt",
+]
 
 
 class Start(NamedTuple):
-    """Run ``subjob`` on ``node``, reading its events in ascending order.
+    """Run ``subjob`` on ``slot``, reading its events in ascending order (a push; the engine
+    streams it in packets as it sees fit).
 
     ``cache_fill``: keep what is read from tertiary storage (or a peer, when ``replicate``) in the
     node's cache; ``fill_duplicates=False`` keeps only data that no other node caches.
@@ -24,7 +54,19 @@ class Start(NamedTuple):
     """
 
     subjob: Subjob
-    node: int
+    slot: int
+    cache_fill: bool
+    peer_reads: bool = False
+    replicate: bool = False
+    fill_duplicates: bool = True
+
+
+class Assign(NamedTuple):
+    """The answer to a pull (PROOF's packet): run exactly ``subjob`` on ``slot`` as one
+    packet, then ask again. The reading options are those of :class:`Start`."""
+
+    subjob: Subjob
+    slot: int
     cache_fill: bool
     peer_reads: bool = False
     replicate: bool = False
@@ -32,24 +74,65 @@ class Start(NamedTuple):
 
 
 class Preempt(NamedTuple):
-    """Stop the subjob running on ``node``; the engine answers with SubjobStopped."""
+    """Stop the subjob running on ``slot``; the engine answers with SubjobStopped."""
 
     subjob_id: int
-    node: int
+    slot: int
 
 
 class Shrink(NamedTuple):
-    """Take ``release`` away from the subjob running on ``node``, which goes on with the rest.
+    """Take ``release`` away from the subjob running on ``slot``, which goes on with the rest.
 
     The engine gives up what it has neither processed nor started (at once in the simulator,
     the packets not yet sent in the runtime) and answers with SubjobShrunk naming exactly
     that, before any other event of the subjob. A split is a Shrink plus a Start of what was
-    released on another node: the kept part runs on without a stop and a restart.
+    released on another slot: the kept part runs on without a stop and a restart.
     """
 
     subjob_id: int
-    node: int
+    slot: int
     release: IntervalSet
+
+
+class Fetch(NamedTuple):
+    """Bring ``data`` into ``node``'s cache ahead of its use: from tertiary storage, or from
+    the cache of ``source`` when given (romosan's remote and local replication)."""
+
+    node: int
+    data: IntervalSet
+    source: int | None = None
+
+
+class Replicate(NamedTuple):
+    """Copy ``data`` from ``source``'s cache into ``node``'s (a dataset scheduler's
+    replication of popular data: ponce-hersch §4.2, ranganathan-foster's DataRandom)."""
+
+    source: int
+    node: int
+    data: IntervalSet
+
+
+class Pin(NamedTuple):
+    """Keep ``data`` in ``node``'s cache until the Release of ``token`` (romosan's pin)."""
+
+    node: int
+    data: IntervalSet
+    token: int
+
+
+class Release(NamedTuple):
+    """End the pin ``token`` on ``node``."""
+
+    node: int
+    token: int
+
+
+class Evict(NamedTuple):
+    """Drop ``data`` (what is not pinned of it) from ``node``'s cache; the engine answers with
+    CacheChanged naming what went."""
+
+    node: int
+    data: IntervalSet
 
 
 class WakeAt(NamedTuple):
@@ -69,4 +152,27 @@ class JobCompleted(NamedTuple):
     scheduling); -1 when it never held the job back."""
 
 
-Action = Start | Preempt | Shrink | WakeAt | JobCompleted
+class JobFailed(NamedTuple):
+    """Notice: the job ended without all of its events processed (cancelled, or given up);
+    ``processed`` events were."""
+
+    job_id: int
+    time: float
+    reason: str
+    processed: int
+
+
+Action = (
+    Start
+    | Assign
+    | Preempt
+    | Shrink
+    | Fetch
+    | Replicate
+    | Pin
+    | Release
+    | Evict
+    | WakeAt
+    | JobCompleted
+    | JobFailed
+)

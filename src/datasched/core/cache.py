@@ -1,14 +1,12 @@
-"""Cache state: one node's disk cache, and the master's cluster-wide cache directory.
+"""Node caches: what one node's disk cache holds, in the grain of its data space.
 
-:class:`NodeCache` is what one node holds: a byte budget (counted in events), cached event
-ranges with a replacement key each (LRU by default, pluggable), pins on ranges being read, and
-fetches in flight. Engines keep one per node as the truth; the simulator fills it as data is
-read, the runtime's worker plugin mirrors it on disk.
-
-:class:`CacheDirectory` is the master's view of all caches (ponce-hersch Table 2: "the scheduler
-maintains ... the state of all disk caches in the cluster"): a global sorted map from event
-range to the set of nodes holding it, so "who caches [a, b)" costs a bisect and a walk over the
-overlapped segments, not a scan of every node (DESIGN.md, "Cheap").
+A cache holds event ranges (:class:`RangeCache`, the model of ponce-hersch: any range may be
+cached) or whole files (:class:`~datasched.core.filecache.FileCache`: real ROOT files, romosan,
+STAR, the grid), with a byte budget, a replacement key per cached piece (LRU by default,
+pluggable), pins on data being read, and fetches in flight. Engines keep one per node as the
+truth (:func:`new_cache` picks the class the data space asks for); the simulator fills it as
+data is read, the runtime's worker plugin mirrors it on disk. The master's view of every
+cache is :class:`~datasched.core.directory.CacheDirectory`.
 """
 
 from __future__ import annotations
@@ -19,57 +17,59 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
 from typing import Protocol
 
+from datasched.core.data import CacheGrain, DataSpace
+from datasched.core.filecache import FileCache
 from datasched.core.intervals import IntervalSet
+from datasched.core.replacement import LRU, Replacement
 
-__all__ = ["FIFO", "LRU", "CacheDirectory", "NodeCache", "Replacement"]
+__all__ = ["NodeCache", "RangeCache", "new_cache"]
 
 _EMPTY = IntervalSet()
 
 
-class Replacement(Protocol):
-    """How a cached range's replacement key is set; the range with the smallest key goes first."""
+class NodeCache(Protocol):
+    """What engines need of a node's cache, whatever its grain. Every set is of events;
+    sizes are in bytes."""
 
-    name: str
-
-    def key_on_insert(self, stamp: float) -> float:
-        """Key of a range inserted at time ``stamp``."""
-        ...
-
-    def key_on_touch(self, old_key: float, stamp: float) -> float:
-        """Key of a cached range read again at time ``stamp``."""
-        ...
-
-
-class _LRU:
-    """Least recently used: reading a range refreshes it (ponce-hersch Table 2)."""
-
-    name = "lru"
-
-    def key_on_insert(self, stamp: float) -> float:
-        return stamp
-
-    def key_on_touch(self, old_key: float, stamp: float) -> float:
-        return stamp
-
-
-class _FIFO:
-    """First in, first out: reading a range does not refresh it."""
-
-    name = "fifo"
-
-    def key_on_insert(self, stamp: float) -> float:
-        return stamp
-
-    def key_on_touch(self, old_key: float, stamp: float) -> float:
-        return old_key
+    @property
+    def content(self) -> IntervalSet: ...
+    @property
+    def capacity_bytes(self) -> float: ...
+    @property
+    def used_bytes(self) -> float: ...
+    @property
+    def pinned(self) -> IntervalSet: ...
+    @property
+    def in_flight(self) -> IntervalSet: ...
+    def lookup(self, data: IntervalSet) -> IntervalSet: ...
+    def partition(self, data: IntervalSet) -> tuple[IntervalSet, IntervalSet]: ...
+    def pin(self, data: IntervalSet) -> int: ...
+    def unpin(self, token: int) -> None: ...
+    def begin_fetch(self, data: IntervalSet) -> int: ...
+    def end_fetch(
+        self, token: int, completed: IntervalSet, stamp: float
+    ) -> tuple[IntervalSet, IntervalSet]: ...
+    def touch(self, data: IntervalSet, stamp: float) -> None: ...
+    def refresh(self, hit: IntervalSet, stamp: float) -> None: ...
+    def insert(self, data: IntervalSet, stamp: float) -> tuple[IntervalSet, IntervalSet]: ...
+    def evict(self, data: IntervalSet) -> IntervalSet: ...
+    def clear(self) -> IntervalSet: ...
 
 
-LRU: Replacement = _LRU()
-FIFO: Replacement = _FIFO()
+def new_cache(space: DataSpace, capacity_bytes: float, replacement: Replacement = LRU) -> NodeCache:
+    """An empty cache of ``capacity_bytes`` in the grain ``space`` asks for."""
+    if space.grain is CacheGrain.FILE:
+        return FileCache(space, capacity_bytes, replacement)
+    density = space.uniform_bytes_per_event
+    if density is None:
+        raise ValueError(
+            "grain: caching event ranges needs events of one size (cache whole files instead)"
+        )
+    return RangeCache(int(capacity_bytes // density), replacement, bytes_per_event=density)
 
 
-class NodeCache:
-    """The disk cache of one node, in events, with replacement over cached ranges.
+class RangeCache:
+    """The disk cache of one node holding event ranges, with replacement over them.
 
     Cached data is kept as disjoint extents ``[start, stop)`` in sorted parallel lists, each with
     a replacement key and a sequence number; a heap of ``(key, seq, start, stop)`` finds the
@@ -95,14 +95,22 @@ class NodeCache:
         "_starts",
         "_stops",
         "_used",
+        "bytes_per_event",
         "capacity_events",
         "replacement",
     )
 
-    def __init__(self, capacity_events: int, replacement: Replacement = LRU) -> None:
+    def __init__(
+        self,
+        capacity_events: int,
+        replacement: Replacement = LRU,
+        *,
+        bytes_per_event: float = 1.0,
+    ) -> None:
         if capacity_events < 0:
             raise ValueError(f"capacity_events: must not be negative, got {capacity_events!r}")
         self.capacity_events = capacity_events
+        self.bytes_per_event = bytes_per_event
         self.replacement = replacement
         self._starts: list[int] = []
         self._stops: list[int] = []
@@ -134,6 +142,14 @@ class NodeCache:
     @property
     def free_events(self) -> int:
         return self.capacity_events - self._used
+
+    @property
+    def capacity_bytes(self) -> float:
+        return self.capacity_events * self.bytes_per_event
+
+    @property
+    def used_bytes(self) -> float:
+        return self._used * self.bytes_per_event
 
     @property
     def pinned(self) -> IntervalSet:
@@ -432,105 +448,3 @@ class NodeCache:
             heapq.heappush(heap, entry)
         evicted.sort()  # whole extents or parts of them: disjoint, in eviction order
         return IntervalSet.from_sorted(evicted)
-
-
-class CacheDirectory:
-    """Which nodes cache which event ranges, for the whole cluster.
-
-    Stored as sorted segment boundaries ``_bounds`` with one frozenset of holders per segment
-    (segment ``i`` is ``[_bounds[i], _bounds[i+1])``; the last runs to infinity and is empty).
-    Neighbouring segments with equal holders are merged, so the map stays as small as the
-    cached data is fragmented. Per-node contents are also kept as IntervalSets for "what does
-    node n hold of this job".
-    """
-
-    __slots__ = ("_bounds", "_content", "_holders")
-
-    def __init__(self, n_nodes: int) -> None:
-        self._bounds: list[int] = [0]
-        self._holders: list[frozenset[int]] = [frozenset()]
-        self._content: list[IntervalSet] = [_EMPTY] * n_nodes
-
-    def content(self, node: int) -> IntervalSet:
-        """Everything ``node`` caches."""
-        return self._content[node]
-
-    def cached_on(self, node: int, data: IntervalSet) -> IntervalSet:
-        """The part of ``data`` that ``node`` caches."""
-        return data & self._content[node]
-
-    def cached_length(self, node: int, data: IntervalSet) -> int:
-        """How many events of ``data`` ``node`` caches."""
-        return data.overlap_length(self._content[node])
-
-    def add(self, node: int, data: IntervalSet) -> None:
-        if not data:
-            return
-        self._content[node] = self._content[node] | data
-        for a, b in data:
-            self._update(a, b, node, add=True)
-
-    def remove(self, node: int, data: IntervalSet) -> None:
-        if not data:
-            return
-        self._content[node] = self._content[node] - data
-        for a, b in data:
-            self._update(a, b, node, add=False)
-
-    def holders(self, start: int, stop: int) -> list[tuple[int, int, frozenset[int]]]:
-        """Segments of ``[start, stop)`` as ``(a, b, nodes holding [a, b))``, in order."""
-        if start >= stop:
-            return []
-        bounds = self._bounds
-        i = max(bisect_right(bounds, start) - 1, 0)
-        j = bisect_left(bounds, stop, i)  # segments i .. j-1 meet [start, stop)
-        if j <= i:
-            return []
-        # Built from slices (C speed: a job meets tens of segments where the caches are
-        # fragmented); only the first segment's start and the last one's end are clipped.
-        ends = bounds[i + 1 : j]
-        ends.append(stop)
-        out = list(zip(bounds[i:j], ends, self._holders[i:j], strict=True))
-        a, b, nodes = out[0]
-        if a < start:
-            out[0] = (start, b, nodes)
-        return out
-
-    def by_node(self, data: IntervalSet) -> dict[int, IntervalSet]:
-        """``data`` split by holder: node -> the part of ``data`` it caches (nodes in order)."""
-        parts: dict[int, list[tuple[int, int]]] = {}
-        for start, stop in data:
-            for a, b, nodes in self.holders(start, stop):
-                for n in nodes:
-                    parts.setdefault(n, []).append((a, b))
-        return {n: IntervalSet(parts[n]) for n in sorted(parts)}
-
-    @property
-    def n_segments(self) -> int:
-        return len(self._bounds)
-
-    def _cut(self, point: int) -> int:
-        """Make ``point`` a boundary; returns its index."""
-        bounds = self._bounds
-        i = bisect_left(bounds, point)
-        if i < len(bounds) and bounds[i] == point:
-            return i
-        bounds.insert(i, point)
-        self._holders.insert(i, self._holders[i - 1])
-        return i
-
-    def _update(self, a: int, b: int, node: int, *, add: bool) -> None:
-        lo = self._cut(a)
-        hi = self._cut(b)
-        holders = self._holders
-        for i in range(lo, hi):
-            holders[i] = holders[i] | {node} if add else holders[i] - {node}
-        # Merge equal neighbours around the touched span.
-        i = max(lo - 1, 0)
-        stop = min(hi + 1, len(self._bounds) - 1)
-        while i < stop:
-            if holders[i] == holders[i + 1]:
-                del self._bounds[i + 1], holders[i + 1]
-                stop -= 1
-            else:
-                i += 1

@@ -1,7 +1,8 @@
 """What happens to the scheduler: the inputs of :meth:`Scheduler.handle`.
 
 Each event carries its own timestamp (seconds); the core has no clock. Engines (the simulator,
-the runtime) turn the world into these.
+the runtime) turn the world into these. A *slot* is one processing slot of a node (a CPU, a
+PROOF worker); a *node* is the machine whose disk cache its slots share.
 
 Events, actions and subjobs are immutable named tuples rather than frozen dataclasses: a
 simulated job makes about a hundred of them, and a frozen dataclass costs three times as much
@@ -14,17 +15,22 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from datasched.core.intervals import IntervalSet
-from datasched.core.model import Job
+from datasched.core.model import Job, Node
 
 __all__ = [
     "CacheChanged",
     "Event",
+    "FetchDone",
     "JobArrived",
+    "JobCancelled",
+    "NodeJoined",
     "NodeLost",
     "SubjobFinished",
     "SubjobShrunk",
     "SubjobStopped",
     "Tick",
+    "TransferDone",
+    "WorkRequested",
 ]
 
 _EMPTY = IntervalSet()
@@ -37,29 +43,39 @@ class JobArrived(NamedTuple):
     job: Job
 
 
-class SubjobFinished(NamedTuple):
-    """A subjob processed all of its events on ``node``.
+class JobCancelled(NamedTuple):
+    """The user (or the engine, for a job that cannot go on) withdrew a job: its running
+    subjobs are stopped and the rest of its events are dropped, unprocessed."""
 
-    ``cache_added`` and ``cache_evicted`` report what the node's cache gained and lost while it
-    ran, so the master's cache directory stays true.
+    time: float
+    job_id: int
+    reason: str = "cancelled"
+
+
+class SubjobFinished(NamedTuple):
+    """A subjob processed all of its events on ``slot``.
+
+    ``cache_added`` and ``cache_evicted`` report what the slot's node cache gained and lost
+    while it ran, so the master's cache directory stays true.
     """
 
     time: float
     subjob_id: int
-    node: int
+    slot: int
     cache_added: IntervalSet = _EMPTY
     cache_evicted: IntervalSet = _EMPTY
 
 
 class SubjobStopped(NamedTuple):
-    """A subjob stopped before its end, in answer to a Preempt or because its node failed.
+    """A subjob stopped before its end: in answer to a Preempt, or on the engine's own
+    account (a worker restarted under its name lost the packets it had in flight).
 
     ``remaining`` is what it had not processed; everything else of its data was processed.
     """
 
     time: float
     subjob_id: int
-    node: int
+    slot: int
     remaining: IntervalSet
     cache_added: IntervalSet = _EMPTY
     cache_evicted: IntervalSet = _EMPTY
@@ -71,12 +87,24 @@ class SubjobShrunk(NamedTuple):
 
     time: float
     subjob_id: int
-    node: int
+    slot: int
     released: IntervalSet
 
 
+class WorkRequested(NamedTuple):
+    """A slot asks for work (a pull, PROOF's ``GetNextPacket``).
+
+    A finish or a stop that frees a slot counts as its request already; engines send this
+    for slots that become free otherwise, or that ask ahead. A push policy may ignore it.
+    """
+
+    time: float
+    slot: int
+
+
 class CacheChanged(NamedTuple):
-    """A node's cache changed outside any subjob (a worker restart, an operator's purge)."""
+    """A node's cache changed outside any subjob (a worker restart, an operator's purge, the
+    answer to an Evict)."""
 
     time: float
     node: int
@@ -84,13 +112,47 @@ class CacheChanged(NamedTuple):
     evicted: IntervalSet = _EMPTY
 
 
-class NodeLost(NamedTuple):
-    """A node is gone. ``remaining`` is what its running subjob had not processed (None: the
-    engine cannot tell, so the whole subjob is done again); the rest counts as processed."""
+class FetchDone(NamedTuple):
+    """The answer to a Fetch: ``added`` of the asked ``data`` is now in ``node``'s cache
+    (less than asked if the source failed or the cache had no room), ``evicted`` made room."""
 
     time: float
     node: int
-    remaining: IntervalSet | None = None
+    data: IntervalSet
+    added: IntervalSet
+    evicted: IntervalSet = _EMPTY
+
+
+class TransferDone(NamedTuple):
+    """The answer to a Replicate: ``added`` of ``data`` copied from ``source``'s cache into
+    ``node``'s (less than asked if the source went away or the cache had no room)."""
+
+    time: float
+    source: int
+    node: int
+    data: IntervalSet
+    added: IntervalSet
+    evicted: IntervalSet = _EMPTY
+
+
+class NodeJoined(NamedTuple):
+    """A node joined the cluster, or came back after a failure (with the same id)."""
+
+    time: float
+    node: Node
+
+
+class NodeLost(NamedTuple):
+    """A node is gone, with its slots and its cache.
+
+    ``remaining`` gives, for each slot that was running a subjob, what that subjob had not
+    processed ``(slot, remainder)``; the rest of it counts as processed. A running slot not
+    listed counts nothing as processed: its whole subjob is done again.
+    """
+
+    time: float
+    node: int
+    remaining: tuple[tuple[int, IntervalSet], ...] = ()
 
 
 class Tick(NamedTuple):
@@ -99,4 +161,17 @@ class Tick(NamedTuple):
     time: float
 
 
-Event = JobArrived | SubjobFinished | SubjobStopped | SubjobShrunk | CacheChanged | NodeLost | Tick
+Event = (
+    JobArrived
+    | JobCancelled
+    | SubjobFinished
+    | SubjobStopped
+    | SubjobShrunk
+    | WorkRequested
+    | CacheChanged
+    | FetchDone
+    | TransferDone
+    | NodeJoined
+    | NodeLost
+    | Tick
+)

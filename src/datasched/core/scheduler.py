@@ -1,213 +1,164 @@
 """The scheduling core: a pure state machine, ``handle(event) -> list[Action]``.
 
 It holds the master's view of the cluster (ponce-hersch §2.3: scheduling runs on a dedicated
-master node): jobs, queues, running and suspended subjobs, idle nodes, and the cache directory.
-A :class:`Policy` decides; the scheduler keeps the books so that the subjobs of every job
-always partition what is left of it, which is what makes "every event processed exactly once"
-hold whatever the policy does.
+master node): jobs, the whole-job queue, running and parked subjobs, free slots, fetches in
+flight and the cache directory. A :class:`~datasched.core.policy.Policy` decides; the
+scheduler keeps the books so that the subjobs of every job always partition what is left of
+it, which is what makes "every event processed exactly once" hold whatever the policy does.
 
 Suspending a running subjob is a two-step exchange, the same in every engine: the scheduler
 sends Preempt, the engine answers SubjobStopped with the unprocessed remainder (at once in the
-simulator, at a packet boundary in the runtime), and the continuation the policy gave with the
-Preempt decides where that remainder goes. Splitting one is the same exchange with Shrink and
-SubjobShrunk: the engine gives up part of what is left and the subjob runs on with the rest.
+simulator, at a packet boundary in the runtime); the remainder goes back to the policy
+(:meth:`Policy.work_returned`) and the replacement the policy named takes the slot. Splitting
+is the same exchange with Shrink and SubjobShrunk: the engine gives up part of what is left,
+the subjob runs on with the rest, and the released part starts on the slot reserved for it.
+Pending exchanges are records (which subjob replaces which, which slot a split goes to), not
+closures, so the state can be inspected.
+
+No work is ever stranded: whatever comes back unprocessed (a preempted rest, a lost node's
+work, a stop the engine made on its own) is handed to the policy's ``work_returned``, whose
+default parks it with its job; a slot the policy leaves idle is given parked work; and if the
+cluster ever stands still with work left (no slot busy, no answer or wake-up awaited, a slot
+free) the scheduler raises :class:`SchedulerError` naming the policy, instead of hanging.
 """
 
 from __future__ import annotations
 
-import heapq
 import itertools
 from bisect import bisect_left, insort
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any
 
-from datasched.core.actions import Action, JobCompleted, Preempt, Shrink, Start, WakeAt
-from datasched.core.cache import CacheDirectory
+from datasched.core.actions import (
+    Action,
+    Assign,
+    Evict,
+    Fetch,
+    JobCompleted,
+    JobFailed,
+    Pin,
+    Preempt,
+    Release,
+    Replicate,
+    Shrink,
+    Start,
+    WakeAt,
+)
+from datasched.core.data import DataSpace
+from datasched.core.directory import CacheDirectory
+from datasched.core.estimates import Estimates
 from datasched.core.events import (
     CacheChanged,
     Event,
+    FetchDone,
     JobArrived,
+    JobCancelled,
+    NodeJoined,
     NodeLost,
     SubjobFinished,
     SubjobShrunk,
     SubjobStopped,
     Tick,
+    TransferDone,
+    WorkRequested,
 )
 from datasched.core.intervals import IntervalSet
-from datasched.core.model import ClusterSpec, Job, Source, Subjob
+from datasched.core.model import CostModel, Subjob, Topology
+from datasched.core.policy import JobView, Policy, Returned
+from datasched.core.state import JobState, Running, SchedulerError
 
-__all__ = ["JobState", "Policy", "Running", "Scheduler", "SchedulerError"]
+__all__ = ["JobState", "Running", "Scheduler", "SchedulerError"]
 
 _EMPTY = IntervalSet()
 
-Continuation = Callable[[IntervalSet], None]
-"""What to do with what the engine gave up, once it answered: a preempted subjob's remainder
-(SubjobStopped), or the part a Shrink released (SubjobShrunk)."""
 
-
-class SchedulerError(RuntimeError):
-    """An engine or a policy broke the protocol (a bug, never bad user input)."""
-
-
-@dataclass(slots=True, eq=False)
-class JobState:
-    """The master's record of one job in the system."""
-
-    job: Job
-    done_events: int = 0
-    first_start_s: float | None = None
-    released_s: float | None = None
-    """Set by policies that hold jobs back (delayed scheduling): when this one was let go."""
-    live: dict[int, Subjob] = field(default_factory=dict)
-    """Subjobs not yet finished: running, stopping or suspended."""
-    suspended: deque[Subjob] = field(default_factory=deque)
-    running_nodes: set[int] = field(default_factory=set)
-
-    @property
-    def job_id(self) -> int:
-        return self.job.job_id
-
-    @property
-    def started(self) -> bool:
-        return self.first_start_s is not None
-
-    @property
-    def remaining_events(self) -> int:
-        return self.job.n_events - self.done_events
-
-
-@dataclass(slots=True, eq=False)
-class Running:
-    """A subjob running on a node, with the master's estimate of its pace."""
-
-    subjob: Subjob
-    node: int
-    start_s: float
-    s_per_event: float
-    stopping: bool = False
-    """A Preempt is on its way: the subjob is leaving the node."""
-    shrinking: bool = False
-    """A Shrink is on its way: part of the subjob is being taken away."""
-    end_s: float = 0.0
-    """Estimated end: ``start_s`` plus its events at ``s_per_event``."""
-
-    def __post_init__(self) -> None:
-        self.end_s = self.start_s + self.subjob.data.length * self.s_per_event
-
-    @property
-    def settled(self) -> bool:
-        """No Preempt or Shrink is waiting for its answer (the subjob may be asked again)."""
-        return not (self.stopping or self.shrinking)
-
-    def estimated_done(self, now: float) -> int:
-        if self.s_per_event <= 0:
-            return 0
-        return min(self.subjob.data.length, int((now - self.start_s) / self.s_per_event))
-
-    def estimated_remaining(self, now: float) -> int:
-        return self.subjob.data.length - self.estimated_done(now)
-
-
-class Policy:
-    """Base class of scheduling policies; subclasses implement a paper's table.
-
-    Hooks are documented no-ops; a policy reads the scheduler's state and calls its commands
-    (:meth:`Scheduler.start`, :meth:`Scheduler.preempt`, ...). ``cache_fill`` and
-    ``peer_reads`` say how started subjobs use the node caches.
-    """
-
-    name: ClassVar[str] = ""
-    section: ClassVar[str] = ""
-    summary: ClassVar[str] = ""
-    cache_fill: ClassVar[bool] = False
-    peer_reads: bool = False
-    """Whether started subjobs may read data cached on other nodes from there."""
-    fill_duplicates: bool = True
-    """Whether a node caches data that another node already caches."""
-
-    def bind(self, sched: Scheduler) -> None:
-        """Called once when the scheduler is created."""
-
-    def job_arrived(self, sched: Scheduler, js: JobState) -> None:
-        """A job was submitted. Default: queue it."""
-        sched.job_queue.append(js.job_id)
-
-    def node_freed(self, sched: Scheduler, node: int, ended: JobState | None) -> None:
-        """``node`` became free and nothing was waiting for it.
-
-        ``ended`` is the job whose subjob just left the node (None when unknown); it has
-        already been removed from ``sched.jobs`` when that was its last subjob.
-        """
-
-    def tick(self, sched: Scheduler) -> None:
-        """A WakeAt this policy asked for came due."""
-
-    def started(self, sched: Scheduler, sj: Subjob, node: int) -> None:
-        """``sj`` was just started on ``node`` (by the policy or by a split it asked for)."""
-
-    def counters(self) -> dict[str, int]:
-        """How often the policy's special rules fired (for reports). Default: none."""
-        return {}
-
-    def held_jobs(self) -> int:
-        """Jobs the policy holds back on purpose (delayed scheduling's current period):
-        not part of a queue that grows from overload. Default: none."""
-        return 0
-
-    def max_delay_s(self) -> float:
-        """The longest time the policy holds a job back on purpose. Default: none."""
-        return 0.0
-
-    def wants_replica(self, sched: Scheduler, sj: Subjob, node: int) -> bool:
-        """Whether ``sj``, starting on ``node``, should copy what it reads from peers into
-        the node's cache (ponce-hersch §4.2). Default: never."""
-        return False
-
-
-class Scheduler:
+class Scheduler(Estimates):
     """The master's state machine; one instance per cluster and policy."""
 
     def __init__(
-        self, cluster: ClusterSpec, policy: Policy, *, min_subjob_events: int = 10
+        self,
+        topology: Topology,
+        space: DataSpace,
+        policy: Policy,
+        *,
+        cost: CostModel | None = None,
+        min_subjob_events: int = 10,
     ) -> None:
         if min_subjob_events < 1:
             raise ValueError(f"min_subjob_events: must be positive, got {min_subjob_events!r}")
-        self.cluster = cluster
-        self.cost = cluster.cost
+        self.topology = topology
+        self.space = space
+        self.cost = cost if cost is not None else CostModel()
         self.policy = policy
         self.min_subjob_events = min_subjob_events
         self.now = 0.0
         self.jobs: dict[int, JobState] = {}
         self.job_queue: deque[int] = deque()
-        """Jobs not yet started, first come first served."""
+        """Jobs queued whole (not started), first come first served."""
         self.running: dict[int, Running] = {}
-        """Node -> the subjob running there."""
-        self.directory = CacheDirectory(cluster.n_nodes)
+        """Slot -> the subjob running there."""
+        self.directory = CacheDirectory(topology.n_nodes)
         self.completed = 0
-        self._idle: list[int] = list(range(cluster.n_nodes))
-        self._reserved: set[int] = set()
+        self.failed = 0
+        self._slot_node: list[int] = []
+        self._node_slots: list[list[int]] = []
+        self._nodes: list[int] = []
         self._lost: set[int] = set()
-        self._continuations: dict[int, Continuation] = {}
-        self._split_targets: dict[int, int] = {}
+        self._idle: list[int] = []
+        self._reserved: set[int] = set()
+        self._rates: list[tuple[float, float, float]] = []
+        for node in topology.nodes:
+            self._node_slots.append(self._new_slots(node.node_id, node.slots))
+            self._rates.append(self._node_rates(node.node_id))
+            self._nodes.append(node.node_id)
+        self._idle = [s for slots in self._node_slots for s in slots]
+        self._replacements: dict[int, Subjob] = {}
+        """Preempted subjob -> the subjob to start on its slot once it has stopped."""
+        self._splits: dict[int, int] = {}
+        """Shrinking subjob -> the reserved slot its released part starts on."""
+        self._parked: set[int] = set()
+        """Ids of the subjobs parked with their jobs (``JobState.suspended``)."""
+        self._fetches: dict[int, list[IntervalSet]] = {}
+        """Node -> what is being fetched or copied into its cache, one entry per request."""
+        self._transfers = 0
+        self._pins: dict[int, tuple[int, IntervalSet]] = {}
+        self._pin_ids = itertools.count()
+        self._wakes = 0
+        """WakeAts not answered by a Tick yet."""
         self._subjob_ids: Iterator[int] = itertools.count()
         self._out: list[Action] = []
         self._freed: list[tuple[int, JobState | None]] = []
-        self._by_end: list[tuple[float, int, int]] | None = None
-        """Lazy max-heap of running subjobs by estimated end: (-end, node, subjob id); built
-        on the first question that needs it (policies that never ask do not keep it)."""
-        self._s_cache = self.cost.s_per_event(Source.CACHE)
-        self._s_peer = self.cost.s_per_event(Source.PEER)
-        self._s_tertiary = self.cost.s_per_event(Source.TERTIARY)
-        self.fastest_s_per_event = min(self.cost.s_per_event(src) for src in Source)
+        self._by_end = None
+        self._reads = policy.reads
+        all_rates = [s for rates in self._rates for s in rates]
+        self.fastest_s_per_event = min(all_rates)
         """The least time per event any read can take (a bound for policies' estimates)."""
-        self.slowest_s_per_event = max(self.cost.s_per_event(src) for src in Source)
+        self.slowest_s_per_event = max(all_rates)
         """The most time per event any read can take."""
-        self.boundaries: list[int] = []
-        """Sorted event numbers where cutting is cheap (where files begin, for an engine
-        that caches whole files): :meth:`cut` moves cuts there when one is near."""
+        self._handlers: dict[type, Callable[[Any], None]] = {
+            SubjobFinished: self._on_finished,
+            SubjobShrunk: self._on_shrunk,
+            JobArrived: self._on_arrived,
+            SubjobStopped: self._on_stopped,
+            WorkRequested: self._on_work_requested,
+            CacheChanged: self._on_cache_changed,
+            FetchDone: self._on_fetch_done,
+            TransferDone: self._on_transfer_done,
+            NodeJoined: self._on_node_joined,
+            NodeLost: self._on_node_lost,
+            JobCancelled: self._on_cancelled,
+            Tick: self._on_tick,
+        }
         policy.bind(self)
+
+    def _new_slots(self, node: int, n: int) -> list[int]:
+        first = len(self._slot_node)
+        self._slot_node.extend([node] * n)
+        return list(range(first, first + n))
+
+    def _node_rates(self, node: int) -> tuple[float, float, float]:
+        return self.topology.rates(node, self.cost, self.space.bytes_per_event)
 
     # -- the one entry point ------------------------------------------------------------------
 
@@ -218,172 +169,125 @@ class Scheduler:
         self.now = event.time
         out: list[Action] = []
         self._out = out
-        # The most frequent kinds first (a job sees tens of finishes and shrinks).
-        if isinstance(event, SubjobFinished):
-            self._on_finished(event)
-        elif isinstance(event, SubjobShrunk):
-            self._on_shrunk(event)
-        elif isinstance(event, JobArrived):
-            self._on_arrived(event.job)
-        elif isinstance(event, SubjobStopped):
-            self._on_stopped(event)
-        elif isinstance(event, CacheChanged):
-            self.directory.remove(event.node, event.evicted)
-            self.directory.add(event.node, event.added)
-        elif isinstance(event, NodeLost):
-            self._on_node_lost(event)
-        elif isinstance(event, Tick):
-            self.policy.tick(self)
+        self._handlers[type(event)](event)
         self._offer_freed()
+        if not self.running and self.jobs and self._idle:
+            self._check_not_stranded()
         return out
 
-    # -- views for policies -------------------------------------------------------------------
+    # -- views for policies (see SchedulerView) -----------------------------------------------
 
     @property
-    def idle_nodes(self) -> list[int]:
-        """Free nodes, lowest id first (read-only: use the commands to change it)."""
+    def idle_slots(self) -> list[int]:
+        """Free slots, lowest first (read-only: use the commands to change it)."""
         return self._idle
 
-    def is_idle(self, node: int) -> bool:
-        i = bisect_left(self._idle, node)
-        return i < len(self._idle) and self._idle[i] == node
+    @property
+    def nodes(self) -> list[int]:
+        """Nodes in the cluster now, lowest first."""
+        return self._nodes
 
-    def s_per_event_on(self, node: int, data: IntervalSet) -> float:
-        """The master's estimate of the mean time per event of ``data`` run on ``node``."""
-        n = data.length
-        if n == 0:
-            return self._s_cache
-        if not self.policy.cache_fill and not self.policy.peer_reads:
-            return self._s_tertiary
-        local = self.directory.cached_length(node, data)
-        peer = 0
-        if self.policy.peer_reads:
-            for start, stop in data:
-                for a, b, holders in self.directory.holders(start, stop):
-                    if holders and node not in holders:
-                        peer += b - a
-        total = local * self._s_cache + peer * self._s_peer + (n - local - peer) * self._s_tertiary
-        return total / n
+    def is_idle(self, slot: int) -> bool:
+        i = bisect_left(self._idle, slot)
+        return i < len(self._idle) and self._idle[i] == slot
 
-    def longest_running(self) -> int | None:
-        """The node whose subjob (not being stopped) is estimated to end last, the lowest
-        node on ties; None if every one is due. O(log n) amortised: a heap by estimated end,
-        whose stale entries are dropped when they reach the top (ponce-hersch Table 5 has
-        job splitting scan all nodes here)."""
-        heap = self._end_heap()
-        while heap:
-            neg_end, node, subjob_id = heap[0]
-            if not self._current(neg_end, node, subjob_id):
-                heapq.heappop(heap)
-                continue
-            return node if -neg_end > self.now else None
-        return None
+    def is_lost(self, node: int) -> bool:
+        return node in self._lost
 
-    def _current(self, neg_end: float, node: int, subjob_id: int) -> bool:
-        """Whether an entry of the by-end heap still describes a subjob that may be asked to
-        split: still running, settled, and with that estimated end (a shrunk one is pushed
-        again with its new end)."""
-        r = self.running.get(node)
-        return (
-            r is not None and r.subjob.subjob_id == subjob_id and r.settled and r.end_s == -neg_end
-        )
+    def slots_of(self, node: int) -> list[int]:
+        return self._node_slots[node]
 
-    def _end_heap(self) -> list[tuple[float, int, int]]:
-        """The by-end heap, built from what runs now when first asked for."""
-        if self._by_end is None:
-            self._by_end = [(-r.end_s, r.node, r.subjob.subjob_id) for r in self.running.values()]
-            heapq.heapify(self._by_end)
-        return self._by_end
+    @property
+    def n_slots(self) -> int:
+        return len(self._slot_node)
 
-    def _push_end(self, r: Running) -> None:
-        """Enter ``r`` in the by-end heap. Entries of subjobs that ended before the longest
-        never reach the top, so the heap is rebuilt from its current entries whenever it holds
-        more than twice what is running (plus a constant). A rebuild keeps at most one entry per
-        running subjob (a shrink that released nothing pushes a copy), so it is amortised O(1)
-        per push and the heap stays O(nodes) instead of growing with every subjob started."""
-        heap = self._by_end
-        if heap is None:
-            return  # not asked for yet: built from ``running`` when it is
-        heapq.heappush(heap, (-r.end_s, r.node, r.subjob.subjob_id))
-        if len(heap) > 2 * len(self.running) + 1024:
-            heap[:] = dict.fromkeys(e for e in heap if self._current(*e))
-            heapq.heapify(heap)
+    def fetching(self, node: int) -> IntervalSet:
+        out = _EMPTY
+        for data in self._fetches.get(node, ()):
+            out = out | data
+        return out
 
-    def scan_longest(self, visit: Callable[[int, float], bool]) -> None:
-        """Call ``visit(node, estimated seconds left)`` for running subjobs (not being
-        stopped) from the one estimated to end last, until it returns False. Costs
-        O(k log n) for k visits (the heap of :meth:`longest_running`), so a policy that can
-        bound what it looks for stops early instead of scanning every node."""
-        heap = self._end_heap()
-        taken: list[tuple[float, int, int]] = []
-        try:
-            while heap:
-                entry = heapq.heappop(heap)
-                neg_end, node, subjob_id = entry
-                if not self._current(neg_end, node, subjob_id):
-                    continue
-                taken.append(entry)
-                if not visit(node, -neg_end - self.now):
-                    break
-        finally:
-            for entry in taken:
-                heapq.heappush(heap, entry)
-
-    def estimated_remaining_s(self, node: int) -> float:
-        """Estimated seconds until the subjob on ``node`` ends (0 if idle)."""
-        r = self.running.get(node)
-        if r is None:
-            return 0.0
-        return r.estimated_remaining(self.now) * r.s_per_event
+    def pinned(self, node: int) -> IntervalSet:
+        """What the master has pinned in ``node``'s cache."""
+        out = _EMPTY
+        for n, data in self._pins.values():
+            if n == node:
+                out = out | data
+        return out
 
     # -- commands for policies ----------------------------------------------------------------
 
     def new_subjob(
         self,
-        js: JobState,
+        js: JobView,
         data: IntervalSet,
         *,
         cached_on: int | None = None,
         preemptible: bool = False,
     ) -> Subjob:
         """Create a subjob of ``js`` over ``data`` (which the caller has taken from the job)."""
-        sj = Subjob(
-            subjob_id=next(self._subjob_ids),
-            job_id=js.job_id,
-            data=data,
-            cached_on=cached_on,
-            preemptible=preemptible,
-        )
-        js.live[sj.subjob_id] = sj
+        sj = Subjob(next(self._subjob_ids), js.job_id, data, cached_on, preemptible)
+        self.jobs[js.job_id].live[sj.subjob_id] = sj
         return sj
 
-    def start(self, sj: Subjob, node: int) -> None:
-        """Run ``sj`` on the free (or reserved) ``node``."""
-        if node in self._reserved:
-            self._reserved.discard(node)
-        else:
-            i = bisect_left(self._idle, node)
-            if i == len(self._idle) or self._idle[i] != node:
-                raise SchedulerError(f"node {node} is not free")
-            del self._idle[i]
+    def start(self, sj: Subjob, slot: int) -> None:
+        """Run ``sj`` on the free (or reserved) ``slot``; a parked subjob leaves its job's
+        parked list."""
+        self._take_slot(slot)
+        self._launch(sj, slot)
+        self._out.append(Start(sj, slot, *self.policy.read_mode(self, sj, slot)))
+
+    def assign(self, sj: Subjob, slot: int) -> None:
+        """Answer a pull: run exactly ``sj`` on ``slot`` as one packet."""
+        self._take_slot(slot)
+        self._launch(sj, slot)
+        self._out.append(Assign(sj, slot, *self.policy.read_mode(self, sj, slot)))
+
+    def _take_slot(self, slot: int) -> None:
+        if slot in self._reserved:
+            self._reserved.discard(slot)
+            return
+        i = bisect_left(self._idle, slot)
+        if i == len(self._idle) or self._idle[i] != slot:
+            raise SchedulerError(f"slot {slot} is not free")
+        del self._idle[i]
+
+    def _launch(self, sj: Subjob, slot: int) -> JobState:
         js = self.jobs[sj.job_id]
+        if sj.subjob_id not in js.live:
+            raise SchedulerError(f"subjob {sj.subjob_id} is not waiting to run")
+        if sj.subjob_id in self._parked:
+            self._unpark(js, sj)
         if js.first_start_s is None:
             js.first_start_s = self.now
-        js.running_nodes.add(node)
-        r = Running(sj, node, self.now, self.s_per_event_on(node, sj.data))
-        self.running[node] = r
+        js.running_slots.add(slot)
+        r = Running(sj, slot, self.now, self.s_per_event_on(slot, sj.data, js.job.cpu_s_per_event))
+        self.running[slot] = r
         self._push_end(r)
-        self.policy.started(self, sj, node)
-        self._out.append(
-            Start(
-                subjob=sj,
-                node=node,
-                cache_fill=self.policy.cache_fill,
-                peer_reads=self.policy.peer_reads,
-                replicate=self.policy.wants_replica(self, sj, node),
-                fill_duplicates=self.policy.fill_duplicates,
-            )
-        )
+        self.policy.started(self, sj, slot)
+        return js
+
+    def preempt(self, slot: int, replacement: Subjob | None = None) -> None:
+        """Ask the engine to stop the subjob on ``slot``. Once it has stopped, its rest goes
+        back to the policy (:meth:`Policy.work_returned`) and ``replacement``, if given, starts
+        on the slot (else the slot is offered to the policy like any freed one)."""
+        r = self.running[slot]
+        if not r.settled:
+            raise SchedulerError(f"slot {slot} is already being preempted or shrunk")
+        r.stopping = True
+        if replacement is not None:
+            self._replacements[r.subjob.subjob_id] = replacement
+        self._out.append(Preempt(r.subjob.subjob_id, slot))
+
+    def queue_job(self, js: JobView) -> None:
+        """Queue a job whole, last."""
+        self.job_queue.append(js.job_id)
+
+    def pop_queued_job(self) -> JobState | None:
+        """The first job of the whole-job queue, taken out of it (None when empty)."""
+        if not self.job_queue:
+            return None
+        return self.jobs[self.job_queue.popleft()]
 
     def suspend(self, sj: Subjob, *, front: bool = True) -> None:
         """Park a subjob that is not running with its job, to be resumed later."""
@@ -392,123 +296,99 @@ class Scheduler:
             js.suspended.appendleft(sj)
         else:
             js.suspended.append(sj)
+        self._parked.add(sj.subjob_id)
+
+    def take_suspended(self, sj: Subjob) -> None:
+        """Take a parked subjob out of its job's list (starting it does so too)."""
+        self._unpark(self.jobs[sj.job_id], sj)
+
+    def _unpark(self, js: JobState, sj: Subjob) -> None:
+        js.suspended.remove(sj)
+        self._parked.discard(sj.subjob_id)
 
     def discard(self, sj: Subjob) -> None:
-        """Forget a waiting (never started, or suspended) subjob whose data the policy is
+        """Forget a waiting (never started, or parked) subjob whose data the policy is
         about to hand out again as new subjobs; the books stay exact only if it does."""
         js = self.jobs[sj.job_id]
-        if any(r.subjob is sj for r in self.running.values()):
-            raise SchedulerError(f"subjob {sj.subjob_id} is running: preempt it instead")
+        for slot in js.running_slots:
+            if self.running[slot].subjob.subjob_id == sj.subjob_id:
+                raise SchedulerError(f"subjob {sj.subjob_id} is running: preempt it instead")
         del js.live[sj.subjob_id]
-        if sj in js.suspended:
-            js.suspended.remove(sj)
+        if sj.subjob_id in self._parked:
+            self._unpark(js, sj)
 
-    def take_suspended(self, js: JobState, sj: Subjob) -> None:
-        """Remove ``sj`` from its job's suspended subjobs (before starting it)."""
-        js.suspended.remove(sj)
-
-    def preempt(self, node: int, then: Continuation | None = None) -> Running:
-        """Ask the engine to stop the subjob on ``node``.
-
-        ``then(remaining)`` runs when the engine has stopped it; ``node`` is free by then (and
-        offered to the policy afterwards if ``then`` leaves it free). Without ``then`` the
-        remainder is suspended at the front of its job.
-        """
-        r = self.running[node]
-        if not r.settled:
-            raise SchedulerError(f"node {node} is already being preempted or shrunk")
-        r.stopping = True
-        if then is not None:
-            self._continuations[r.subjob.subjob_id] = then
-        self._out.append(Preempt(subjob_id=r.subjob.subjob_id, node=node))
-        return r
-
-    def reserve(self, node: int) -> None:
-        """Hold a free node back for a continuation (it is not offered to anyone else)."""
-        i = bisect_left(self._idle, node)
-        if i == len(self._idle) or self._idle[i] != node:
-            raise SchedulerError(f"node {node} is not free")
-        del self._idle[i]
-        self._reserved.add(node)
-
-    def release(self, node: int, *, offer: bool = True) -> None:
-        """Give a reserved node back; it is offered to the policy like any freed node unless
-        ``offer`` is False (then it waits, idle, for the next event)."""
-        self._reserved.discard(node)
-        if node in self._lost:
-            return
-        insort(self._idle, node)
-        if offer:
-            self._freed.append((node, None))
-
-    def cut(self, data: IntervalSet, n: int) -> tuple[IntervalSet, IntervalSet]:
-        """``data.head(n)``, with the cut moved to the nearest of :attr:`boundaries` that is
-        at most half the smaller part away and leaves both parts at least the minimal
-        subjob. Without boundaries, exactly ``data.head(n)``."""
-        length = data.length
-        if not self.boundaries or n <= 0 or n >= length:
-            return data.head(n)
-        slack = min(n, length - n) // 2
-        lo, hi = data.event_at(max(n - slack, 0)), data.event_at(min(n + slack, length - 1))
-        b = self.boundaries
-        best, best_gap = n, slack + 1
-        for j in range(bisect_left(b, lo), len(b)):
-            if b[j] > hi:
-                break
-            k = data.split_at(b[j])[0].length
-            gap = abs(k - n)
-            fits = self.min_subjob_events <= k <= length - self.min_subjob_events
-            if fits and gap < best_gap:
-                best, best_gap = k, gap
-        return data.head(best)
-
-    def split_even(
-        self, data: IntervalSet, parts: int, min_events: int | None = None
-    ) -> list[IntervalSet]:
-        """``data.split_even`` (pieces of at least ``min_events``, by default the minimal
-        subjob), each cut moved by :meth:`cut` when there are boundaries."""
-        minimum = self.min_subjob_events if min_events is None else min_events
-        pieces = data.split_even(parts, minimum)
-        if not self.boundaries or len(pieces) < 2:
-            return pieces
-        out = []
-        rest = data
-        for piece in pieces[:-1]:
-            head, rest = self.cut(rest, piece.length)
-            if head:
-                out.append(head)
-        if rest:
-            out.append(rest)
-        return out
+    def note_released(self, js: JobView) -> None:
+        """Record that a policy holding jobs back (delayed scheduling) let ``js`` go now."""
+        self.jobs[js.job_id].released_s = self.now
 
     def wake_at(self, time: float) -> None:
-        self._out.append(WakeAt(time=time))
+        self._wakes += 1
+        self._out.append(WakeAt(time))
 
-    def balanced_share(self, node: int, target: int, rest: IntervalSet) -> float:
-        """Fraction of ``rest`` (what remains on ``node``) to move to ``target`` so both end
-        together."""
-        keep_s = self.running[node].s_per_event
-        give_s = self.s_per_event_on(target, rest)
-        return keep_s / (keep_s + give_s)
+    def fetch(self, node: int, data: IntervalSet, source: int | None = None) -> None:
+        """Bring ``data`` into ``node``'s cache (from ``source``'s cache, else tertiary);
+        answered by FetchDone, then :meth:`Policy.data_arrived`."""
+        self._fetches.setdefault(node, []).append(data)
+        self._transfers += 1
+        self._out.append(Fetch(node, data, source))
+
+    def replicate(self, source: int, node: int, data: IntervalSet) -> None:
+        """Copy ``data`` from ``source``'s cache into ``node``'s; answered by TransferDone."""
+        self._fetches.setdefault(node, []).append(data)
+        self._transfers += 1
+        self._out.append(Replicate(source, node, data))
+
+    def pin(self, node: int, data: IntervalSet) -> int:
+        """Keep ``data`` in ``node``'s cache until :meth:`release_pin` of the token."""
+        token = next(self._pin_ids)
+        self._pins[token] = (node, data)
+        self._out.append(Pin(node, data, token))
+        return token
+
+    def release_pin(self, node: int, token: int) -> None:
+        if self._pins.pop(token, None) is not None:
+            self._out.append(Release(node, token))
+
+    def evict(self, node: int, data: IntervalSet) -> None:
+        """Drop ``data`` from ``node``'s cache (the engine answers with what went)."""
+        self._out.append(Evict(node, data))
+
+    def _reserve(self, slot: int) -> None:
+        """Hold a free slot back for a split (it is not offered to anyone else)."""
+        i = bisect_left(self._idle, slot)
+        if i == len(self._idle) or self._idle[i] != slot:
+            raise SchedulerError(f"slot {slot} is not free")
+        del self._idle[i]
+        self._reserved.add(slot)
+
+    def _release_slot(self, slot: int, *, offer: bool = True) -> None:
+        """Give a reserved slot back; it is offered to the policy like any freed slot unless
+        ``offer`` is False (then it waits, idle, for the next event)."""
+        self._reserved.discard(slot)
+        if self._slot_node[slot] in self._lost:
+            return
+        insort(self._idle, slot)
+        if offer:
+            self._freed.append((slot, None))
 
     def split_running(
         self,
-        node: int,
+        slot: int,
         target: int,
         pick: Callable[[IntervalSet], IntervalSet] | None = None,
     ) -> bool:
-        """Split the subjob running on ``node`` and move a part of it to the free ``target``.
+        """Split the subjob running on ``slot`` and move a part of it to the free ``target``.
 
         By default the tail of what remains moves, sized so both parts end at about the same
         time (equal halves when both read at the same speed: ponce-hersch Table 1). ``pick``
-        chooses the moved part instead (cache-oriented splitting moves what ``target``
-        caches), unless it leaves either side less than the minimal subjob. Returns False,
-        doing nothing, when the estimated remainder is too small.
+        chooses the moved part instead (cache-oriented splitting moves what ``target``'s
+        node caches), unless it leaves either side less than the minimal subjob. Returns
+        False, doing nothing, when the estimated remainder is too small.
 
         The running subjob is shrunk, not stopped: it goes on with what it keeps, and what
         the engine releases starts on ``target`` as a new, preemptible subjob.
         """
-        r = self.running[node]
+        r = self.running[slot]
         if not r.settled:
             return False
         minimum = self.min_subjob_events
@@ -519,39 +399,28 @@ class Scheduler:
         _, rest = r.subjob.data.head(done)
         give = pick(rest) if pick is not None else _EMPTY
         if give.length < minimum or left - give.length < minimum:
-            # A split leaves work on both nodes; moving everything could ping-pong.
-            share = self.balanced_share(node, target, rest)
+            # A split leaves work on both slots; moving everything could ping-pong.
+            share = self.balanced_share(slot, target, rest)
             give = self.cut(rest, left - round(left * share))[1]
         if give.length < minimum or left - give.length < minimum:
             return False
-        self.reserve(target)
-        origin = r.subjob
-        self._split_targets[origin.subjob_id] = target
-
-        def then(released: IntervalSet) -> None:
-            del self._split_targets[origin.subjob_id]
-            if not released:
-                # The estimate was off (it had been processed): no split. Not offering the
-                # target again now keeps the policy from asking for the same split in a loop.
-                self.release(target, offer=False)
-                return
-            js = self.jobs[origin.job_id]
-            # The moved part keeps naming the node that caches it (its queue of origin, for
-            # out-of-order scheduling), unless the target caches it itself.
-            on_target = released.issubset(self.directory.content(target))
-            cached_on = target if on_target else origin.cached_on
-            self.start(self.new_subjob(js, released, cached_on=cached_on, preemptible=True), target)
-
+        self._reserve(target)
+        self._splits[r.subjob.subjob_id] = target
         r.shrinking = True
-        self._continuations[origin.subjob_id] = then
-        self._out.append(Shrink(subjob_id=origin.subjob_id, node=node, release=give))
+        self._out.append(Shrink(r.subjob.subjob_id, slot, give))
         return True
 
     # -- event handlers -----------------------------------------------------------------------
 
-    def _on_arrived(self, job: Job) -> None:
+    def _on_arrived(self, ev: JobArrived) -> None:
+        job = ev.job
         if job.job_id in self.jobs:
             raise SchedulerError(f"job {job.job_id} arrived twice")
+        if job.data and job.data.stop > self.space.n_events:
+            raise SchedulerError(
+                f"job {job.job_id}: events up to {job.data.stop} are beyond the data space "
+                f"({self.space.n_events} events)"
+            )
         js = JobState(job)
         self.jobs[job.job_id] = js
         if job.n_events == 0:
@@ -560,104 +429,240 @@ class Scheduler:
         self.policy.job_arrived(self, js)
 
     def _on_finished(self, ev: SubjobFinished) -> None:
-        self._subjob_left(ev.node, ev.subjob_id, None, ev.cache_added, ev.cache_evicted)
-
-    def _on_shrunk(self, ev: SubjobShrunk) -> None:
-        r = self.running.get(ev.node)
-        if r is None or r.subjob.subjob_id != ev.subjob_id:
-            # It left the node first (a lost worker's packets): its continuation took what
-            # was left then, and an engine cannot release anything from it any more.
-            if ev.released:
-                raise SchedulerError(f"subjob {ev.subjob_id} released events after it left")
-            return
-        if not r.shrinking:
-            raise SchedulerError(f"subjob {ev.subjob_id} on node {ev.node} was not being shrunk")
-        sj = r.subjob
-        if not ev.released.issubset(sj.data):
-            raise SchedulerError(f"subjob {ev.subjob_id}: released events are not part of its data")
-        r.shrinking = False
-        if ev.released:
-            r.subjob = sj.shrunk(ev.released)
-            self.jobs[sj.job_id].live[sj.subjob_id] = r.subjob
-            r.end_s = r.start_s + r.subjob.data.length * r.s_per_event
-        self._push_end(r)
-        self._continuations.pop(sj.subjob_id)(ev.released)
+        self._subjob_left(ev.slot, ev.subjob_id, None, ev.cache_added, ev.cache_evicted)
 
     def _on_stopped(self, ev: SubjobStopped) -> None:
-        self._subjob_left(ev.node, ev.subjob_id, ev.remaining, ev.cache_added, ev.cache_evicted)
+        self._subjob_left(ev.slot, ev.subjob_id, ev.remaining, ev.cache_added, ev.cache_evicted)
 
     def _subjob_left(
         self,
-        node: int,
+        slot: int,
         subjob_id: int,
         remaining: IntervalSet | None,
         added: IntervalSet,
         evicted: IntervalSet,
     ) -> None:
-        """Book a subjob that left ``node``: finished (``remaining`` None) or stopped."""
-        r = self.running.get(node)
+        """Book a subjob that left ``slot``: finished (``remaining`` None) or stopped."""
+        r = self.running.get(slot)
         if r is None or r.subjob.subjob_id != subjob_id:
-            raise SchedulerError(f"subjob {subjob_id} is not running on node {node}")
+            raise SchedulerError(f"subjob {subjob_id} is not running on slot {slot}")
         sj = r.subjob
         if remaining is None:
             remaining = _EMPTY
         elif not remaining.issubset(sj.data):
             raise SchedulerError(f"subjob {subjob_id}: remainder is not part of its data")
-        del self.running[node]
+        del self.running[slot]
         js = self.jobs[sj.job_id]
         del js.live[subjob_id]
-        js.running_nodes.discard(node)
+        js.running_slots.discard(slot)
         js.done_events += sj.data.length - remaining.length
-        self._cache_report(node, added, evicted)
-        insort(self._idle, node)
-        # A Preempt that crossed a finish still gets its answer (an empty remainder), so that
-        # whatever it reserved is given back.
-        then = self._continuations.pop(subjob_id, None)
-        if then is not None:
-            then(remaining)
-        elif remaining:
-            self.suspend(self.new_subjob(js, remaining, cached_on=sj.cached_on))
-        self._after_subjob(js)
-        if self.is_idle(node):
-            self._freed.append((node, js))
-
-    def _on_node_lost(self, ev: NodeLost) -> None:
-        """A node died: what its subjob had not processed goes back to its job, unprocessed."""
-        node = ev.node
-        r = self.running.pop(node, None)
-        if r is not None:
-            sj = r.subjob
-            remaining = ev.remaining if ev.remaining is not None else sj.data
-            if not remaining.issubset(sj.data):
-                raise SchedulerError(f"subjob {sj.subjob_id}: remainder is not part of its data")
-            js = self.jobs[sj.job_id]
-            del js.live[sj.subjob_id]
-            js.running_nodes.discard(node)
-            js.done_events += sj.data.length - remaining.length
-            self._continuations.pop(sj.subjob_id, None)
-            target = self._split_targets.pop(sj.subjob_id, None)
-            if target is not None:
-                self.release(target)
-            if remaining:
-                self.suspend(self.new_subjob(js, remaining, cached_on=None))
-            self._after_subjob(js)
-            if js.job_id in self.jobs and not js.running_nodes:
-                # Nobody is working on this job now: give its work to a free node.
-                self._freed.extend((n, js) for n in self._idle[:1])
-        self._lost.add(node)
-        i = bisect_left(self._idle, node)
-        if i < len(self._idle) and self._idle[i] == node:
-            del self._idle[i]
-        self._reserved.discard(node)
-        self.directory.remove(node, self.directory.content(node))
-
-    def _cache_report(self, node: int, added: IntervalSet, evicted: IntervalSet) -> None:
+        node = self._slot_node[slot]
         if evicted:
             self.directory.remove(node, evicted)
         if added:
             self.directory.add(node, added)
+        insort(self._idle, slot)
+        # A Preempt that crossed a finish still gets its replacement started.
+        replacement = self._replacements.pop(subjob_id, None)
+        if remaining and not js.cancelled:
+            rest = self.new_subjob(
+                js, remaining, cached_on=sj.cached_on, preemptible=sj.preemptible
+            )
+            self.policy.work_returned(
+                self, rest, Returned.PREEMPTED if r.stopping else Returned.STOPPED
+            )
+        if replacement is not None:
+            self._start_replacement(replacement, slot)
+        self._after_subjob(js)
+        if self.is_idle(slot):
+            self._freed.append((slot, js))
+
+    def _start_replacement(self, sj: Subjob, slot: int) -> None:
+        js = self.jobs.get(sj.job_id)
+        if js is not None and sj.subjob_id in js.live and not js.cancelled:
+            self.start(sj, slot)
+
+    def _on_shrunk(self, ev: SubjobShrunk) -> None:
+        r = self.running.get(ev.slot)
+        if r is None or r.subjob.subjob_id != ev.subjob_id:
+            # It left the slot first (a lost worker's packets): its rest was returned then,
+            # and an engine cannot release anything from it any more.
+            if ev.released:
+                raise SchedulerError(f"subjob {ev.subjob_id} released events after it left")
+            return
+        if not r.shrinking:
+            raise SchedulerError(f"subjob {ev.subjob_id} on slot {ev.slot} was not being shrunk")
+        sj = r.subjob
+        released = ev.released
+        if not released.issubset(sj.data):
+            raise SchedulerError(f"subjob {ev.subjob_id}: released events are not part of its data")
+        r.shrinking = False
+        js = self.jobs[sj.job_id]
+        if released:
+            r.subjob = sj.shrunk(released)
+            js.live[sj.subjob_id] = r.subjob
+            r.end_s = r.start_s + r.subjob.data.length * r.s_per_event
+        self._push_end(r)
+        target = self._splits.pop(sj.subjob_id)
+        if not released:
+            # The estimate was off (it had been processed): no split. Not offering the
+            # target again now keeps the policy from asking for the same split in a loop.
+            self._release_slot(target, offer=False)
+            return
+        if js.cancelled:
+            self._release_slot(target)
+            return
+        node = self._slot_node[target]
+        if node in self._lost:
+            rest = self.new_subjob(js, released, cached_on=sj.cached_on, preemptible=True)
+            self.policy.work_returned(self, rest, Returned.NODE_LOST)
+            return
+        # The moved part keeps naming the node that caches it (its queue of origin, for
+        # out-of-order scheduling), unless the target's node caches it itself.
+        on_target = released.issubset(self.directory.content(node))
+        cached_on = node if on_target else sj.cached_on
+        self.start(self.new_subjob(js, released, cached_on=cached_on, preemptible=True), target)
+
+    def _on_work_requested(self, ev: WorkRequested) -> None:
+        # A busy slot asking ahead is not modelled: one subjob a slot.
+        if self.is_idle(ev.slot):
+            self._freed.append((ev.slot, None))
+
+    def _on_cache_changed(self, ev: CacheChanged) -> None:
+        if ev.node in self._lost:
+            return
+        self.directory.remove(ev.node, ev.evicted)
+        self.directory.add(ev.node, ev.added)
+
+    def _on_fetch_done(self, ev: FetchDone) -> None:
+        self._arrived(ev.node, ev.data, ev.added, ev.evicted)
+
+    def _on_transfer_done(self, ev: TransferDone) -> None:
+        self._arrived(ev.node, ev.data, ev.added, ev.evicted)
+
+    def _arrived(
+        self, node: int, data: IntervalSet, added: IntervalSet, evicted: IntervalSet
+    ) -> None:
+        pending = self._fetches.get(node)
+        if not pending or node in self._lost:
+            return  # its node was lost meanwhile: forgotten then
+        try:
+            pending.remove(data)
+        except ValueError:
+            raise SchedulerError(f"node {node}: no transfer of {data} was in flight") from None
+        self._transfers -= 1
+        self.directory.remove(node, evicted)
+        self.directory.add(node, added)
+        self.policy.data_arrived(self, node, added)
+
+    def _on_tick(self, ev: Tick) -> None:
+        if self._wakes > 0:
+            self._wakes -= 1
+        self.policy.tick(self)
+
+    def _on_node_joined(self, ev: NodeJoined) -> None:
+        spec = ev.node
+        node = spec.node_id
+        if node < len(self._node_slots):
+            if node not in self._lost:
+                raise SchedulerError(f"node {node} joined while still in the cluster")
+            self._lost.discard(node)
+            if len(self._node_slots[node]) != spec.slots:
+                self._node_slots[node] = self._new_slots(node, spec.slots)
+            self.topology = self.topology.with_node(spec)
+            self._rates[node] = self._node_rates(node)
+        else:
+            if node != len(self._node_slots):
+                raise SchedulerError(f"a new node must be numbered {len(self._node_slots)}")
+            self.topology = self.topology.with_node(spec)
+            self.directory.add_node()
+            self._node_slots.append(self._new_slots(node, spec.slots))
+            self._rates.append(self._node_rates(node))
+        insort(self._nodes, node)
+        self.policy.node_joined(self, node)
+        for slot in self._node_slots[node]:
+            insort(self._idle, slot)
+            self._freed.append((slot, None))
+
+    def _on_node_lost(self, ev: NodeLost) -> None:
+        """A node died: what its subjobs had not processed goes back to the policy."""
+        node = ev.node
+        if node in self._lost:
+            return
+        remaining = dict(ev.remaining)
+        self._lost.add(node)
+        self._nodes.remove(node)
+        returned: list[Subjob] = []
+        touched: list[JobState] = []
+        for slot in self._node_slots[node]:
+            i = bisect_left(self._idle, slot)
+            if i < len(self._idle) and self._idle[i] == slot:
+                del self._idle[i]
+            self._reserved.discard(slot)
+            r = self.running.pop(slot, None)
+            if r is None:
+                continue
+            sj = r.subjob
+            rest = remaining.get(slot, sj.data)
+            if not rest.issubset(sj.data):
+                raise SchedulerError(f"subjob {sj.subjob_id}: remainder is not part of its data")
+            js = self.jobs[sj.job_id]
+            del js.live[sj.subjob_id]
+            js.running_slots.discard(slot)
+            js.done_events += sj.data.length - rest.length
+            replacement = self._replacements.pop(sj.subjob_id, None)
+            if replacement is not None:
+                rjs = self.jobs.get(replacement.job_id)
+                if rjs is not None and replacement.subjob_id in rjs.live:
+                    returned.append(replacement)
+            target = self._splits.pop(sj.subjob_id, None)
+            if target is not None:
+                self._release_slot(target)
+            if rest and not js.cancelled:
+                cached_on = None if sj.cached_on == node else sj.cached_on
+                returned.append(self.new_subjob(js, rest, cached_on=cached_on))
+            touched.append(js)
+        self._transfers -= len(self._fetches.pop(node, ()))
+        for token in [t for t, (n, _) in self._pins.items() if n == node]:
+            del self._pins[token]
+        self.directory.clear(node)
+        self.policy.node_lost(self, node)
+        for sj in returned:
+            self.policy.work_returned(self, sj, Returned.NODE_LOST)
+        for js in touched:
+            self._after_subjob(js)
+        # Work came back: every free slot gets a chance at it.
+        self._freed.extend((slot, None) for slot in self._idle)
+
+    def _on_cancelled(self, ev: JobCancelled) -> None:
+        js = self.jobs.get(ev.job_id)
+        if js is None or js.cancelled:
+            return  # done already, or unknown: nothing to cancel
+        js.cancelled = True
+        js.cancel_reason = ev.reason
+        if js.job_id in self.job_queue:
+            self.job_queue.remove(js.job_id)
+        self.policy.job_cancelled(self, js)
+        for sj in js.suspended:
+            self._parked.discard(sj.subjob_id)
+        js.suspended.clear()
+        running = {self.running[s].subjob.subjob_id for s in js.running_slots}
+        for subjob_id in [i for i in js.live if i not in running]:
+            del js.live[subjob_id]
+        for slot in sorted(js.running_slots):
+            if self.running[slot].settled:
+                self.preempt(slot)
+        self._after_subjob(js)
+
+    # -- completion ---------------------------------------------------------------------------
 
     def _after_subjob(self, js: JobState) -> None:
+        if js.cancelled:
+            if not js.running_slots and js.job_id in self.jobs:
+                del self.jobs[js.job_id]
+                self.failed += 1
+                self._out.append(JobFailed(js.job_id, self.now, js.cancel_reason, js.done_events))
+            return
         if not js.live and js.done_events == js.job.n_events:
             self._complete(js)
         elif js.done_events > js.job.n_events:
@@ -668,14 +673,36 @@ class Scheduler:
         self.completed += 1
         first = js.first_start_s if js.first_start_s is not None else self.now
         released = js.released_s if js.released_s is not None else -1.0
-        self._out.append(
-            JobCompleted(job_id=js.job_id, time=self.now, first_start_s=first, released_s=released)
-        )
+        self._out.append(JobCompleted(js.job_id, self.now, first, released))
+
+    # -- offering free slots ------------------------------------------------------------------
 
     def _offer_freed(self) -> None:
-        # Nodes freed while handling this event are offered to the policy one by one, after
+        # Slots freed while handling this event are offered to the policy one by one, after
         # the books are straight; offering may free more (a preemption answered at once).
         while self._freed:
-            node, ended = self._freed.pop(0)
-            if self.is_idle(node):
-                self.policy.node_freed(self, node, ended)
+            slot, ended = self._freed.pop(0)
+            if not self.is_idle(slot):
+                continue
+            self.policy.work_requested(self, slot, ended)
+            if self._parked and self.is_idle(slot):
+                # The policy left it idle: parked work (returned, suspended) must not wait
+                # for ever for a policy that does not look at it.
+                self.start(self._oldest_parked(), slot)
+
+    def _oldest_parked(self) -> Subjob:
+        for js in self.jobs.values():
+            if js.suspended:
+                return js.suspended[0]
+        raise SchedulerError("parked subjobs are counted but none is found")
+
+    def _check_not_stranded(self) -> None:
+        """Nothing runs, a slot is free, yet jobs are in the system: fine only while the
+        policy waits for a wake-up, an answer or a transfer it asked for."""
+        if self._wakes or self._transfers or self._replacements or self._splits:
+            return
+        waiting = sorted(self.jobs)[:5]
+        raise SchedulerError(
+            f"policy {self.policy.name or type(self.policy).__name__!r} left work stranded: "
+            f"jobs {waiting} wait with {len(self._idle)} slots free and nothing running"
+        )

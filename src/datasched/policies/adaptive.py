@@ -2,23 +2,28 @@
 shortest one that sustains the load measured now, read from a performance map.
 
 The map (maximal sustainable load of delayed scheduling against period, stripe size and cache
-size: the paper's Figure 9) is data handed to the policy; the simulator computes it
-(:mod:`datasched.sim.perfmap`, ``datasched perf-map``). The policy itself does no I/O.
+size: the paper's Figure 9) is data that belongs to the policy: the simulator computes one
+(:mod:`datasched.sim.perfmap`, ``datasched perf-map``), one computed with the paper's cluster
+ships with the package and is the parameter's default, in every engine. Reading a map file
+happens when the policy is built; the policy does no I/O while it schedules.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from importlib import resources
+from pathlib import Path
+from typing import Any, ClassVar
 
-from datasched.core.scheduler import JobState, Scheduler
+from datasched.core.policy import JobView, Param, SchedulerView
 from datasched.policies.delayed import DelayedScheduling
 from datasched.policies.registry import register
 
-__all__ = ["AdaptiveDelay", "MapPoint", "PerformanceMap"]
+__all__ = ["AdaptiveDelay", "MapPoint", "PerformanceMap", "default_map", "load_map"]
 
 GB = 1e9
 
@@ -121,6 +126,28 @@ class PerformanceMap:
         return cls(tuple(points))
 
 
+def load_map(path: str | Path) -> PerformanceMap:
+    """A map saved as JSON (``datasched perf-map``); ValueError naming the file and the
+    problem."""
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text())
+    except OSError as exc:
+        raise ValueError(f"{path}: {exc.strerror or exc}") from exc
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not JSON: {exc}") from exc
+    try:
+        return PerformanceMap.from_dict(doc)
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from exc
+
+
+def default_map() -> PerformanceMap:
+    """The map shipped with the package (ponce-hersch's cluster and workload)."""
+    text = resources.files("datasched.policies").joinpath("data/perfmap-ponce.json").read_text()
+    return PerformanceMap.from_dict(json.loads(text))
+
+
 @register
 class AdaptiveDelay(DelayedScheduling):
     """Delayed scheduling whose period follows the load (ponce-hersch §6).
@@ -128,12 +155,41 @@ class AdaptiveDelay(DelayedScheduling):
     At the start of every period (and on the arrival that ends an idle spell) the policy
     measures the load, arrivals over the last ``window_h`` hours, and reads from the map the
     shortest period that sustains it. At low load that is 0: jobs are scheduled on arrival.
-    Without a map it never delays.
+    Without a map (``performance_map=None``) it never delays.
     """
 
     name = "adaptive-delay"
     section = "ponce-hersch §6"
     summary = "adaptive delay: delayed scheduling, period from the measured load and a map"
+    params: ClassVar[tuple[Param, ...]] = (
+        Param(
+            "performance_map",
+            object,
+            "shipped",
+            "a performance map file (JSON, from `datasched perf-map`), or none: never delay. "
+            "Default: the map shipped for ponce-hersch's cluster",
+            none_ok=True,
+            parse=load_map,
+            factory=default_map,
+        ),
+        Param(
+            "stripe_events",
+            int,
+            5000,
+            "stripe size: uncached data is cut on common stripe points (Table 4)",
+            low=1,
+            unit="events",
+        ),
+        Param(
+            "window_h",
+            float,
+            48.0,
+            "the load is measured over arrivals in this last window",
+            low=0.0,
+            low_open=True,
+            unit="hours",
+        ),
+    )
 
     def __init__(
         self,
@@ -143,8 +199,6 @@ class AdaptiveDelay(DelayedScheduling):
         window_h: float = 48.0,
     ) -> None:
         super().__init__(period_h=0.0, stripe_events=stripe_events)
-        if not window_h > 0:
-            raise ValueError(f"window_h: must be positive, got {window_h!r}")
         self.performance_map = performance_map
         self.window_s = window_h * 3600.0
         self._arrivals: deque[float] = deque()
@@ -158,11 +212,11 @@ class AdaptiveDelay(DelayedScheduling):
             return 0.0
         return 3600.0 * max(p.period_h for p in self.performance_map.points)
 
-    def bind(self, sched: Scheduler) -> None:
+    def bind(self, sched: SchedulerView) -> None:
         super().bind(sched)
-        self._cache_gb = sched.cluster.nodes[0].cache_bytes / GB
+        self._cache_gb = sched.topology.nodes[0].cache_bytes / GB
 
-    def job_arrived(self, sched: Scheduler, js: JobState) -> None:
+    def job_arrived(self, sched: SchedulerView, js: JobView) -> None:
         self._arrivals.append(sched.now)
         if self._first_arrival is None:
             self._first_arrival = sched.now
@@ -177,7 +231,7 @@ class AdaptiveDelay(DelayedScheduling):
         span = min(self.window_s, max(now - first, self.window_s / 4))
         return 3600.0 * len(self._arrivals) / span
 
-    def next_period_s(self, sched: Scheduler) -> float:
+    def next_period_s(self, sched: SchedulerView) -> float:
         if self.performance_map is None:
             return 0.0
         load = self.measured_load(sched.now)
@@ -187,5 +241,5 @@ class AdaptiveDelay(DelayedScheduling):
         self.periods_h.append((sched.now, period_h))
         return period_h * 3600.0
 
-    def first_period_end(self, sched: Scheduler, period_s: float) -> float:
+    def first_period_end(self, sched: SchedulerView, period_s: float) -> float:
         return sched.now + period_s

@@ -13,10 +13,11 @@ from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass, field
 from itertools import pairwise
+from typing import ClassVar
 
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import Subjob
-from datasched.core.scheduler import JobState, Policy, Scheduler
+from datasched.core.policy import JobView, Param, Policy, ReadMode, SchedulerView
 from datasched.policies.fcfs import cut_by_cache
 from datasched.policies.registry import register
 
@@ -63,25 +64,46 @@ class DelayedScheduling(Policy):
 
     Where the table leaves room: periods are aligned on multiples of the period from time 0
     and stop while the cluster is empty; a cached piece goes to the queue of one node caching
-    it (an idle one if any); a node with nothing left pops the next meta-subjob into its queue.
+    it (an idle one if any); a slot with nothing left on its node pops the next meta-subjob
+    into its node's queue; the queue of a lost node becomes the next meta-subjob.
     """
 
     name = "delayed"
     section = "ponce-hersch §5, Table 4"
     summary = "delayed: jobs gathered per period, striped, data loaded once per period"
-    cache_fill = True
+    reads = ReadMode(cache_fill=True)
+    params: ClassVar[tuple[Param, ...]] = (
+        Param(
+            "period_h",
+            float,
+            48.0,
+            "length of a period; the jobs that arrive during a period are scheduled together "
+            "at its end (Table 4)",
+            low=0.0,
+            unit="hours",
+        ),
+        Param(
+            "stripe_events",
+            int,
+            5000,
+            "stripe size: uncached data is cut on common stripe points (Table 4)",
+            low=1,
+            unit="events",
+        ),
+    )
 
     def __init__(self, *, period_h: float = 48.0, stripe_events: int = 5000) -> None:
-        if not period_h >= 0:
-            raise ValueError(f"period_h: must be zero or positive, got {period_h!r}")
-        if stripe_events < 1:
-            raise ValueError(f"stripe_events: must be positive, got {stripe_events!r}")
         self.period_s = period_h * 3600.0
         self.stripe_events = stripe_events
-        self.pending: list[JobState] = []
+        self.pending: list[JobView] = []
         self.node_queues: dict[int, deque[Subjob]] = {}
         self.meta: deque[MetaSubjob] = deque()
         self._next_tick: float | None = None
+
+    # -- metrics (PolicyMetrics) ----------------------------------------------------------------
+
+    def counters(self) -> dict[str, int]:
+        return {}
 
     def held_jobs(self) -> int:
         return len(self.pending)
@@ -89,10 +111,35 @@ class DelayedScheduling(Policy):
     def max_delay_s(self) -> float:
         return self.period_s
 
-    def bind(self, sched: Scheduler) -> None:
-        self.node_queues = {n.node_id: deque() for n in sched.cluster.nodes}
+    # -- hooks ----------------------------------------------------------------------------------
 
-    def job_arrived(self, sched: Scheduler, js: JobState) -> None:
+    def bind(self, sched: SchedulerView) -> None:
+        self.node_queues = {n: deque() for n in sched.nodes}
+
+    def node_joined(self, sched: SchedulerView, node: int) -> None:
+        self.node_queues.setdefault(node, deque())
+
+    def node_lost(self, sched: SchedulerView, node: int) -> None:
+        queue = self.node_queues.get(node)
+        if not queue:
+            return
+        moved = MetaSubjob(sched.now, (queue[0].data.start, queue[-1].data.stop))
+        for sj in queue:
+            sched.discard(sj)
+            moved.subjobs.append(sched.new_subjob(sched.jobs[sj.job_id], sj.data))
+        queue.clear()
+        self.meta.appendleft(moved)
+
+    def job_cancelled(self, sched: SchedulerView, js: JobView) -> None:
+        self.pending = [p for p in self.pending if p.job_id != js.job_id]
+        for queue in self.node_queues.values():
+            kept = [sj for sj in queue if sj.job_id != js.job_id]
+            queue.clear()
+            queue.extend(kept)
+        for meta in self.meta:
+            meta.subjobs = [sj for sj in meta.subjobs if sj.job_id != js.job_id]
+
+    def job_arrived(self, sched: SchedulerView, js: JobView) -> None:
         self.pending.append(js)
         if self._next_tick is not None:
             return
@@ -104,15 +151,15 @@ class DelayedScheduling(Policy):
         self._next_tick = self.first_period_end(sched, period)
         sched.wake_at(self._next_tick)
 
-    def next_period_s(self, sched: Scheduler) -> float:
+    def next_period_s(self, sched: SchedulerView) -> float:
         """The length of the period starting now (fixed here; adaptive delay varies it)."""
         return self.period_s
 
-    def first_period_end(self, sched: Scheduler, period_s: float) -> float:
+    def first_period_end(self, sched: SchedulerView, period_s: float) -> float:
         """When the first period after an idle spell ends: on multiples of the period."""
         return (math.floor(sched.now / period_s) + 1) * period_s
 
-    def tick(self, sched: Scheduler) -> None:
+    def tick(self, sched: SchedulerView) -> None:
         if self._next_tick is None or sched.now < self._next_tick:
             return
         self._next_tick = None
@@ -124,20 +171,20 @@ class DelayedScheduling(Policy):
                 sched.wake_at(self._next_tick)
         self._feed_idle(sched)
 
-    def _release(self, sched: Scheduler) -> None:
+    def _release(self, sched: SchedulerView) -> None:
         """Schedule what accumulated and give idle nodes their work."""
         self._schedule_period(sched)
         self._feed_idle(sched)
 
-    def _feed_idle(self, sched: Scheduler) -> None:
-        for node in list(sched.idle_nodes):
-            if sched.is_idle(node):
-                self.node_freed(sched, node, None)
+    def _feed_idle(self, sched: SchedulerView) -> None:
+        for slot in list(sched.idle_slots):
+            if sched.is_idle(slot):
+                self.work_requested(sched, slot, None)
 
-    def _schedule_period(self, sched: Scheduler) -> None:
-        uncached: list[tuple[JobState, IntervalSet]] = []
+    def _schedule_period(self, sched: SchedulerView) -> None:
+        uncached: list[tuple[JobView, IntervalSet]] = []
         for js in self.pending:
-            js.released_s = sched.now
+            sched.note_released(js)
             for data, holder in cut_by_cache(sched, js.job.data):
                 if holder is None:
                     uncached.extend((js, IntervalSet.range(a, b)) for a, b in data)
@@ -165,14 +212,14 @@ class DelayedScheduling(Policy):
                 meta.subjobs.append(sched.new_subjob(js, part))
         self.meta.extend(sorted(metas.values(), key=lambda m: (m.arrival_s, m.stripe)))
 
-    def node_freed(self, sched: Scheduler, node: int, ended: JobState | None) -> None:
-        queue = self.node_queues[node]
+    def work_requested(self, sched: SchedulerView, slot: int, ended: JobView | None) -> None:
+        queue = self.node_queues[sched.node_of(slot)]
         if not queue and self.meta:
             meta = self.meta.popleft()
             for sj in meta.subjobs:
                 queue.append(sj)
         if queue:
-            sched.start(queue.popleft(), node)
+            sched.start(queue.popleft(), slot)
 
 
 def _index_at_or_before(points: list[int], x: int) -> int:

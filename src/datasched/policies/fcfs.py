@@ -3,9 +3,12 @@ cache-oriented job splitting (Tables 1 and 2)."""
 
 from __future__ import annotations
 
+from collections import deque
+from typing import ClassVar
+
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import Subjob
-from datasched.core.scheduler import JobState, Policy, Scheduler
+from datasched.core.policy import JobView, Param, Policy, ReadMode, Returned, SchedulerView
 from datasched.policies.registry import register
 
 __all__ = ["CacheOrientedSplitting", "JobSplitting", "ProcessingFarm", "cut_by_cache"]
@@ -22,55 +25,68 @@ class ProcessingFarm(Policy):
     section = "ponce-hersch §3.1"
     summary = "processing farm: one job per node, first come first served, no cache"
 
-    def job_arrived(self, sched: Scheduler, js: JobState) -> None:
-        if sched.idle_nodes:
-            sched.start(sched.new_subjob(js, js.job.data), sched.idle_nodes[0])
+    def __init__(self) -> None:
+        self._returned: deque[Subjob] = deque()
+        """Work a lost node gave back: it runs before any queued job (it is older)."""
+
+    def job_arrived(self, sched: SchedulerView, js: JobView) -> None:
+        if sched.idle_slots:
+            sched.start(sched.new_subjob(js, js.job.data), sched.idle_slots[0])
         else:
-            sched.job_queue.append(js.job_id)
+            sched.queue_job(js)
 
-    def node_freed(self, sched: Scheduler, node: int, ended: JobState | None) -> None:
-        if sched.job_queue:
-            js = sched.jobs[sched.job_queue.popleft()]
-            sched.start(sched.new_subjob(js, js.job.data), node)
+    def work_requested(self, sched: SchedulerView, slot: int, ended: JobView | None) -> None:
+        if self._returned:
+            sched.start(self._returned.popleft(), slot)
+            return
+        js = sched.pop_queued_job()
+        if js is not None:
+            sched.start(sched.new_subjob(js, js.job.data), slot)
+
+    def work_returned(self, sched: SchedulerView, sj: Subjob, cause: Returned) -> None:
+        self._returned.append(sj)
+
+    def job_cancelled(self, sched: SchedulerView, js: JobView) -> None:
+        self._returned = deque(sj for sj in self._returned if sj.job_id != js.job_id)
 
 
-def _multi_node_jobs(sched: Scheduler) -> list[JobState]:
-    """Jobs running on two or more nodes (none of them being preempted), in arrival order."""
+def _multi_slot_jobs(sched: SchedulerView) -> list[JobView]:
+    """Jobs running on two or more slots (none of them being preempted), in arrival order."""
     out = []
     for js in sched.jobs.values():
-        if len(js.running_nodes) >= 2 and all(sched.running[n].settled for n in js.running_nodes):
+        if len(js.running_slots) >= 2 and all(sched.running[n].settled for n in js.running_slots):
             out.append(js)
     return out
 
 
-def _estimated_remaining_events(sched: Scheduler, js: JobState) -> int:
+def _estimated_remaining_events(sched: SchedulerView, js: JobView) -> int:
     now = sched.now
-    left = sum(sched.running[n].estimated_remaining(now) for n in js.running_nodes)
+    left = sum(sched.running[n].estimated_remaining(now) for n in js.running_slots)
     return left + sum(sj.data.length for sj in js.suspended)
 
 
-def _job_to_shrink(sched: Scheduler) -> JobState | None:
-    """The job with the largest number of nodes per event still to process (Table 1)."""
-    best: JobState | None = None
+def _job_to_shrink(sched: SchedulerView) -> JobView | None:
+    """The job with the largest number of slots per event still to process (Table 1)."""
+    best: JobView | None = None
     best_ratio = -1.0
-    for js in _multi_node_jobs(sched):
-        ratio = len(js.running_nodes) / max(_estimated_remaining_events(sched, js), 1)
+    for js in _multi_slot_jobs(sched):
+        ratio = len(js.running_slots) / max(_estimated_remaining_events(sched, js), 1)
         if ratio > best_ratio:
             best, best_ratio = js, ratio
     return best
 
 
-def cut_by_cache(sched: Scheduler, data: IntervalSet) -> list[tuple[IntervalSet, int | None]]:
+def cut_by_cache(sched: SchedulerView, data: IntervalSet) -> list[tuple[IntervalSet, int | None]]:
     """``data`` cut into runs each cached on one node (that node) or on none (``None``).
 
     The cutting of ponce-hersch Tables 2-4: "data processed by a given subjob should always
     either be fully cached on a node or not cached at all". Cached runs shorter than the
-    minimal subjob count as not cached; a run cached on several nodes goes to an idle one.
-    Everything cached on one node forms one piece; non-cached runs stay separate.
+    minimal subjob count as not cached; a run cached on several nodes goes to one with an
+    idle slot. Everything cached on one node forms one piece; non-cached runs stay separate.
     """
     runs: list[tuple[int, int, int | None]] = []
     minimum = sched.min_subjob_events
-    idle = set(sched.idle_nodes)
+    idle = {sched.node_of(s) for s in sched.idle_slots}
     for start, stop in data:
         for a, b, holders in sched.directory.holders(start, stop):
             holder = None
@@ -103,15 +119,15 @@ def cut_by_cache(sched: Scheduler, data: IntervalSet) -> list[tuple[IntervalSet,
 
 
 def _split_saving(
-    sched: Scheduler,
-    node: int,
+    sched: SchedulerView,
+    slot: int,
     data: IntervalSet,
     target: int,
     s_here: float | None = None,
 ) -> float:
-    """Seconds saved by splitting ``data`` (to run on ``node``) with the free ``target``.
+    """Seconds saved by splitting ``data`` (to run on ``slot``) with the free ``target``.
 
-    Alone, ``node`` needs ``n * a`` seconds (``a`` its time per event); split so both parts
+    Alone, ``slot`` needs ``n * a`` seconds (``a`` its time per event); split so both parts
     end together, ``n * a * b / (a + b)``, with ``b`` the target's time per event. The saving,
     ``n * a * a / (a + b)``, is half the time when both read at the same speed, more when the
     target caches the data, less when the data is cached where it is (the split part would be
@@ -120,22 +136,9 @@ def _split_saving(
     n = data.length
     if n < 2 * sched.min_subjob_events:
         return 0.0
-    a = s_here if s_here is not None else sched.s_per_event_on(node, data)
+    a = s_here if s_here is not None else sched.s_per_event_on(slot, data)
     b = sched.s_per_event_on(target, data)
     return n * a * a / (a + b)
-
-
-def _suspend_then_start(sched: Scheduler, node: int, sj: Subjob) -> None:
-    """Preempt ``node``, park its remainder with its job, and run ``sj`` there instead."""
-    victim = sched.running[node].subjob
-
-    def then(remaining: IntervalSet) -> None:
-        if remaining:
-            vjs = sched.jobs[victim.job_id]
-            sched.suspend(sched.new_subjob(vjs, remaining, cached_on=victim.cached_on))
-        sched.start(sj, node)
-
-    sched.preempt(node, then)
 
 
 @register
@@ -152,38 +155,39 @@ class JobSplitting(Policy):
     section = "ponce-hersch §3.2, Table 1"
     summary = "job splitting: subjobs of equal size on idle nodes, first come first served"
 
-    def job_arrived(self, sched: Scheduler, js: JobState) -> None:
-        idle = sched.idle_nodes
+    def job_arrived(self, sched: SchedulerView, js: JobView) -> None:
+        idle = sched.idle_slots
         if idle:
             parts = sched.split_even(js.job.data, len(idle))
-            for part, node in zip(parts, list(idle), strict=False):
-                sched.start(sched.new_subjob(js, part), node)
+            for part, slot in zip(parts, list(idle), strict=False):
+                sched.start(sched.new_subjob(js, part), slot)
             return
         victim_job = _job_to_shrink(sched)
         if victim_job is None:
-            sched.job_queue.append(js.job_id)
+            sched.queue_job(js)
             return
-        node = min(
-            victim_job.running_nodes,
+        slot = min(
+            victim_job.running_slots,
             key=lambda n: (sched.running[n].estimated_remaining(sched.now), n),
         )
-        _suspend_then_start(sched, node, sched.new_subjob(js, js.job.data))
+        # The victim's rest is parked first in its job (the default of work_returned).
+        sched.preempt(slot, replacement=sched.new_subjob(js, js.job.data))
 
-    def node_freed(self, sched: Scheduler, node: int, ended: JobState | None) -> None:
+    def work_requested(self, sched: SchedulerView, slot: int, ended: JobView | None) -> None:
         if ended is not None and ended.job_id in sched.jobs and ended.suspended:
-            sched.start(ended.suspended.popleft(), node)
+            sched.start(ended.suspended[0], slot)
             return
-        if sched.job_queue:
-            js = sched.jobs[sched.job_queue.popleft()]
-            sched.start(sched.new_subjob(js, js.job.data), node)
+        queued = sched.pop_queued_job()
+        if queued is not None:
+            sched.start(sched.new_subjob(queued, queued.job.data), slot)
             return
         for js in sched.jobs.values():
             if js.suspended:
-                sched.start(js.suspended.popleft(), node)
+                sched.start(js.suspended[0], slot)
                 return
         victim = sched.longest_running()
         if victim is not None:
-            sched.split_running(victim, node)
+            sched.split_running(victim, slot)
 
 
 @register
@@ -193,33 +197,42 @@ class CacheOrientedSplitting(Policy):
 
     A job is cut into pieces each fully cached on one node or not cached at all (cached pieces
     shorter than the minimal subjob size count as not cached). Where the table leaves room:
-    an idle node with no piece of its own takes a non-cached piece, then a piece cached on a
-    busy node; when idle nodes outnumber the pieces, the piece with the most estimated time is
-    split so both parts end together; the caching benefit of splitting a running subjob for a
-    freed node is the number of its remaining events that node caches.
+    an idle slot with no piece of its node's own takes a non-cached piece, then a piece cached
+    on a busy node; when idle slots outnumber the pieces, the piece with the most estimated
+    time is split so all its parts end together; the caching benefit of splitting a running
+    subjob for a freed slot is the number of its remaining events that slot's node caches.
     """
 
     name = "cache-splitting"
     section = "ponce-hersch §3.3, Table 2"
     summary = "cache-oriented job splitting: subjobs go where their data is cached, FIFO"
-    cache_fill = True
+    params: ClassVar[tuple[Param, ...]] = (
+        Param(
+            "fill_duplicates",
+            bool,
+            True,
+            "cache data that another node caches already (off: each range cached once)",
+            option=False,
+        ),
+    )
 
     def __init__(self, *, fill_duplicates: bool = True) -> None:
-        self.fill_duplicates = fill_duplicates
+        self.reads = ReadMode(cache_fill=True, fill_duplicates=fill_duplicates)
 
-    # -- cutting a job by cache content -------------------------------------------------------
+    # -- placing a job on free slots ----------------------------------------------------------
 
-    # -- placing a job on free nodes ----------------------------------------------------------
-
-    def _launch(self, sched: Scheduler, js: JobState, nodes: list[int]) -> None:
-        """Give each of the free ``nodes`` the most suitable piece of ``js``; park the rest."""
+    def _launch(self, sched: SchedulerView, js: JobView, slots: list[int]) -> None:
+        """Give each of the free ``slots`` the most suitable piece of ``js``; park the rest."""
         pieces = cut_by_cache(sched, js.job.data)
         plan: dict[int, tuple[IntervalSet, int | None]] = {}
-        free = list(nodes)
+        free = list(slots)
         rest: list[tuple[IntervalSet, int | None]] = []
         for data, holder in pieces:
-            if holder is not None and holder in free and holder not in plan:
-                plan[holder] = (data, holder)
+            slot = None
+            if holder is not None:
+                slot = next((s for s in free if s not in plan and sched.node_of(s) == holder), None)
+            if slot is not None:
+                plan[slot] = (data, holder)
             else:
                 rest.append((data, holder))
         free = [n for n in free if n not in plan]
@@ -227,14 +240,14 @@ class CacheOrientedSplitting(Policy):
         rest.sort(key=lambda p: (p[1] is not None, -p[0].length, p[0].start))
         while free and rest:
             plan[free.pop(0)] = rest.pop(0)
-        # More free nodes than pieces: each free node joins the planned piece with the most
-        # time per node, then each piece is cut so its nodes all end together (equal parts
+        # More free slots than pieces: each free slot joins the planned piece with the most
+        # time per slot, then each piece is cut so its slots all end together (equal parts
         # for data nobody caches, as in Table 1).
         helpers: dict[int, list[int]] = {n: [] for n in plan}
         minimum = sched.min_subjob_events
         for target in free:
 
-            def per_node_s(n: int) -> float:
+            def per_slot_s(n: int) -> float:
                 data = plan[n][0]
                 if data.length < (len(helpers[n]) + 2) * minimum:
                     return -1.0
@@ -242,61 +255,64 @@ class CacheOrientedSplitting(Policy):
 
             if not plan:
                 break
-            best = max(plan, key=lambda n: (per_node_s(n), -n))
-            if per_node_s(best) < 0:
+            best = max(plan, key=lambda n: (per_slot_s(n), -n))
+            if per_slot_s(best) < 0:
                 break
             helpers[best].append(target)
-        for node, extra in helpers.items():
+        for slot, extra in helpers.items():
             if not extra:
                 continue
-            data, holder = plan[node]
-            rates = [1 / sched.s_per_event_on(n, data) for n in [node, *extra]]
+            data, holder = plan[slot]
+            rates = [1 / sched.s_per_event_on(n, data) for n in [slot, *extra]]
             total = sum(rates)
             sizes = [round(data.length * r / total) for r in rates]
             sizes[0] = data.length - sum(sizes[1:])
             left = data
-            for i, n in enumerate([node, *extra]):
+            for i, n in enumerate([slot, *extra]):
                 part, left = sched.cut(left, sizes[i]) if i < len(extra) else (left, IntervalSet())
-                plan[n] = (part, holder if n == node else None)
-        for node in sorted(plan):
-            data, holder = plan[node]
-            sched.start(sched.new_subjob(js, data, cached_on=holder), node)
+                plan[n] = (part, holder if n == slot else None)
+        for slot in sorted(plan):
+            data, holder = plan[slot]
+            sched.start(sched.new_subjob(js, data, cached_on=holder), slot)
         for data, holder in rest:
             sched.suspend(sched.new_subjob(js, data, cached_on=holder), front=False)
 
     # -- the table's three cases --------------------------------------------------------------
 
-    def job_arrived(self, sched: Scheduler, js: JobState) -> None:
-        if sched.idle_nodes:
-            self._launch(sched, js, list(sched.idle_nodes))
+    def job_arrived(self, sched: SchedulerView, js: JobView) -> None:
+        if sched.idle_slots:
+            self._launch(sched, js, list(sched.idle_slots))
             return
-        multi = _multi_node_jobs(sched)
+        multi = _multi_slot_jobs(sched)
         if not multi:
-            sched.job_queue.append(js.job_id)
+            sched.queue_job(js)
             return
         pieces = cut_by_cache(sched, js.job.data)
-        node = None
-        # Best: a node running non-cached work of a multi-node job, caching data of the newcomer.
-        multi_nodes = {n for m in multi for n in m.running_nodes}
-        cached_here = [
-            (data.length, holder)
+        # Best: a slot running non-cached work of a multi-slot job, on a node caching data
+        # of the newcomer.
+        candidates = [
+            (data.length, -slot)
             for data, holder in pieces
-            if holder in multi_nodes and sched.running[holder].subjob.cached_on != holder
+            if holder is not None
+            for m in multi
+            for slot in m.running_slots
+            if sched.node_of(slot) == holder and sched.running[slot].subjob.cached_on != holder
         ]
-        if cached_here:
-            node = max(cached_here, key=lambda c: (c[0], -c[1]))[1]
+        if candidates:
+            slot = -max(candidates)[1]
         else:
             victim_job = _job_to_shrink(sched)
             assert victim_job is not None
-            node = min(
-                victim_job.running_nodes,
+            slot = min(
+                victim_job.running_slots,
                 key=lambda n: (
-                    sched.running[n].subjob.cached_on == n,
+                    sched.running[n].subjob.cached_on == sched.node_of(n),
                     sched.running[n].estimated_remaining(sched.now),
                     n,
                 ),
             )
-        # The newcomer's piece for that node: cached there if any, else the largest non-cached.
+        node = sched.node_of(slot)
+        # The newcomer's piece for that slot: cached there if any, else the largest non-cached.
         own = [p for p in pieces if p[1] == node]
         others = [p for p in pieces if p[1] != node]
         if own:
@@ -307,30 +323,27 @@ class CacheOrientedSplitting(Policy):
         sj = sched.new_subjob(js, first[0], cached_on=first[1])
         for data, holder in others:
             sched.suspend(sched.new_subjob(js, data, cached_on=holder), front=False)
-        _suspend_then_start(sched, node, sj)
+        # The victim's rest is parked first in its job (the default of work_returned).
+        sched.preempt(slot, replacement=sj)
 
-    def node_freed(self, sched: Scheduler, node: int, ended: JobState | None) -> None:
+    def work_requested(self, sched: SchedulerView, slot: int, ended: JobView | None) -> None:
         if ended is not None and ended.job_id in sched.jobs and ended.suspended:
-            sj = self._most_cached(sched, node, list(ended.suspended))
-            sched.take_suspended(ended, sj)
-            sched.start(sj, node)
+            sched.start(self._most_cached(sched, slot, list(ended.suspended)), slot)
             return
-        if sched.job_queue:
-            js = sched.jobs[sched.job_queue.popleft()]
-            self._launch(sched, js, [node])
+        queued = sched.pop_queued_job()
+        if queued is not None:
+            self._launch(sched, queued, [slot])
             return
         waiting = [sj for js in sched.jobs.values() for sj in js.suspended]
         if waiting:
-            sj = self._most_cached(sched, node, waiting)
-            sched.take_suspended(sched.jobs[sj.job_id], sj)
-            sched.start(sj, node)
+            sched.start(self._most_cached(sched, slot, waiting), slot)
             return
-        self._split_for(sched, node)
+        self._split_for(sched, slot)
 
     @staticmethod
-    def _most_cached(sched: Scheduler, node: int, subjobs: list[Subjob]) -> Subjob:
-        """The subjob with the most data cached on ``node`` (the earliest on ties)."""
-        content = sched.directory.content(node)
+    def _most_cached(sched: SchedulerView, slot: int, subjobs: list[Subjob]) -> Subjob:
+        """The subjob with the most data cached on ``slot``'s node (the earliest on ties)."""
+        content = sched.directory.content(sched.node_of(slot))
         best = subjobs[0]
         best_n = best.data.overlap_length(content)
         for sj in subjobs[1:]:
@@ -339,15 +352,15 @@ class CacheOrientedSplitting(Policy):
                 best, best_n = sj, n
         return best
 
-    def _split_for(self, sched: Scheduler, node: int) -> None:
+    def _split_for(self, sched: SchedulerView, slot: int) -> None:
         """Split the running subjob whose split saves the most time (Table 2's "largest
-        caching benefit"); the freed node takes what it caches of it, if enough, else a tail
-        sized so both parts end together."""
+        caching benefit"); the freed slot takes what its node caches of it, if enough, else
+        a tail sized so both parts end together."""
         # Look at candidates from the longest remaining time down: a subjob with ``left_s``
         # seconds left saves at most ``left_s * a / (a + fastest)`` (as if the target cached
         # everything), at most ``left_s * slowest / (slowest + fastest)`` whatever its pace,
         # so the scan stops as soon as that cannot beat the best saving found: usually a few
-        # candidates, not every node (ponce-hersch Table 5 scans them all).
+        # candidates, not every slot (ponce-hersch Table 5 scans them all).
         fastest = sched.fastest_s_per_event
         slowest = sched.slowest_s_per_event
         cap = slowest / (slowest + fastest)
@@ -365,7 +378,7 @@ class CacheOrientedSplitting(Policy):
             if left_s * a / (a + fastest) <= best_saving:
                 return True
             _, rest = r.subjob.data.head(r.estimated_done(sched.now))
-            saving = _split_saving(sched, other, rest, node, a)
+            saving = _split_saving(sched, other, rest, slot, a)
             if saving > best_saving or (
                 saving == best_saving and best is not None and other < best
             ):
@@ -375,10 +388,11 @@ class CacheOrientedSplitting(Policy):
         sched.scan_longest(visit)
         if best is None:
             return
-        holder = best
+        holder = sched.node_of(best)
+        here = sched.node_of(slot)
         directory = sched.directory
 
         def pick(remaining: IntervalSet) -> IntervalSet:
-            return (remaining & directory.content(node)) - directory.content(holder)
+            return (remaining & directory.content(here)) - directory.content(holder)
 
-        sched.split_running(holder, node, pick)
+        sched.split_running(best, slot, pick)

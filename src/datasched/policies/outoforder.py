@@ -1,7 +1,7 @@
 """Out-of-order scheduling (ponce-hersch §4.1, Table 3).
 
 Each node has a queue of subjobs whose data it caches; one more queue holds subjobs whose data
-no node caches. Cached work runs first, and may displace non-cached work; idle nodes take
+no node caches. Cached work runs first, and may displace non-cached work; idle slots take
 non-cached work, then steal from the most loaded nodes. A fairness rule bounds how long a job
 can wait in the no-cache queue.
 """
@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
+from typing import ClassVar
 
 from datasched.core.intervals import IntervalSet
-from datasched.core.model import Source, Subjob
-from datasched.core.scheduler import JobState, Policy, Scheduler
+from datasched.core.model import Subjob
+from datasched.core.policy import JobView, Param, Policy, ReadMode, Returned, SchedulerView
 from datasched.policies.fcfs import cut_by_cache
 from datasched.policies.registry import register
 
@@ -32,18 +33,47 @@ class OutOfOrder(Policy):
     copies it into the reader's cache.
 
     Where the table leaves room: a subjob displaced by cached work goes back to the front of
-    the queue it came from (its data's node queue if it names one, else the no-cache queue);
-    an idle node with nothing queued steals from the node with the most estimated work left
+    the queue it came from (its data's node queue if it names one, else the no-cache queue),
+    and so does work a lost node gives back (to the no-cache queue when that node cached it);
+    an idle slot with nothing queued steals from the node with the most estimated work left
     (running plus queued): the tail of its last queued subjob, sized so both end together, or
     else a balanced split of its running subjob; stolen work is marked preemptible. The
     fairness rule fires when the oldest job of the no-cache queue has waited ``fairness_h``
-    hours since submission: the next free node runs it before anything else.
+    hours since submission: the next free slot runs it before anything else.
     """
 
     name = "out-of-order"
     section = "ponce-hersch §4.1, Table 3"
     summary = "out-of-order: cached work first, per-node queues, stealing, fairness bound"
-    cache_fill = True
+    params: ClassVar[tuple[Param, ...]] = (
+        Param(
+            "fairness_h",
+            float,
+            48.0,
+            "a job that has waited this many hours for uncached data runs on the next free "
+            "slot (the fairness bound of Table 3)",
+            low=0.0,
+            low_open=True,
+            unit="hours",
+        ),
+        Param(
+            "replication",
+            bool,
+            False,
+            "read data cached on another node from there (ponce-hersch §4.2)",
+            option=False,
+        ),
+        Param(
+            "replicate_after",
+            int,
+            3,
+            "with replication: copy data into the reader's cache at its N-th remote read "
+            "(giving it turns replication on)",
+            low=1,
+            implies=(("replication", True),),
+            unit="reads",
+        ),
+    )
 
     def __init__(
         self,
@@ -52,12 +82,8 @@ class OutOfOrder(Policy):
         replication: bool = False,
         replicate_after: int = 3,
     ) -> None:
-        if not fairness_h > 0:
-            raise ValueError(f"fairness_h: must be positive, got {fairness_h!r}")
-        if replicate_after < 1:
-            raise ValueError(f"replicate_after: must be positive, got {replicate_after!r}")
         self.fairness_s = fairness_h * 3600.0
-        self.peer_reads = replication
+        self.reads = ReadMode(cache_fill=True, peer_reads=replication)
         self.replicate_after = replicate_after
         self.remote_reads: dict[tuple[int, int], int] = {}
         """Remote accesses per (holder node, block of REPLICATION_BLOCK events)."""
@@ -74,11 +100,11 @@ class OutOfOrder(Policy):
         self._loads: list[tuple[float, int]] = []
         """Lazy max-heap of node loads: (-time the node would be done, node)."""
 
-    def bind(self, sched: Scheduler) -> None:
-        self.node_queues = {n.node_id: deque() for n in sched.cluster.nodes}
-        self._s_cache = sched.cost.s_per_event(Source.CACHE)
+    def bind(self, sched: SchedulerView) -> None:
+        self.node_queues = {n: deque() for n in sched.nodes}
+        self._s_cache = sched.s_per_event_on(sched.slots_of(sched.nodes[0])[0], IntervalSet())
 
-    # -- arrival ------------------------------------------------------------------------------
+    # -- metrics (PolicyMetrics) ----------------------------------------------------------------
 
     def counters(self) -> dict[str, int]:
         return {
@@ -87,38 +113,63 @@ class OutOfOrder(Policy):
             "replicated_jobs": len(self.replicated_jobs),
         }
 
-    def job_arrived(self, sched: Scheduler, js: JobState) -> None:
+    def held_jobs(self) -> int:
+        return 0
+
+    def max_delay_s(self) -> float:
+        return 0.0
+
+    # -- arrival ------------------------------------------------------------------------------
+
+    def job_arrived(self, sched: SchedulerView, js: JobView) -> None:
         uncached: list[IntervalSet] = []
         for data, holder in cut_by_cache(sched, js.job.data):
             if holder is None:
                 uncached.append(data)
                 continue
             sj = sched.new_subjob(js, data, cached_on=holder)
-            if sched.is_idle(holder):
-                sched.start(sj, holder)
+            slot = self._idle_slot_of(sched, holder)
+            if slot is not None:
+                sched.start(sj, slot)
                 continue
-            r = sched.running.get(holder)
-            if r is not None and r.settled and r.subjob.cached_on != holder:
-                self._displace(sched, holder, sj)
+            victim = self._displaceable(sched, holder)
+            if victim is not None:
+                self._displace(sched, victim, sj)
             else:
                 self.node_queues[holder].append(sj)
                 self._push_load(sched, holder)
-        # Idle nodes take the non-cached pieces, split so every idle node gets a share.
-        idle = [n for n in sched.idle_nodes if not self.node_queues[n]]
+        # Idle slots take the non-cached pieces, split so every idle slot gets a share.
+        idle = [s for s in sched.idle_slots if not self.node_queues[sched.node_of(s)]]
         uncached.sort(key=lambda d: (-d.length, d.start))
         subjobs = self._spread(sched, js, uncached, len(idle))
-        for node, sj in zip(idle, subjobs, strict=False):
-            sched.start(sj, node)
+        for slot, sj in zip(idle, subjobs, strict=False):
+            sched.start(sj, slot)
         self.nocache.extend(subjobs[len(idle) :])
 
+    @staticmethod
+    def _idle_slot_of(sched: SchedulerView, node: int) -> int | None:
+        for slot in sched.slots_of(node):
+            if sched.is_idle(slot):
+                return slot
+        return None
+
+    @staticmethod
+    def _displaceable(sched: SchedulerView, node: int) -> int | None:
+        """A slot of ``node`` running non-cached work that may be asked to stop."""
+        for slot in sched.slots_of(node):
+            r = sched.running.get(slot)
+            if r is not None and r.settled and r.subjob.cached_on != node:
+                return slot
+        return None
+
     def _spread(
-        self, sched: Scheduler, js: JobState, pieces: list[IntervalSet], nodes: int
+        self, sched: SchedulerView, js: JobView, pieces: list[IntervalSet], slots: int
     ) -> list[Subjob]:
-        """Non-cached pieces cut into about ``nodes`` subjobs (more pieces stay whole)."""
+        """Non-cached pieces cut into about ``slots`` subjobs (more pieces stay whole)."""
         if not pieces:
             return []
         counts = [1] * len(pieces)
-        for _ in range(nodes - len(pieces)):
+        for _ in range(slots - len(pieces)):
             i = max(range(len(pieces)), key=lambda k: (pieces[k].length / counts[k], -k))
             if pieces[i].length < (counts[i] + 1) * sched.min_subjob_events:
                 break
@@ -130,84 +181,116 @@ class OutOfOrder(Policy):
         ]
         return [sched.new_subjob(js, p) for p in parts]
 
-    def _displace(self, sched: Scheduler, node: int, sj: Subjob) -> None:
-        """Stop the non-cached subjob on ``node``, requeue its rest at the front of the queue
-        it came from, and run the cached ``sj`` there."""
-        victim = sched.running[node].subjob
+    def _displace(self, sched: SchedulerView, slot: int, sj: Subjob) -> None:
+        """Stop the non-cached subjob on ``slot`` and run the cached ``sj`` there; the
+        stopped one's rest comes back through :meth:`work_returned`."""
+        sched.preempt(slot, replacement=sj)
 
-        def then(remaining: IntervalSet) -> None:
-            if remaining:
-                vjs = sched.jobs[victim.job_id]
-                rest = sched.new_subjob(
-                    vjs, remaining, cached_on=victim.cached_on, preemptible=victim.preemptible
-                )
-                self._queue_of(rest).appendleft(rest)
-                if rest.cached_on is not None:
-                    self._push_load(sched, rest.cached_on)
-            sched.start(sj, node)
-
-        sched.preempt(node, then)
+    def work_returned(self, sched: SchedulerView, sj: Subjob, cause: Returned) -> None:
+        """Back to the front of the queue it came from."""
+        self._queue_of(sj).appendleft(sj)
+        if sj.cached_on is not None:
+            self._push_load(sched, sj.cached_on)
 
     def _queue_of(self, sj: Subjob) -> deque[Subjob]:
         if sj.cached_on is None:
             return self.nocache
         return self.node_queues[sj.cached_on]
 
-    # -- a node is free -----------------------------------------------------------------------
+    # -- nodes and jobs coming and going ------------------------------------------------------
 
-    def node_freed(self, sched: Scheduler, node: int, ended: JobState | None) -> None:
+    def node_joined(self, sched: SchedulerView, node: int) -> None:
+        self.node_queues.setdefault(node, deque())
+
+    def node_lost(self, sched: SchedulerView, node: int) -> None:
+        """The lost node's queue of cached work joins the front of the no-cache queue (its
+        cache is gone), in its order."""
+        queue = self.node_queues.get(node)
+        if not queue:
+            return
+        moved = []
+        for sj in queue:
+            sched.discard(sj)
+            moved.append(sched.new_subjob(sched.jobs[sj.job_id], sj.data))
+        queue.clear()
+        self.nocache.extendleft(reversed(moved))
+
+    def job_cancelled(self, sched: SchedulerView, js: JobView) -> None:
+        for queue in (self.nocache, *self.node_queues.values()):
+            kept = [sj for sj in queue if sj.job_id != js.job_id]
+            if len(kept) != len(queue):
+                queue.clear()
+                queue.extend(kept)
+
+    # -- a slot is free -----------------------------------------------------------------------
+
+    def work_requested(self, sched: SchedulerView, slot: int, ended: JobView | None) -> None:
         if self.nocache and self._overdue(sched, self.nocache[0]):
             sj = self.nocache.popleft()
             if sj.job_id not in self._fired_jobs:
                 self._fired_jobs.add(sj.job_id)
                 self.fairness_fired += 1
-            sched.start(sj, node)
+            sched.start(sj, slot)
             return
-        queue = self.node_queues[node]
+        queue = self.node_queues[sched.node_of(slot)]
         if queue:
-            sched.start(queue.popleft(), node)
+            sched.start(queue.popleft(), slot)
             return
         if self.nocache:
-            self._take_nocache(sched, node)
+            self._take_nocache(sched, slot)
             return
-        self._steal(sched, node)
+        self._steal(sched, slot)
 
-    def _overdue(self, sched: Scheduler, sj: Subjob) -> bool:
+    def _overdue(self, sched: SchedulerView, sj: Subjob) -> bool:
         return sched.now - sched.jobs[sj.job_id].job.submit_s > self.fairness_s
 
-    def _take_nocache(self, sched: Scheduler, node: int) -> None:
-        """Run the first no-cache subjob, split across the other idle nodes with nothing
+    def _take_nocache(self, sched: SchedulerView, slot: int) -> None:
+        """Run the first no-cache subjob, split across the other idle slots with nothing
         queued, if they would otherwise stay idle."""
         sj = self.nocache.popleft()
-        helpers = [n for n in sched.idle_nodes if n != node and not self.node_queues[n]]
+        helpers = [
+            s for s in sched.idle_slots if s != slot and not self.node_queues[sched.node_of(s)]
+        ]
         if not helpers or len(self.nocache) >= len(helpers):
-            sched.start(sj, node)
+            sched.start(sj, slot)
             return
         js = sched.jobs[sj.job_id]
         sched.discard(sj)
         parts = sched.split_even(sj.data, 1 + len(helpers))
-        for part, target in zip(parts, [node, *helpers], strict=False):
+        for part, target in zip(parts, [slot, *helpers], strict=False):
             sched.start(sched.new_subjob(js, part, preemptible=sj.preemptible), target)
 
-    def _done_at(self, sched: Scheduler, node: int) -> float:
-        """When ``node`` is estimated to have done its subjob and its queue (queued work is
-        cached there: cache speed). Constant while neither changes."""
-        r = sched.running.get(node)
-        end = r.end_s if r is not None else sched.now
+    def _done_at(self, sched: SchedulerView, node: int) -> float:
+        """When ``node`` is estimated to have done its running subjobs and its queue (queued
+        work is cached there: cache speed, shared by its slots). Constant while neither
+        changes."""
+        running = sched.running
+        end: float | None = None
+        slots = sched.slots_of(node)
+        for slot in slots:
+            r = running.get(slot)
+            if r is not None and (end is None or r.end_s > end):
+                end = r.end_s
+        if end is None:
+            end = sched.now
         queue = self.node_queues[node]
         if not queue:  # the common case: no generator to build
             return end
-        return end + sum(sj.data.length for sj in queue) * self._s_cache
+        return end + sum(sj.data.length for sj in queue) * self._s_cache / len(slots)
 
-    def _push_load(self, sched: Scheduler, node: int) -> None:
+    def _push_load(self, sched: SchedulerView, node: int) -> None:
         """Record that ``node``'s load may have grown (a start, or work queued there)."""
         heapq.heappush(self._loads, (-self._done_at(sched, node), node))
 
-    def started(self, sched: Scheduler, sj: Subjob, node: int) -> None:
-        self._push_load(sched, node)
+    def started(self, sched: SchedulerView, sj: Subjob, slot: int) -> None:
+        self._push_load(sched, sched.node_of(slot))
 
-    def _most_loaded(self, sched: Scheduler, node: int) -> tuple[int | None, float]:
-        """The running node (not ``node``) with the most work left, and that work in seconds.
+    def _busy(self, sched: SchedulerView, node: int) -> bool:
+        running = sched.running
+        return any(slot in running for slot in sched.slots_of(node))
+
+    def _most_loaded(self, sched: SchedulerView, node: int) -> tuple[int | None, float]:
+        """The busy node (not ``node``) with the most work left, and that work in seconds.
 
         A lazy heap keyed by when each node would be done: a node's load only shrinks
         between the pushes made when it grows, so an entry that still matches its node's
@@ -220,7 +303,7 @@ class OutOfOrder(Policy):
         best_load = 0.0
         while heap:
             neg_done, other = heap[0]
-            if other not in sched.running:
+            if not self._busy(sched, other):
                 heapq.heappop(heap)  # idle: pushed again when it starts
                 continue
             done = self._done_at(sched, other)
@@ -237,16 +320,17 @@ class OutOfOrder(Policy):
             heapq.heappush(heap, entry)
         return best, best_load
 
-    def _steal(self, sched: Scheduler, node: int) -> None:
+    def _steal(self, sched: SchedulerView, slot: int) -> None:
         """Take work from the most loaded node, so both end at about the same time."""
+        node = sched.node_of(slot)
         best, best_load = self._most_loaded(sched, node)
         if best is None:
             return
         queue = self.node_queues[best]
         if queue:
             sj = queue.pop()
-            a = sched.s_per_event_on(best, sj.data)
-            b = sched.s_per_event_on(node, sj.data)
+            a = sched.s_per_event_on(sched.slots_of(best)[0], sj.data)
+            b = sched.s_per_event_on(slot, sj.data)
             n_give = min(sj.data.length, int(best_load / (a + b)))
             if n_give < sched.min_subjob_events:
                 queue.append(sj)
@@ -256,19 +340,25 @@ class OutOfOrder(Policy):
             sched.discard(sj)
             if keep:
                 queue.append(sched.new_subjob(js, keep, cached_on=sj.cached_on))
-            sched.start(sched.new_subjob(js, give, cached_on=best, preemptible=True), node)
+            sched.start(sched.new_subjob(js, give, cached_on=best, preemptible=True), slot)
             return
-        r = sched.running[best]
-        if r.settled:
-            sched.split_running(best, node)
+        # The running subjob of ``best`` that ends last, if it may be asked to split.
+        victim: int | None = None
+        for other in sched.slots_of(best):
+            r = sched.running.get(other)
+            if r is not None and (victim is None or r.end_s > sched.running[victim].end_s):
+                victim = other
+        if victim is not None and sched.running[victim].settled:
+            sched.split_running(victim, slot)
 
-    def wants_replica(self, sched: Scheduler, sj: Subjob, node: int) -> bool:
+    def read_mode(self, sched: SchedulerView, sj: Subjob, slot: int) -> ReadMode:
         """Count a remote read of ``sj``'s data (cached on ``sj.cached_on``) and say whether
         this read should copy it here: when every block of it has been read remotely
         ``replicate_after`` times (ponce-hersch §4.2: "accessed for the third time")."""
+        reads = self.reads
         holder = sj.cached_on
-        if not self.peer_reads or holder is None or holder == node:
-            return False
+        if not reads.peer_reads or holder is None or holder == sched.node_of(slot):
+            return reads
         counts = []
         for a, b in sj.data:
             for block in range(a // REPLICATION_BLOCK, (b - 1) // REPLICATION_BLOCK + 1):
@@ -278,5 +368,5 @@ class OutOfOrder(Policy):
         if counts and min(counts) >= self.replicate_after:
             self.replications += 1
             self.replicated_jobs.add(sj.job_id)
-            return True
-        return False
+            return reads._replace(replicate=True)
+        return reads

@@ -1,14 +1,26 @@
-"""The policy registry: name -> Policy class, with entry-point plugins."""
+"""The policy registry: name -> Policy class, with entry-point plugins, and the one way to
+build a policy from its declared parameters."""
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Mapping
 from importlib import import_module
 from importlib.metadata import entry_points
 from typing import Any, TypeVar
 
-from datasched.core.scheduler import Policy
+from datasched.core.policy import Param, ParamError, Policy
 
-__all__ = ["UnknownPolicyError", "available", "get_policy", "make_policy", "register"]
+__all__ = [
+    "UnknownPolicyError",
+    "available",
+    "build_policy",
+    "build_policy_from_text",
+    "describe",
+    "get_policy",
+    "policy_options",
+    "register",
+]
 
 ENTRY_POINT_GROUP = "datasched.policies"
 _BUILTIN_MODULES = (
@@ -34,12 +46,24 @@ class UnknownPolicyError(ValueError):
 
 
 def register(cls: P) -> P:
-    """Class decorator: make a policy available by its ``name``."""
+    """Class decorator: make a policy available by its ``name``.
+
+    Checks that ``cls.params`` declares exactly the constructor's keyword parameters, so
+    the declaration the command line and the service read is the constructor's.
+    """
     if not cls.name:
         raise ValueError(f"{cls.__qualname__}: a registered policy needs a name")
     other = _registry.get(cls.name)
     if other is not None and other is not cls:
         raise ValueError(f"policy name {cls.name!r} is taken by {other.__qualname__}")
+    signature = inspect.signature(cls)
+    taken = {n for n, p in signature.parameters.items() if p.kind is p.KEYWORD_ONLY}
+    declared = {p.name for p in cls.params}
+    if taken != declared:
+        raise TypeError(
+            f"policy {cls.name!r}: declared parameters {sorted(declared)} are not the "
+            f"constructor's keyword parameters {sorted(taken)}"
+        )
     _registry[cls.name] = cls
     return cls
 
@@ -72,6 +96,78 @@ def get_policy(name: str) -> type[Policy]:
         raise UnknownPolicyError(name, sorted(_registry)) from None
 
 
-def make_policy(name: str, **params: Any) -> Policy:
-    """An instance of the named policy with its parameters."""
-    return get_policy(name)(**params)
+def _declared(cls: type[Policy], policy: str, given: Mapping[str, Any]) -> dict[str, Param]:
+    params = {p.name: p for p in cls.params}
+    for name in given:
+        if name not in params:
+            has = ", ".join(params) or "none"
+            raise ParamError(
+                policy, name, f"policy {policy!r} has no such parameter (it has: {has})"
+            )
+    return params
+
+
+def build_policy(name: str, **params: Any) -> Policy:
+    """The named policy, its parameters checked against its declaration and every one not
+    given set to its declared default (a performance map belongs to adaptive delay, and
+    comes with it). UnknownPolicyError, or ParamError naming the parameter."""
+    cls = get_policy(name)
+    declared = _declared(cls, name, params)
+    values: dict[str, Any] = {}
+    for p in declared.values():
+        if p.name in params:
+            values[p.name] = p.check(name, params[p.name])
+        else:
+            values[p.name] = p.factory() if p.factory is not None else p.default
+    for p in declared.values():
+        if p.name in params:
+            for implied, value in p.implies:
+                if implied not in params:
+                    values[implied] = value
+    try:
+        return cls(**values)
+    except ValueError as exc:
+        # A rule across parameters: the policy says "name: reason".
+        param, _, reason = str(exc).partition(": ")
+        raise ParamError(
+            name, param if param in declared else "params", reason or str(exc)
+        ) from exc
+
+
+def build_policy_from_text(name: str, texts: Mapping[str, str]) -> Policy:
+    """:func:`build_policy` from values typed on a command line (``-P name=text``) or sent
+    to the service as strings, each parsed by its declaration."""
+    cls = get_policy(name)
+    declared = _declared(cls, name, texts)
+    return build_policy(name, **{k: declared[k].from_text(name, v) for k, v in texts.items()})
+
+
+def describe(name: str) -> dict[str, Any]:
+    """A policy's declaration as JSON: name, paper section, summary, parameters."""
+    cls = get_policy(name)
+    return {
+        "name": cls.name,
+        "section": cls.section,
+        "summary": cls.summary,
+        "params": [p.describe() for p in cls.params],
+    }
+
+
+def policy_options() -> dict[str, Param]:
+    """Every parameter asking for a named command-line option, by name, across the
+    registry (the first declaration of a name speaks for all). Two policies declaring one
+    name with different kinds is an error: one option cannot parse both."""
+    out: dict[str, Param] = {}
+    for cls in available().values():
+        for p in cls.params:
+            if not p.option:
+                continue
+            known = out.get(p.name)
+            if known is None:
+                out[p.name] = p
+            elif known.kind is not p.kind:
+                raise TypeError(
+                    f"parameter {p.name!r} is a {known.kind.__name__} in one policy and a "
+                    f"{p.kind.__name__} in {cls.name!r}"
+                )
+    return out

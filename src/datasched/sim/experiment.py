@@ -13,14 +13,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from datasched.core.data import DataSpace
 from datasched.core.intervals import IntervalSet
-from datasched.core.model import ClusterSpec, CostModel, Job, Pipelining, Source
+from datasched.core.model import CostModel, Job, Pipelining, Topology
+from datasched.core.policy import metrics_of
 from datasched.core.scheduler import Scheduler
-from datasched.policies import make_policy
+from datasched.policies import build_policy
 from datasched.sim.engine import SimEngine, SimRun
+from datasched.sim.faults import NodeFaults
 from datasched.sim.metrics import Summary, summarise
 from datasched.sim.parallel import map_in_processes
-from datasched.sim.perfmap import with_default_map
 from datasched.sim.workload import JobRecord, WorkloadSpec, generate, load_trace
 
 __all__ = [
@@ -47,18 +49,30 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class SimConfig:
-    """One simulation: policy, cluster, cost model and workload (ponce-hersch §2.4 defaults)."""
+    """One simulation: policy, cluster, cost model and workload (ponce-hersch §2.4 defaults:
+    10 single-CPU nodes, 600 KB and 0.2 s of CPU per event, tertiary storage at 1 MB/s per
+    node, disks at 10 MB/s, a 2 TB data space)."""
 
     policy: str = "farm"
     policy_params: Mapping[str, Any] = field(default_factory=dict)
     n_nodes: int = 10
+    slots: int = 1
+    """Processing slots per node (they share the node's cache and its link to storage)."""
     cache_gb: float = 100.0
     load_jobs_per_h: float = 1.0
     n_jobs: int = 2000
     seed: int = 0
     pipelining: Pipelining = Pipelining.NONE
     cost: CostModel = field(default_factory=CostModel)
+    bytes_per_event: float = 600e3
+    tertiary_bytes_per_s: float = 1e6
+    """Each node's bandwidth to tertiary storage."""
+    network_bytes_per_s: float = 125e6
+    """Each node's link to the cluster network (reads from peers' caches)."""
     data_space_bytes: float = 2e12
+    file_gb: float = 0.0
+    """0: the data space is one range of events, cached at any grain (ponce-hersch); more:
+    files of this size, cached whole."""
     mean_job_events: float = 40_000
     warmup_fraction: float = 0.2
     cooldown_fraction: float = 0.1
@@ -68,10 +82,18 @@ class SimConfig:
     plus twice what a delaying policy releases at once)."""
     trace: Path | None = None
     """Replay this trace CSV instead of generating a workload (load and n_jobs then unused)."""
+    node_mtbf_h: float | None = None
+    """Nodes fail after an exponential time of this mean (None: never)."""
+    node_repair_h: float = 1.0
+    """A failed node is back, its cache empty, after this long."""
 
     def __post_init__(self) -> None:
         positive = {
             "n_nodes": self.n_nodes,
+            "slots": self.slots,
+            "bytes_per_event": self.bytes_per_event,
+            "tertiary_bytes_per_s": self.tertiary_bytes_per_s,
+            "network_bytes_per_s": self.network_bytes_per_s,
             "load_jobs_per_h": self.load_jobs_per_h,
             "n_jobs": self.n_jobs,
             "data_space_bytes": self.data_space_bytes,
@@ -81,8 +103,17 @@ class SimConfig:
         for name, value in positive.items():
             if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
                 raise ConfigError(name, f"must be a positive number, got {value!r}")
+        for name in ("n_nodes", "slots"):
+            if not isinstance(getattr(self, name), int):
+                raise ConfigError(name, f"must be a whole number, got {getattr(self, name)!r}")
         if not (math.isfinite(self.cache_gb) and self.cache_gb >= 0):
             raise ConfigError("cache_gb", f"must be zero or positive, got {self.cache_gb!r}")
+        if not (math.isfinite(self.file_gb) and self.file_gb >= 0):
+            raise ConfigError("file_gb", f"must be zero or positive, got {self.file_gb!r}")
+        if self.file_gb and self.file_gb * GB < self.bytes_per_event:
+            raise ConfigError("file_gb", "a file must hold at least one event")
+        if self.node_mtbf_h is not None:
+            self.faults()  # raises naming the field
         for name in ("warmup_fraction", "cooldown_fraction"):
             value = getattr(self, name)
             if not 0 <= value < 1:
@@ -96,13 +127,46 @@ class SimConfig:
     def cost_model(self) -> CostModel:
         return replace(self.cost, pipelining=self.pipelining)
 
-    def cluster(self) -> ClusterSpec:
-        return ClusterSpec.uniform(self.n_nodes, self.cache_gb * GB, self.cost_model)
+    def topology(self) -> Topology:
+        return Topology.uniform(
+            self.n_nodes,
+            self.cache_gb * GB,
+            slots=self.slots,
+            tertiary_bytes_per_s=self.tertiary_bytes_per_s,
+            network_bytes_per_s=self.network_bytes_per_s,
+        )
+
+    def space(self, records: Sequence[JobRecord] = ()) -> DataSpace:
+        """The data space of the workload (wide enough for every job of ``records``)."""
+        n_events = int(self.data_space_bytes // self.bytes_per_event)
+        n_events = max([n_events, *(r.stop_event for r in records)])
+        file_events = max(int(self.file_gb * GB // self.bytes_per_event), 1) if self.file_gb else 0
+        return DataSpace.uniform(n_events, self.bytes_per_event, file_events=file_events)
+
+    def faults(self) -> NodeFaults | None:
+        if self.node_mtbf_h is None:
+            return None
+        try:
+            return NodeFaults(self.node_mtbf_h, self.node_repair_h, seed=self.seed)
+        except ValueError as exc:
+            field_name, _, reason = str(exc).partition(": ")
+            raise ConfigError(field_name, reason) from None
+
+    @property
+    def reference_s_per_event(self) -> float:
+        """A lone job's time per event on one node, no cache, no pipelining (the speedup's
+        numerator, ponce-hersch §3.4)."""
+        return self.cost.cpu_s_per_event + self.bytes_per_event / self.tertiary_bytes_per_s
+
+    @property
+    def fastest_s_per_event(self) -> float:
+        """The least time per event any read can take on this cluster."""
+        return min(self.topology().rates(0, self.cost_model, self.bytes_per_event))
 
     def workload(self) -> WorkloadSpec:
         return WorkloadSpec(
             data_space_bytes=self.data_space_bytes,
-            bytes_per_event=self.cost.bytes_per_event,
+            bytes_per_event=self.bytes_per_event,
             mean_job_events=self.mean_job_events,
             load_jobs_per_h=self.load_jobs_per_h,
             n_jobs=self.n_jobs,
@@ -146,24 +210,30 @@ def simulate(
     if records is None:
         records = config.records()
     jobs = jobs_from_records(records)
-    cluster = config.cluster()
-    policy = make_policy(config.policy, **with_default_map(config.policy, config.policy_params))
-    sched = Scheduler(cluster, policy, min_subjob_events=config.min_subjob_events)
-    engine = SimEngine(cluster, sched, check_conservation=check_conservation)
+    policy = build_policy(config.policy, **config.policy_params)
+    sched = Scheduler(
+        config.topology(),
+        config.space(records),
+        policy,
+        cost=config.cost_model,
+        min_subjob_events=config.min_subjob_events,
+    )
+    engine = SimEngine(sched, check_conservation=check_conservation, faults=config.faults())
     measure = config.measure(len(jobs))
     max_backlog = config.max_backlog
     if max_backlog is None:
-        # 20 jobs per node, plus what a period releases at once (twice the mean, for
+        # 20 jobs per slot, plus what a period releases at once (twice the mean, for
         # Poisson arrivals): delayed scheduling holds a period's jobs and lets them go
         # together.
-        batch = 2 * config.load_jobs_per_h * policy.max_delay_s() / 3600
-        max_backlog = 20 * config.n_nodes + math.ceil(batch)
+        batch = 2 * config.load_jobs_per_h * metrics_of(policy).max_delay_s() / 3600
+        max_backlog = 20 * config.n_nodes * config.slots + math.ceil(batch)
     t0 = time.perf_counter()
     run = engine.run(jobs, measure=measure, max_backlog=max_backlog)
     wall = time.perf_counter() - t0
     summary = summarise(
         run,
-        cluster.cost,
+        config.reference_s_per_event,
+        pipeline=config.pipelining,
         policy=config.policy,
         load_jobs_per_h=config.load_jobs_per_h,
         cache_gb=config.cache_gb,
@@ -187,10 +257,9 @@ def find_max_load(
     same job sizes and start points, arrivals scaled). ``hi`` defaults to twice the
     theoretical maximal load of the cluster (ponce-hersch §3.4), which no policy sustains.
     """
-    cost = config.cost_model
     if hi is None:
-        best_s = min(cost.s_per_event(src) for src in Source)
-        hi = 2 * 3600 * config.n_nodes / (config.mean_job_events * best_s)
+        best_s = config.fastest_s_per_event
+        hi = 2 * 3600 * config.n_nodes * config.slots / (config.mean_job_events * best_s)
 
     def overloaded(load: float) -> bool:
         summary, _ = simulate(replace(config, load_jobs_per_h=load))

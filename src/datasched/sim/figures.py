@@ -273,7 +273,7 @@ def run_figure(spec: FigureSpec, *, quick: bool, progress: Progress | None = Non
     elif spec.kind == "perfmap":
         # The map takes tens of minutes to compute: the figure shows the one shipped with
         # datasched, which `datasched perf-map` built (and rebuilds) with these defaults.
-        from datasched.sim.perfmap import default_map
+        from datasched.policies.adaptive import default_map
 
         say(f"{spec.key}: the shipped performance map")
         result.rows = list(default_map().to_dict()["points"])

@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from datasched.core.model import CostModel, Source
-from datasched.sim.engine import Release, SimRun
+from datasched.core.model import Pipelining, Source
+from datasched.sim.recorder import Release, SimRun
 
 __all__ = ["Summary", "is_overloaded", "periodic_overload", "summarise"]
 
@@ -48,6 +48,11 @@ class Summary:
     overloaded: bool
     events_handled: int
     wall_s: float
+    events_submitted: int = 0
+    events_processed: int = 0
+    jobs_completed: int = 0
+    jobs_failed: int = 0
+    node_failures: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -101,8 +106,8 @@ def is_overloaded(run: SimRun, measure: tuple[int, int]) -> bool:
     releases = [r for r in run.releases if w0 <= r.time_s <= w1]
     released = sum(r.released for r in releases)
     if len(releases) >= MIN_RELEASES and released >= RELEASE_COVERAGE * (hi - lo):
-        return periodic_overload(releases, run.n_nodes)
-    span = (w1 - w0) * run.n_nodes
+        return periodic_overload(releases, run.n_slots or run.n_nodes)
+    span = (w1 - w0) * (run.n_slots or run.n_nodes)
     window = run.backlog[lo:hi]
     if span > 0 and run.busy_s / span >= SATURATED and len(window) >= 6:
         third = len(window) // 3
@@ -113,7 +118,7 @@ def is_overloaded(run: SimRun, measure: tuple[int, int]) -> bool:
         return False
     x = np.arange(samples.size, dtype=float)
     slope = float(np.polyfit(x, samples, 1)[0])
-    nodes = run.n_nodes
+    nodes = run.n_slots or run.n_nodes  # processing slots: one job each at a time
     if slope * samples.size > max(float(samples.mean()), 3.0 * nodes):
         return True
     # From the empty start: an unstable queue climbs steadily, third after third.
@@ -178,8 +183,9 @@ def periodic_overload(releases: Sequence[Release], n_nodes: int) -> bool:
 
 def summarise(
     run: SimRun,
-    cost: CostModel,
+    reference_s_per_event: float,
     *,
+    pipeline: Pipelining,
     policy: str,
     load_jobs_per_h: float,
     cache_gb: float,
@@ -201,7 +207,7 @@ def summarise(
         mean_wait_excl = float((first - released).mean())
         processing = end - first
         with np.errstate(divide="ignore"):
-            speedup = n_events * cost.reference_s_per_event / np.maximum(processing, 1e-9)
+            speedup = n_events * reference_s_per_event / np.maximum(processing, 1e-9)
         mean_wait = float(wait.mean())
         median_wait = float(np.median(wait))
         p95_wait = float(np.percentile(wait, 95))
@@ -214,14 +220,14 @@ def summarise(
     counts = run.measured_events_by_source
     total = sum(counts)
     w0, w1 = run.window
-    span = (w1 - w0) * run.n_nodes
+    span = (w1 - w0) * (run.n_slots or run.n_nodes)
     backlog = run.backlog[lo:hi]
     return Summary(
         policy=policy,
         load_jobs_per_h=load_jobs_per_h,
         n_nodes=run.n_nodes,
         cache_gb=cache_gb,
-        pipeline=cost.pipelining.value,
+        pipeline=pipeline.value,
         jobs_measured=len(done),
         mean_wait_s=mean_wait,
         mean_wait_excl_delay_s=mean_wait_excl,
@@ -232,10 +238,15 @@ def summarise(
         mean_speedup=mean_speedup,
         cache_hit_ratio=counts[Source.CACHE] / total if total else 0.0,
         peer_read_ratio=counts[Source.PEER] / total if total else 0.0,
-        tertiary_bytes=counts[Source.TERTIARY] * cost.bytes_per_event,
+        tertiary_bytes=run.tertiary_bytes,
         utilization=run.busy_s / span if span > 0 else 0.0,
         mean_backlog=float(np.mean(backlog)) if backlog else 0.0,
         overloaded=is_overloaded(run, measure) or len(done) < len(recs),
         events_handled=run.n_events_handled,
         wall_s=wall_s,
+        events_submitted=run.events_submitted,
+        events_processed=run.events_processed,
+        jobs_completed=run.jobs_completed,
+        jobs_failed=run.jobs_failed,
+        node_failures=run.node_failures,
     )

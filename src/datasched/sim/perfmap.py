@@ -2,7 +2,8 @@
 saved as JSON, and handed to the adaptive-delay policy (§6).
 
 ``datasched perf-map`` builds one; a map built with the paper's parameters ships with the
-package (``data/perfmap-ponce.json``) and is what adaptive delay uses unless told otherwise.
+adaptive-delay policy (:func:`datasched.policies.adaptive.default_map`) and is what it uses
+unless told otherwise, in every engine.
 """
 
 from __future__ import annotations
@@ -11,27 +12,22 @@ import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from datasched._files import atomic_write_text
-from datasched.policies.adaptive import MapPoint, PerformanceMap
+from datasched.policies.adaptive import MapPoint, PerformanceMap, load_map
+from datasched.sim.experiment import SimConfig, find_max_load
 from datasched.sim.parallel import map_in_processes
-
-if TYPE_CHECKING:
-    from datasched.sim.experiment import SimConfig
 
 __all__ = [
     "DEFAULT_CACHES_GB",
     "DEFAULT_PERIODS_H",
     "DEFAULT_STRIPES",
     "build_map",
-    "default_map",
     "jobs_for_period",
     "load_map",
     "save_map",
-    "with_default_map",
 ]
 
 DEFAULT_PERIODS_H = (0.0, 24.0, 48.0, 168.0)
@@ -65,8 +61,6 @@ def build_map(
     cluster, workload size and seed; its policy and cache size are replaced). The searches
     run in up to ``processes`` worker processes; ``on_point`` sees each point as it is found.
     """
-    from datasched.sim.experiment import find_max_load
-
     grid = [
         (period, stripe, cache) for cache in caches_gb for stripe in stripes for period in periods_h
     ]
@@ -96,30 +90,3 @@ def build_map(
 def save_map(pmap: PerformanceMap, path: Path, *, meta: Mapping[str, Any] | None = None) -> None:
     doc = {**pmap.to_dict(), "meta": dict(meta or {})}
     atomic_write_text(path, json.dumps(doc, indent=1) + "\n")
-
-
-def load_map(path: Path) -> PerformanceMap:
-    """A map saved by :func:`save_map`; ValueError naming the file and the problem."""
-    try:
-        doc = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not JSON: {exc}") from exc
-    try:
-        return PerformanceMap.from_dict(doc)
-    except ValueError as exc:
-        raise ValueError(f"{path}: {exc}") from exc
-
-
-def default_map() -> PerformanceMap:
-    """The map shipped with the package (ponce-hersch's cluster and workload)."""
-    text = resources.files("datasched.sim").joinpath("data/perfmap-ponce.json").read_text()
-    return PerformanceMap.from_dict(json.loads(text))
-
-
-def with_default_map(policy: str, params: Mapping[str, Any]) -> dict[str, Any]:
-    """``params``, with the shipped map added for adaptive delay when none is given (an
-    explicit ``performance_map=None`` means no map: never delay)."""
-    out = dict(params)
-    if policy == "adaptive-delay" and "performance_map" not in out:
-        out["performance_map"] = default_map()
-    return out

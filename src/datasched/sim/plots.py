@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from datasched.policies import UnknownPolicyError, get_policy
+from datasched.core.policy import ParamError
+from datasched.policies import UnknownPolicyError, build_policy
 from datasched.sim.metrics import Summary
 
 if TYPE_CHECKING:
@@ -29,10 +30,10 @@ triangles: a log scale has no zero, and the paper's Figure 3 stops at a few minu
 def uses_cache(policy: str) -> bool:
     """Whether the cache size can change a policy's results (an unknown name: assume so)."""
     try:
-        cls = get_policy(policy)
-    except UnknownPolicyError:
+        reads = build_policy(policy).reads
+    except (UnknownPolicyError, ParamError):
         return True
-    return bool(cls.cache_fill or cls.peer_reads)
+    return reads.cache_fill or reads.peer_reads
 
 
 def series_label(s: Summary, *, with_cache: bool | None = None) -> str:

@@ -17,12 +17,14 @@ from pathlib import Path
 from typing import IO, Any
 
 from datasched._files import atomic_write_text
-from datasched.core.model import CostModel, Pipelining
+from datasched.core.model import Pipelining
+from datasched.core.policy import metrics_of
+from datasched.policies import build_policy
 from datasched.sim.engine import SimRun
 from datasched.sim.experiment import SimConfig, find_max_load, simulate
 from datasched.sim.figures import FigureResult
 from datasched.sim.parallel import map_in_processes
-from datasched.sim.perfmap import DEFAULT_PERIODS_H, jobs_for_period
+from datasched.sim.perfmap import jobs_for_period
 from datasched.sim.workload import expected_single_node_time_s, theoretical_max_load_jobs_per_h
 
 __all__ = [
@@ -66,7 +68,9 @@ class Claim:
 Progress = Callable[[str], None]
 
 
-def _decompose(run: SimRun, measure: tuple[int, int], cost: CostModel) -> tuple[float, float]:
+def _decompose(
+    run: SimRun, measure: tuple[int, int], reference_s_per_event: float
+) -> tuple[float, float]:
     """Mean per-job caching factor and parallelism of the measured jobs.
 
     A job's speedup is exactly their product: ``n * 0.8 / busy`` (time per event saved by
@@ -74,7 +78,7 @@ def _decompose(run: SimRun, measure: tuple[int, int], cost: CostModel) -> tuple[
     """
     lo, hi = measure
     recs = [r for r in sorted(run.jobs, key=lambda r: r.submit_s)[lo:hi] if r.end_s >= 0]
-    caching = [r.n_events * cost.reference_s_per_event / r.busy_s for r in recs]
+    caching = [r.n_events * reference_s_per_event / r.busy_s for r in recs]
     parallel = [r.busy_s / (r.end_s - r.first_start_s) for r in recs]
     return sum(caching) / len(caching), sum(parallel) / len(parallel)
 
@@ -93,7 +97,7 @@ def ponce_fcfs_claims(*, quick: bool = False, progress: Progress | None = None) 
     n_max_load_jobs = 2000 if quick else 4000
     base = SimConfig(n_jobs=n_jobs)
     probe = replace(base, n_jobs=n_max_load_jobs)
-    cost = base.cost_model
+    reference = base.reference_s_per_event
     claims: list[Claim] = []
 
     claims.append(
@@ -121,7 +125,7 @@ def ponce_fcfs_claims(*, quick: bool = False, progress: Progress | None = None) 
 
     say("processing farm: maximal sustainable load")
     farm_max = find_max_load(replace(probe, policy="farm"))
-    capacity = 3600 * base.n_nodes / (base.mean_job_events * cost.reference_s_per_event)
+    capacity = 3600 * base.n_nodes / (base.mean_job_events * reference)
     claims.append(
         Claim(
             "farm_max_load",
@@ -198,7 +202,7 @@ def ponce_fcfs_claims(*, quick: bool = False, progress: Progress | None = None) 
             f"({capacity:.3f} jobs/h)",
         )
     )
-    pipe_capacity = capacity * cost.reference_s_per_event / 0.6
+    pipe_capacity = capacity * reference / 0.6
     claims.append(
         Claim(
             "splitting_pipelined_max_load",
@@ -225,7 +229,7 @@ def ponce_fcfs_claims(*, quick: bool = False, progress: Progress | None = None) 
         s, run = simulate(config)
         gains[cache_gb] = s.mean_speedup - split.mean_speedup
         if cache_gb == 200.0:
-            factor, parallelism = _decompose(run, config.measure(n_cache_jobs), cost)
+            factor, parallelism = _decompose(run, config.measure(n_cache_jobs), reference)
             claims.append(
                 Claim(
                     "cache_splitting_200gb_low_load_speedup",
@@ -358,10 +362,12 @@ def policy_max_load(policy: str, *, quick: bool = False) -> float:
     """The maximal load of ``policy`` with 100 GB caches, as :func:`ponce_policy_claims`
     searches it (a separate function so that the searches can run in other processes)."""
     probe = _probe(quick)
-    if policy == "adaptive-delay":
-        # Its runs at high load let jobs go in batches of up to the map's longest period:
-        # they must span as many periods as the map's own runs for overload to show.
-        probe = replace(probe, n_jobs=jobs_for_period(probe.n_jobs, max(DEFAULT_PERIODS_H)))
+    delay_h = metrics_of(build_policy(policy)).max_delay_s() / 3600
+    if delay_h > 0:
+        # Its runs at high load let jobs go in batches of up to its longest period (the
+        # map's, for adaptive delay): they must span as many periods as the map's own runs
+        # for overload to show.
+        probe = replace(probe, n_jobs=jobs_for_period(probe.n_jobs, delay_h))
     return find_max_load(replace(probe, policy=policy))
 
 

@@ -1,15 +1,17 @@
 """The master's scalability (ponce-hersch §8): scheduler time per job as the cluster grows.
 
 As in the paper's Figure 16, the load and the data space grow in proportion to the number of
-nodes, and for delayed scheduling the period shrinks in proportion (one month for one node),
-so the number of jobs per period stays the same. The master's load is the scheduler's own
-time per simulated second: 1.0 means one core fully busy scheduling.
+nodes, and for a policy with a period (delayed scheduling) the period shrinks in proportion
+(one month for one node), so the number of jobs per period stays the same. The master's
+load is the scheduler's own time per simulated second: 1.0 means one core fully busy
+scheduling.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from datasched.policies import get_policy
 from datasched.sim.experiment import SimConfig, simulate
 
 __all__ = ["ScalePoint", "scale_config", "scale_point"]
@@ -36,7 +38,7 @@ def scale_config(base: SimConfig, n_nodes: int) -> SimConfig:
     """``base`` (a 10-node configuration) grown to ``n_nodes`` the way §8 grows it."""
     factor = n_nodes / 10
     params = dict(base.policy_params)
-    if base.policy == "delayed":
+    if any(p.name == "period_h" for p in get_policy(base.policy).params):
         params["period_h"] = MONTH_H / n_nodes
     return replace(
         base,

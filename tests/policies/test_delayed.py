@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 from datasched.core.actions import Start, WakeAt
 from datasched.core.events import JobArrived, Tick
 from datasched.core.intervals import IntervalSet
-from datasched.core.model import ClusterSpec, Job
-from datasched.core.scheduler import Scheduler
-from datasched.policies.delayed import DelayedScheduling, stripe_points
+from datasched.core.model import Job
+from datasched.policies.delayed import stripe_points
+from clusters import scheduler
 
 
 def test_stripe_points_drop_short_and_cut_long_stripes() -> None:
@@ -32,8 +32,7 @@ def test_stripe_points_bound_every_stripe(points: list[int], stripe: int) -> Non
 
 
 def test_jobs_wait_for_the_end_of_the_period_then_share_a_stripe() -> None:
-    policy = DelayedScheduling(period_h=1.0, stripe_events=100)
-    s = Scheduler(ClusterSpec.uniform(2, 0.0), policy)
+    s = scheduler("delayed", 2, params={"period_h": 1.0, "stripe_events": 100})
     actions = s.handle(JobArrived(10.0, Job(0, 10.0, IntervalSet.range(0, 100))))
     assert actions == [WakeAt(3600.0)]
     assert s.handle(JobArrived(20.0, Job(1, 20.0, IntervalSet.range(0, 100)))) == []

@@ -5,10 +5,17 @@ from __future__ import annotations
 
 import pytest
 
-from datasched.policies import make_policy
-from datasched.policies.adaptive import AdaptiveDelay, MapPoint, PerformanceMap
+from datasched.core.policy import ParamError
+from datasched.policies import build_policy, build_policy_from_text
+from datasched.policies.adaptive import (
+    AdaptiveDelay,
+    MapPoint,
+    PerformanceMap,
+    default_map,
+    load_map,
+)
 from datasched.sim.experiment import SimConfig, simulate
-from datasched.sim.perfmap import default_map, load_map, save_map
+from datasched.sim.perfmap import save_map
 
 MAP = PerformanceMap.of(
     [MapPoint(p, 5000, 100.0, load) for p, load in ((0, 1.0), (24, 2.0), (48, 2.5), (96, 2.5))]
@@ -66,7 +73,7 @@ def test_no_delay_at_low_load() -> None:
 
 
 def test_delays_at_high_load_and_matches_delayed_without_delay() -> None:
-    policy = make_policy("adaptive-delay", performance_map=MAP)
+    policy = build_policy("adaptive-delay", performance_map=MAP)
     assert isinstance(policy, AdaptiveDelay)
     _, run = simulate(_config(2.2, policy_params={"performance_map": MAP}))
     delayed = [r for r in run.jobs if r.released_s > r.submit_s]
@@ -88,7 +95,24 @@ def test_delays_at_high_load_and_matches_delayed_without_delay() -> None:
 
 
 def test_bad_parameters_name_the_field() -> None:
-    with pytest.raises(ValueError, match="window_h"):
-        AdaptiveDelay(window_h=0)
-    with pytest.raises(ValueError, match="stripe_events"):
-        AdaptiveDelay(stripe_events=0)
+    with pytest.raises(ParamError, match="window_h: must be above 0"):
+        build_policy("adaptive-delay", window_h=0)
+    with pytest.raises(ParamError, match="stripe_events: must be at least 1"):
+        build_policy("adaptive-delay", stripe_events=0)
+    with pytest.raises(ParamError, match="performance_map: .*nope.json"):
+        build_policy_from_text("adaptive-delay", {"performance_map": "nope.json"})
+
+
+def test_the_shipped_map_comes_with_the_policy_in_every_engine(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # The map belongs to the policy: built by name, with no parameter, it has the shipped
+    # one (the simulator and the runtime both build policies this way).
+    policy = build_policy("adaptive-delay")
+    assert isinstance(policy, AdaptiveDelay)
+    assert policy.performance_map == default_map()
+    # "none" turns it off; a file replaces it.
+    off = build_policy_from_text("adaptive-delay", {"performance_map": "none"})
+    assert isinstance(off, AdaptiveDelay) and off.performance_map is None
+    path = tmp_path / "map.json"
+    save_map(MAP, path)
+    mine = build_policy_from_text("adaptive-delay", {"performance_map": str(path)})
+    assert isinstance(mine, AdaptiveDelay) and mine.performance_map == MAP

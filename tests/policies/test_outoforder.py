@@ -8,14 +8,11 @@ from hypothesis import strategies as st
 from datasched.core.actions import Preempt, Start
 from datasched.core.events import JobArrived, SubjobStopped
 from datasched.core.intervals import IntervalSet
-from datasched.core.model import ClusterSpec, CostModel, Job, Subjob
-from datasched.core.scheduler import Scheduler
-from datasched.policies import make_policy
+from datasched.core.model import Job, Subjob
 from datasched.policies.outoforder import OutOfOrder
 from datasched.sim.engine import SimEngine
-from strategies_sim import job_lists
-
-EVENT_BYTES = CostModel().bytes_per_event
+from clusters import scheduler
+from strategies import job_lists
 
 
 def job(i: int, t: float, a: int, b: int) -> Job:
@@ -23,7 +20,7 @@ def job(i: int, t: float, a: int, b: int) -> Job:
 
 
 def test_cached_work_displaces_non_cached_work_which_goes_back_to_the_front() -> None:
-    s = Scheduler(ClusterSpec.uniform(1, 10_000 * EVENT_BYTES), make_policy("out-of-order"))
+    s = scheduler("out-of-order", 1, 10_000)
     policy = s.policy
     assert isinstance(policy, OutOfOrder)
     s.directory.add(0, IntervalSet.range(5000, 6000))  # node 0 caches job 1's data
@@ -32,7 +29,7 @@ def test_cached_work_displaces_non_cached_work_which_goes_back_to_the_front() ->
     (pre,) = [
         a for a in s.handle(JobArrived(80.0, job(1, 80.0, 5000, 6000))) if isinstance(a, Preempt)
     ]
-    assert pre.node == 0
+    assert pre.slot == 0
     rest = first.subjob.data - first.subjob.data.head(100)[0]
     (cached,) = [
         a for a in s.handle(SubjobStopped(80.0, pre.subjob_id, 0, rest)) if isinstance(a, Start)
@@ -44,10 +41,10 @@ def test_cached_work_displaces_non_cached_work_which_goes_back_to_the_front() ->
 def test_fairness_bound_runs_an_overdue_job_first_and_is_counted() -> None:
     """A job with no cached data keeps being overtaken by jobs whose data node 0 caches;
     once it has waited longer than the bound, the next free node runs it."""
-    cluster = ClusterSpec.uniform(1, 100_000 * EVENT_BYTES)
-    policy = OutOfOrder(fairness_h=1.0)
-    sched = Scheduler(cluster, policy)
-    engine = SimEngine(cluster, sched)
+    sched = scheduler("out-of-order", 1, 100_000, params={"fairness_h": 1.0})
+    policy = sched.policy
+    assert isinstance(policy, OutOfOrder)
+    engine = SimEngine(sched)
     warm = [job(0, 0.0, 0, 500)]  # fills node 0's cache with [0, 500)
     starved = [job(1, 500.0, 10_000, 10_100)]
     # Cached jobs over [0, 500) arrive every 100 s and each takes 130 s of cached reads, so
@@ -65,11 +62,8 @@ def test_fairness_bound_runs_an_overdue_job_first_and_is_counted() -> None:
 def test_replication_conserves_events_and_keeps_the_directory_true(
     jobs: list[Job], nodes: int, after: int
 ) -> None:
-    cluster = ClusterSpec.uniform(nodes, 300 * EVENT_BYTES)
-    policy = OutOfOrder(replication=True, replicate_after=after)
-    engine = SimEngine(
-        cluster, Scheduler(cluster, policy, min_subjob_events=3), check_conservation=True
-    )
+    sched = scheduler("out-of-order", nodes, 300, min_subjob=3, params={"replicate_after": after})
+    engine = SimEngine(sched, check_conservation=True)
     run = engine.run(jobs)
     assert run.processed is not None
     for j in jobs:
@@ -83,14 +77,19 @@ def test_replication_conserves_events_and_keeps_the_directory_true(
 
 
 def test_replication_fires_on_the_third_remote_read() -> None:
-    cluster = ClusterSpec.uniform(2, 10_000 * EVENT_BYTES)
-    policy = OutOfOrder(replication=True, replicate_after=3)
-    sched = Scheduler(cluster, policy)
+    sched = scheduler("out-of-order", 2, 10_000, params={"replicate_after": 3})
+    policy = sched.policy
+    assert isinstance(policy, OutOfOrder)
+    assert policy.reads.peer_reads  # giving replicate_after turns replication on
+
+    def replicates(sj: Subjob, slot: int) -> bool:
+        return policy.read_mode(sched, sj, slot).replicate
+
     stolen = Subjob(subjob_id=0, job_id=0, data=IntervalSet.range(0, 500), cached_on=0)
-    assert [policy.wants_replica(sched, stolen, 1) for _ in range(3)] == [False, False, True]
+    assert [replicates(stolen, 1) for _ in range(3)] == [False, False, True]
     assert policy.replications == 1
-    assert not policy.wants_replica(sched, stolen, 0)  # reading its own cache is not remote
+    assert not replicates(stolen, 0)  # reading its own cache is not remote
     # Counted per job as well (the paper's measure is a share of job arrivals).
     other = Subjob(subjob_id=1, job_id=0, data=IntervalSet.range(0, 500), cached_on=0)
-    assert policy.wants_replica(sched, other, 1)
+    assert replicates(other, 1)
     assert policy.counters() == {"fairness_fired": 0, "replications": 2, "replicated_jobs": 1}

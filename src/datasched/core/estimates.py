@@ -1,0 +1,195 @@
+"""The master's estimates and cutting rules, the part of the scheduler policies only read.
+
+:class:`Estimates` is a base of :class:`~datasched.core.scheduler.Scheduler`: the time a
+subjob would take on a slot (from where its data is cached), the running subjob estimated to
+end last (a heap, ponce-hersch Table 5 scans every node), and where to cut a job (on file
+boundaries when caches hold whole files).
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_left
+from collections.abc import Callable
+
+from datasched.core.data import DataSpace
+from datasched.core.directory import CacheDirectory
+from datasched.core.intervals import IntervalSet
+from datasched.core.model import CostModel, Topology
+from datasched.core.policy import ReadMode
+from datasched.core.state import Running
+
+__all__ = ["Estimates"]
+
+
+class Estimates:
+    """Estimates over the scheduler's state (see the module docstring)."""
+
+    # Provided by the scheduler.
+    now: float
+    topology: Topology
+    space: DataSpace
+    cost: CostModel
+    min_subjob_events: int
+    running: dict[int, Running]
+    directory: CacheDirectory
+    _reads: ReadMode
+    _slot_node: list[int]
+    _rates: list[tuple[float, float, float]]
+    """Per node: seconds per event from its cache, a peer's, tertiary storage (the data
+    space's event size and the cost model's CPU time)."""
+    _by_end: list[tuple[float, int, int]] | None
+    """Lazy max-heap of running subjobs by estimated end: (-end, slot, subjob id); built on
+    the first question that needs it (policies that never ask do not keep it)."""
+    fastest_s_per_event: float
+    slowest_s_per_event: float
+
+    def node_of(self, slot: int) -> int:
+        return self._slot_node[slot]
+
+    def s_per_event_on(
+        self, slot: int, data: IntervalSet, cpu_s_per_event: float | None = None
+    ) -> float:
+        """The master's estimate of the mean time per event of ``data`` run on ``slot``
+        (by a job of ``cpu_s_per_event``; the cost model's when None)."""
+        n = data.length
+        node = self._slot_node[slot]
+        if cpu_s_per_event is None and self.space.uniform_bytes_per_event is not None:
+            s_cache, s_peer, s_tertiary = self._rates[node]
+        else:
+            per_event = self.space.bytes_of(data) / n if n else self.space.bytes_per_event
+            s_cache, s_peer, s_tertiary = self.topology.rates(
+                node, self.cost, per_event, cpu_s_per_event
+            )
+        if n == 0:
+            return s_cache
+        reads = self._reads
+        if not reads.cache_fill and not reads.peer_reads:
+            return s_tertiary
+        local = self.directory.cached_length(node, data)
+        peer = 0
+        if reads.peer_reads:
+            for start, stop in data:
+                for a, b, holders in self.directory.holders(start, stop):
+                    if holders and node not in holders:
+                        peer += b - a
+        total = local * s_cache + peer * s_peer + (n - local - peer) * s_tertiary
+        return total / n
+
+    def longest_running(self) -> int | None:
+        """The slot whose subjob (not being stopped) is estimated to end last, the lowest
+        slot on ties; None if every one is due. O(log n) amortised: a heap by estimated end,
+        whose stale entries are dropped when they reach the top (ponce-hersch Table 5 has
+        job splitting scan all nodes here)."""
+        heap = self._end_heap()
+        while heap:
+            neg_end, slot, subjob_id = heap[0]
+            if not self._current(neg_end, slot, subjob_id):
+                heapq.heappop(heap)
+                continue
+            return slot if -neg_end > self.now else None
+        return None
+
+    def _current(self, neg_end: float, slot: int, subjob_id: int) -> bool:
+        """Whether an entry of the by-end heap still describes a subjob that may be asked to
+        split: still running, settled, and with that estimated end (a shrunk one is pushed
+        again with its new end)."""
+        r = self.running.get(slot)
+        return (
+            r is not None and r.subjob.subjob_id == subjob_id and r.settled and r.end_s == -neg_end
+        )
+
+    def _end_heap(self) -> list[tuple[float, int, int]]:
+        """The by-end heap, built from what runs now when first asked for."""
+        if self._by_end is None:
+            self._by_end = [(-r.end_s, r.slot, r.subjob.subjob_id) for r in self.running.values()]
+            heapq.heapify(self._by_end)
+        return self._by_end
+
+    def _push_end(self, r: Running) -> None:
+        """Enter ``r`` in the by-end heap. Entries of subjobs that ended before the longest
+        never reach the top, so the heap is rebuilt from its current entries whenever it holds
+        more than twice what is running (plus a constant). A rebuild keeps at most one entry per
+        running subjob (a shrink that released nothing pushes a copy), so it is amortised O(1)
+        per push and the heap stays O(slots) instead of growing with every subjob started."""
+        heap = self._by_end
+        if heap is None:
+            return  # not asked for yet: built from ``running`` when it is
+        heapq.heappush(heap, (-r.end_s, r.slot, r.subjob.subjob_id))
+        if len(heap) > 2 * len(self.running) + 1024:
+            heap[:] = dict.fromkeys(e for e in heap if self._current(*e))
+            heapq.heapify(heap)
+
+    def scan_longest(self, visit: Callable[[int, float], bool]) -> None:
+        """Call ``visit(slot, estimated seconds left)`` for running subjobs (not being
+        stopped) from the one estimated to end last, until it returns False. Costs
+        O(k log n) for k visits (the heap of :meth:`longest_running`), so a policy that can
+        bound what it looks for stops early instead of scanning every slot."""
+        heap = self._end_heap()
+        taken: list[tuple[float, int, int]] = []
+        try:
+            while heap:
+                entry = heapq.heappop(heap)
+                neg_end, slot, subjob_id = entry
+                if not self._current(neg_end, slot, subjob_id):
+                    continue
+                taken.append(entry)
+                if not visit(slot, -neg_end - self.now):
+                    break
+        finally:
+            for entry in taken:
+                heapq.heappush(heap, entry)
+
+    def estimated_remaining_s(self, slot: int) -> float:
+        """Estimated seconds until the subjob on ``slot`` ends (0 if idle)."""
+        r = self.running.get(slot)
+        if r is None:
+            return 0.0
+        return r.estimated_remaining(self.now) * r.s_per_event
+
+    def balanced_share(self, slot: int, target: int, rest: IntervalSet) -> float:
+        """Fraction of ``rest`` (what remains on ``slot``) to move to ``target`` so both end
+        together."""
+        keep_s = self.running[slot].s_per_event
+        give_s = self.s_per_event_on(target, rest)
+        return keep_s / (keep_s + give_s)
+
+    def cut(self, data: IntervalSet, n: int) -> tuple[IntervalSet, IntervalSet]:
+        """``data.head(n)``, with the cut moved to the nearest file boundary (when caches
+        hold whole files) that is at most half the smaller part away and leaves both parts
+        at least the minimal subjob. Without boundaries, exactly ``data.head(n)``."""
+        length = data.length
+        b = self.space.boundaries
+        if not b or n <= 0 or n >= length:
+            return data.head(n)
+        slack = min(n, length - n) // 2
+        lo, hi = data.event_at(max(n - slack, 0)), data.event_at(min(n + slack, length - 1))
+        best, best_gap = n, slack + 1
+        for j in range(bisect_left(b, lo), len(b)):
+            if b[j] > hi:
+                break
+            k = data.split_at(b[j])[0].length
+            gap = abs(k - n)
+            fits = self.min_subjob_events <= k <= length - self.min_subjob_events
+            if fits and gap < best_gap:
+                best, best_gap = k, gap
+        return data.head(best)
+
+    def split_even(
+        self, data: IntervalSet, parts: int, min_events: int | None = None
+    ) -> list[IntervalSet]:
+        """``data.split_even`` (pieces of at least ``min_events``, by default the minimal
+        subjob), each cut moved by :meth:`cut` when there are boundaries."""
+        minimum = self.min_subjob_events if min_events is None else min_events
+        pieces = data.split_even(parts, minimum)
+        if not self.space.boundaries or len(pieces) < 2:
+            return pieces
+        out = []
+        rest = data
+        for piece in pieces[:-1]:
+            head, rest = self.cut(rest, piece.length)
+            if head:
+                out.append(head)
+        if rest:
+            out.append(rest)
+        return out

@@ -1,0 +1,487 @@
+"""The policy contract: what a scheduling policy sees, what it may do, and what it declares.
+
+A policy is a subclass of :class:`Policy`. The scheduler calls its hooks (documented no-ops
+below, each with the paper's words where a paper needs it); a hook reads the scheduler through
+:class:`SchedulerView`, a read-only view, and acts only through the view's commands (start,
+assign, preempt, split, queue, suspend, fetch, replicate, pin, release, evict, wake). The view's
+collections are typed read-only, so ``mypy --strict`` refuses a policy that mutates the
+scheduler's queues; the view costs nothing at run time (it is the scheduler itself).
+
+The hooks:
+
+* :meth:`Policy.job_arrived` - a job was submitted;
+* :meth:`Policy.work_requested` - a slot is free (after a finish or a stop, when its node
+  joined, or when the engine says it asks for work: the pull of PROOF's packetizers);
+* :meth:`Policy.work_returned` - work comes back unprocessed (a preempted subjob's rest, a lost
+  node's, a stop the engine made on its own): **it must be offered again**. The default parks
+  it with its job, and the scheduler starts parked work on any slot a policy leaves idle;
+* :meth:`Policy.node_joined`, :meth:`Policy.node_lost`;
+* :meth:`Policy.data_arrived` - a Fetch or Replicate finished;
+* :meth:`Policy.job_cancelled` - drop the job's work the policy holds;
+* :meth:`Policy.tick` - a WakeAt came due;
+* :meth:`Policy.started` - a subjob started (by the policy or by a split it asked for);
+* :meth:`Policy.read_mode` - how a starting subjob uses the caches.
+
+A policy declares its parameters once (:class:`Param`): the command line, the runtime,
+``datasched policies --json`` and the service build their options from that declaration, and
+:func:`datasched.policies.build_policy` checks values against it. Counters the simulator's
+reports want are a separate, optional protocol, :class:`PolicyMetrics`.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Callable, Mapping, Sequence, Set
+from dataclasses import dataclass
+from typing import Any, ClassVar, NamedTuple, Protocol, runtime_checkable
+
+from datasched.core.data import DataSpace
+from datasched.core.intervals import IntervalSet
+from datasched.core.model import CostModel, Job, Subjob, Topology
+
+__all__ = [
+    "DirectoryView",
+    "JobView",
+    "NoMetrics",
+    "Param",
+    "ParamError",
+    "Policy",
+    "PolicyMetrics",
+    "ReadMode",
+    "Returned",
+    "RunningView",
+    "SchedulerView",
+    "metrics_of",
+]
+
+
+class Returned(enum.Enum):
+    """Why work came back to the policy unprocessed."""
+
+    PREEMPTED = "preempted"
+    """The rest of a subjob the policy preempted (without a replacement claiming its slot
+    being the only thing asked: the rest still needs a place)."""
+    STOPPED = "stopped"
+    """The engine stopped a subjob on its own (a worker restarted and lost its packets)."""
+    NODE_LOST = "node lost"
+    """The rest of a subjob whose node failed, or work that was waiting for that node."""
+
+
+class ReadMode(NamedTuple):
+    """How a started subjob uses the node caches (ponce-hersch §2.3 and §4.2)."""
+
+    cache_fill: bool = False
+    """Keep what is read from tertiary storage in the node's cache."""
+    peer_reads: bool = False
+    """Read data cached on another node from there instead of from tertiary storage."""
+    replicate: bool = False
+    """With peer reads: copy what is read from a peer into this node's cache too."""
+    fill_duplicates: bool = True
+    """Cache data that another node caches already."""
+
+
+# -- declared parameters ----------------------------------------------------------------------
+
+
+class ParamError(ValueError):
+    """A policy parameter is unknown or has a bad value; ``param`` names it."""
+
+    def __init__(self, policy: str, param: str, reason: str) -> None:
+        self.policy = policy
+        self.param = param
+        self.reason = reason
+        super().__init__(f"{param}: {reason}")
+
+
+_TRUE = ("true", "yes", "on", "1")
+_FALSE = ("false", "no", "off", "0")
+
+
+@dataclass(frozen=True, slots=True)
+class Param:
+    """One parameter of a policy, declared once.
+
+    ``kind`` is ``int``, ``float``, ``bool`` or ``str``, or ``object`` with ``parse`` for
+    values that come from a file (a performance map). ``low``/``high`` bound numbers
+    (``low_open``: strictly above ``low``); ``none_ok`` lets None through (an option that can
+    be off). ``factory`` makes the default when it is not a plain value (``default`` then
+    describes it). ``implies`` sets other parameters when this one is given (and they are
+    not): giving ``replicate_after`` turns replication on. ``option`` asks the command line
+    for a named ``--option`` besides ``-P``.
+    """
+
+    name: str
+    kind: type
+    default: Any
+    help: str
+    choices: tuple[Any, ...] | None = None
+    low: float | None = None
+    low_open: bool = False
+    high: float | None = None
+    none_ok: bool = False
+    parse: Callable[[str], Any] | None = None
+    factory: Callable[[], Any] | None = None
+    implies: tuple[tuple[str, Any], ...] = ()
+    option: bool = True
+    unit: str = ""
+    """What the value counts, for help texts (``hours``, ``events``)."""
+
+    @property
+    def flag(self) -> str:
+        """The named command-line option: ``--fairness-h`` for ``fairness_h``."""
+        return "--" + self.name.replace("_", "-")
+
+    def check(self, policy: str, value: Any) -> Any:
+        """``value`` checked (and ints widened to floats); ParamError naming the parameter."""
+        if value is None:
+            if self.none_ok or self.default is None:
+                return None
+            raise ParamError(policy, self.name, "must be given")
+        kind = self.kind
+        if kind is object:
+            return value
+        if kind is bool:
+            if not isinstance(value, bool):
+                raise ParamError(policy, self.name, f"expected true or false, got {value!r}")
+        elif kind is int:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ParamError(policy, self.name, f"expected a whole number, got {value!r}")
+        elif kind is float:
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ParamError(policy, self.name, f"expected a number, got {value!r}")
+            value = float(value)
+            if not math.isfinite(value):
+                raise ParamError(policy, self.name, f"must be finite, got {value!r}")
+        elif kind is str and not isinstance(value, str):
+            raise ParamError(policy, self.name, f"expected text, got {value!r}")
+        if self.choices is not None and value not in self.choices:
+            listed = ", ".join(map(str, self.choices))
+            raise ParamError(policy, self.name, f"must be one of {listed}, got {value!r}")
+        if kind in (int, float):
+            if self.low is not None and (value <= self.low if self.low_open else value < self.low):
+                relation = "above" if self.low_open else "at least"
+                raise ParamError(policy, self.name, f"must be {relation} {self.low:g}, got {value}")
+            if self.high is not None and value > self.high:
+                raise ParamError(policy, self.name, f"must be at most {self.high:g}, got {value}")
+        return value
+
+    def from_text(self, policy: str, text: str) -> Any:
+        """The value of ``text`` as typed on a command line (``-P name=text``), checked."""
+        low = text.strip().lower()
+        if self.none_ok and low in ("none", "off", "null"):
+            return None
+        value: Any
+        if self.parse is not None:
+            try:
+                value = self.parse(text)
+            except (OSError, ValueError) as exc:
+                raise ParamError(policy, self.name, str(exc)) from exc
+        elif self.kind is bool:
+            if low not in _TRUE + _FALSE:
+                raise ParamError(policy, self.name, f"expected true or false, got {text!r}")
+            value = low in _TRUE
+        elif self.kind is int:
+            try:
+                value = int(text)
+            except ValueError:
+                raise ParamError(
+                    policy, self.name, f"expected a whole number, got {text!r}"
+                ) from None
+        elif self.kind is float:
+            try:
+                value = float(text)
+            except ValueError:
+                raise ParamError(policy, self.name, f"expected a number, got {text!r}") from None
+        else:
+            value = text
+        return self.check(policy, value)
+
+    def describe(self) -> dict[str, Any]:
+        """The declaration as JSON (for ``datasched policies --json`` and the service)."""
+        default = self.default
+        if not (default is None or isinstance(default, bool | int | float | str)):
+            default = str(default)
+        out: dict[str, Any] = {
+            "name": self.name,
+            "type": self.kind.__name__ if self.kind is not object else "file",
+            "default": default,
+            "help": self.help,
+            "option": self.flag if self.option else None,
+        }
+        if self.choices is not None:
+            out["choices"] = list(self.choices)
+        if self.low is not None:
+            out["minimum"] = self.low
+            out["minimum_exclusive"] = self.low_open
+        if self.high is not None:
+            out["maximum"] = self.high
+        if self.none_ok:
+            out["nullable"] = True
+        if self.unit:
+            out["unit"] = self.unit
+        return out
+
+
+# -- what a policy sees -----------------------------------------------------------------------
+
+
+class JobView(Protocol):
+    """The master's record of one job, read-only."""
+
+    @property
+    def job(self) -> Job: ...
+    @property
+    def job_id(self) -> int: ...
+    @property
+    def done_events(self) -> int: ...
+    @property
+    def first_start_s(self) -> float | None: ...
+    @property
+    def released_s(self) -> float | None: ...
+    @property
+    def live(self) -> Mapping[int, Subjob]:
+        """Subjobs not finished: running, stopping, waiting in a queue or parked."""
+        ...
+
+    @property
+    def suspended(self) -> Sequence[Subjob]:
+        """Subjobs parked with the job, first to resume first."""
+        ...
+
+    @property
+    def running_slots(self) -> Set[int]: ...
+    @property
+    def started(self) -> bool: ...
+    @property
+    def remaining_events(self) -> int: ...
+
+
+class RunningView(Protocol):
+    """A subjob running on a slot, with the master's estimate of its pace, read-only."""
+
+    @property
+    def subjob(self) -> Subjob: ...
+    @property
+    def slot(self) -> int: ...
+    @property
+    def start_s(self) -> float: ...
+    @property
+    def s_per_event(self) -> float: ...
+    @property
+    def end_s(self) -> float: ...
+    @property
+    def settled(self) -> bool:
+        """No Preempt or Shrink is waiting for its answer (it may be asked again)."""
+        ...
+
+    def estimated_done(self, now: float) -> int: ...
+    def estimated_remaining(self, now: float) -> int: ...
+
+
+class DirectoryView(Protocol):
+    """Which nodes cache which events (the master's cache directory), read-only."""
+
+    def content(self, node: int) -> IntervalSet: ...
+    def cached_on(self, node: int, data: IntervalSet) -> IntervalSet: ...
+    def cached_length(self, node: int, data: IntervalSet) -> int: ...
+    def holders(self, start: int, stop: int) -> list[tuple[int, int, frozenset[int]]]: ...
+    def by_node(self, data: IntervalSet) -> dict[int, IntervalSet]: ...
+
+
+class SchedulerView(Protocol):
+    """What a policy reads of the scheduler, and the commands it acts through."""
+
+    # -- state (read-only) ------------------------------------------------------------------
+    @property
+    def now(self) -> float: ...
+    @property
+    def topology(self) -> Topology: ...
+    @property
+    def space(self) -> DataSpace: ...
+    @property
+    def cost(self) -> CostModel: ...
+    @property
+    def min_subjob_events(self) -> int: ...
+    @property
+    def jobs(self) -> Mapping[int, JobView]:
+        """Jobs in the system (arrived, not completed), in arrival order."""
+        ...
+
+    @property
+    def job_queue(self) -> Sequence[int]:
+        """Jobs queued whole (not started), first come first served."""
+        ...
+
+    @property
+    def running(self) -> Mapping[int, RunningView]:
+        """Slot -> the subjob running there."""
+        ...
+
+    @property
+    def directory(self) -> DirectoryView: ...
+    @property
+    def idle_slots(self) -> Sequence[int]:
+        """Free slots, lowest first."""
+        ...
+
+    @property
+    def nodes(self) -> Sequence[int]:
+        """Nodes in the cluster now (lost ones left out), lowest first."""
+        ...
+
+    @property
+    def fastest_s_per_event(self) -> float: ...
+    @property
+    def slowest_s_per_event(self) -> float: ...
+
+    def is_idle(self, slot: int) -> bool: ...
+    def is_lost(self, node: int) -> bool: ...
+    def node_of(self, slot: int) -> int: ...
+    def slots_of(self, node: int) -> Sequence[int]: ...
+    def fetching(self, node: int) -> IntervalSet:
+        """Events being fetched or copied into ``node``'s cache now."""
+        ...
+
+    def s_per_event_on(self, slot: int, data: IntervalSet) -> float: ...
+    def longest_running(self) -> int | None: ...
+    def scan_longest(self, visit: Callable[[int, float], bool]) -> None: ...
+    def estimated_remaining_s(self, slot: int) -> float: ...
+    def balanced_share(self, slot: int, target: int, rest: IntervalSet) -> float: ...
+    def cut(self, data: IntervalSet, n: int) -> tuple[IntervalSet, IntervalSet]: ...
+    def split_even(
+        self, data: IntervalSet, parts: int, min_events: int | None = None
+    ) -> list[IntervalSet]: ...
+
+    # -- commands ---------------------------------------------------------------------------
+    def new_subjob(
+        self,
+        js: JobView,
+        data: IntervalSet,
+        *,
+        cached_on: int | None = None,
+        preemptible: bool = False,
+    ) -> Subjob: ...
+    def start(self, sj: Subjob, slot: int) -> None: ...
+    def assign(self, sj: Subjob, slot: int) -> None: ...
+    def preempt(self, slot: int, replacement: Subjob | None = None) -> None: ...
+    def split_running(
+        self,
+        slot: int,
+        target: int,
+        pick: Callable[[IntervalSet], IntervalSet] | None = None,
+    ) -> bool: ...
+    def queue_job(self, js: JobView) -> None: ...
+    def pop_queued_job(self) -> JobView | None: ...
+    def suspend(self, sj: Subjob, *, front: bool = True) -> None: ...
+    def take_suspended(self, sj: Subjob) -> None: ...
+    def discard(self, sj: Subjob) -> None: ...
+    def note_released(self, js: JobView) -> None: ...
+    def wake_at(self, time: float) -> None: ...
+    def fetch(self, node: int, data: IntervalSet, source: int | None = None) -> None: ...
+    def replicate(self, source: int, node: int, data: IntervalSet) -> None: ...
+    def pin(self, node: int, data: IntervalSet) -> int: ...
+    def release_pin(self, node: int, token: int) -> None: ...
+    def evict(self, node: int, data: IntervalSet) -> None: ...
+
+
+# -- the policy -------------------------------------------------------------------------------
+
+
+class Policy:
+    """Base class of scheduling policies; subclasses implement a paper's table.
+
+    Every hook is a documented no-op or a safe default. ``reads`` says how started subjobs
+    use the node caches unless :meth:`read_mode` says otherwise. ``params`` declares the
+    constructor's keyword parameters (names must match; :func:`register` checks).
+    """
+
+    name: ClassVar[str] = ""
+    section: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+    params: ClassVar[tuple[Param, ...]] = ()
+    reads: ReadMode = ReadMode()
+
+    def bind(self, sched: SchedulerView) -> None:
+        """Called once, when the scheduler is created."""
+
+    def job_arrived(self, sched: SchedulerView, js: JobView) -> None:
+        """A job was submitted. Default: queue it whole."""
+        sched.queue_job(js)
+
+    def work_requested(self, sched: SchedulerView, slot: int, ended: JobView | None) -> None:
+        """``slot`` is free and nothing claimed it. ``ended`` is the job whose subjob just
+        left the slot (None when there was none, or it is unknown), still in ``sched.jobs``
+        unless that was its last subjob. A slot the policy leaves idle gets parked work (the
+        default of :meth:`work_returned`) from the scheduler, if there is any."""
+
+    def work_returned(self, sched: SchedulerView, sj: Subjob, cause: Returned) -> None:
+        """``sj`` came back unprocessed (see :class:`Returned`) and must be offered again.
+        Default: park it first in its job's suspended subjobs."""
+        sched.suspend(sj, front=True)
+
+    def node_joined(self, sched: SchedulerView, node: int) -> None:
+        """``node`` joined (or came back, its cache empty); its slots are offered next."""
+
+    def node_lost(self, sched: SchedulerView, node: int) -> None:
+        """``node`` is gone. Called before its subjobs' rests are returned: a policy that
+        keeps work for that node (a queue of its cached data) gives it back now, with
+        :meth:`work_returned` or a queue of its own that other nodes serve."""
+
+    def data_arrived(self, sched: SchedulerView, node: int, data: IntervalSet) -> None:
+        """A Fetch or Replicate into ``node`` finished; ``data`` is what arrived."""
+
+    def job_cancelled(self, sched: SchedulerView, js: JobView) -> None:
+        """``js`` was cancelled: forget its work the policy holds in its own queues (the
+        scheduler drops its running, parked and queued work itself)."""
+
+    def tick(self, sched: SchedulerView) -> None:
+        """A WakeAt this policy asked for came due."""
+
+    def started(self, sched: SchedulerView, sj: Subjob, slot: int) -> None:
+        """``sj`` was just started on ``slot`` (by the policy or by a split it asked for)."""
+
+    def read_mode(self, sched: SchedulerView, sj: Subjob, slot: int) -> ReadMode:
+        """How ``sj``, starting on ``slot``, uses the caches. Default: :attr:`reads`."""
+        return self.reads
+
+
+@runtime_checkable
+class PolicyMetrics(Protocol):
+    """What the simulator's reports ask a policy, when it can tell (optional)."""
+
+    def counters(self) -> dict[str, int]:
+        """How often the policy's special rules fired."""
+        ...
+
+    def held_jobs(self) -> int:
+        """Jobs the policy holds back on purpose (delayed scheduling's current period): not
+        part of a queue that grows from overload."""
+        ...
+
+    def max_delay_s(self) -> float:
+        """The longest time the policy holds a job back on purpose."""
+        ...
+
+
+class NoMetrics:
+    """The metrics of a policy that keeps none: no counters, nothing held."""
+
+    def counters(self) -> dict[str, int]:
+        return {}
+
+    def held_jobs(self) -> int:
+        return 0
+
+    def max_delay_s(self) -> float:
+        return 0.0
+
+
+_NO_METRICS = NoMetrics()
+
+
+def metrics_of(policy: Policy) -> PolicyMetrics:
+    """The policy's metrics, or :class:`NoMetrics` when it keeps none."""
+    if isinstance(policy, PolicyMetrics):
+        return policy
+    return _NO_METRICS

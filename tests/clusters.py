@@ -1,0 +1,57 @@
+"""Small clusters for tests of the core and the simulator (importable: ``tests`` is on the
+path): a scheduler over a uniform data space of ponce-hersch events, built the way the
+simulator builds one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from datasched.core.data import DataSpace, FileSpec
+from datasched.core.model import CostModel, Pipelining, Topology
+from datasched.core.scheduler import Scheduler
+from datasched.policies import build_policy
+
+__all__ = ["EVENT_BYTES", "file_space", "scheduler", "space"]
+
+EVENT_BYTES = 600e3
+"""ponce-hersch §2.4: 600 KB an event."""
+N_EVENTS = 100_000
+"""Wide enough for every scenario of the tests."""
+
+
+def space(file_events: int = 0, n_events: int = N_EVENTS) -> DataSpace:
+    """Events of 600 KB, one range (cached at any grain) or files of ``file_events``."""
+    return DataSpace.uniform(n_events, EVENT_BYTES, file_events=file_events)
+
+
+def file_space(sizes: list[int], n_events: int = N_EVENTS) -> DataSpace:
+    """Files of the given numbers of events, then one file for the rest of ``n_events``."""
+    specs = [FileSpec(f"f{i}", n, round(n * EVENT_BYTES)) for i, n in enumerate(sizes)]
+    rest = n_events - sum(sizes)
+    if rest > 0:
+        specs.append(FileSpec("rest", rest, round(rest * EVENT_BYTES)))
+    out = DataSpace()
+    out.add_dataset("data", specs)
+    return out
+
+
+def scheduler(
+    policy: str,
+    nodes: int,
+    cache_events: int = 0,
+    *,
+    min_subjob: int = 10,
+    slots: int = 1,
+    data: DataSpace | None = None,
+    pipelining: Pipelining = Pipelining.NONE,
+    params: dict[str, Any] | None = None,
+) -> Scheduler:
+    """A scheduler of ``nodes`` uniform nodes with caches of ``cache_events`` events."""
+    topology = Topology.uniform(nodes, cache_events * EVENT_BYTES, slots=slots)
+    return Scheduler(
+        topology,
+        data if data is not None else space(),
+        build_policy(policy, **(params or {})),
+        cost=CostModel(pipelining=pipelining),
+        min_subjob_events=min_subjob,
+    )

@@ -1,0 +1,307 @@
+"""No work is ever stranded, under every registered policy: random arrivals, progress, stops
+the engine makes on its own (a worker restarting), preemptions and splits the policy asks for,
+node losses and joins, cancellations, wake-ups. Hypothesis plays the engine; afterwards the
+cluster is driven to the end, and every event of every job must have been processed exactly
+once (cancelled jobs: at most once), every job must have ended, and nothing may be left.
+
+The scheduler refuses to stand still with work left (it raises naming the policy), so a
+policy that forgets work it was given back fails here, whatever the scenario.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
+from datasched.core.actions import (
+    Action,
+    Assign,
+    Evict,
+    Fetch,
+    JobCompleted,
+    JobFailed,
+    Preempt,
+    Replicate,
+    Shrink,
+    Start,
+    WakeAt,
+)
+from datasched.core.events import (
+    CacheChanged,
+    Event,
+    FetchDone,
+    JobArrived,
+    JobCancelled,
+    NodeJoined,
+    NodeLost,
+    SubjobFinished,
+    SubjobShrunk,
+    SubjobStopped,
+    Tick,
+    TransferDone,
+    WorkRequested,
+)
+from datasched.core.intervals import IntervalSet
+from datasched.core.model import Job, Subjob
+from datasched.core.scheduler import Scheduler
+from datasched.policies import available
+from clusters import scheduler, space
+
+POLICIES = sorted(available())
+NODES = 3
+SPACE = 600
+_EMPTY = IntervalSet()
+
+
+class FakeEngine:
+    """The engine's side, reduced to books: what runs where and how far it got."""
+
+    def __init__(self, sched: Scheduler) -> None:
+        self.sched = sched
+        self.now = 0.0
+        self.running: dict[int, tuple[Subjob, int, bool]] = {}
+        """Slot -> (subjob, events processed so far, whether it caches what it reads)."""
+        self.down: set[int] = set()
+        self.wakes: list[float] = []
+        self.processed: dict[int, list[IntervalSet]] = {}
+        self.ended: dict[int, str] = {}
+        self.jobs: dict[int, Job] = {}
+        self.cached: dict[int, IntervalSet] = {}
+
+    def send(self, event: Event) -> None:
+        for action in self.sched.handle(event):
+            self.apply(action)
+
+    def apply(self, action: Action) -> None:
+        if isinstance(action, Start | Assign):
+            slot = action.slot
+            assert slot not in self.running, f"slot {slot} started twice"
+            assert self.sched.node_of(slot) not in self.down, "work sent to a lost node"
+            self.running[slot] = (action.subjob, 0, action.cache_fill)
+        elif isinstance(action, Preempt):
+            self.send(self.leave(action.slot, finished=False))
+        elif isinstance(action, Shrink):
+            sj, done, fill = self.running[action.slot]
+            _, rest = sj.data.head(done)
+            released = action.release & rest
+            self.running[action.slot] = (sj._replace(data=sj.data - released), done, fill)
+            self.send(SubjobShrunk(self.now, action.subjob_id, action.slot, released))
+        elif isinstance(action, WakeAt):
+            self.wakes.append(action.time)
+        elif isinstance(action, JobCompleted):
+            self.ended[action.job_id] = "completed"
+        elif isinstance(action, JobFailed):
+            self.ended[action.job_id] = "failed"
+        elif isinstance(action, Fetch):
+            self.send(FetchDone(self.now, action.node, action.data, action.data))
+        elif isinstance(action, Replicate):
+            self.send(TransferDone(self.now, action.source, action.node, action.data, action.data))
+        elif isinstance(action, Evict):
+            self.send(CacheChanged(self.now, action.node, evicted=action.data))
+
+    def leave(self, slot: int, *, finished: bool) -> SubjobFinished | SubjobStopped:
+        sj, done, fill = self.running.pop(slot)
+        processed, remaining = (sj.data, _EMPTY) if finished else sj.data.head(done)
+        self.processed.setdefault(sj.job_id, []).append(processed)
+        node = self.sched.node_of(slot)
+        added = _EMPTY
+        if fill:
+            added = processed - self.cached.get(node, _EMPTY)
+            self.cached[node] = self.cached.get(node, _EMPTY) | added
+        if finished:
+            return SubjobFinished(self.now, sj.subjob_id, slot, added)
+        return SubjobStopped(self.now, sj.subjob_id, slot, remaining, added)
+
+
+def machine_for(policy: str) -> type[RuleBasedStateMachine]:
+    class NoStrandedWork(RuleBasedStateMachine):
+        engine: FakeEngine
+
+        @initialize(
+            slots=st.integers(1, 2),
+            file_events=st.sampled_from([0, 0, 25]),
+            cache_events=st.sampled_from([0, 100, 400]),
+        )
+        def build(self, slots: int, file_events: int, cache_events: int) -> None:
+            sched = scheduler(
+                policy,
+                NODES,
+                cache_events,
+                min_subjob=3,
+                slots=slots,
+                data=space(file_events, n_events=SPACE),
+                params=_small(policy),
+            )
+            self.engine = FakeEngine(sched)
+            self.next_job = 0
+
+        def later(self, dt: float) -> None:
+            self.engine.now += dt
+
+        @rule(start=st.integers(0, SPACE - 1), size=st.integers(1, 200), dt=st.floats(0, 50))
+        def arrive(self, start: int, size: int, dt: float) -> None:
+            self.later(dt)
+            job = Job(
+                self.next_job, self.engine.now, IntervalSet.range(start, min(start + size, SPACE))
+            )
+            self.next_job += 1
+            self.engine.jobs[job.job_id] = job
+            self.engine.send(JobArrived(self.engine.now, job))
+
+        def pick(self, k: int) -> int | None:
+            slots = sorted(self.engine.running)
+            return slots[k % len(slots)] if slots else None
+
+        @rule(k=st.integers(0, 10), events=st.integers(1, 40), dt=st.floats(0, 50))
+        def progress(self, k: int, events: int, dt: float) -> None:
+            self.later(dt)
+            slot = self.pick(k)
+            if slot is not None:
+                sj, done, fill = self.engine.running[slot]
+                self.engine.running[slot] = (sj, min(done + events, sj.data.length - 1), fill)
+
+        @rule(k=st.integers(0, 10), dt=st.floats(0, 50))
+        def finish(self, k: int, dt: float) -> None:
+            self.later(dt)
+            slot = self.pick(k)
+            if slot is not None:
+                self.engine.send(self.engine.leave(slot, finished=True))
+
+        @rule(k=st.integers(0, 10), dt=st.floats(0, 50))
+        def engine_stops(self, k: int, dt: float) -> None:
+            """A worker restarted: its packets in flight are lost, the rest goes back."""
+            self.later(dt)
+            slot = self.pick(k)
+            if slot is not None:
+                self.engine.send(self.engine.leave(slot, finished=False))
+
+        @rule(node=st.integers(0, NODES - 1), exact=st.booleans(), dt=st.floats(0, 50))
+        def lose(self, node: int, exact: bool, dt: float) -> None:
+            self.later(dt)
+            engine = self.engine
+            if node in engine.down:
+                return
+            engine.down.add(node)
+            remaining = []
+            for slot in engine.sched.slots_of(node):
+                if slot not in engine.running:
+                    continue
+                sj, done, _ = engine.running.pop(slot)
+                if exact:
+                    processed, rest = sj.data.head(done)
+                    engine.processed.setdefault(sj.job_id, []).append(processed)
+                    remaining.append((slot, rest))
+                # Not exact: the engine cannot tell, nothing of it counts.
+            engine.cached.pop(node, None)
+            engine.send(NodeLost(engine.now, node, tuple(remaining)))
+
+        @rule(node=st.integers(0, NODES - 1), dt=st.floats(0, 50))
+        def join(self, node: int, dt: float) -> None:
+            self.later(dt)
+            engine = self.engine
+            if node in engine.down:
+                engine.down.discard(node)
+                engine.send(NodeJoined(engine.now, engine.sched.topology.nodes[node]))
+
+        @rule(dt=st.floats(0, 4000))
+        def tick(self, dt: float) -> None:
+            self.later(dt)
+            self.deliver_wakes()
+
+        @rule(k=st.integers(0, 10))
+        def request(self, k: int) -> None:
+            idle = self.engine.sched.idle_slots
+            if idle:
+                self.engine.send(WorkRequested(self.engine.now, idle[k % len(idle)]))
+
+        @rule(k=st.integers(0, 30))
+        def cancel(self, k: int) -> None:
+            jobs = sorted(self.engine.sched.jobs)
+            if jobs and k < 3:  # now and then
+                self.engine.send(JobCancelled(self.engine.now, jobs[k % len(jobs)]))
+
+        def deliver_wakes(self) -> None:
+            engine = self.engine
+            due = sorted(t for t in engine.wakes if t <= engine.now)
+            engine.wakes = [t for t in engine.wakes if t > engine.now]
+            for _ in due:
+                engine.send(Tick(engine.now))
+
+        @invariant()
+        def books_agree(self) -> None:
+            if not hasattr(self, "engine"):
+                return
+            engine = self.engine
+            assert set(engine.sched.running) == set(engine.running)
+            for slot, (sj, _, _) in engine.running.items():
+                assert engine.sched.running[slot].subjob.data == sj.data
+            for pieces in engine.processed.values():
+                union = _EMPTY
+                for piece in pieces:
+                    assert not (piece & union), "events processed twice"
+                    union = union | piece
+
+        def teardown(self) -> None:
+            if not hasattr(self, "engine"):
+                return
+            engine = self.engine
+            # First with the lost nodes still gone (work must not wait for them), then all
+            # back. With every node gone, one comes back first.
+            if len(engine.down) == NODES:
+                self.join(min(engine.down), 0.0)
+            self.drain()
+            for node in sorted(engine.down):
+                self.join(node, 0.0)
+            self.drain()
+
+        def drain(self) -> None:
+            engine = self.engine
+            for _ in range(10_000):
+                if not engine.sched.jobs:
+                    break
+                if engine.running:
+                    engine.now += 1.0
+                    engine.send(engine.leave(min(engine.running), finished=True))
+                elif engine.wakes:
+                    engine.now = max(engine.now, min(engine.wakes))
+                    self.deliver_wakes()
+                else:
+                    pytest.fail(f"{policy}: jobs {sorted(engine.sched.jobs)} never end")
+            assert not engine.sched.jobs, f"{policy}: work left after 10,000 steps"
+            for job_id, job in engine.jobs.items():
+                union = _EMPTY
+                for piece in engine.processed.get(job_id, []):
+                    union = union | piece
+                assert job_id in engine.ended, f"job {job_id} never ended"
+                if engine.ended[job_id] == "completed":
+                    assert union == job.data, f"job {job_id}: events lost"
+                else:
+                    assert union.issubset(job.data)
+
+    NoStrandedWork.__name__ = f"NoStrandedWork_{policy.replace('-', '_')}"
+    return NoStrandedWork
+
+
+def _small(policy: str) -> dict[str, Any]:
+    """Parameters that make a policy's special rules fire within a short scenario."""
+    if policy == "delayed":
+        return {"period_h": 0.5, "stripe_events": 50}
+    if policy == "out-of-order":
+        return {"fairness_h": 0.2, "replicate_after": 2}
+    return {}
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_no_work_is_ever_stranded(policy: str) -> None:
+    machine = machine_for(policy)
+    machine.TestCase.settings = settings(
+        max_examples=60,
+        stateful_step_count=40,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
+    machine.TestCase().runTest()
