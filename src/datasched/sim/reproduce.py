@@ -20,7 +20,7 @@ from datasched._files import atomic_write_text
 from datasched.core.model import CostModel, Pipelining
 from datasched.sim.engine import SimRun
 from datasched.sim.experiment import SimConfig, find_max_load, simulate
-from datasched.sim.figures import FigureResult
+from datasched.sim.figures import MAX_LOAD_CONFIRM, FigureResult
 from datasched.sim.parallel import map_in_processes
 from datasched.sim.perfmap import DEFAULT_PERIODS_H, jobs_for_period
 from datasched.sim.workload import expected_single_node_time_s, theoretical_max_load_jobs_per_h
@@ -120,7 +120,7 @@ def ponce_fcfs_claims(*, quick: bool = False, progress: Progress | None = None) 
     )
 
     say("processing farm: maximal sustainable load")
-    farm_max = find_max_load(replace(probe, policy="farm"))
+    farm_max = find_max_load(replace(probe, policy="farm"), confirm_factor=MAX_LOAD_CONFIRM)
     capacity = 3600 * base.n_nodes / (base.mean_job_events * cost.reference_s_per_event)
     claims.append(
         Claim(
@@ -181,9 +181,10 @@ def ponce_fcfs_claims(*, quick: bool = False, progress: Progress | None = None) 
     )
 
     say("job splitting: maximal sustainable load, without and with pipelining")
-    split_max = find_max_load(replace(probe, policy="splitting"))
+    split_max = find_max_load(replace(probe, policy="splitting"), confirm_factor=MAX_LOAD_CONFIRM)
     split_pipe_max = find_max_load(
-        replace(probe, policy="splitting", pipelining=Pipelining.TERTIARY)
+        replace(probe, policy="splitting", pipelining=Pipelining.TERTIARY),
+        confirm_factor=MAX_LOAD_CONFIRM,
     )
     claims.append(
         Claim(
@@ -362,7 +363,7 @@ def policy_max_load(policy: str, *, quick: bool = False) -> float:
         # Its runs at high load let jobs go in batches of up to the map's longest period:
         # they must span as many periods as the map's own runs for overload to show.
         probe = replace(probe, n_jobs=jobs_for_period(probe.n_jobs, max(DEFAULT_PERIODS_H)))
-    return find_max_load(replace(probe, policy=policy))
+    return find_max_load(replace(probe, policy=policy), confirm_factor=MAX_LOAD_CONFIRM)
 
 
 def _call(part: Callable[[], Any]) -> Any:
