@@ -171,8 +171,27 @@ def test_max_load_json(tmp_path: Path) -> None:
     assert data["policy"] == "farm" and data["n_nodes"] == 2 and data["n_jobs"] == 40
     assert {"cache_gb", "pipeline", "seed", "warmup_fraction", "min_subjob_events"} <= set(data)
     assert data["probes"] and all(
-        set(p) == {"load_jobs_per_h", "overloaded"} for p in data["probes"]
+        set(p) == {"load_jobs_per_h", "n_jobs", "overloaded"} for p in data["probes"]
     )
+    # The bracket: the answer is the highest load sustained, below the lowest overloaded,
+    # and a run of confirm_factor times the jobs judged it.
+    assert data["highest_sustained_jobs_per_h"] == data["max_load_jobs_per_h"]
+    assert data["lowest_overloaded_jobs_per_h"] > data["max_load_jobs_per_h"]
+    assert data["confirm_jobs"] == 40 * data["confirm_factor"]
+    assert {
+        "load_jobs_per_h": data["max_load_jobs_per_h"],
+        "n_jobs": data["confirm_jobs"],
+        "overloaded": False,
+    } in data["probes"]
+
+
+def test_max_load_confirm_factor_one_runs_no_longer_probe() -> None:
+    args = ["max-load", "--jobs", "40", "--nodes", "2", "--confirm-factor", "1", "--json"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["confirm_jobs"] == 40
+    assert {p["n_jobs"] for p in data["probes"]} == {40}
 
 
 def test_max_load_prints_its_probes_on_stderr() -> None:
@@ -180,6 +199,7 @@ def test_max_load_prints_its_probes_on_stderr() -> None:
     assert result.exit_code == 0, result.output
     assert "probe" in result.stderr and "jobs/h" in result.stderr
     assert "maximal sustainable load" in result.stdout and "probe" not in result.stdout
+    assert "highest sustained" in result.stdout and "lowest overloaded" in result.stdout
 
 
 def test_scale_json() -> None:
@@ -222,6 +242,7 @@ def test_trace_round_trip(tmp_path: Path) -> None:
         (["sim", "--trace", "no/such/file.csv"], "file.csv: cannot be read"),
         (["max-load", "--policy", "nope", "--json"], "--policy: unknown policy"),
         (["max-load", "--nodes", "-2"], "--nodes: must be a positive number"),
+        (["max-load", "--confirm-factor", "0"], "--confirm-factor: must be at least 1"),
         (["sweep", "--loads", "a,b"], "--loads: expected a comma list"),
         (["sweep", "--loads", "0.1:1.5"], "--loads: expected a comma list"),
         (["sweep", "--loads", "0.1:1.5:0"], "--loads: expected a comma list"),

@@ -3,8 +3,7 @@ the parts of the runtime that need no cluster."""
 
 from __future__ import annotations
 
-import threading
-import time
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -14,7 +13,7 @@ from datasched.core.intervals import IntervalSet
 from datasched.core.model import CostModel, Subjob
 from datasched.runtime.engine import EngineConfig, RuntimeEngine
 from datasched.runtime.storage import Throttle
-from datasched.runtime.worker import PacketSpec, _await_peer
+from datasched.runtime.worker import PEER_POLL_S, PacketSpec, _await_peer
 
 
 def engine(config: EngineConfig) -> RuntimeEngine:
@@ -91,54 +90,102 @@ def packet(n_bytes: int) -> PacketSpec:
     return PacketSpec(0, 0, "file:///x.root", "Events", 0, 10, n_bytes, "m:p", ".")
 
 
-def finish_later(part: Path, final: Path | None, after_s: float) -> threading.Thread:
-    def work() -> None:
-        time.sleep(after_s)
+class FakeTime:
+    """A clock that moves only when slept on, recording each sleep; ``at`` makes something
+    happen once the clock has reached a time (a peer's fetch ending): no thread, no wall
+    clock, the same sleeps on any machine."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.slept: list[float] = []
+        self._due: list[tuple[float, Callable[[], None]]] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+        # A wait that forgot its bound would otherwise poll this clock for ever.
+        assert self.now < 60, "waited a minute: the wait has no bound"
+        for item in [d for d in self._due if d[0] <= self.now]:
+            self._due.remove(item)
+            item[1]()
+
+    def at(self, when_s: float, action: Callable[[], None]) -> None:
+        self._due.append((when_s, action))
+
+
+def await_peer(path: Path, throttle: Throttle, spec: PacketSpec, fake: FakeTime) -> bool:
+    return _await_peer(path, throttle, spec, clock=fake.clock, sleep=fake.sleep)
+
+
+def assert_waited(fake: FakeTime, seconds: float) -> None:
+    """It polled until ``seconds`` had passed and at most one poll longer (1e-9: the sum of
+    the polls' floats)."""
+    assert fake.slept and all(s == PEER_POLL_S for s in fake.slept)
+    assert seconds - 1e-9 <= sum(fake.slept) <= seconds + PEER_POLL_S + 1e-9
+
+
+def peer_fetch_ends(part: Path, final: Path | None) -> Callable[[], None]:
+    """The end of a peer's fetch: its copy in place (or none: it failed), its .part gone."""
+
+    def end() -> None:
         if final is not None:
             final.write_bytes(b"x")
         part.unlink()
 
-    thread = threading.Thread(target=work)
-    thread.start()
-    return thread
+    return end
 
 
 def test_a_peer_copy_that_is_there_is_read_at_once(tmp_path: Path) -> None:
     path = tmp_path / "f.root"
     path.write_bytes(b"x")
-    assert _await_peer(path, Throttle(1.0), packet(10**9))
+    fake = FakeTime()
+    assert await_peer(path, Throttle(1.0), packet(10**9), fake)
+    assert fake.slept == []
 
 
 def test_a_reader_waits_for_the_peers_fetch_in_flight(tmp_path: Path) -> None:
     path = tmp_path / "f.root"
     part = path.with_suffix(".part")
     part.write_bytes(b"")
-    thread = finish_later(part, path, 0.2)
-    t0 = time.monotonic()
+    fake = FakeTime()
+    fake.at(0.2, peer_fetch_ends(part, path))
     # Our own fetch of 1 MB at 1 MB/s would take 1 s: waiting 0.2 s for the peer is better.
-    assert _await_peer(path, Throttle(1e6), packet(10**6))
-    assert 0.1 < time.monotonic() - t0 < 0.9
-    thread.join()
+    assert await_peer(path, Throttle(1e6), packet(10**6), fake)
+    # It polled until the copy was there, and no longer.
+    assert_waited(fake, 0.2)
 
 
 def test_a_failed_peer_fetch_sends_the_reader_to_tertiary_storage(tmp_path: Path) -> None:
     path = tmp_path / "f.root"
     part = path.with_suffix(".part")
     part.write_bytes(b"")
-    thread = finish_later(part, None, 0.1)
-    assert not _await_peer(path, Throttle(1e6), packet(10**6))
-    thread.join()
+    fake = FakeTime()
+    fake.at(0.1, peer_fetch_ends(part, None))
+    assert not await_peer(path, Throttle(1e6), packet(10**6), fake)
+    # It gave up as soon as the .part went, well before the 1 s of a fetch of its own.
+    assert_waited(fake, 0.1)
 
 
 def test_the_wait_is_bounded_by_the_time_of_a_fetch_of_our_own(tmp_path: Path) -> None:
     path = tmp_path / "f.root"
     path.with_suffix(".part").write_bytes(b"")  # a peer that never finishes
-    t0 = time.monotonic()
-    assert not _await_peer(path, Throttle(1e6), packet(200_000))  # 0.2 s of our own
-    assert 0.15 < time.monotonic() - t0 < 1.0
+    fake = FakeTime()
+    assert not await_peer(path, Throttle(1e6), packet(200_000), fake)  # 0.2 s of our own
+    assert_waited(fake, 0.2)
+
+
+def test_the_wait_without_a_rate_is_bounded_by_a_second(tmp_path: Path) -> None:
+    path = tmp_path / "f.root"
+    path.with_suffix(".part").write_bytes(b"")
+    fake = FakeTime()
+    assert not await_peer(path, Throttle(None), packet(10**9), fake)
+    assert_waited(fake, 1.0)
 
 
 def test_no_peer_fetch_means_no_wait(tmp_path: Path) -> None:
-    t0 = time.monotonic()
-    assert not _await_peer(tmp_path / "f.root", Throttle(1e6), packet(10**9))
-    assert time.monotonic() - t0 < 0.1
+    fake = FakeTime()
+    assert not await_peer(tmp_path / "f.root", Throttle(1e6), packet(10**9), fake)
+    assert fake.slept == []

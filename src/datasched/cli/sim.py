@@ -55,7 +55,15 @@ from datasched.cli import (
 )
 from datasched.core.model import Pipelining
 from datasched.policies import available, get_policy
-from datasched.sim.experiment import ConfigError, SimConfig, find_max_load, simulate
+from datasched.sim.experiment import (
+    CONFIRM_FACTOR,
+    ConfigError,
+    MaxLoadSearch,
+    Probe,
+    SimConfig,
+    search_max_load,
+    simulate,
+)
 from datasched.sim.experiment import sweep as run_sweep
 from datasched.sim.metrics import Summary
 from datasched.sim.plots import plot_sweep, uses_cache
@@ -124,6 +132,16 @@ def sim(
     )
 
 
+ConfirmOpt = Annotated[
+    int,
+    typer.Option(
+        "--confirm-factor",
+        metavar="K",
+        help="Confirm the bisection's answer by a run of K times --jobs jobs (1: do not).",
+    ),
+]
+
+
 @app.command("max-load")
 def max_load(
     policy: PolicyOpt = "farm",
@@ -139,25 +157,33 @@ def max_load(
     period_h: PeriodOpt = None,
     stripe_events: StripeOpt = None,
     param: ParamOpt = None,
+    confirm_factor: ConfirmOpt = CONFIRM_FACTOR,
     as_json: JsonOpt = False,
 ) -> None:
     """Find the largest load (jobs/h) the cluster sustains under a policy before its queues
     grow without end.
 
-    Bisection over the load; every probe replays the same jobs (same sizes and start points,
-    arrivals scaled), so probes differ only in load. Each probe is printed on stderr as it
-    finishes. Loads within a few per cent of the true limit cannot be told apart by a finite
-    run: more `--jobs` narrow that down.
+    Bisection over the load with runs of --jobs jobs; every probe replays the same jobs
+    (same sizes and start points, arrivals scaled), so probes differ only in load. A short
+    run cannot tell a load a few per cent above capacity from one below it, so the answer
+    is confirmed by a run --confirm-factor times as long; if that run is overloaded, the
+    search goes on below it with long runs. Each probe is printed on stderr as it finishes;
+    the result gives the bracket found: the highest load sustained and the lowest
+    overloaded.
     """
     probes: list[dict[str, Any]] = []
 
-    def on_step(load: float, overloaded: bool) -> None:
-        probes.append({"load_jobs_per_h": load, "overloaded": overloaded})
+    def on_step(probe: Probe) -> None:
+        probes.append(probe.to_dict())
         if not as_json:
-            verdict = "[red]overloaded[/red]" if overloaded else "[green]ok[/green]"
-            err.print(f"  probe {len(probes):2d}: {load:7.3f} jobs/h  {verdict}", highlight=False)
+            verdict = "[red]overloaded[/red]" if probe.overloaded else "[green]ok[/green]"
+            err.print(
+                f"  probe {len(probes):2d}: {probe.load_jobs_per_h:7.3f} jobs/h  "
+                f"{probe.n_jobs:6d} jobs  {verdict}",
+                highlight=False,
+            )
 
-    with user_errors():
+    with user_errors(confirm_factor="--confirm-factor"):
         config = make_config(
             policy,
             nodes=nodes,
@@ -171,17 +197,23 @@ def max_load(
             params=param,
             named=named_options(fairness_h, replicate_after, period_h, stripe_events),
         )
-    result = find_max_load(config, on_step=on_step)
+        if confirm_factor < 1:
+            raise ConfigError("confirm_factor", f"must be at least 1, got {confirm_factor}")
+    found = search_max_load(config, confirm_factor=confirm_factor, on_step=on_step)
     if as_json:
         print_json(
             {
                 "policy": policy,
-                "max_load_jobs_per_h": result,
+                "max_load_jobs_per_h": found.max_load_jobs_per_h,
+                "highest_sustained_jobs_per_h": found.highest_sustained_jobs_per_h,
+                "lowest_overloaded_jobs_per_h": found.lowest_overloaded_jobs_per_h,
                 "policy_params": dict(config.policy_params),
                 "n_nodes": nodes,
                 "cache_gb": cache_gb,
                 "pipeline": pipeline.value,
                 "n_jobs": jobs,
+                "confirm_factor": confirm_factor,
+                "confirm_jobs": found.confirm_jobs,
                 "seed": seed,
                 "warmup_fraction": config.warmup_fraction,
                 "cooldown_fraction": config.cooldown_fraction,
@@ -190,11 +222,38 @@ def max_load(
             }
         )
         return
-    where = f"{nodes} nodes, {cache_gb:g} GB cache each"
-    out.print(
-        f"maximal sustainable load of {policy} ({where}): [bold]{result:.3f} jobs/h[/bold]",
-        highlight=False,
+    out.print(max_load_table(found, policy, f"{nodes} nodes, {cache_gb:g} GB cache each"))
+
+
+def max_load_table(found: MaxLoadSearch, policy: str, where: str) -> Table:
+    """The answer of a maximal-load search and the bracket around it."""
+
+    def load(value: float | None) -> str:
+        return "none found" if value is None else f"{value:.3f} jobs/h"
+
+    confirmed = (
+        f"confirmed by a run of {found.confirm_jobs} jobs"
+        if found.confirm_jobs > found.n_jobs
+        else "unconfirmed"
     )
+    table = Table(
+        title=f"maximal sustainable load of {policy} ({where})",
+        box=box.SIMPLE_HEAD,
+        show_header=False,
+        pad_edge=False,
+    )
+    table.add_column("figure", style="bold")
+    table.add_column("value", justify="right")
+    table.add_column("meaning", style="dim")
+    table.add_row(
+        "maximal sustainable load", load(found.max_load_jobs_per_h), "the highest sustained"
+    )
+    table.add_row("highest sustained", load(found.highest_sustained_jobs_per_h), confirmed)
+    table.add_row(
+        "lowest overloaded", load(found.lowest_overloaded_jobs_per_h), "the limit lies below"
+    )
+    table.add_row("runs", f"{len(found.probes)}", f"of {found.n_jobs} jobs and longer")
+    return table
 
 
 def parse_floats(texts: str | Sequence[str], option: str) -> list[float]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -142,21 +143,29 @@ def _plugin(worker: Any = None) -> tuple[str, CachePlugin]:
 PEER_POLL_S = 0.02
 
 
-def _await_peer(path: Path, throttle: Throttle | None, spec: PacketSpec) -> bool:
+def _await_peer(
+    path: Path,
+    throttle: Throttle | None,
+    spec: PacketSpec,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> bool:
     """Whether the peer's cached copy at ``path`` is there to read, waiting for it while the
     peer is still fetching it (its ``.part`` file exists): that fetch started first, so it
     ends sooner than a fetch of our own would (DESIGN.md: "a second reader of data being
     fetched waits for it rather than fetching again"). The wait is bounded by the time our
     own fetch would take at this node's tertiary rate; past that, or if the peer's fetch
-    fails, the caller reads from tertiary storage."""
+    fails, the caller reads from tertiary storage. It polls every ``PEER_POLL_S`` seconds
+    of ``clock``, by ``sleep`` (tests pass a clock that moves only when slept on)."""
     if path.is_file():
         return True
     part = path.with_suffix(".part")
     rate = throttle.bytes_per_s if throttle is not None else None
     limit_s = spec.file_bytes / rate if rate else 1.0
-    deadline = time.monotonic() + limit_s
-    while part.exists() and time.monotonic() < deadline:
-        time.sleep(PEER_POLL_S)
+    deadline = clock() + limit_s
+    while part.exists() and clock() < deadline:
+        sleep(PEER_POLL_S)
         if path.is_file():
             return True
     return path.is_file()

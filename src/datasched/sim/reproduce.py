@@ -22,7 +22,7 @@ from datasched.core.policy import metrics_of
 from datasched.policies import build_policy
 from datasched.sim.engine import SimRun
 from datasched.sim.experiment import SimConfig, find_max_load, simulate
-from datasched.sim.figures import FigureResult
+from datasched.sim.figures import MAX_LOAD_CONFIRM, FigureResult
 from datasched.sim.parallel import map_in_processes
 from datasched.sim.perfmap import jobs_for_period
 from datasched.sim.workload import expected_single_node_time_s, theoretical_max_load_jobs_per_h
@@ -124,7 +124,7 @@ def ponce_fcfs_claims(*, quick: bool = False, progress: Progress | None = None) 
     )
 
     say("processing farm: maximal sustainable load")
-    farm_max = find_max_load(replace(probe, policy="farm"))
+    farm_max = find_max_load(replace(probe, policy="farm"), confirm_factor=MAX_LOAD_CONFIRM)
     capacity = 3600 * base.n_nodes / (base.mean_job_events * reference)
     claims.append(
         Claim(
@@ -185,9 +185,10 @@ def ponce_fcfs_claims(*, quick: bool = False, progress: Progress | None = None) 
     )
 
     say("job splitting: maximal sustainable load, without and with pipelining")
-    split_max = find_max_load(replace(probe, policy="splitting"))
+    split_max = find_max_load(replace(probe, policy="splitting"), confirm_factor=MAX_LOAD_CONFIRM)
     split_pipe_max = find_max_load(
-        replace(probe, policy="splitting", pipelining=Pipelining.TERTIARY)
+        replace(probe, policy="splitting", pipelining=Pipelining.TERTIARY),
+        confirm_factor=MAX_LOAD_CONFIRM,
     )
     claims.append(
         Claim(
@@ -368,7 +369,7 @@ def policy_max_load(policy: str, *, quick: bool = False) -> float:
         # map's, for adaptive delay): they must span as many periods as the map's own runs
         # for overload to show.
         probe = replace(probe, n_jobs=jobs_for_period(probe.n_jobs, delay_h))
-    return find_max_load(replace(probe, policy=policy))
+    return find_max_load(replace(probe, policy=policy), confirm_factor=MAX_LOAD_CONFIRM)
 
 
 def _call(part: Callable[[], Any]) -> Any:
