@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from datasched.runtime.demo import run_demo
+from datasched.compare.demo import run_demo
 
 
 def one_run(args: argparse.Namespace) -> dict[str, Any]:

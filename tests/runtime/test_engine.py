@@ -18,19 +18,25 @@ import pytest
 import yaml
 
 from datasched.core.intervals import IntervalSet
-from datasched.runtime.engine import EngineConfig, RunReport, RuntimeEngine
+from datasched.policies import available
+from datasched.runtime.engine import RuntimeEngine
 from datasched.runtime.jobspec import JobSpec, load_jobs
+from datasched.runtime.reports import EngineConfig, RunReport
 from datasched.runtime.session import (
     ClusterOptions,
-    calibrate_cost,
+    build_scheduler,
+    calibrate,
+    job_space,
     open_cluster,
     run_dask_map,
     run_jobs,
 )
-from datasched.runtime.space import EventSpace
 from runtime_support import N_EVENTS, reference_counts
 
 FAST = EngineConfig(packet_target_s=0.2, min_packet_events=300, poll_s=0.1)
+POLICIES = sorted(available())
+SHORT: dict[str, dict[str, Any]] = {"delayed": {"period_h": 0.5 / 3600}}
+"""Parameters for runs of seconds: delayed scheduling's default period is two days."""
 
 
 def write_jobs(tmp_path: Path, catalog: Path, jobs: list[dict[str, Any]]) -> list[JobSpec]:
@@ -67,7 +73,7 @@ def check_exactly_once(report: RunReport, specs: list[JobSpec], catalog: Path) -
         assert [float(x) for x in saved["mass"].values()] == counts
 
 
-@pytest.mark.parametrize("policy", ["farm", "cache-splitting", "out-of-order"])
+@pytest.mark.parametrize("policy", POLICIES)
 def test_policies_process_every_event_exactly_once(
     policy: str, demo_catalog: Path, tmp_path: Path
 ) -> None:
@@ -79,7 +85,11 @@ def test_policies_process_every_event_exactly_once(
             {"id": "b", "dataset": "zmumu", "events": [4000, N_EVENTS], "submit_s": 0.2},
         ],
     )
-    report = asyncio.run(run_jobs(specs, options(tmp_path), policy=policy, config=FAST))
+    report = asyncio.run(
+        run_jobs(
+            specs, options(tmp_path), policy=policy, policy_params=SHORT.get(policy), config=FAST
+        )
+    )
     check_exactly_once(report, specs, demo_catalog)
     if policy == "cache-splitting":
         # Job b reads [4000, 8000) after job a brought those files in.
@@ -114,17 +124,19 @@ def test_cache_capacity_is_enforced(demo_catalog: Path, tmp_path: Path) -> None:
         assert cached <= 2 * biggest
 
 
+@pytest.mark.parametrize("policy", POLICIES)
 def test_worker_killed_mid_job_loses_and_doubles_nothing(
-    demo_catalog: Path, tmp_path: Path
+    policy: str, demo_catalog: Path, tmp_path: Path
 ) -> None:
+    """``kill -9`` of a worker while a job runs, under every policy: the run ends, with
+    every event counted once (the worker's nanny restarts it; its work went elsewhere)."""
     specs = write_jobs(tmp_path, demo_catalog, [{"id": "k", "dataset": "zmumu"}])
     # Slow tertiary storage, so the job is still running when a worker dies.
     opts = options(tmp_path, tertiary_bytes_per_s=specs[0].dataset.n_bytes / 4)
 
     async def main() -> tuple[RunReport, RuntimeEngine]:
-        space = EventSpace()
-        space.job_data(specs[0].dataset, specs[0].start, specs[0].stop)
-        cost = calibrate_cost(specs, space, opts.tertiary_bytes_per_s)
+        space = job_space(specs)
+        calibration = calibrate(specs, space, opts.tertiary_bytes_per_s)
         async with open_cluster(opts) as (client, names):
             pids: dict[str, int] = await client.run(os.getpid)
             victim = max(pids.values())
@@ -142,12 +154,14 @@ def test_worker_killed_mid_job_loses_and_doubles_nothing(
                 def job_done(self, job_id: str, status: str) -> None:
                     pass
 
+            sched = build_scheduler(
+                len(names), opts, space, calibration, policy=policy, policy_params=SHORT.get(policy)
+            )
             engine = RuntimeEngine(
                 client,
+                sched,
                 names,
-                policy="cache-splitting",
-                cache_bytes=opts.cache_bytes,
-                cost=cost,
+                cache_root=str(opts.cache_root.resolve()),
                 config=FAST,
                 progress=KillOnFirstPacket(),
             )

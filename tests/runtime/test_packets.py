@@ -9,23 +9,23 @@ from types import SimpleNamespace
 from typing import Any
 
 from datasched.core.actions import Shrink
+from datasched.core.data import DataSpace, FileSpec
 from datasched.core.intervals import IntervalSet
-from datasched.core.model import CostModel, Subjob
-from datasched.runtime.engine import EngineConfig, RuntimeEngine
+from datasched.core.model import Subjob, Topology
+from datasched.core.scheduler import Scheduler
+from datasched.policies import build_policy
+from datasched.runtime.engine import RuntimeEngine
+from datasched.runtime.reports import EngineConfig
 from datasched.runtime.storage import Throttle
 from datasched.runtime.worker import PEER_POLL_S, PacketSpec, _await_peer
 
 
 def engine(config: EngineConfig) -> RuntimeEngine:
     # The engine only talks to its client when it runs; these tests call it directly.
-    return RuntimeEngine(
-        None,  # type: ignore[arg-type]
-        ["a", "b"],
-        policy="out-of-order",
-        cache_bytes=10**9,
-        cost=CostModel(),
-        config=config,
-    )
+    space = DataSpace()
+    space.add_dataset("d", [FileSpec("f", 200_000, 10**9)])
+    sched = Scheduler(Topology.uniform(2, 10**9), space, build_policy("out-of-order"))
+    return RuntimeEngine(None, sched, ["a", "b"], config=config)  # type: ignore[arg-type]
 
 
 def job(events: int, done: int = 0) -> Any:
@@ -35,7 +35,7 @@ def job(events: int, done: int = 0) -> Any:
 
 
 def running(eng: RuntimeEngine, node: int, data: IntervalSet, pace_s: float) -> None:
-    n = eng.nodes[node]
+    n = eng.slots[node]
     n.subjob = Subjob(subjob_id=node, job_id=0, data=data)
     n.todo = data
     n.s_per_event = pace_s
@@ -48,15 +48,15 @@ def test_a_packet_holds_about_the_target_time_of_work() -> None:
     eng = engine(CONFIG)
     running(eng, 0, IntervalSet.range(0, 100_000), 0.001)
     # 1 s at 1 ms per event; the job has far more than 4 s left.
-    assert eng._packet_events(eng.nodes[0], job(100_000), 0, 50_000) == 1000
+    assert eng._packet_events(eng.slots[0], job(100_000), 0, 50_000) == 1000
 
 
 def test_a_packet_takes_the_rest_of_its_file_rather_than_leave_a_sliver() -> None:
     eng = engine(CONFIG)
     running(eng, 0, IntervalSet.range(0, 100_000), 0.001)
     # 1,000 events would leave 400 of the file: less than half a packet, so all 1,400 go.
-    assert eng._packet_events(eng.nodes[0], job(100_000), 0, 1400) == 1400
-    assert eng._packet_events(eng.nodes[0], job(100_000), 0, 1600) == 1000
+    assert eng._packet_events(eng.slots[0], job(100_000), 0, 1400) == 1400
+    assert eng._packet_events(eng.slots[0], job(100_000), 0, 1600) == 1000
 
 
 def test_packets_shrink_as_the_job_nears_its_end() -> None:
@@ -64,26 +64,26 @@ def test_packets_shrink_as_the_job_nears_its_end() -> None:
     running(eng, 0, IntervalSet.range(0, 1000), 0.001)
     running(eng, 1, IntervalSet.range(1000, 2000), 0.001)
     # 1,200 events left on two nodes: 0.6 s each, a quarter of it is 0.15 s: 150 events.
-    assert eng._packet_events(eng.nodes[0], job(2000, done=800), 800, 100_000) == 150
+    assert eng._packet_events(eng.slots[0], job(2000, done=800), 800, 100_000) == 150
     # Never below the minimum.
-    assert eng._packet_events(eng.nodes[0], job(2000, done=1990), 1990, 100_000) == 50
+    assert eng._packet_events(eng.slots[0], job(2000, done=1990), 1990, 100_000) == 50
 
 
 def test_shrink_releases_only_what_is_not_sent_yet() -> None:
     eng = engine(CONFIG)
     running(eng, 0, IntervalSet.range(0, 1000), 0.001)
-    eng.nodes[0].todo = IntervalSet.range(400, 1000)  # [0, 400) is in flight or done
-    answer = eng._shrink(Shrink(subjob_id=0, node=0, release=IntervalSet.range(300, 700)))
+    eng.slots[0].todo = IntervalSet.range(400, 1000)  # [0, 400) is in flight or done
+    answer = eng._shrink(Shrink(subjob_id=0, slot=0, release=IntervalSet.range(300, 700)))
     assert answer.released == IntervalSet.range(400, 700)
-    assert eng.nodes[0].todo == IntervalSet.range(700, 1000)
-    subjob = eng.nodes[0].subjob
+    assert eng.slots[0].todo == IntervalSet.range(700, 1000)
+    subjob = eng.slots[0].subjob
     assert subjob is not None and subjob.data == IntervalSet([(0, 400), (700, 1000)])
 
 
 def test_shrink_of_a_subjob_no_longer_running_releases_nothing() -> None:
     eng = engine(CONFIG)
-    answer = eng._shrink(Shrink(subjob_id=5, node=1, release=IntervalSet.range(0, 10)))
-    assert not answer.released and answer.subjob_id == 5 and answer.node == 1
+    answer = eng._shrink(Shrink(subjob_id=5, slot=1, release=IntervalSet.range(0, 10)))
+    assert not answer.released and answer.subjob_id == 5 and answer.slot == 1
 
 
 def packet(n_bytes: int) -> PacketSpec:

@@ -28,7 +28,7 @@ from datasched.cli import err, fail, out, parse_params, print_json, size
 from datasched.policies import UnknownPolicyError, get_policy
 
 if TYPE_CHECKING:
-    from datasched.runtime.engine import RunReport
+    from datasched.runtime.reports import RunReport
 
 __all__ = ["register"]
 
@@ -236,7 +236,7 @@ def run(
     policy of the core (the same code the simulator runs). Shows progress bars, then a summary;
     each job's merged result goes to its output file."""
     with runtime_errors():
-        from datasched.runtime.engine import EngineConfig
+        from datasched.runtime.reports import EngineConfig
         from datasched.runtime.jobspec import load_jobs
 
         get_policy(policy)  # an unknown name: one line naming the known ones
@@ -351,7 +351,7 @@ def demo(
     same worker caches; a comparison table with the simulator's prediction beside the measured
     makespans, and the dimuon-mass plot."""
     with runtime_errors():
-        from datasched.runtime.demo import run_demo
+        from datasched.compare.demo import run_demo
 
         get_policy(policy)  # an unknown name: one line naming the known ones
         policy_params = parse_params(policy, params) if params else None

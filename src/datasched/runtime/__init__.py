@@ -6,10 +6,14 @@ imports nothing heavy; the modules are:
 * :mod:`~datasched.runtime.dataset`, :mod:`~datasched.runtime.jobspec`: datasets, catalogs
   and jobs files;
 * :mod:`~datasched.runtime.processor`: the analysis API and accumulators;
-* :mod:`~datasched.runtime.engine`, :mod:`~datasched.runtime.session`: the master;
-* :mod:`~datasched.runtime.worker`, :mod:`~datasched.runtime.diskcache`,
-  :mod:`~datasched.runtime.storage`: what runs on the workers;
-* :mod:`~datasched.runtime.demodata`, :mod:`~datasched.runtime.demo`: the demo.
+* :mod:`~datasched.runtime.engine` (with :mod:`~datasched.runtime.streams` and
+  :mod:`~datasched.runtime.moves`), :mod:`~datasched.runtime.session`,
+  :mod:`~datasched.runtime.reports`: the master;
+* :mod:`~datasched.runtime.worker`, :mod:`~datasched.runtime.datamoves`,
+  :mod:`~datasched.runtime.diskcache`, :mod:`~datasched.runtime.storage`: what runs on the
+  workers;
+* :mod:`~datasched.runtime.demodata`: the demo's data (the demo itself, which compares the
+  runtime with the simulator, is :mod:`datasched.compare.demo`).
 """
 
 from __future__ import annotations

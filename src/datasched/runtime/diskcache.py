@@ -145,6 +145,22 @@ class DiskCache:
             if self._pins[acquired.url] <= 0:
                 del self._pins[acquired.url]
 
+    def pin(self, url: str) -> bool:
+        """Keep ``url`` from eviction until :meth:`unpin` (romosan's pin); False if it is not
+        cached (nothing to pin)."""
+        with self._lock:
+            if url not in self._entries:
+                return False
+            self._pins[url] += 1
+            return True
+
+    def unpin(self, url: str) -> None:
+        with self._lock:
+            if self._pins[url] > 0:
+                self._pins[url] -= 1
+            if self._pins[url] <= 0:
+                del self._pins[url]
+
     def discard(self, url: str) -> bool:
         """Drop ``url`` (e.g. a copy that turned out unreadable) unless it is pinned."""
         with self._lock:

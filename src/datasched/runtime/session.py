@@ -1,11 +1,11 @@
 """Running jobs on a cluster: the embedded ``LocalCluster`` or an existing Dask scheduler.
 
 :func:`run_jobs` is what ``datasched run`` and ``datasched demo`` call: it opens (or joins) the
-cluster, registers the cache plugin, tells the core what the workers already cache, and runs
-the jobs under a policy with :class:`~datasched.runtime.engine.RuntimeEngine`.
-:func:`run_dask_map` runs the same packets as a plain Dask map with placement left to Dask
-(as coffea's Dask executor does), through the same worker caches: the baseline.
-:func:`predict_makespan` asks the simulator what the same jobs would take.
+cluster, registers the cache plugin, builds the scheduling core for its workers (one node a
+worker), tells it what the workers already cache, and runs the jobs under a policy with
+:class:`~datasched.runtime.engine.RuntimeEngine`. :func:`run_dask_map` runs the same packets
+as a plain Dask map with placement left to Dask (as coffea's Dask executor does), through the
+same worker caches: the baseline.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,22 +22,17 @@ from typing import Any
 
 from distributed import Client, LocalCluster
 
+from datasched.core.data import DataSpace
 from datasched.core.intervals import IntervalSet
-from datasched.core.model import ClusterSpec, CostModel, Job, Pipelining
+from datasched.core.model import CostModel, Pipelining, Topology
 from datasched.core.scheduler import Scheduler
-from datasched.policies.registry import make_policy
+from datasched.policies import build_policy
 from datasched.runtime.dataset import read_events
-from datasched.runtime.engine import (
-    EngineConfig,
-    JobReport,
-    PacketStat,
-    ProgressSink,
-    RunReport,
-    RuntimeEngine,
-)
+from datasched.runtime.engine import RuntimeEngine
 from datasched.runtime.jobspec import JobSpec
 from datasched.runtime.processor import load_processor, merge, write_output
-from datasched.runtime.space import EventSpace
+from datasched.runtime.reports import EngineConfig, JobReport, PacketStat, ProgressSink, RunReport
+from datasched.runtime.space import job_events
 from datasched.runtime.worker import (
     PLUGIN_NAME,
     CachePlugin,
@@ -50,9 +45,10 @@ from datasched.runtime.worker import (
 
 __all__ = [
     "ClusterOptions",
-    "calibrate_cost",
+    "build_scheduler",
+    "calibrate",
+    "job_space",
     "open_cluster",
-    "predict_makespan",
     "run_dask_map",
     "run_jobs",
 ]
@@ -68,8 +64,10 @@ class ClusterOptions:
     """Where the jobs run and with how much cache."""
 
     workers: int = 4
-    threads_per_worker: int = 2
-    """Two threads: one packet's file can be fetched while the other computes."""
+    slots: int = 1
+    """Subjobs a worker runs at once (each with its packets in flight)."""
+    threads_per_slot: int = 2
+    """Two threads a slot: one packet's file can be fetched while the other computes."""
     cache_bytes: int = 2 * 10**9
     cache_root: Path = Path(".datasched-cache")
     scheduler_address: str | None = None
@@ -79,6 +77,8 @@ class ClusterOptions:
     def __post_init__(self) -> None:
         if self.workers < 1:
             raise ValueError(f"workers: must be at least 1, got {self.workers!r}")
+        if self.slots < 1:
+            raise ValueError(f"slots: must be at least 1, got {self.slots!r}")
         if self.cache_bytes < 0:
             raise ValueError(f"cache_gb: must not be negative, got {self.cache_bytes!r}")
         if self.tertiary_bytes_per_s is not None and not self.tertiary_bytes_per_s > 0:
@@ -93,7 +93,7 @@ async def open_cluster(opts: ClusterOptions) -> AsyncIterator[tuple[Client, list
     if opts.scheduler_address is None:
         cluster = await LocalCluster(  # type: ignore[no-untyped-call]
             n_workers=opts.workers,
-            threads_per_worker=opts.threads_per_worker,
+            threads_per_worker=opts.slots * opts.threads_per_slot,
             processes=True,
             asynchronous=True,
             dashboard_address=None,
@@ -136,13 +136,29 @@ async def _cache_by_name(client: Client) -> dict[str, list[str]]:
     return {names[addr]: urls for addr, urls in contents.items() if addr in names}
 
 
-def calibrate_cost(
-    specs: list[JobSpec], space: EventSpace, tertiary_bytes_per_s: float | None
-) -> CostModel:
-    """The master's cost model: bytes per event from the files, CPU per event by timing the
-    first job's processor, reading included, on a slice of its first file (the least of
-    five runs), the tertiary rate from the throttle."""
-    bytes_per_event = max(space.bytes_per_event, 1.0)
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    """What the master assumes of the cluster for its estimates: CPU per event (measured),
+    disk and tertiary rates."""
+
+    cost: CostModel
+    tertiary_bytes_per_s: float
+
+
+def job_space(specs: list[JobSpec]) -> DataSpace:
+    """The data space of the jobs' files (cached whole: real ROOT files)."""
+    space = DataSpace()
+    for spec in specs:
+        job_events(space, spec.dataset, spec.start, spec.stop)
+    return space
+
+
+def calibrate(
+    specs: list[JobSpec], space: DataSpace, tertiary_bytes_per_s: float | None
+) -> Calibration:
+    """CPU per event by timing the first job's processor, reading included, on a slice of
+    its first file (the least of five runs); bytes come from the files, the tertiary rate
+    from the throttle."""
     cpu = 1e-5
     if specs and space.files:
         spec = specs[0]
@@ -150,19 +166,39 @@ def calibrate_cost(
         n = min(f.n_events, 2000)
         if n > 0:
             proc = load_processor(spec.processor, spec.base_dir)
-            read_events(f.url, f.tree, 0, n)  # once untimed: open, page cache, imports
+            read_events(f.name, f.tree, 0, n)  # once untimed: open, page cache, imports
             times = []
             for _ in range(5):  # the least of five: this machine is shared and noisy
                 t0 = time.perf_counter()
-                proc.process(read_events(f.url, f.tree, 0, n))
+                proc.process(read_events(f.name, f.tree, 0, n))
                 times.append(time.perf_counter() - t0)
             cpu = max(min(times) / n, 1e-7)
-    return CostModel(
-        cpu_s_per_event=cpu,
-        bytes_per_event=bytes_per_event,
-        disk_bytes_per_s=DISK_BYTES_PER_S,
-        tertiary_bytes_per_s=tertiary_bytes_per_s or UNTHROTTLED_BYTES_PER_S,
-        pipelining=Pipelining.TERTIARY,
+    cost = CostModel(
+        cpu_s_per_event=cpu, disk_bytes_per_s=DISK_BYTES_PER_S, pipelining=Pipelining.TERTIARY
+    )
+    return Calibration(cost, tertiary_bytes_per_s or UNTHROTTLED_BYTES_PER_S)
+
+
+def build_scheduler(
+    n_workers: int,
+    opts: ClusterOptions,
+    space: DataSpace,
+    calibration: Calibration,
+    *,
+    policy: str,
+    policy_params: dict[str, Any] | None = None,
+) -> Scheduler:
+    """The scheduling core for a cluster of ``n_workers`` Dask workers (one node each, with
+    ``opts.slots`` slots and ``opts.cache_bytes`` of cache), the policy built by name from
+    its declared parameters (adaptive delay brings its performance map)."""
+    topology = Topology.uniform(
+        n_workers,
+        opts.cache_bytes,
+        slots=opts.slots,
+        tertiary_bytes_per_s=calibration.tertiary_bytes_per_s,
+    )
+    return Scheduler(
+        topology, space, build_policy(policy, **(policy_params or {})), cost=calibration.cost
     )
 
 
@@ -175,27 +211,27 @@ async def run_jobs(
     config: EngineConfig | None = None,
     progress: ProgressSink | None = None,
     cold: bool = False,
-    cost: CostModel | None = None,
+    calibration: Calibration | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> RunReport:
     """Run ``specs`` under ``policy``; ``cold`` empties the worker caches first."""
-    space = EventSpace()
-    for spec in specs:
-        space.job_data(spec.dataset, spec.start, spec.stop)
-    if cost is None:
-        cost = calibrate_cost(specs, space, opts.tertiary_bytes_per_s)
+    space = job_space(specs)
+    if calibration is None:
+        calibration = calibrate(specs, space, opts.tertiary_bytes_per_s)
     async with open_cluster(opts) as (client, names):
         if cold:
             await client.run(clear_cache)
+        sched = build_scheduler(
+            len(names), opts, space, calibration, policy=policy, policy_params=policy_params
+        )
         engine = RuntimeEngine(
             client,
+            sched,
             names,
-            policy=policy,
-            policy_params=policy_params,
-            cache_bytes=opts.cache_bytes,
-            cost=cost,
             cache_root=str(opts.cache_root.resolve()),
             config=config,
             progress=progress,
+            clock=clock,
         )
         return await engine.run(specs, known_cache=await _cache_by_name(client))
 
@@ -210,8 +246,8 @@ async def run_dask_map(
 ) -> RunReport:
     """The baseline: every job's packets submitted at its submission time with no placement
     (Dask picks the worker), read through the same worker caches."""
-    space = EventSpace()
-    data = [space.job_data(s.dataset, s.start, s.stop) for s in specs]
+    space = DataSpace()
+    data = [job_events(space, s.dataset, s.start, s.stop) for s in specs]
     run_id = uuid.uuid4().hex[:8]
     async with open_cluster(opts) as (client, _names):
         if cold:
@@ -239,7 +275,7 @@ async def run_dask_map(
                 packet = PacketSpec(
                     packet_id=pid,
                     job_id=i,
-                    url=f.url,
+                    url=f.name,
                     tree=f.tree,
                     local_start=a - f.start,
                     local_stop=b - f.start,
@@ -248,7 +284,7 @@ async def run_dask_map(
                     base_dir=str(spec.base_dir),
                 )
                 key = f"datasched-map-{run_id}-{pid}"
-                futures.append((a, b, f.url, client.submit(run_packet, packet, key=key)))
+                futures.append((a, b, f.name, client.submit(run_packet, packet, key=key)))
             start = time.monotonic() - t0
             acc: Any = None
             hits = 0
@@ -295,7 +331,7 @@ async def run_dask_map(
         return RunReport("dask-map", makespan, reports, stats, 0.0, results)
 
 
-def _packets(space: EventSpace, data: IntervalSet, size: int) -> list[tuple[int, int]]:
+def _packets(space: DataSpace, data: IntervalSet, size: int) -> list[tuple[int, int]]:
     """``data`` cut at file boundaries and every ``size`` events (coffea-style chunks)."""
     out = []
     for a, b in data:
@@ -305,26 +341,3 @@ def _packets(space: EventSpace, data: IntervalSet, size: int) -> list[tuple[int,
             out.append((a, stop))
             a = stop
     return out
-
-
-def predict_makespan(
-    specs: list[JobSpec],
-    opts: ClusterOptions,
-    *,
-    policy: str,
-    cost: CostModel,
-    policy_params: dict[str, Any] | None = None,
-) -> float:
-    """What the simulator predicts for the same jobs, cluster and (calibrated) costs, with
-    empty caches."""
-    from datasched.sim.engine import SimEngine
-
-    space = EventSpace()
-    jobs = [
-        Job(i, s.submit_s, space.job_data(s.dataset, s.start, s.stop)) for i, s in enumerate(specs)
-    ]
-    cluster = ClusterSpec.uniform(opts.workers, opts.cache_bytes, cost)
-    sched = Scheduler(cluster, make_policy(policy, **(policy_params or {})))
-    sched.boundaries = [f.start for f in space.files]  # as the runtime cuts
-    run = SimEngine(cluster, sched).run(jobs)
-    return max((r.end_s for r in run.jobs), default=0.0)

@@ -69,6 +69,8 @@ class CachePlugin(WorkerPlugin):
         self.staging: StagingArea | None = None
         self.throttle: Throttle | None = None
         self.processors: dict[tuple[str, str], Processor] = {}
+        self.pins: dict[int, list[str]] = {}
+        """The master's pins on this worker: token -> files."""
 
     def setup(self, worker: Any) -> None:
         directory = node_cache_dir(self.root, str(worker.name))
@@ -76,6 +78,7 @@ class CachePlugin(WorkerPlugin):
         self.staging = StagingArea(directory.with_name(directory.name + ".staging"))
         self.throttle = Throttle(self.tertiary_bytes_per_s)
         self.processors = {}
+        self.pins = {}
 
 
 @dataclass(frozen=True, slots=True)

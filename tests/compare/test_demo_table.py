@@ -7,7 +7,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from datasched.runtime.demo import DemoResult
+from datasched.compare.demo import DemoResult
 from datasched.runtime.engine import JobReport, RunReport
 
 

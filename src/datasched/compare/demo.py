@@ -20,17 +20,17 @@ import yaml
 from rich.table import Table
 
 from datasched._files import atomic_write_text
-from datasched.runtime.engine import EngineConfig, ProgressSink, RunReport
+from datasched.compare.predict import predict_makespan
 from datasched.runtime.jobspec import JobSpec, load_jobs
 from datasched.runtime.processor import merge
+from datasched.runtime.reports import EngineConfig, ProgressSink, RunReport
 from datasched.runtime.session import (
     ClusterOptions,
-    calibrate_cost,
-    predict_makespan,
+    calibrate,
+    job_space,
     run_dask_map,
     run_jobs,
 )
-from datasched.runtime.space import EventSpace
 
 __all__ = ["DemoResult", "demo_workload", "run_demo"]
 
@@ -155,17 +155,15 @@ def run_demo(
         catalog = write_demo_dataset(data_dir, n_events=DEMO_EVENTS, n_files=DEMO_FILES)
     out_dir.mkdir(parents=True, exist_ok=True)
     specs = load_jobs(demo_workload(catalog, out_dir))
-    space = EventSpace()
-    for s in specs:
-        space.job_data(s.dataset, s.start, s.stop)
-    total_bytes = sum(f.n_bytes for f in space.files)
+    space = job_space(specs)
+    total_bytes = space.n_bytes
     opts = ClusterOptions(
         workers=workers,
         cache_bytes=int(CACHE_FRACTION * total_bytes * 1.05),
         cache_root=out_dir / "caches",
         tertiary_bytes_per_s=tertiary_bytes_per_s,
     )
-    cost = calibrate_cost(specs, space, tertiary_bytes_per_s)
+    calibration = calibrate(specs, space, tertiary_bytes_per_s)
     config = EngineConfig(packet_target_s=0.5, min_packet_events=500)
     total = sum(s.n_events for s in specs)
 
@@ -190,11 +188,11 @@ def run_demo(
                     config=config,
                     progress=sink,
                     cold=True,
-                    cost=cost,
+                    calibration=calibration,
                 )
             )
         predictions[name] = predict_makespan(
-            specs, opts, policy=name, policy_params=params, cost=cost
+            specs, opts, calibration, policy=name, policy_params=params
         )
     if log is not None:
         log("running as a plain Dask map ...")

@@ -1,0 +1,138 @@
+"""What a run on the cluster reports, and how the master cuts its packets: per job, per packet
+(PROOF keeps the same per packet), and the run as a whole."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+__all__ = ["EngineConfig", "JobReport", "PacketStat", "ProgressSink", "RunReport"]
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """How the master cuts and sends packets."""
+
+    packet_target_s: float = 2.0
+    """Aimed time per packet (PROOF aims for seconds: long enough to amortise the round trip,
+    short enough to preempt and rebalance quickly)."""
+    min_packet_events: int = 100
+    max_packet_events: int = 100_000
+    packets_in_flight: int = 2
+    poll_s: float = 0.25
+    """How often the master checks which workers are alive."""
+    max_packet_attempts: int = 3
+    """A packet whose storage keeps failing (after the worker's own retries) fails its job."""
+
+    def __post_init__(self) -> None:
+        if not self.packet_target_s > 0:
+            raise ValueError(f"packet_target_s: must be positive, got {self.packet_target_s!r}")
+        if not 1 <= self.min_packet_events <= self.max_packet_events:
+            raise ValueError("min_packet_events: must be >= 1 and <= max_packet_events")
+        if self.packets_in_flight < 1:
+            raise ValueError("packets_in_flight: must be at least 1")
+
+
+@dataclass(slots=True)
+class PacketStat:
+    """One packet's statistics (PROOF keeps the same per packet)."""
+
+    job: str
+    node: str
+    url: str
+    start: int
+    stop: int
+    source: str
+    bytes_from_tertiary: int
+    bytes_from_peer: int
+    read_s: float
+    compute_s: float
+
+    @property
+    def n_events(self) -> int:
+        return self.stop - self.start
+
+
+@dataclass(slots=True)
+class JobReport:
+    """What happened to one job."""
+
+    id: str
+    events_expected: int
+    events_processed: int = 0
+    wall_s: float = 0.0
+    wait_s: float = 0.0
+    cache_hit_ratio: float = 0.0
+    bytes_from_tertiary: int = 0
+    output: str = ""
+    status: str = "pending"
+    error: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "status": self.status,
+            "events_expected": self.events_expected,
+            "events_processed": self.events_processed,
+            "wall_s": round(self.wall_s, 3),
+            "wait_s": round(self.wait_s, 3),
+            "cache_hit_ratio": round(self.cache_hit_ratio, 4),
+            "bytes_from_tertiary": self.bytes_from_tertiary,
+            "output": self.output,
+            "error": self.error,
+        }
+
+
+@dataclass(slots=True)
+class RunReport:
+    """A whole run: per job, per packet, and the master's own cost."""
+
+    policy: str
+    makespan_s: float
+    jobs: list[JobReport]
+    packets: list[PacketStat]
+    scheduling_s: float = 0.0
+    """Master CPU seconds inside the core and packet cutting."""
+    results: dict[str, Any] = field(default_factory=dict)
+    """Each completed job's merged (post-processed) accumulator."""
+
+    @property
+    def events_expected(self) -> int:
+        return sum(j.events_expected for j in self.jobs)
+
+    @property
+    def events_processed(self) -> int:
+        return sum(j.events_processed for j in self.jobs)
+
+    @property
+    def bytes_from_tertiary(self) -> int:
+        return sum(p.bytes_from_tertiary for p in self.packets)
+
+    @property
+    def cache_hit_ratio(self) -> float:
+        n = sum(p.n_events for p in self.packets)
+        hits = sum(p.n_events for p in self.packets if p.source == "cache")
+        return hits / n if n else 0.0
+
+    @property
+    def scheduling_ms_per_packet(self) -> float:
+        return 1e3 * self.scheduling_s / max(len(self.packets), 1)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "makespan_s": round(self.makespan_s, 3),
+            "events_expected": self.events_expected,
+            "events_processed": self.events_processed,
+            "cache_hit_ratio": round(self.cache_hit_ratio, 4),
+            "bytes_from_tertiary": self.bytes_from_tertiary,
+        }
+
+
+class ProgressSink(Protocol):
+    """Where the engine reports progress (the CLI draws rich progress bars)."""
+
+    def job_started(self, job_id: str, n_events: int) -> None: ...
+
+    def advance(self, job_id: str, n_events: int, from_cache: bool) -> None: ...
+
+    def job_done(self, job_id: str, status: str) -> None: ...

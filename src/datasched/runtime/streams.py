@@ -1,0 +1,315 @@
+"""How the runtime master streams a subjob to its slot as packets (PROOF's model), and books
+what the packets bring back. A base of :class:`~datasched.runtime.engine.RuntimeEngine`."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from distributed import Client, Future
+
+from datasched.core.actions import Assign, Shrink, Start
+from datasched.core.data import DataSpace
+from datasched.core.events import CacheChanged, Event, SubjobFinished, SubjobShrunk, SubjobStopped
+from datasched.core.intervals import IntervalSet
+from datasched.core.model import Subjob
+from datasched.core.scheduler import Scheduler
+from datasched.runtime.diskcache import cache_file_name
+from datasched.runtime.jobspec import JobSpec
+from datasched.runtime.processor import merge
+from datasched.runtime.reports import EngineConfig, JobReport, PacketStat, ProgressSink
+from datasched.runtime.worker import (
+    PacketError,
+    PacketResult,
+    PacketSpec,
+    node_cache_dir,
+    run_packet,
+)
+
+__all__ = ["PacketStreams"]
+
+_EMPTY = IntervalSet()
+
+
+@dataclass(slots=True)
+class _Worker:
+    """A node: one Dask worker and its disk cache."""
+
+    name: str
+    address: str | None = None
+    up: bool = False
+    announced: set[str] = field(default_factory=set)
+    """Files announced to the core as cached here, not fetched yet."""
+
+
+@dataclass(slots=True)
+class _Slot:
+    """What one slot of a node is doing."""
+
+    node: int
+    subjob: Subjob | None = None
+    start: Start | Assign | None = None
+    todo: IntervalSet = _EMPTY
+    processed: IntervalSet = _EMPTY
+    inflight: dict[int, tuple[int, int]] = field(default_factory=dict)
+    stopping: bool = False
+    s_per_event: float = 0.0
+
+
+@dataclass(slots=True)
+class _JobRun:
+    spec: JobSpec
+    job_id: int
+    data: IntervalSet
+    report: JobReport
+    first_packet_s: float | None = None
+    accumulator: Any = None
+    done: IntervalSet = _EMPTY
+    """Events whose packets returned."""
+    hits: int = 0
+    failed: bool = False
+
+
+class PacketStreams:
+    """Packets of the subjobs running on slots (see the module docstring)."""
+
+    # Provided by the engine.
+    client: Client
+    scheduler: Scheduler
+    space: DataSpace
+    config: EngineConfig
+    cache_root: str | None
+    progress: ProgressSink | None
+    workers: list[_Worker]
+    slots: dict[int, _Slot]
+    _jobs: dict[int, _JobRun]
+    _packets: dict[int, tuple[int, int, int, int, Future[Any]]]
+    _attempts: dict[tuple[int, int], int]
+    _results: asyncio.Queue[tuple[int, Any, bool]]
+    _stats: list[PacketStat]
+    _scheduling_s: float
+    _run_id: str
+    _tasks: set[asyncio.Task[None]]
+
+    def now(self) -> float:
+        raise NotImplementedError
+
+    def _emit(self, event: Event) -> None:
+        raise NotImplementedError
+
+    def _fail(self, jr: _JobRun, message: str) -> None:
+        raise NotImplementedError
+
+    def _retract(self, node: int) -> None:
+        raise NotImplementedError
+
+    def _next_id(self) -> int:
+        raise NotImplementedError
+
+    def _shrink(self, action: Shrink) -> SubjobShrunk:
+        """Give up what was asked of the packets not yet sent; those in flight go on, and so
+        does the subjob with what it keeps (no pause, unlike a Preempt)."""
+        slot = self.slots[action.slot]
+        sj = slot.subjob
+        released = _EMPTY
+        if sj is not None and sj.subjob_id == action.subjob_id and not slot.stopping:
+            released = action.release & slot.todo
+            if released:
+                slot.todo = slot.todo - released
+                slot.subjob = sj.shrunk(released)
+        return SubjobShrunk(self.now(), action.subjob_id, action.slot, released)
+
+    def _packet_events(self, slot: _Slot, jr: _JobRun, a: int, file_stop: int) -> int:
+        """PROOF-style packet size (the PROOF notes, ``CalculatePacketSize``): about
+        ``packet_target_s`` of work at the slot's measured pace, shrinking to a quarter of
+        the job's estimated time left as the job nears its end, so that its slots finish
+        together; a packet that would leave less than half a packet of its file takes the
+        rest of the file (each packet pays a fixed cost to open its file and set up the
+        processor, and a whole-file cache has fetched that file anyway)."""
+        cfg = self.config
+        pace = max(slot.s_per_event, 1e-9)
+        slots = sum(
+            1 for s in self.slots.values() if s.subjob is not None and s.subjob.job_id == jr.job_id
+        )
+        left_s = (jr.data.length - jr.done.length) * pace / max(slots, 1)
+        n = int(min(cfg.packet_target_s, left_s / 4) / pace)
+        n = min(max(n, cfg.min_packet_events), cfg.max_packet_events)
+        if a + 1.5 * n >= file_stop:
+            n = file_stop - a
+        return n
+
+    def _feed(self, index: int) -> None:
+        """Keep ``packets_in_flight`` packets going on a slot; close the subjob when done."""
+        t0 = time.perf_counter()
+        slot = self.slots[index]
+        sj, start = slot.subjob, slot.start
+        if sj is None or start is None:
+            return
+        jr = self._jobs[sj.job_id]
+        address = self.workers[slot.node].address
+        while slot.todo and not slot.stopping and not jr.failed:
+            if address is None or len(slot.inflight) >= self.config.packets_in_flight:
+                break
+            a, b = slot.todo.ranges[0]
+            f = self.space.files[self.space.file_at(a)]
+            if isinstance(start, Start):
+                b = min(b, a + self._packet_events(slot, jr, a, f.stop))
+            else:
+                b = min(b, f.stop)  # an Assign is one packet, cut only at file ends
+            slot.todo = slot.todo - IntervalSet.range(a, b)
+            self._submit(index, jr, a, b, start, address)
+        self._scheduling_s += time.perf_counter() - t0
+        if not slot.inflight and (not slot.todo or slot.stopping or jr.failed):
+            self._close(index)
+
+    def _submit(
+        self, index: int, jr: _JobRun, a: int, b: int, start: Start | Assign, address: str
+    ) -> None:
+        slot = self.slots[index]
+        f = self.space.files[self.space.file_at(a)]
+        pid = self._next_id()
+        peer_path = None
+        if start.peer_reads and self.cache_root is not None:
+            peer_path = self._peer_copy(slot.node, a)
+        spec = PacketSpec(
+            packet_id=pid,
+            job_id=jr.job_id,
+            url=f.name,
+            tree=f.tree,
+            local_start=a - f.start,
+            local_stop=b - f.start,
+            file_bytes=f.n_bytes,
+            processor=jr.spec.processor,
+            base_dir=str(jr.spec.base_dir),
+            cache_fill=start.cache_fill,
+            peer_path=peer_path,
+            replicate=start.replicate,
+        )
+        future = self.client.submit(
+            run_packet,
+            spec,
+            key=f"datasched-packet-{self._run_id}-{pid}",
+            pure=False,
+            workers=[address],
+            allow_other_workers=False,
+            retries=0,
+        )
+        slot.inflight[pid] = (a, b)
+        self._packets[pid] = (index, jr.job_id, a, b, future)
+        if jr.first_packet_s is None:
+            jr.first_packet_s = self.now()
+        self._watch(pid, future)
+
+    def _watch(self, token: int, future: Future[Any]) -> None:
+        task = asyncio.ensure_future(self._await(token, future))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _peer_root(self, node: int) -> str:
+        assert self.cache_root is not None
+        return str(node_cache_dir(self.cache_root, self.workers[node].name))
+
+    def _peer_copy(self, node: int, event: int) -> str | None:
+        f = self.space.files[self.space.file_at(event)]
+        for _, _, holders in self.scheduler.directory.holders(f.start, f.start + 1):
+            peers = sorted(h for h in holders if h != node)
+            if peers:
+                return str(Path(self._peer_root(peers[0])) / cache_file_name(f.name))
+        return None
+
+    async def _await(self, token: int, future: Future[Any]) -> None:
+        try:
+            result = await future
+        except BaseException as exc:  # every failure, cancellation included, is booked
+            await self._results.put((token, exc, False))
+            return
+        await self._results.put((token, result, True))
+
+    def _on_packet(self, token: int, payload: Any, ok: bool) -> None:
+        entry = self._packets.pop(token, None)
+        if entry is None:
+            return  # written off already (its worker vanished): its events went back
+        index, job_id, a, b, _ = entry
+        slot = self.slots[index]
+        slot.inflight.pop(token, None)
+        worker = self.workers[slot.node]
+        if ok:
+            url = self.space.files[self.space.file_at(a)].name
+            if payload.source == "cache" or url in payload.cache_added:
+                worker.announced.discard(url)
+        jr = self._jobs[job_id]
+        if ok:
+            self._book(index, jr, a, b, payload)
+        elif isinstance(payload, PacketError):
+            # Not processed: the rest of the job is dropped by the core.
+            slot.todo = slot.todo | IntervalSet.range(a, b)
+            self._fail(jr, f"{payload.kind} error: {payload}")
+        else:
+            attempts = self._attempts.get((a, b), 0) + 1
+            self._attempts[(a, b)] = attempts
+            slot.todo = slot.todo | IntervalSet.range(a, b)
+            if attempts >= self.config.max_packet_attempts:
+                self._fail(jr, f"packet {a}-{b} failed {attempts} times: {payload!r}")
+        self._feed(index)
+
+    def _book(self, index: int, jr: _JobRun, a: int, b: int, result: PacketResult) -> None:
+        slot = self.slots[index]
+        piece = IntervalSet.range(a, b)
+        if jr.done.overlaps(piece):
+            raise RuntimeError(f"job {jr.spec.id}: events {a}-{b} returned twice")
+        jr.done = jr.done | piece
+        slot.processed = slot.processed | piece
+        n = b - a
+        if not jr.failed:
+            jr.accumulator = merge(jr.accumulator, result.accumulator)
+            jr.report.events_processed += n
+            jr.report.bytes_from_tertiary += result.bytes_from_tertiary
+            if result.source == "cache":
+                jr.hits += n
+        spent = result.read_s + result.compute_s
+        # The slot's time per event, smoothed: packets are sized from it.
+        slot.s_per_event = 0.7 * slot.s_per_event + 0.3 * spent / max(n, 1)
+        self._stats.append(
+            PacketStat(
+                job=jr.spec.id,
+                node=self.workers[slot.node].name,
+                url=self.space.files[self.space.file_at(a)].name,
+                start=a,
+                stop=b,
+                source=result.source,
+                bytes_from_tertiary=result.bytes_from_tertiary,
+                bytes_from_peer=result.bytes_from_peer,
+                read_s=result.read_s,
+                compute_s=result.compute_s,
+            )
+        )
+        if self.progress is not None:
+            self.progress.advance(jr.spec.id, n, result.source == "cache")
+        if result.cache_added or result.cache_evicted:
+            self._emit(
+                CacheChanged(
+                    self.now(),
+                    slot.node,
+                    added=self.space.events_of(result.cache_added),
+                    evicted=self.space.events_of(result.cache_evicted),
+                )
+            )
+
+    def _close(self, index: int) -> None:
+        """The slot's subjob is over: finished, or stopped with its exact remainder."""
+        slot = self.slots[index]
+        sj = slot.subjob
+        if sj is None:
+            return
+        remaining = sj.data - slot.processed
+        slot.subjob = slot.start = None
+        slot.todo = slot.processed = _EMPTY
+        slot.stopping = False
+        self._retract(slot.node)
+        if remaining:
+            self._emit(SubjobStopped(self.now(), sj.subjob_id, index, remaining))
+        else:
+            self._emit(SubjobFinished(self.now(), sj.subjob_id, index))
