@@ -60,10 +60,12 @@ def build_map(
     caches_gb: Sequence[float] = DEFAULT_CACHES_GB,
     on_point: Callable[[MapPoint], None] | None = None,
     processes: int = 1,
+    scheduler: str | None = None,
 ) -> PerformanceMap:
     """Maximal sustainable load of delayed scheduling at every grid point (``base`` gives the
     cluster, workload size and seed; its policy and cache size are replaced). The searches
-    run in up to ``processes`` worker processes; ``on_point`` sees each point as it is found.
+    run in up to ``processes`` worker processes, or on the Dask cluster whose scheduler is at
+    ``scheduler``; ``on_point`` sees each point as it is found.
     """
     from datasched.sim.experiment import find_max_load
 
@@ -89,7 +91,9 @@ def build_map(
         if on_point is not None:
             on_point(point(i, max_load))
 
-    loads = map_in_processes(find_max_load, configs, processes=processes, on_done=done)
+    loads = map_in_processes(
+        find_max_load, configs, processes=processes, scheduler=scheduler, on_done=done
+    )
     return PerformanceMap(tuple(point(i, load) for i, load in enumerate(loads)))
 
 
