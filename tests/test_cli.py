@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -12,6 +13,8 @@ from typer.testing import CliRunner
 from datasched import __version__
 from datasched.cli import app
 from datasched.cli import sim as cli_sim
+from datasched.sim import parallel
+from runtime_support import free_port
 
 # typer's runner keeps stdout and stderr apart (``result.output`` has both, interleaved).
 runner = CliRunner()
@@ -159,6 +162,87 @@ def test_processes_must_be_positive(tmp_path: Path, command: list[str]) -> None:
     result = runner.invoke(app, [*command, "-j", "0", "--out", str(out)])
     assert result.exit_code == 2
     assert "--processes: must be at least 1, got 0" in result.output
+    assert not out.exists()
+
+
+def _rows_without_wall(csv_path: Path) -> list[dict[str, str]]:
+    with csv_path.open(newline="") as fh:
+        return [{k: v for k, v in r.items() if k != "wall_s"} for r in csv.DictReader(fh)]
+
+
+def test_a_sweep_on_a_dask_cluster_writes_what_a_local_one_does(
+    tmp_path: Path, dask_cluster: Any
+) -> None:
+    args = ["sweep", "--policies", "farm,cache-splitting", "--loads", "0.3,0.9", "--jobs", "60"]
+    local = runner.invoke(app, [*args, "-j", "1", "--out", str(tmp_path / "local")])
+    assert local.exit_code == 0, local.output
+    address = dask_cluster.scheduler_address
+    remote = runner.invoke(app, [*args, "--scheduler", address, "--out", str(tmp_path / "dask")])
+    assert remote.exit_code == 0, remote.output
+    rows = _rows_without_wall(tmp_path / "dask" / "sweep.csv")
+    assert rows == _rows_without_wall(tmp_path / "local" / "sweep.csv")
+    assert len(rows) == 4
+    assert (tmp_path / "dask" / "sweep.png").read_bytes()[:8] == PNG_MAGIC
+
+
+def test_a_performance_map_on_a_dask_cluster_is_the_local_one(
+    tmp_path: Path, dask_cluster: Any
+) -> None:
+    args = ["perf-map", "--periods-h", "0", "--stripes", "5000", "--caches-gb", "50,100"]
+    args += ["--nodes", "3", "--jobs", "30"]
+    local = runner.invoke(app, [*args, "-j", "1", "--out", str(tmp_path / "local.json")])
+    assert local.exit_code == 0, local.output
+    address = dask_cluster.scheduler_address
+    remote = runner.invoke(app, [*args, "--scheduler", address, "--out", str(tmp_path / "d.json")])
+    assert remote.exit_code == 0, remote.output
+    pmap = json.loads((tmp_path / "d.json").read_text())
+    assert pmap == json.loads((tmp_path / "local.json").read_text())
+    assert len(pmap["points"]) == 2
+
+
+SIMULATING_COMMANDS = [
+    ["sweep", "--policies", "farm", "--loads", "0.5"],
+    ["perf-map"],
+    ["demo-sim"],
+    ["reproduce", "ponce", "--quick"],
+]
+
+
+@pytest.mark.parametrize("command", SIMULATING_COMMANDS, ids=lambda c: c[0])
+def test_an_unreachable_scheduler_is_one_line_exit_2_nothing_written(
+    tmp_path: Path, command: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(parallel, "CONNECT_TIMEOUT_S", 0.5)
+    address = f"tcp://127.0.0.1:{free_port()}"  # nothing listens there
+    out = tmp_path / "o"
+    result = runner.invoke(app, [*command, "--scheduler", address, "--out", str(out)])
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: --scheduler: ")
+    assert address in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert result.stdout == ""
+    assert not out.exists()
+
+
+def test_a_malformed_scheduler_address_is_one_line_exit_2(tmp_path: Path) -> None:
+    args = ["sweep", "--policies", "farm", "--loads", "0.5", "--out", str(tmp_path / "o")]
+    result = runner.invoke(app, [*args, "--scheduler", "head:port"])
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: --scheduler: 'head:port' is not a scheduler address")
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("command", SIMULATING_COMMANDS, ids=lambda c: c[0])
+def test_processes_and_scheduler_together_are_refused(tmp_path: Path, command: list[str]) -> None:
+    out = tmp_path / "o"
+    args = [*command, "-j", "2", "--scheduler", "tcp://127.0.0.1:8786", "--out", str(out)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2
+    assert result.stderr.strip() == (
+        "error: --processes: not with --scheduler (the cluster's workers decide how many "
+        "simulations run at once)"
+    )
     assert not out.exists()
 
 

@@ -1,14 +1,20 @@
-"""Simulations side by side in processes: the same results, in the same order, as one by one."""
+"""Simulations side by side in processes or on a Dask cluster: the same results, in the same
+order, as one by one."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import socket
+import sys
+import time
+from typing import Any
 
 import pytest
 
+from datasched.sim import parallel
 from datasched.sim.experiment import SimConfig, sweep
-from datasched.sim.parallel import map_in_processes, usable_cores
+from datasched.sim.parallel import ClusterError, check_scheduler, map_in_processes, usable_cores
 from datasched.sim.perfmap import build_map
 
 
@@ -78,3 +84,144 @@ def test_a_performance_map_in_two_processes_equals_one_in_one() -> None:
     assert parallel == serial
     assert [p.stripe_events for p in parallel.points] == [200, 5000]
     assert sorted(points) == [200, 5000]
+
+
+# -- on a Dask cluster (tests/conftest.py starts one on loopback) -------------------------------
+
+
+def test_results_from_a_dask_cluster_come_back_in_the_order_of_the_items(
+    dask_cluster: Any,
+) -> None:
+    items = [range(20_000_000), range(4), range(10), range(3)]
+    seen: list[tuple[int, int]] = []
+    out = map_in_processes(
+        sum,
+        items,
+        scheduler=dask_cluster.scheduler_address,
+        on_done=lambda i, r: seen.append((i, r)),
+    )
+    expected = [sum(r) for r in items]
+    assert out == expected
+    assert sorted(seen) == list(enumerate(expected))
+
+
+def test_a_failure_on_a_dask_worker_is_raised_here_and_the_rest_cancelled(
+    dask_cluster: Any,
+) -> None:
+    items = [-1.0, *[float(n) for n in range(1, 40)]]
+    with pytest.raises(ValueError, match="math domain error"):
+        map_in_processes(math.sqrt, items, scheduler=dask_cluster.scheduler_address)
+    deadline = time.monotonic() + 10
+    while dask_cluster.scheduler.tasks and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not dask_cluster.scheduler.tasks  # nothing left queued on the cluster
+
+
+def test_a_sweep_on_a_dask_cluster_equals_one_in_one_process(dask_cluster: Any) -> None:
+    configs = [
+        SimConfig(policy=p, load_jobs_per_h=load, n_jobs=80)
+        for p in ("splitting", "cache-splitting", "out-of-order")
+        for load in (0.3, 0.9)
+    ]
+    arrived: list[str] = []
+    serial = sweep(configs)
+    remote = sweep(
+        configs,
+        scheduler=dask_cluster.scheduler_address,
+        on_result=lambda s: arrived.append(s.policy),
+    )
+    assert [_without_wall(s) for s in remote] == [_without_wall(s) for s in serial]
+    assert sorted(arrived) == sorted(c.policy for c in configs)
+
+
+def test_a_performance_map_on_a_dask_cluster_equals_one_in_one_process(
+    dask_cluster: Any,
+) -> None:
+    base = SimConfig(policy="delayed", n_jobs=30, n_nodes=3)
+    grid = {"periods_h": [0.0], "stripes": [1000, 5000], "caches_gb": [50.0, 100.0]}
+    serial = build_map(base, **grid)  # type: ignore[arg-type]
+    remote = build_map(base, **grid, scheduler=dask_cluster.scheduler_address)  # type: ignore[arg-type]
+    assert remote == serial
+    assert [(p.stripe_events, p.cache_gb) for p in remote.points] == [
+        (1000, 50.0),
+        (5000, 50.0),
+        (1000, 100.0),
+        (5000, 100.0),
+    ]
+
+
+def test_losing_the_scheduler_midway_is_a_cluster_error() -> None:
+    pytest.importorskip("distributed", reason="the runtime extra is not installed")
+    from distributed import LocalCluster
+
+    # A cluster of its own, in this process (quick to start), closed after the first result.
+    cluster = LocalCluster(
+        n_workers=1,
+        threads_per_worker=1,
+        processes=False,
+        protocol="tcp",
+        host="127.0.0.1",
+        dashboard_address="127.0.0.1:0",
+    )
+    with cluster, pytest.raises(ClusterError, match="dropped the runs"):
+        map_in_processes(
+            sum,
+            [range(10), *[range(3_000_000)] * 4],
+            scheduler=cluster.scheduler_address,
+            on_done=lambda i, r: cluster.close(),
+        )
+
+
+def test_check_scheduler_counts_the_workers(dask_cluster: Any) -> None:
+    assert check_scheduler(dask_cluster.scheduler_address) == 2
+
+
+def test_a_worker_is_not_a_scheduler(dask_cluster: Any) -> None:
+    worker = next(iter(dask_cluster.scheduler.workers))
+    with pytest.raises(ClusterError, match=r"is not a Dask scheduler \(it is a Worker\)"):
+        check_scheduler(worker)
+
+
+@pytest.mark.parametrize(
+    ("address", "reason"),
+    [
+        ("localhost", "is not a scheduler address like tcp://HOST:PORT"),
+        ("http://127.0.0.1:8786", "is not a scheduler address like tcp://HOST:PORT"),
+        ("tcp://127.0.0.1:port", "is not a scheduler address like tcp://HOST:PORT"),
+    ],
+)
+def test_a_malformed_address_is_refused_at_once(address: str, reason: str) -> None:
+    started = time.monotonic()
+    with pytest.raises(ClusterError, match=reason):
+        check_scheduler(address)
+    assert time.monotonic() - started < 1
+
+
+def test_an_address_where_nothing_listens_is_refused_within_the_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(parallel, "CONNECT_TIMEOUT_S", 0.5)
+    with socket.socket() as s:  # a port that was free a moment ago
+        s.bind(("127.0.0.1", 0))
+        address = f"tcp://127.0.0.1:{s.getsockname()[1]}"
+    started = time.monotonic()
+    with pytest.raises(ClusterError, match=f"no Dask scheduler answered at {address} within"):
+        map_in_processes(abs, [1, 2], scheduler=address)
+    assert time.monotonic() - started < 3
+
+
+def test_a_server_that_says_nothing_is_refused_within_the_timeout() -> None:
+    # It accepts connections (the kernel does, from the backlog) and never answers: the
+    # address of some other service. distributed.Client alone would wait for ever.
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        address = f"tcp://127.0.0.1:{server.getsockname()[1]}"
+        with pytest.raises(ClusterError, match="no Dask scheduler answered"):
+            check_scheduler(address, timeout_s=0.5)
+
+
+def test_without_dask_the_error_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "distributed", None)  # import distributed fails
+    with pytest.raises(ClusterError, match=r"pip install 'datasched\[runtime\]'"):
+        map_in_processes(abs, [1], scheduler="tcp://127.0.0.1:8786")

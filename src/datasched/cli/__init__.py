@@ -28,7 +28,7 @@ from datasched.core.model import Pipelining
 from datasched.policies import UnknownPolicyError, available, get_policy
 from datasched.sim.experiment import ConfigError, SimConfig
 from datasched.sim.metrics import Summary
-from datasched.sim.parallel import usable_cores
+from datasched.sim.parallel import ClusterError, check_scheduler, usable_cores
 from datasched.sim.plots import uses_cache
 from datasched.sim.workload import JobRecord, TraceError, WorkloadError, load_trace
 
@@ -279,7 +279,20 @@ ProcessesOpt = Annotated[
         "-j",
         metavar="N",
         help="Simulations run side by side in this many processes; the results are the same "
-        f"for any number. Default: one per core this command may use ({usable_cores()} here).",
+        f"for any number. Default: one per core this command may use ({usable_cores()} here). "
+        "Not with --scheduler.",
+        show_default=False,
+    ),
+]
+SchedulerOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--scheduler",
+        metavar="ADDR",
+        help="Run the simulations on the workers of an existing Dask cluster, the one whose "
+        "scheduler is at ADDR (tcp://HOST:PORT), instead of in local processes; the results "
+        "are the same. The workers need datasched installed (this version). Not with "
+        "--processes: the cluster's workers decide how many run at once.",
         show_default=False,
     ),
 ]
@@ -292,6 +305,44 @@ def processes_or_default(processes: int | None) -> int:
     if processes < 1:
         fail(f"--processes: must be at least 1, got {processes}")
     return processes
+
+
+@contextmanager
+def cluster_errors() -> Iterator[None]:
+    """A Dask cluster lost during the runs (``--scheduler``): one line, exit code 1."""
+    try:
+        yield
+    except ClusterError as exc:
+        fail(f"--scheduler: {exc.reason}", code=1)
+
+
+def where_to_run(processes: int | None, scheduler: str | None) -> tuple[int, str | None]:
+    """``--processes`` and ``--scheduler`` checked: ``(processes, scheduler)`` to run with.
+
+    Without ``--scheduler``, :func:`processes_or_default`. With it, the scheduler must answer
+    now (within a few seconds), so that a wrong address is one error line before anything
+    runs; ``--processes`` beside it is refused rather than silently ignored.
+    """
+    if scheduler is None:
+        return processes_or_default(processes), None
+    if processes is not None:
+        fail(
+            "--processes: not with --scheduler (the cluster's workers decide how many "
+            "simulations run at once)"
+        )
+    try:
+        workers = check_scheduler(scheduler)
+    except ClusterError as exc:
+        fail(f"--scheduler: {exc.reason}")
+    if workers == 0:
+        err.print(
+            f"note: the Dask cluster at {scheduler} has no workers yet; the simulations wait "
+            "for some to join",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+    return 1, scheduler
 
 
 FairnessOpt = Annotated[

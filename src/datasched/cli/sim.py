@@ -32,12 +32,14 @@ from datasched.cli import (
     PolicyOpt,
     ProcessesOpt,
     ReplicateOpt,
+    SchedulerOpt,
     SeedOpt,
     StripeOpt,
     TraceOpt,
     WarmupOpt,
     app,
     check_named,
+    cluster_errors,
     err,
     fail,
     jsonable,
@@ -45,13 +47,13 @@ from datasched.cli import (
     named_options,
     out,
     print_json,
-    processes_or_default,
     reproduce_app,
     summary_detail,
     summary_table,
     trace_app,
     trace_rate_jobs_per_h,
     user_errors,
+    where_to_run,
 )
 from datasched.core.model import Pipelining
 from datasched.policies import available, get_policy
@@ -291,10 +293,15 @@ def parse_ints(text: str, option: str) -> list[int]:
 
 
 def run_all(
-    configs: Sequence[SimConfig], *, processes: int = 1, quiet: bool = False
+    configs: Sequence[SimConfig],
+    *,
+    processes: int = 1,
+    scheduler: str | None = None,
+    quiet: bool = False,
 ) -> list[Summary]:
-    """Simulate every config (in up to ``processes`` processes) with a progress bar on stderr
-    (none when ``quiet``); the summaries in the order of ``configs``."""
+    """Simulate every config (in up to ``processes`` processes, or on the Dask cluster at
+    ``scheduler``) with a progress bar on stderr (none when ``quiet``); the summaries in the
+    order of ``configs``."""
     progress = Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -305,13 +312,16 @@ def run_all(
     )
     with progress:
         what = f"simulating in {processes} processes" if processes > 1 else "simulating"
+        if scheduler is not None:
+            what = f"simulating on {scheduler}"
         task = progress.add_task(what, total=len(configs))
 
         def done(summary: Summary) -> None:
             label = f"{summary.policy} {summary.cache_gb:g} GB @ {summary.load_jobs_per_h:.3g}/h"
             progress.update(task, advance=1, description=f"{what}: {label} done")
 
-        results = run_sweep(configs, on_result=done, processes=processes)
+        with cluster_errors():
+            results = run_sweep(configs, on_result=done, processes=processes, scheduler=scheduler)
         progress.update(task, description="done")
     return results
 
@@ -403,6 +413,7 @@ def sweep(
     period_h: PeriodOpt = None,
     stripe_events: StripeOpt = None,
     processes: ProcessesOpt = None,
+    scheduler: SchedulerOpt = None,
 ) -> None:
     """Simulate every policy (and cache size) at every load: a table, a CSV and a plot of
     mean speedup and mean waiting time against load, like Figure 3 of ponce-hersch.
@@ -445,9 +456,9 @@ def sweep(
                             strict=False,
                         )
                     )
-    processes = processes_or_default(processes)
     check_out_dir(out_dir)
-    results = run_all(configs, processes=processes)
+    processes, scheduler = where_to_run(processes, scheduler)
+    results = run_all(configs, processes=processes, scheduler=scheduler)
     with user_errors():
         csv_path, png_path = write_sweep(results, out_dir)
     out.print(summary_table(results, title=f"{nodes} nodes, {jobs} jobs per run"))
@@ -542,6 +553,7 @@ def perf_map(
     jobs: JobsOpt = 1000,
     seed: SeedOpt = 0,
     processes: ProcessesOpt = None,
+    scheduler: SchedulerOpt = None,
 ) -> None:
     """Build the performance map of delayed scheduling (ponce-hersch Figure 9): its maximal
     sustainable load at every period, stripe size and cache size. Adaptive delay (§6) reads
@@ -560,9 +572,9 @@ def perf_map(
         fail("--caches-gb: cache sizes must be zero or positive")
     if out_path.is_dir():
         fail(f"--out: {out_path} is a directory")
-    processes = processes_or_default(processes)
     with user_errors():
         base = SimConfig(policy="delayed", n_nodes=nodes, n_jobs=jobs, seed=seed)
+    processes, scheduler = where_to_run(processes, scheduler)
     total = len(periods) * len(stripe_list) * len(caches)
     progress = Progress(
         TextColumn("{task.description}"),
@@ -582,14 +594,16 @@ def perf_map(
                 f"{point.period_h:g} h: {point.max_load_jobs_per_h:.2f}/h",
             )
 
-        pmap = build_map(
-            base,
-            periods_h=periods,
-            stripes=stripe_list,
-            caches_gb=caches,
-            on_point=done,
-            processes=processes,
-        )
+        with cluster_errors():
+            pmap = build_map(
+                base,
+                periods_h=periods,
+                stripes=stripe_list,
+                caches_gb=caches,
+                on_point=done,
+                processes=processes,
+                scheduler=scheduler,
+            )
     meta = {"nodes": nodes, "jobs": jobs, "seed": seed, "command": "datasched perf-map"}
     with user_errors():
         save_map(pmap, out_path, meta=meta)
@@ -664,6 +678,7 @@ def reproduce_ponce(
         typer.Option("--quick", metavar="", help="Fewer jobs and loads (under 3 minutes)."),
     ] = False,
     processes: ProcessesOpt = None,
+    scheduler: SchedulerOpt = None,
 ) -> None:
     """Re-run the experiments behind ponce-hersch's numbers and figures (§3-§8): our
     Figures 3-12 and 14-16 (CSV and PNG each) and a report with the paper's value beside ours
@@ -671,11 +686,15 @@ def reproduce_ponce(
     from datasched.sim.figures import write_figure
     from datasched.sim.reproduce import run_ponce, write_report
 
-    processes = processes_or_default(processes)
     check_out_dir(out_dir)
-    with err.status(f"running the reproduction in {processes} processes ...") as status:
+    processes, scheduler = where_to_run(processes, scheduler)
+    where = f"on {scheduler}" if scheduler else f"in {processes} processes"
+    with err.status(f"running the reproduction {where} ...") as status, cluster_errors():
         claims, results = run_ponce(
-            quick=quick, processes=processes, progress=lambda m: status.update(m)
+            quick=quick,
+            processes=processes,
+            scheduler=scheduler,
+            progress=lambda m: status.update(m),
         )
     figs = {}
     for result in results:
@@ -722,18 +741,19 @@ def demo_sim(
         ),
     ] = False,
     processes: ProcessesOpt = None,
+    scheduler: SchedulerOpt = None,
 ) -> None:
     """A short tour (well under a minute): the three first-come-first-served policies of
     ponce-hersch (processing farm, job splitting, cache-oriented splitting with 100 GB caches)
     at four loads on the paper's 10-node cluster, as a table, a CSV and a plot."""
-    processes = processes_or_default(processes)
     check_out_dir(out_dir)
+    processes, scheduler = where_to_run(processes, scheduler)
     configs = [
         SimConfig(policy=p, load_jobs_per_h=load, n_jobs=DEMO_JOBS, cache_gb=100.0)
         for p in DEMO_POLICIES
         for load in DEMO_LOADS
     ]
-    results = run_all(configs, processes=processes, quiet=as_json)
+    results = run_all(configs, processes=processes, scheduler=scheduler, quiet=as_json)
     with user_errors():
         csv_path, png_path = write_sweep(results, out_dir)
     if as_json:

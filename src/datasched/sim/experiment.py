@@ -395,13 +395,17 @@ def sweep(
     *,
     on_result: Callable[[Summary], None] | None = None,
     processes: int = 1,
+    scheduler: str | None = None,
 ) -> list[Summary]:
-    """Simulate each config, in up to ``processes`` worker processes; the summaries come back
-    in the order of ``configs`` and are the same for any number of processes (``on_result``
-    sees each as it arrives and drives the CLI's progress bar)."""
+    """Simulate each config, in up to ``processes`` worker processes or on the Dask cluster
+    whose scheduler is at ``scheduler`` (see :func:`map_in_processes`); the summaries come back
+    in the order of ``configs`` and are the same for any number of processes and on any
+    cluster (``on_result`` sees each as it arrives and drives the CLI's progress bar)."""
 
     def done(_: int, summary: Summary) -> None:
         if on_result is not None:
             on_result(summary)
 
-    return map_in_processes(summary_of, configs, processes=processes, on_done=done)
+    return map_in_processes(
+        summary_of, configs, processes=processes, scheduler=scheduler, on_done=done
+    )

@@ -1,21 +1,53 @@
-"""Independent simulations in worker processes.
+"""Independent simulations in worker processes, or on the workers of a Dask cluster.
 
 A simulation is one Python thread's work from start to end, so the only way to use a second
 core is a second process. Each run is seeded by its own config, so the results do not depend
-on how many processes computed them or in which order they finished.
+on how many processes computed them, on which machines, or in which order they finished.
+
+The Dask path (``scheduler="tcp://HOST:PORT"``) imports ``distributed`` only when it is used:
+the simulator itself needs no Dask.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
-from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor, as_completed
-from typing import TypeVar
+from collections.abc import Callable, Coroutine, Sequence
+from concurrent.futures import (
+    CancelledError,
+    Future,
+    ProcessPoolExecutor,
+    ThreadPoolExecutor,
+    as_completed,
+)
+from contextlib import suppress
+from typing import Any, TypeVar
 
-__all__ = ["map_in_processes", "usable_cores"]
+__all__ = [
+    "CONNECT_TIMEOUT_S",
+    "ClusterError",
+    "check_scheduler",
+    "map_in_processes",
+    "usable_cores",
+]
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+CONNECT_TIMEOUT_S = 5.0
+"""How long a Dask scheduler has to answer before its address is reported as unreachable."""
+
+INSTALL_HINT = "pip install 'datasched[runtime]'"
+
+
+class ClusterError(Exception):
+    """A Dask scheduler that cannot be used: a malformed address, no answer, something else
+    answering, or no Dask installed here. ``reason`` says which, in one line."""
+
+    def __init__(self, address: str, reason: str) -> None:
+        super().__init__(reason)
+        self.address = address
+        self.reason = reason
 
 
 def usable_cores() -> int:
@@ -31,15 +63,23 @@ def map_in_processes(
     items: Sequence[T],
     *,
     processes: int = 1,
+    scheduler: str | None = None,
     on_done: Callable[[int, R], None] | None = None,
 ) -> list[R]:
-    """``[fn(item) for item in items]``, in up to ``processes`` worker processes.
+    """``[fn(item) for item in items]``, in up to ``processes`` worker processes, or as tasks
+    on the Dask cluster whose scheduler is at ``scheduler`` (``tcp://HOST:PORT``; then
+    ``processes`` is not used: the cluster's workers decide how many run at once).
 
     ``on_done(index, result)`` is called in this process as each result arrives (in the order
     they finish when parallel; drives a progress bar). With one process, or one item, nothing
-    is forked. ``fn`` and the items must pickle (a module-level function, plain data). The
-    first exception is raised once the runs not yet started are cancelled.
+    is forked. ``fn`` and the items must pickle (a module-level function, plain data); on a
+    cluster its workers must be able to import them (datasched installed there, the same
+    version). The first exception is raised here once the runs not yet started are cancelled.
+    A scheduler that cannot be used raises :class:`ClusterError` before anything runs, and
+    so does losing it midway.
     """
+    if scheduler is not None:
+        return _map_on_cluster(fn, items, scheduler, on_done)
     if processes < 1:
         raise ValueError(f"processes: must be at least 1, got {processes}")
     if processes == 1 or len(items) <= 1:
@@ -61,5 +101,111 @@ def map_in_processes(
                     on_done(i, results[i])
         except BaseException:
             pool.shutdown(wait=True, cancel_futures=True)
+            raise
+    return [results[i] for i in range(len(items))]
+
+
+# -- Dask --------------------------------------------------------------------------------------
+
+
+def _import_distributed(address: str) -> Any:
+    try:
+        import distributed
+    except ModuleNotFoundError as exc:
+        raise ClusterError(
+            address, f"running on a Dask cluster needs Dask: {INSTALL_HINT} ({exc.name} is missing)"
+        ) from exc
+    return distributed
+
+
+def check_scheduler(address: str, *, timeout_s: float | None = None) -> int:
+    """Ask the Dask scheduler at ``address`` who it is; return how many workers it has now.
+
+    Raises :class:`ClusterError` when the address is malformed, when nothing answers within
+    ``timeout_s`` (default :data:`CONNECT_TIMEOUT_S`), when what answers is not a Dask
+    scheduler, or when Dask is not installed. Bounded in time even against a server that
+    accepts the connection and says nothing (``distributed.Client`` alone would wait forever).
+    """
+    _import_distributed(address)
+    from distributed.comm.core import connect
+
+    timeout = CONNECT_TIMEOUT_S if timeout_s is None else timeout_s
+
+    async def identity() -> Any:
+        comm = None
+        try:
+            comm = await connect(address, timeout=timeout)  # type: ignore[no-untyped-call]
+            await comm.write({"op": "identity", "reply": True})
+            return await comm.read()
+        finally:
+            if comm is not None:
+                comm.abort()
+
+    try:
+        info = _run(asyncio.wait_for(identity(), timeout))
+    except ValueError as exc:  # distributed's address parser
+        raise ClusterError(
+            address, f"{address!r} is not a scheduler address like tcp://HOST:PORT ({exc})"
+        ) from exc
+    except (OSError, TimeoutError) as exc:
+        raise ClusterError(
+            address, f"no Dask scheduler answered at {address} within {timeout:g} s"
+        ) from exc
+    except Exception as exc:  # garbage from another kind of server, read as a frame
+        raise ClusterError(address, f"{address} does not answer as a Dask scheduler") from exc
+    if not isinstance(info, dict) or info.get("type") != "Scheduler":
+        kind = info.get("type") if isinstance(info, dict) else None
+        what = f" (it is a {kind})" if isinstance(kind, str) else ""
+        raise ClusterError(address, f"{address} is not a Dask scheduler{what}")
+    return len(info.get("workers") or {})
+
+
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine to its end from synchronous code, also where this thread already runs
+    an event loop (a notebook): then in a thread of its own."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+def _map_on_cluster(
+    fn: Callable[[T], R],
+    items: Sequence[T],
+    address: str,
+    on_done: Callable[[int, R], None] | None,
+) -> list[R]:
+    """:func:`map_in_processes` on a Dask cluster: one task per item."""
+    distributed = _import_distributed(address)
+    check_scheduler(address)
+    if not items:
+        return []
+    try:
+        client = distributed.Client(address, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
+    except (OSError, TimeoutError) as exc:  # gone since it answered check_scheduler
+        raise ClusterError(address, f"lost the Dask scheduler at {address}: {exc}") from exc
+    results: dict[int, R] = {}
+    with client:
+        # pure=False: a task per item even where two items are equal (keys are not hashes).
+        futures = client.map(fn, items, pure=False)
+        index = {future.key: i for i, future in enumerate(futures)}
+        try:
+            for future in distributed.as_completed(futures, loop=client.loop):
+                i = index[future.key]
+                results[i] = future.result()
+                if on_done is not None:
+                    on_done(i, results[i])
+        except BaseException as exc:
+            # Cancelling is tidying up: a failure here (the scheduler gone) must not hide
+            # the error that stopped the run.
+            with suppress(Exception):
+                client.cancel([f for f in futures if not f.done()])
+            if isinstance(exc, CancelledError):  # not by us: the scheduler went away
+                why = getattr(exc, "reason", "cancelled")
+                raise ClusterError(
+                    address, f"the Dask cluster at {address} dropped the runs ({why})"
+                ) from exc
             raise
     return [results[i] for i in range(len(items))]

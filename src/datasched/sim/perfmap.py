@@ -57,10 +57,12 @@ def build_map(
     caches_gb: Sequence[float] = DEFAULT_CACHES_GB,
     on_point: Callable[[MapPoint], None] | None = None,
     processes: int = 1,
+    scheduler: str | None = None,
 ) -> PerformanceMap:
     """Maximal sustainable load of delayed scheduling at every grid point (``base`` gives the
     cluster, workload size and seed; its policy and cache size are replaced). The searches
-    run in up to ``processes`` worker processes; ``on_point`` sees each point as it is found.
+    run in up to ``processes`` worker processes, or on the Dask cluster whose scheduler is at
+    ``scheduler``; ``on_point`` sees each point as it is found.
     """
     grid = [
         (period, stripe, cache) for cache in caches_gb for stripe in stripes for period in periods_h
@@ -88,7 +90,9 @@ def build_map(
     # shipped map was found this way, and confirming runs 8 times as long would take 8 times
     # as many jobs, 75,000 for the one-week period.
     search = functools.partial(find_max_load, confirm_factor=1)
-    loads = map_in_processes(search, configs, processes=processes, on_done=done)
+    loads = map_in_processes(
+        search, configs, processes=processes, scheduler=scheduler, on_done=done
+    )
     return PerformanceMap(tuple(point(i, load) for i, load in enumerate(loads)))
 
 

@@ -378,14 +378,19 @@ def _call(part: Callable[[], Any]) -> Any:
 
 
 def run_ponce(
-    *, quick: bool = False, processes: int = 1, progress: Progress | None = None
+    *,
+    quick: bool = False,
+    processes: int = 1,
+    scheduler: str | None = None,
+    progress: Progress | None = None,
 ) -> tuple[list[Claim], list[FigureResult]]:
     """Every experiment of the reproduction: the claims and the figures (in the paper's
     order, not yet written).
 
     With ``processes`` > 1 the independent parts (the claims of §3 and §7, the figures, the
-    maximal-load searches of §4-§6) run in that many processes. The §8 scale figure times
-    the scheduler, so it runs alone afterwards, with nothing else sharing the CPU.
+    maximal-load searches of §4-§6) run in that many processes; with ``scheduler`` (a Dask
+    scheduler's address) they run on that cluster's workers instead. The §8 scale figure
+    times the scheduler, so it runs alone afterwards, here, with nothing else sharing the CPU.
     """
     from datasched.sim.figures import figure_specs, run_figure
 
@@ -394,7 +399,7 @@ def run_ponce(
     timed = [s for s in specs if s.kind == "scale"]
     results: dict[str, FigureResult] = {}
     max_loads: dict[str, float] = {}
-    if processes <= 1:
+    if processes <= 1 and scheduler is None:
         claims = ponce_fcfs_claims(quick=quick, progress=say)
         for spec in specs:
             if spec not in timed:
@@ -409,7 +414,8 @@ def run_ponce(
             (f"maximal load of {p}", partial(policy_max_load, p, quick=quick))
             for p in MAX_LOAD_POLICIES
         ]
-        say(f"running {len(parts)} parts in {processes} processes ...")
+        where = f"on the Dask cluster at {scheduler}" if scheduler else f"in {processes} processes"
+        say(f"running {len(parts)} parts {where} ...")
         finished = 0
 
         def done(i: int, _: object) -> None:
@@ -417,7 +423,9 @@ def run_ponce(
             finished += 1
             say(f"{finished} of {len(parts)} parts done: {parts[i][0]}")
 
-        out = map_in_processes(_call, [f for _, f in parts], processes=processes, on_done=done)
+        out = map_in_processes(
+            _call, [f for _, f in parts], processes=processes, scheduler=scheduler, on_done=done
+        )
         claims = out[0]
         results.update(zip((s.key for s in figures), out[1 : 1 + len(figures)], strict=True))
         max_loads.update(zip(MAX_LOAD_POLICIES, out[1 + len(figures) :], strict=True))
