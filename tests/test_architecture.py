@@ -1,18 +1,24 @@
-"""DESIGN.md's rule: core and policies import no engine, no Dask, no clock, no I/O."""
+"""DESIGN.md's rules on the shape of the code: core and policies import no engine, no Dask, no
+clock, no I/O; the two engines never import each other (what compares them sits above both);
+no module imports another that imports it back; no source file past ~500 lines; nothing outside
+``policies/`` tests a policy's name."""
 
 from __future__ import annotations
 
 import ast
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
 
 import datasched
+from datasched.policies import available
 
 PACKAGE = Path(datasched.__file__).parent
 FORBIDDEN = (
     "datasched.sim",
     "datasched.runtime",
+    "datasched.compare",
     "datasched.service",
     "datasched.cli",
     "dask",
@@ -26,6 +32,16 @@ FORBIDDEN = (
     "socket",
 )
 PURE_FILES = sorted((PACKAGE / "core").glob("*.py")) + sorted((PACKAGE / "policies").glob("*.py"))
+ENGINE_RULES = {
+    "sim": ("datasched.runtime", "datasched.compare", "datasched.cli", "datasched.service"),
+    "runtime": ("datasched.sim", "datasched.compare", "datasched.cli", "datasched.service"),
+    "compare": ("datasched.cli", "datasched.service"),
+}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -35,22 +51,78 @@ def imported_modules(path: Path) -> set[str]:
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module:
             names.add(node.module)
+            # ``from datasched.cli import sim`` imports the module datasched.cli.sim.
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
     return names
+
+
+def matching(names: set[str], prefixes: tuple[str, ...]) -> set[str]:
+    return {n for n in names for p in prefixes if n == p or n.startswith(p + ".")}
+
+
+ALL_FILES = sorted(PACKAGE.rglob("*.py"))
+MODULES = {module_name(p): p for p in ALL_FILES}
 
 
 @pytest.mark.parametrize("path", PURE_FILES, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_pure_layers_import_nothing_forbidden(path: Path) -> None:
-    bad = {
-        name
-        for name in imported_modules(path)
-        for prefix in FORBIDDEN
-        if name == prefix or name.startswith(prefix + ".")
-    }
+    bad = matching(imported_modules(path), FORBIDDEN)
     assert not bad, f"{path.name} imports {sorted(bad)}"
 
 
-def test_the_rule_is_checked_on_real_files() -> None:
+@pytest.mark.parametrize("package", sorted(ENGINE_RULES))
+def test_the_engines_never_import_each_other(package: str) -> None:
+    for path in sorted((PACKAGE / package).glob("*.py")):
+        bad = matching(imported_modules(path), ENGINE_RULES[package])
+        assert not bad, f"{package}/{path.name} imports {sorted(bad)}"
+
+
+def test_no_module_imports_one_that_imports_it_back() -> None:
+    graph: dict[str, set[str]] = defaultdict(set)
+    for name, path in MODULES.items():
+        graph[name] = {m for m in imported_modules(path) if m in MODULES and m != name}
+    seen: dict[str, int] = {}  # 1: on the current path, 2: done
+    cycles: list[list[str]] = []
+
+    def visit(node: str, path: list[str]) -> None:
+        seen[node] = 1
+        for nxt in sorted(graph[node]):
+            if seen.get(nxt) == 1:
+                cycles.append([*path[path.index(nxt) :], nxt])
+            elif nxt not in seen:
+                visit(nxt, [*path, nxt])
+        seen[node] = 2
+
+    for name in sorted(graph):
+        if name not in seen:
+            visit(name, [name])
+    assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+@pytest.mark.parametrize("path", ALL_FILES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_source_files_stay_short(path: Path) -> None:
+    n = len(path.read_text().splitlines())
+    assert n <= 520, f"{path.name} has {n} lines, past ~500: two things in one?"
+
+
+def test_no_policy_name_is_tested_outside_the_policies() -> None:
+    names = set(available())
+    found = []
+    for path in ALL_FILES:
+        if path.parent.name == "policies":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Compare):
+                continue
+            for operand in [node.left, *node.comparators]:
+                if isinstance(operand, ast.Constant) and operand.value in names:
+                    found.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
+    assert not found, "policy names compared outside policies/: " + ", ".join(found)
+
+
+def test_the_rules_are_checked_on_real_files() -> None:
     assert len(PURE_FILES) >= 8
+    assert {"datasched.sim.engine", "datasched.runtime.engine"} <= set(MODULES)
 
 
 def test_test_modules_have_unique_basenames() -> None:

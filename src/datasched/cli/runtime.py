@@ -24,13 +24,15 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from datasched.cli import err, fail, out, parse_params, print_json, size
+from datasched.cli.app import app
+from datasched.cli.common import err, fail, out, print_json, size
+from datasched.cli.options import ParamOpt, SlotsOpt, policy_params_of, with_policy_options
 from datasched.policies import UnknownPolicyError, get_policy
 
 if TYPE_CHECKING:
     from datasched.runtime.reports import RunReport
 
-__all__ = ["register"]
+__all__: list[str] = []
 
 INSTALL_HINT = "the runtime needs its extra: pip install 'datasched[runtime]'"
 
@@ -143,29 +145,26 @@ def cluster_options(
     cache_dir: Path,
     scheduler: str | None,
     tertiary_mb_s: float | None,
+    slots: int = 1,
 ) -> Any:
     from datasched.runtime.session import ClusterOptions
 
     if workers < 1:
         fail(f"--workers: must be at least 1, got {workers}")
+    if slots < 1:
+        fail(f"--slots: must be at least 1, got {slots}")
     if not cache_gb >= 0:
         fail(f"--cache-gb: must not be negative, got {cache_gb}")
     if tertiary_mb_s is not None and not tertiary_mb_s > 0:
         fail(f"--tertiary-mb-s: must be positive, got {tertiary_mb_s}")
     return ClusterOptions(
         workers=workers,
+        slots=slots,
         cache_bytes=int(cache_gb * 1e9),
         cache_root=cache_dir,
         scheduler_address=scheduler,
         tertiary_bytes_per_s=tertiary_mb_s * 1e6 if tertiary_mb_s else None,
     )
-
-
-def register(app: typer.Typer) -> None:
-    """Add the runtime's commands to ``app``."""
-    app.command("run")(run)
-    app.command("demo-data")(demo_data)
-    app.command("demo")(demo)
 
 
 PolicyOption = Annotated[
@@ -207,16 +206,16 @@ TertiaryOption = Annotated[
 ]
 
 
+@app.command("run")
+@with_policy_options
 def run(
     jobs_file: Annotated[
         Path, typer.Argument(metavar="JOBS.yaml", help="Jobs to run (see the README).")
     ],
     policy: PolicyOption = "out-of-order",
-    params: Annotated[
-        list[str] | None,
-        typer.Option("--param", "-P", metavar="NAME=VALUE", help="A policy parameter."),
-    ] = None,
+    params: ParamOpt = None,
     workers: WorkersOption = 4,
+    slots: SlotsOpt = 1,
     cache_gb: CacheGbOption = 2.0,
     cache_dir: CacheDirOption = Path(".datasched-cache"),
     scheduler: SchedulerOption = None,
@@ -231,18 +230,19 @@ def run(
     as_json: Annotated[
         bool, typer.Option("--json", help="Print one JSON object and nothing else.")
     ] = False,
+    named: dict[str, str] | None = None,
 ) -> None:
     """Run the jobs of a YAML file on Dask workers with per-worker disk caches, scheduled by a
     policy of the core (the same code the simulator runs). Shows progress bars, then a summary;
     each job's merged result goes to its output file."""
     with runtime_errors():
-        from datasched.runtime.reports import EngineConfig
         from datasched.runtime.jobspec import load_jobs
+        from datasched.runtime.reports import EngineConfig
 
         get_policy(policy)  # an unknown name: one line naming the known ones
-        policy_params = parse_params(policy, params)
+        policy_params = policy_params_of(policy, params, named)
         specs = load_jobs(jobs_file)
-        opts = cluster_options(workers, cache_gb, cache_dir, scheduler, tertiary_mb_s)
+        opts = cluster_options(workers, cache_gb, cache_dir, scheduler, tertiary_mb_s, slots)
         if not packet_s > 0:
             fail(f"--packet-s: must be positive, got {packet_s}")
         config = EngineConfig(packet_target_s=packet_s)
@@ -301,6 +301,7 @@ def _run_with_bars(
         )
 
 
+@app.command("demo-data")
 def demo_data(
     directory: Annotated[Path, typer.Argument(metavar="DIR", help="Where the files go.")],
     events: Annotated[int, typer.Option("--events", help="Events in all.")] = 200_000,
@@ -320,6 +321,7 @@ def demo_data(
     out.print(f"catalog: {catalog}", highlight=False)
 
 
+@app.command("demo")
 def demo(
     data_dir: Annotated[
         Path, typer.Option("--data", metavar="DIR", help="Demo dataset (created if absent).")
@@ -354,7 +356,7 @@ def demo(
         from datasched.compare.demo import run_demo
 
         get_policy(policy)  # an unknown name: one line naming the known ones
-        policy_params = parse_params(policy, params) if params else None
+        policy_params = policy_params_of(policy, params) if params else None
         if workers < 1:
             fail(f"--workers: must be at least 1, got {workers}")
         if not tertiary_mb_s > 0:

@@ -1,5 +1,5 @@
-"""The simulator's commands: sim, max-load, sweep, scale, perf-map, policies, trace,
-reproduce and demo-sim. Registered on the root app when :mod:`datasched.cli` is imported."""
+"""The simulator's main commands: ``sim`` (one policy at one load), ``max-load`` (the load a
+cluster sustains) and ``sweep`` (policies, loads and cache sizes, as a CSV and a plot)."""
 
 from __future__ import annotations
 
@@ -9,58 +9,55 @@ import secrets
 import shutil
 from collections.abc import Sequence
 from contextlib import nullcontext
-from dataclasses import asdict, fields
+from dataclasses import fields
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich import box
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
-from datasched.cli import (
-    CacheOpt,
-    FairnessOpt,
-    JobsOpt,
-    JsonOpt,
-    LoadOpt,
-    MinSubjobOpt,
-    NodesOpt,
-    ParamOpt,
-    PeriodOpt,
-    PipelineOpt,
-    PolicyOpt,
-    ProcessesOpt,
-    ReplicateOpt,
-    SchedulerOpt,
-    SeedOpt,
-    StripeOpt,
-    TraceOpt,
-    WarmupOpt,
-    app,
-    check_named,
+from datasched.cli.app import app
+from datasched.cli.common import (
+    check_out_dir,
     cluster_errors,
     err,
     fail,
     jsonable,
-    make_config,
-    named_options,
     out,
+    parse_floats,
     print_json,
-    reproduce_app,
-    summary_detail,
-    summary_table,
-    trace_app,
-    trace_rate_jobs_per_h,
     user_errors,
     where_to_run,
 )
+from datasched.cli.options import (
+    CacheOpt,
+    FileGbOpt,
+    JobsOpt,
+    JsonOpt,
+    LoadOpt,
+    MinSubjobOpt,
+    MtbfOpt,
+    NodesOpt,
+    ParamOpt,
+    PipelineOpt,
+    PolicyOpt,
+    ProcessesOpt,
+    RepairOpt,
+    SchedulerOpt,
+    SeedOpt,
+    SlotsOpt,
+    TraceOpt,
+    WarmupOpt,
+    check_named,
+    make_config,
+    with_policy_options,
+)
+from datasched.cli.tables import max_load_table, summary_detail, summary_table
 from datasched.core.model import Pipelining
-from datasched.policies import available, get_policy
+from datasched.policies import get_policy
 from datasched.sim.experiment import (
     CONFIRM_FACTOR,
     ConfigError,
-    MaxLoadSearch,
     Probe,
     SimConfig,
     search_max_load,
@@ -69,21 +66,27 @@ from datasched.sim.experiment import (
 from datasched.sim.experiment import sweep as run_sweep
 from datasched.sim.metrics import Summary
 from datasched.sim.plots import plot_sweep, uses_cache
-from datasched.sim.workload import (
-    WorkloadSpec,
-    generate,
-    load_trace,
-    save_trace,
-)
 
-__all__: list[str] = []
+__all__ = ["run_all", "write_sweep"]
+
+ConfirmOpt = Annotated[
+    int,
+    typer.Option(
+        "--confirm-factor",
+        metavar="K",
+        help="Confirm the bisection's answer by a run of K times --jobs jobs (1: do not).",
+    ),
+]
 
 
 @app.command()
+@with_policy_options
 def sim(
     policy: PolicyOpt = "farm",
     nodes: NodesOpt = 10,
+    slots: SlotsOpt = 1,
     cache_gb: CacheOpt = 100.0,
+    file_gb: FileGbOpt = 0.0,
     load: LoadOpt = 1.0,
     jobs: JobsOpt = 2000,
     seed: SeedOpt = 0,
@@ -91,12 +94,11 @@ def sim(
     warmup: WarmupOpt = 0.2,
     min_subjob: MinSubjobOpt = 10,
     trace: TraceOpt = None,
-    fairness_h: FairnessOpt = None,
-    replicate_after: ReplicateOpt = None,
-    period_h: PeriodOpt = None,
-    stripe_events: StripeOpt = None,
+    node_mtbf_h: MtbfOpt = None,
+    node_repair_h: RepairOpt = 1.0,
     param: ParamOpt = None,
     as_json: JsonOpt = False,
+    named: dict[str, str] | None = None,
 ) -> None:
     """Simulate one policy at one load and print its steady-state figures.
 
@@ -104,12 +106,17 @@ def sim(
     *speedup* is the job's time alone on one node without cache (0.8 s per event) over its
     processing time. Defaults are the paper's cluster: 10 nodes, 600 KB and 0.2 s of CPU per
     event, central storage at 1 MB/s per node, local disks at 10 MB/s, jobs of 40,000 events
-    on average over a 2 TB dataset.
+    on average over a 2 TB dataset. `--slots`, `--file-gb` and `--node-mtbf-h` go beyond the
+    paper: nodes of several CPUs, files cached whole, nodes that fail and come back.
     """
     with user_errors():
         config = make_config(
             policy,
             nodes=nodes,
+            slots=slots,
+            file_gb=file_gb,
+            node_mtbf_h=node_mtbf_h,
+            node_repair_h=node_repair_h,
             cache_gb=cache_gb,
             load=load,
             jobs=jobs,
@@ -119,7 +126,7 @@ def sim(
             min_subjob=min_subjob,
             trace=trace,
             params=param,
-            named=named_options(fairness_h, replicate_after, period_h, stripe_events),
+            named=named,
         )
     spinner = err.status(f"simulating {config.n_jobs} jobs under {policy} ...")
     with nullcontext() if as_json else spinner:
@@ -134,33 +141,23 @@ def sim(
     )
 
 
-ConfirmOpt = Annotated[
-    int,
-    typer.Option(
-        "--confirm-factor",
-        metavar="K",
-        help="Confirm the bisection's answer by a run of K times --jobs jobs (1: do not).",
-    ),
-]
-
-
 @app.command("max-load")
+@with_policy_options
 def max_load(
     policy: PolicyOpt = "farm",
     nodes: NodesOpt = 10,
+    slots: SlotsOpt = 1,
     cache_gb: CacheOpt = 100.0,
+    file_gb: FileGbOpt = 0.0,
     jobs: JobsOpt = 2000,
     seed: SeedOpt = 0,
     pipeline: PipelineOpt = Pipelining.NONE,
     warmup: WarmupOpt = 0.2,
     min_subjob: MinSubjobOpt = 10,
-    fairness_h: FairnessOpt = None,
-    replicate_after: ReplicateOpt = None,
-    period_h: PeriodOpt = None,
-    stripe_events: StripeOpt = None,
     param: ParamOpt = None,
     confirm_factor: ConfirmOpt = CONFIRM_FACTOR,
     as_json: JsonOpt = False,
+    named: dict[str, str] | None = None,
 ) -> None:
     """Find the largest load (jobs/h) the cluster sustains under a policy before its queues
     grow without end.
@@ -189,6 +186,8 @@ def max_load(
         config = make_config(
             policy,
             nodes=nodes,
+            slots=slots,
+            file_gb=file_gb,
             cache_gb=cache_gb,
             load=1.0,
             jobs=jobs,
@@ -197,7 +196,7 @@ def max_load(
             warmup=warmup,
             min_subjob=min_subjob,
             params=param,
-            named=named_options(fairness_h, replicate_after, period_h, stripe_events),
+            named=named,
         )
         if confirm_factor < 1:
             raise ConfigError("confirm_factor", f"must be at least 1, got {confirm_factor}")
@@ -211,7 +210,9 @@ def max_load(
                 "lowest_overloaded_jobs_per_h": found.lowest_overloaded_jobs_per_h,
                 "policy_params": dict(config.policy_params),
                 "n_nodes": nodes,
+                "slots": slots,
                 "cache_gb": cache_gb,
+                "file_gb": file_gb,
                 "pipeline": pipeline.value,
                 "n_jobs": jobs,
                 "confirm_factor": confirm_factor,
@@ -225,71 +226,6 @@ def max_load(
         )
         return
     out.print(max_load_table(found, policy, f"{nodes} nodes, {cache_gb:g} GB cache each"))
-
-
-def max_load_table(found: MaxLoadSearch, policy: str, where: str) -> Table:
-    """The answer of a maximal-load search and the bracket around it."""
-
-    def load(value: float | None) -> str:
-        return "none found" if value is None else f"{value:.3f} jobs/h"
-
-    confirmed = (
-        f"confirmed by a run of {found.confirm_jobs} jobs"
-        if found.confirm_jobs > found.n_jobs
-        else "unconfirmed"
-    )
-    table = Table(
-        title=f"maximal sustainable load of {policy} ({where})",
-        box=box.SIMPLE_HEAD,
-        show_header=False,
-        pad_edge=False,
-    )
-    table.add_column("figure", style="bold")
-    table.add_column("value", justify="right")
-    table.add_column("meaning", style="dim")
-    table.add_row(
-        "maximal sustainable load", load(found.max_load_jobs_per_h), "the highest sustained"
-    )
-    table.add_row("highest sustained", load(found.highest_sustained_jobs_per_h), confirmed)
-    table.add_row(
-        "lowest overloaded", load(found.lowest_overloaded_jobs_per_h), "the limit lies below"
-    )
-    table.add_row("runs", f"{len(found.probes)}", f"of {found.n_jobs} jobs and longer")
-    return table
-
-
-def parse_floats(texts: str | Sequence[str], option: str) -> list[float]:
-    """``0.1,0.2,0.5`` or ``START:STOP:COUNT`` (evenly spaced, both ends included); a list of
-    such texts (a repeated option) is concatenated."""
-    values: list[float] = []
-    for text in [texts] if isinstance(texts, str) else texts:
-        try:
-            if ":" in text:
-                start_s, stop_s, count_s = text.split(":")
-                start, stop, count = float(start_s), float(stop_s), int(count_s)
-                if count < 1:
-                    raise ValueError
-                step = (stop - start) / (count - 1) if count > 1 else 0.0
-                # Rounded so that 0.1:1.5:8 gives 0.3, not 0.30000000000000004.
-                values += [round(start + step * i, 12) for i in range(count)]
-            else:
-                values += [float(v) for v in text.split(",") if v.strip()]
-        except ValueError:
-            fail(f"{option}: expected a comma list like 0.1,0.5 or START:STOP:COUNT, got {text!r}")
-    if not values:
-        fail(f"{option}: no values given")
-    return values
-
-
-def parse_ints(text: str, option: str) -> list[int]:
-    """``10,100,1000``: whole numbers only."""
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        fail(f"{option}: expected a comma list of whole numbers like 10,100, got {text!r}")
-    if not values:
-        fail(f"{option}: no values given")
-    return values
 
 
 def run_all(
@@ -326,12 +262,6 @@ def run_all(
     return results
 
 
-def check_out_dir(out_dir: Path) -> None:
-    """Refuse an ``--out`` that names a file, before anything runs."""
-    if out_dir.exists() and not out_dir.is_dir():
-        fail(f"--out: {out_dir} exists and is not a directory")
-
-
 def write_sweep(results: Sequence[Summary], out_dir: Path) -> tuple[Path, Path]:
     """Write ``sweep.csv`` and ``sweep.png`` into ``out_dir``, all or nothing.
 
@@ -366,6 +296,7 @@ def write_sweep(results: Sequence[Summary], out_dir: Path) -> tuple[Path, Path]:
 
 
 @app.command()
+@with_policy_options
 def sweep(
     out_dir: Annotated[
         Path,
@@ -403,17 +334,18 @@ def sweep(
         ),
     ] = None,
     nodes: NodesOpt = 10,
+    slots: SlotsOpt = 1,
+    file_gb: FileGbOpt = 0.0,
     jobs: JobsOpt = 1000,
     seed: SeedOpt = 0,
     pipeline: PipelineOpt = Pipelining.NONE,
     warmup: WarmupOpt = 0.2,
     min_subjob: MinSubjobOpt = 10,
-    fairness_h: FairnessOpt = None,
-    replicate_after: ReplicateOpt = None,
-    period_h: PeriodOpt = None,
-    stripe_events: StripeOpt = None,
+    node_mtbf_h: MtbfOpt = None,
+    node_repair_h: RepairOpt = 1.0,
     processes: ProcessesOpt = None,
     scheduler: SchedulerOpt = None,
+    named: dict[str, str] | None = None,
 ) -> None:
     """Simulate every policy (and cache size) at every load: a table, a CSV and a plot of
     mean speedup and mean waiting time against load, like Figure 3 of ponce-hersch.
@@ -432,7 +364,7 @@ def sweep(
     ]
     if not names:
         fail("--policies: no policy given")
-    named = named_options(fairness_h, replicate_after, period_h, stripe_events)
+    named = named or {}
     configs: list[SimConfig] = []
     with user_errors(policy="--policies", load_jobs_per_h="--loads"):
         for name in names:
@@ -445,6 +377,10 @@ def sweep(
                         make_config(
                             name,
                             nodes=nodes,
+                            slots=slots,
+                            file_gb=file_gb,
+                            node_mtbf_h=node_mtbf_h,
+                            node_repair_h=node_repair_h,
                             cache_gb=cache,
                             load=load,
                             jobs=jobs,
@@ -463,308 +399,3 @@ def sweep(
         csv_path, png_path = write_sweep(results, out_dir)
     out.print(summary_table(results, title=f"{nodes} nodes, {jobs} jobs per run"))
     out.print(f"CSV:  {csv_path}\nplot: {png_path}", highlight=False)
-
-
-@app.command()
-def scale(
-    policy: PolicyOpt = "farm",
-    nodes: Annotated[
-        str,
-        typer.Option(
-            "--nodes", metavar="N,N,...", help="Cluster sizes, comma list (e.g. 10,100,1000)."
-        ),
-    ] = "10,100",
-    load: Annotated[
-        float,
-        typer.Option(
-            "--load",
-            metavar="JOBS/H",
-            help="Load of a 10-node cluster in jobs/h; it grows in proportion to the nodes.",
-        ),
-    ] = 0.5,
-    jobs: JobsOpt = 200,
-    cache_gb: CacheOpt = 100.0,
-    param: ParamOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """Measure the master's work as the cluster grows (ponce-hersch §8, Figure 16).
-
-    Load and data space grow in proportion to the number of nodes; printed are the scheduler's
-    time per job and the master's load (scheduler seconds per simulated second; 1.0 = one core
-    fully busy).
-    """
-    from datasched.sim.scale import scale_point
-
-    sizes = parse_ints(nodes, "--nodes")
-    with user_errors():
-        base = make_config(
-            policy,
-            nodes=10,
-            cache_gb=cache_gb,
-            load=load,
-            jobs=jobs,
-            seed=0,
-            pipeline=Pipelining.NONE,
-            warmup=0.2,
-            min_subjob=10,
-            params=param,
-        )
-        for n in sizes:
-            if n < 1:
-                raise ConfigError("n_nodes", f"must be a positive number, got {n}")
-    points = []
-    for n in sizes:
-        if not as_json:
-            err.print(f"  {n} nodes ...", highlight=False)
-        points.append(scale_point(base, n))
-    if as_json:
-        print_json([asdict(p) for p in points])
-        return
-    table = Table(title=f"master's work under {policy}", box=box.SIMPLE_HEAD)
-    for col in ("nodes", "jobs/h", "jobs", "ms per job", "master load"):
-        table.add_column(col, justify="right")
-    for p in points:
-        table.add_row(
-            str(p.n_nodes),
-            f"{p.load_jobs_per_h:.3g}",
-            str(p.n_jobs),
-            f"{p.scheduler_s_per_job * 1e3:.2f}",
-            f"{p.master_load:.2e}",
-        )
-    out.print(table)
-
-
-@app.command("perf-map")
-def perf_map(
-    out_path: Annotated[
-        Path,
-        typer.Option("--out", metavar="FILE", help="Where the map (JSON) goes."),
-    ] = Path("out/perfmap.json"),
-    periods_h: Annotated[
-        str, typer.Option("--periods-h", metavar="H,H,...", help="Period delays, hours.")
-    ] = "0,24,48,168",
-    stripes: Annotated[
-        str, typer.Option("--stripes", metavar="N,N,...", help="Stripe sizes, events.")
-    ] = "200,1000,5000",
-    caches_gb: Annotated[
-        str, typer.Option("--caches-gb", metavar="G,G,...", help="Cache sizes per node, GB.")
-    ] = "50,100,200",
-    nodes: NodesOpt = 10,
-    jobs: JobsOpt = 1000,
-    seed: SeedOpt = 0,
-    processes: ProcessesOpt = None,
-    scheduler: SchedulerOpt = None,
-) -> None:
-    """Build the performance map of delayed scheduling (ponce-hersch Figure 9): its maximal
-    sustainable load at every period, stripe size and cache size. Adaptive delay (§6) reads
-    it: `-P performance_map=FILE` (without it, the map shipped with datasched is used)."""
-    from datasched.policies.adaptive import MapPoint
-    from datasched.sim.perfmap import build_map, save_map
-
-    periods = parse_floats(periods_h, "--periods-h")
-    if any(p < 0 for p in periods):
-        fail("--periods-h: periods must be zero or positive")
-    stripe_list = parse_ints(stripes, "--stripes")
-    if any(s < 1 for s in stripe_list):
-        fail("--stripes: stripe sizes must be positive")
-    caches = parse_floats(caches_gb, "--caches-gb")
-    if any(c < 0 for c in caches):
-        fail("--caches-gb: cache sizes must be zero or positive")
-    if out_path.is_dir():
-        fail(f"--out: {out_path} is a directory")
-    with user_errors():
-        base = SimConfig(policy="delayed", n_nodes=nodes, n_jobs=jobs, seed=seed)
-    processes, scheduler = where_to_run(processes, scheduler)
-    total = len(periods) * len(stripe_list) * len(caches)
-    progress = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err,
-    )
-    with progress:
-        task = progress.add_task("max-load searches", total=total)
-
-        def done(point: MapPoint) -> None:
-            progress.update(
-                task,
-                advance=1,
-                description=f"{point.cache_gb:g} GB, stripe {point.stripe_events}, "
-                f"{point.period_h:g} h: {point.max_load_jobs_per_h:.2f}/h",
-            )
-
-        with cluster_errors():
-            pmap = build_map(
-                base,
-                periods_h=periods,
-                stripes=stripe_list,
-                caches_gb=caches,
-                on_point=done,
-                processes=processes,
-                scheduler=scheduler,
-            )
-    meta = {"nodes": nodes, "jobs": jobs, "seed": seed, "command": "datasched perf-map"}
-    with user_errors():
-        save_map(pmap, out_path, meta=meta)
-    out.print(f"map: {out_path}", highlight=False)
-
-
-@app.command()
-def policies() -> None:
-    """List the scheduling policies: name (for `--policy`), the paper section each implements,
-    and what it does."""
-    table = Table(title="scheduling policies", box=box.SIMPLE_HEAD)
-    table.add_column("name", style="bold")
-    table.add_column("source")
-    table.add_column("what it does")
-    for name, cls in available().items():
-        table.add_row(name, cls.section, cls.summary)
-    out.print(table)
-
-
-@trace_app.command("generate")
-def trace_generate(
-    out_file: Annotated[
-        Path, typer.Option("--out", metavar="FILE", help="Trace CSV to write (replaced if there).")
-    ],
-    load: LoadOpt = 1.0,
-    jobs: Annotated[int, typer.Option("--jobs", metavar="N", help="Jobs in the trace.")] = 1000,
-    seed: SeedOpt = 0,
-) -> None:
-    """Write a synthetic job trace with the paper's workload: Erlang-4 job sizes of mean
-    40,000 events, start points falling half of the time in two hot regions that hold 10 % of
-    the data, Poisson arrivals. Replay it with `datasched sim --trace FILE`."""
-    with user_errors():
-        records = generate(WorkloadSpec(load_jobs_per_h=load, n_jobs=jobs, seed=seed))
-    if not out_file.parent.is_dir():
-        fail(f"--out: directory {out_file.parent} does not exist")
-    if out_file.is_dir():
-        fail(f"--out: {out_file} is a directory")
-    with user_errors():
-        save_trace(records, out_file)
-    out.print(f"wrote {len(records)} jobs to {out_file}", highlight=False)
-
-
-@trace_app.command("show")
-def trace_show(
-    path: Annotated[Path, typer.Argument(metavar="FILE", help="Trace CSV to check and summarise.")],
-) -> None:
-    """Check a trace and summarise it: number of jobs, time span, arrival rate, mean size."""
-    with user_errors():
-        records = load_trace(path)
-    span = records[-1].submit_s - records[0].submit_s
-    mean = sum(r.n_events for r in records) / len(records)
-    rate = trace_rate_jobs_per_h(records)
-    rate_text = f"{rate:.3g} jobs/h" if rate is not None else "no rate: one submission time"
-    out.print(f"{len(records)} jobs over {span / 3600:.1f} h ({rate_text})", highlight=False)
-    out.print(
-        f"mean size {mean:,.0f} events; "
-        f"data space used up to event {max(r.stop_event for r in records):,}",
-        highlight=False,
-    )
-
-
-@reproduce_app.command("ponce")
-def reproduce_ponce(
-    out_dir: Annotated[
-        Path,
-        typer.Option(
-            "--out", metavar="DIR", help="Directory for report.md, claims.csv and figures/."
-        ),
-    ],
-    quick: Annotated[
-        bool,
-        typer.Option("--quick", metavar="", help="Fewer jobs and loads (under 3 minutes)."),
-    ] = False,
-    processes: ProcessesOpt = None,
-    scheduler: SchedulerOpt = None,
-) -> None:
-    """Re-run the experiments behind ponce-hersch's numbers and figures (§3-§8): our
-    Figures 3-12 and 14-16 (CSV and PNG each) and a report with the paper's value beside ours
-    for every claim."""
-    from datasched.sim.figures import write_figure
-    from datasched.sim.reproduce import run_ponce, write_report
-
-    check_out_dir(out_dir)
-    processes, scheduler = where_to_run(processes, scheduler)
-    where = f"on {scheduler}" if scheduler else f"in {processes} processes"
-    with err.status(f"running the reproduction {where} ...") as status, cluster_errors():
-        claims, results = run_ponce(
-            quick=quick,
-            processes=processes,
-            scheduler=scheduler,
-            progress=lambda m: status.update(m),
-        )
-    figs = {}
-    for result in results:
-        with user_errors():
-            figs[result.spec.key] = write_figure(result, out_dir / "figures")
-    shown = [(f.spec.title, f.png_path) for f in figs.values() if f.png_path is not None]
-    with user_errors():
-        _, md_path = write_report(
-            claims, out_dir, title="Reproduction of ponce-hersch", figures=shown
-        )
-    table = Table(title="ponce-hersch: paper vs datasched")
-    for col in ("claim", "paper", "ours", "agrees"):
-        table.add_column(col)
-    for c in claims:
-        bound = {"at_most": "<= ", "at_least": ">= "}.get(c.bound, "")
-        table.add_row(
-            c.claim,
-            f"{bound}{c.paper:g}",
-            f"{c.ours:.3g}",
-            "yes" if c.agrees else "[yellow]no[/yellow]",
-        )
-    out.print(table)
-    out.print(f"report: {md_path}", highlight=False)
-    out.print(f"figures: {out_dir / 'figures'}", highlight=False)
-
-
-DEMO_POLICIES = ("farm", "splitting", "cache-splitting")
-DEMO_LOADS = (0.2, 0.5, 0.8, 1.1)
-DEMO_JOBS = 400
-
-
-@app.command("demo-sim")
-def demo_sim(
-    out_dir: Annotated[
-        Path,
-        typer.Option("--out", metavar="DIR", help="Where sweep.csv and sweep.png go."),
-    ] = Path("out/demo"),
-    as_json: Annotated[
-        bool,
-        typer.Option(
-            "--json",
-            metavar="",
-            help="Print one JSON object (every run, the CSV and plot paths) and nothing else.",
-        ),
-    ] = False,
-    processes: ProcessesOpt = None,
-    scheduler: SchedulerOpt = None,
-) -> None:
-    """A short tour (well under a minute): the three first-come-first-served policies of
-    ponce-hersch (processing farm, job splitting, cache-oriented splitting with 100 GB caches)
-    at four loads on the paper's 10-node cluster, as a table, a CSV and a plot."""
-    check_out_dir(out_dir)
-    processes, scheduler = where_to_run(processes, scheduler)
-    configs = [
-        SimConfig(policy=p, load_jobs_per_h=load, n_jobs=DEMO_JOBS, cache_gb=100.0)
-        for p in DEMO_POLICIES
-        for load in DEMO_LOADS
-    ]
-    results = run_all(configs, processes=processes, scheduler=scheduler, quiet=as_json)
-    with user_errors():
-        csv_path, png_path = write_sweep(results, out_dir)
-    if as_json:
-        print_json(
-            {
-                "runs": [jsonable(r.to_dict()) for r in results],
-                "csv": str(csv_path),
-                "plot": str(png_path),
-            }
-        )
-        return
-    title = f"{DEMO_JOBS} jobs per run, 10 nodes, 100 GB caches"
-    out.print(summary_table(results, title=title))
-    out.print(f"plot: {png_path}", highlight=False)

@@ -165,9 +165,8 @@ class AdaptiveDelay(DelayedScheduling):
         Param(
             "performance_map",
             object,
-            "shipped",
-            "a performance map file (JSON, from `datasched perf-map`), or none: never delay. "
-            "Default: the map shipped for ponce-hersch's cluster",
+            "the map shipped for ponce-hersch's cluster",
+            "a performance map file (JSON, from `datasched perf-map`), or none: never delay",
             none_ok=True,
             parse=load_map,
             factory=default_map,

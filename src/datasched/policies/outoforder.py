@@ -187,7 +187,14 @@ class OutOfOrder(Policy):
         sched.preempt(slot, replacement=sj)
 
     def work_returned(self, sched: SchedulerView, sj: Subjob, cause: Returned) -> None:
-        """Back to the front of the queue it came from."""
+        """Back to the front of the queue it came from; straight onto its node if that node
+        has a free slot (a queue is served only when one of its slots frees: work queued
+        on an idle node would wait for ever)."""
+        if sj.cached_on is not None:
+            slot = self._idle_slot_of(sched, sj.cached_on)
+            if slot is not None:
+                sched.start(sj, slot)
+                return
         self._queue_of(sj).appendleft(sj)
         if sj.cached_on is not None:
             self._push_load(sched, sj.cached_on)

@@ -21,7 +21,6 @@ from __future__ import annotations
 import heapq
 import itertools
 import time
-from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -50,48 +49,24 @@ from datasched.core.events import (
     JobArrived,
     NodeJoined,
     NodeLost,
-    SubjobFinished,
-    SubjobShrunk,
-    SubjobStopped,
     Tick,
     TransferDone,
 )
 from datasched.core.intervals import IntervalSet
-from datasched.core.model import Job, Source, Subjob, node_endpoint
+from datasched.core.model import Job, node_endpoint
 from datasched.core.policy import metrics_of
 from datasched.core.replacement import LRU, Replacement
 from datasched.core.scheduler import Scheduler
 from datasched.sim.faults import FaultStream, NodeFaults
 from datasched.sim.network import Network, Transfer
 from datasched.sim.recorder import JobRecordTimes, Recorder, Release, SimRun
+from datasched.sim.subjobs import _FINISH, SubjobRuns, _Run
 
 __all__ = ["JobRecordTimes", "Release", "SimEngine", "SimRun"]
 
-_ARRIVAL, _FINISH, _TICK, _TRANSFER, _FAIL, _REPAIR = range(6)
-_LUMP = -2
-"""The peer field of a segment that moves a whole file and processes no event."""
+_ARRIVAL, _TICK, _TRANSFER, _FAIL, _REPAIR = 0, 2, 3, 4, 5
+"""Kinds of heap entries (a subjob's end, ``_FINISH``, is 1)."""
 _EMPTY = IntervalSet()
-_NOTHING = (0, 0, 0)
-
-
-@dataclass(slots=True)
-class _Run:
-    """A subjob running on a simulated slot."""
-
-    subjob: Subjob
-    start_s: float
-    segments: list[tuple[int, int, float, Source, int]]
-    """``(start, stop, seconds per event, source, peer node or -1)`` in processing order;
-    a segment with ``start == stop`` fetches a whole file and lasts ``seconds per event``."""
-    ends: list[float]
-    """Cumulative seconds from ``start_s`` to the end of each segment."""
-    local: IntervalSet
-    fetched: IntervalSet
-    pin: int | None
-    peer_pins: list[tuple[NodeCache, int]]
-    fetch: int | None
-    version: int
-    fill_duplicates: bool = True
 
 
 @dataclass(slots=True)
@@ -106,7 +81,7 @@ class _Move:
     replicate: bool
 
 
-class SimEngine:
+class SimEngine(SubjobRuns):
     """Runs a list of jobs through a built :class:`Scheduler` on a simulated cluster."""
 
     def __init__(
@@ -140,17 +115,6 @@ class SimEngine:
         self._jobs: dict[int, Job] = {}
         self.now = 0.0
         self._scheduler_s = 0.0
-
-    @property
-    def world(self) -> CacheDirectory:
-        """Who caches what, across the simulated cluster: built on first use (peer reads,
-        duplicate-free filling) and kept up to date from then on; policies that never ask
-        do not pay for it."""
-        if self._world is None:
-            self._world = CacheDirectory(len(self.caches))
-            for node, cache in enumerate(self.caches):
-                self._world.add(node, cache.content)
-        return self._world
 
     # -- the loop -----------------------------------------------------------------------------
 
@@ -276,270 +240,6 @@ class SimEngine:
             self.rec.failed(action)
         return 0
 
-    # -- costing a subjob ---------------------------------------------------------------------
-
-    def _rates_of(
-        self, node: int, bytes_per_event: float, cpu: float | None
-    ) -> tuple[float, float, float]:
-        key = (node, bytes_per_event, cpu)
-        rates = self._rates.get(key)
-        if rates is None:
-            rates = self.scheduler.topology.rates(node, self.cost, bytes_per_event, cpu)
-            self._rates[key] = rates
-        return rates
-
-    def _start(self, action: Start | Assign) -> None:
-        slot = action.slot
-        if slot in self._runs:
-            raise RuntimeError(f"slot {slot} asked to start a subjob while busy")
-        node = self.scheduler.node_of(slot)
-        sj = action.subjob
-        data = sj.data
-        cache = self.caches[node]
-        local, other = cache.partition(data)
-        pieces: list[tuple[int, int, Source, int]] = [(a, b, Source.CACHE, -1) for a, b in local]
-        peer_read = _EMPTY
-        peer_pins: list[tuple[NodeCache, int]] = []
-        if action.peer_reads and other:
-            for start, stop in other:
-                for a, b, holders in self.world.holders(start, stop):
-                    peers = [h for h in holders if h != node]
-                    if peers:
-                        peer = min(peers)
-                        pieces.append((a, b, Source.PEER, peer))
-                        seg = IntervalSet.range(a, b)
-                        peer_read = peer_read | seg
-                        peer_cache = self.caches[peer]
-                        peer_pins.append((peer_cache, peer_cache.pin(seg)))
-            other = other - peer_read
-        pieces.extend((a, b, Source.TERTIARY, -1) for a, b in other)
-        pieces.sort()
-        fetched = _EMPTY
-        fetch = None
-        if action.cache_fill:
-            fetched = other | peer_read if action.replicate else other
-            if fetched and not action.fill_duplicates:
-                fetched = fetched - self._held_elsewhere(node, fetched)
-            if fetched:
-                fetch = cache.begin_fetch(fetched)
-        cpu = self._jobs[sj.job_id].cpu_s_per_event
-        if self._file_grain:
-            segments, ends, total = self._file_segments(node, pieces, fetched, cpu)
-        else:
-            spe = self._rates_of(node, self.space.bytes_per_event, cpu)
-            segments = []
-            ends = []
-            total = 0.0
-            for a, b, src, peer in pieces:
-                per = spe[src]
-                segments.append((a, b, per, src, peer))
-                total += (b - a) * per
-                ends.append(total)
-        pin = cache.pin(local) if local else None
-        version = next(self._versions)
-        run = _Run(sj, self.now, segments, ends, local, fetched, pin, peer_pins, fetch, version)
-        run.fill_duplicates = action.fill_duplicates
-        self._runs[slot] = run
-        heapq.heappush(self._heap, (self.now + total, next(self._seq), _FINISH, slot, version))
-
-    def _file_segments(
-        self,
-        node: int,
-        pieces: list[tuple[int, int, Source, int]],
-        fetched: IntervalSet,
-        cpu: float | None,
-    ) -> tuple[list[tuple[int, int, float, Source, int]], list[float], float]:
-        """Segments of a subjob over whole-file caches: each piece cut by file, at that
-        file's event size; a file to be cached from tertiary storage is first fetched whole
-        (a segment of no events), then read from the local disk."""
-        space = self.space
-        files = space.files
-        tertiary_bps = self.scheduler.topology.tertiary_bytes_per_s(node)
-        segments: list[tuple[int, int, float, Source, int]] = []
-        ends: list[float] = []
-        total = 0.0
-        lumped: set[int] = set()
-        for a, b, src, peer in pieces:
-            i = space.file_at(a)
-            while a < b:
-                f = files[i]
-                stop = min(b, f.stop)
-                if stop == a:  # an empty file
-                    i += 1
-                    continue
-                spe = self._rates_of(node, f.bytes_per_event, cpu)
-                per = spe[src]
-                if src is Source.TERTIARY and a in fetched:
-                    if i not in lumped:
-                        lumped.add(i)
-                        lump = f.n_bytes / tertiary_bps
-                        if lump > 0:
-                            segments.append((a, a, lump, Source.TERTIARY, _LUMP))
-                            total += lump
-                            ends.append(total)
-                    per = spe[Source.CACHE]
-                segments.append((a, stop, per, src, peer))
-                total += (stop - a) * per
-                ends.append(total)
-                a = stop
-                i += 1
-        return segments, ends, total
-
-    def _shrink(self, action: Shrink) -> SubjobShrunk:
-        """Take what was asked, less what is processed or in progress, from a running subjob;
-        it goes on with the rest, its finish moved earlier."""
-        slot = action.slot
-        run = self._runs.get(slot)
-        if run is None or run.subjob.subjob_id != action.subjob_id:
-            raise RuntimeError(f"slot {slot} is not running subjob {action.subjob_id}")
-        segments = run.segments
-        k, part = _position(run, self.now - run.start_s)
-        released = _EMPTY
-        if k < len(segments):
-            # Segments are in ascending event order: everything after the event in progress
-            # is untouched.
-            in_progress = segments[k][0] + part
-            released = (action.release & run.subjob.data).split_at(in_progress + 1)[1]
-        if not released:
-            return SubjobShrunk(self.now, action.subjob_id, slot, _EMPTY)
-        kept = segments[:k]
-        ends = run.ends[:k]
-        total = ends[-1] if ends else 0.0
-        keep_data = run.subjob.data - released
-        for a, b, per, src, peer in segments[k:]:
-            if a == b:
-                # A whole-file fetch stays if any event of its file is kept.
-                f = self.space.files[self.space.file_at(a)]
-                if keep_data.clip(a, f.stop):
-                    kept.append((a, b, per, src, peer))
-                    total += per
-                    ends.append(total)
-                continue
-            for lo, hi in released.gaps(a, b):
-                kept.append((lo, hi, per, src, peer))
-                total += (hi - lo) * per
-                ends.append(total)
-        run.segments, run.ends = kept, ends
-        run.subjob = run.subjob.shrunk(released)
-        cache = self.caches[self.scheduler.node_of(slot)]
-        if run.pin is not None and run.local.overlaps(released):
-            cache.unpin(run.pin)
-            run.local = run.local - released
-            run.pin = cache.pin(run.local) if run.local else None
-        run.version = next(self._versions)
-        finish = (run.start_s + total, next(self._seq), _FINISH, slot, run.version)
-        heapq.heappush(self._heap, finish)
-        return SubjobShrunk(self.now, action.subjob_id, slot, released)
-
-    def _held_elsewhere(self, node: int, data: IntervalSet) -> IntervalSet:
-        """The part of ``data`` that some node other than ``node`` caches."""
-        held: list[tuple[int, int]] = []
-        for start, stop in data:
-            for a, b, holders in self.world.holders(start, stop):
-                if holders and holders != {node}:
-                    held.append((a, b))
-        return IntervalSet(held)
-
-    def _progress(
-        self, run: _Run, finished: bool
-    ) -> tuple[IntervalSet, IntervalSet, tuple[int, int, int], IntervalSet]:
-        """What ``run`` has processed by now, what it has not, its events by source, and an
-        event of each file whose whole-file fetch is done."""
-        data = run.subjob.data
-        segments = run.segments
-        if finished:
-            k, part = len(segments), 0
-        else:
-            k, part = _position(run, self.now - run.start_s)
-        counts = [0, 0, 0]
-        n_done = 0
-        lumps: list[tuple[int, int]] = []
-        for i in range(k):
-            a, b, _, src, peer = segments[i]
-            if peer == _LUMP:
-                lumps.append((a, a + 1))
-            counts[src] += b - a
-            n_done += b - a
-        if k < len(segments):
-            counts[segments[k][3]] += part
-            n_done += part
-        if finished:
-            processed, remaining = data, _EMPTY
-        else:
-            # Segments are in ascending event order: what was processed is a prefix.
-            processed, remaining = data.head(n_done)
-        fetched_files = IntervalSet(lumps) if lumps else _EMPTY
-        return processed, remaining, (counts[0], counts[1], counts[2]), fetched_files
-
-    def _leave(self, slot: int, *, finished: bool) -> SubjobFinished | SubjobStopped:
-        """Take the subjob off ``slot`` now: book what it processed and update the cache."""
-        run = self._runs.pop(slot, None)
-        if run is None:
-            raise RuntimeError(f"slot {slot} has no subjob to stop")
-        now = self.now
-        processed, remaining, by_source, fetched_files = self._progress(run, finished)
-        self.rec.ran(
-            run.subjob.job_id,
-            run.start_s,
-            now,
-            by_source,
-            processed,
-            None
-            if self.space.uniform_bytes_per_event is not None
-            else self._tertiary_bytes(run, processed),
-        )
-        cache = self.caches[self.scheduler.node_of(slot)]
-        if run.pin is not None:
-            cache.unpin(run.pin)
-        for peer_cache, token in run.peer_pins:
-            peer_cache.unpin(token)
-            peer_cache.touch(processed, now)
-        if run.local:
-            # Pinned since the start, so cached; a finished subjob read all of it (no
-            # intersection to build: both sets are often fragmented).
-            cache.refresh(run.local if finished else processed & run.local, now)
-        added = evicted = _EMPTY
-        if run.fetch is not None:
-            completed = processed | fetched_files if fetched_files else processed
-            node = self.scheduler.node_of(slot)
-            if not run.fill_duplicates:
-                # Another node may have fetched the same data meanwhile.
-                completed = completed - self._held_elsewhere(node, completed & run.fetched)
-            added, evicted = cache.end_fetch(run.fetch, completed, now)
-            if self._world is not None:
-                self._world.remove(node, evicted)
-                self._world.add(node, added)
-        if finished:
-            return SubjobFinished(now, run.subjob.subjob_id, slot, added, evicted)
-        return SubjobStopped(now, run.subjob.subjob_id, slot, remaining, added, evicted)
-
-    def _sized(self, run: _Run, processed: IntervalSet) -> float | None:
-        """Bytes ``run`` read from tertiary storage when events differ in size (None: the
-        recorder sizes its event counts)."""
-        if self.space.uniform_bytes_per_event is not None:
-            return None
-        return self._tertiary_bytes(run, processed)
-
-    def _tertiary_bytes(self, run: _Run, processed: IntervalSet) -> float:
-        """Bytes ``run`` read from tertiary storage (events of unequal sizes)."""
-        total = 0.0
-        for a, b, _, src, peer in run.segments:
-            if src is not Source.TERTIARY:
-                continue
-            if peer == _LUMP:
-                if processed.clip(a, a + 1) or self._lump_done(run, a):
-                    total += self.space.files[self.space.file_at(a)].n_bytes
-                continue
-            if a not in run.fetched:
-                total += self.space.bytes_of(processed.clip(a, b))
-        return total
-
-    def _lump_done(self, run: _Run, a: int) -> bool:
-        for i, seg in enumerate(run.segments):
-            if seg[0] == a and seg[4] == _LUMP:
-                return run.start_s + run.ends[i] <= self.now
-        return False
-
     # -- data movement --------------------------------------------------------------------------
 
     def _begin_move(
@@ -653,14 +353,3 @@ class SimEngine:
         self._down.discard(node)
         self._schedule_failure(node)
         return NodeJoined(self.now, self.scheduler.topology.nodes[node])
-
-
-def _position(run: _Run, elapsed: float) -> tuple[int, int]:
-    """Where ``run`` is after ``elapsed`` seconds: the index of the segment in progress (the
-    number of segments when all are done) and how many of its events are done."""
-    k = bisect_right(run.ends, elapsed)
-    if k >= len(run.segments):
-        return len(run.segments), 0
-    a, b, per, _, _ = run.segments[k]
-    before = run.ends[k - 1] if k > 0 else 0.0
-    return k, max(min(int((elapsed - before) / per), b - a - 1), 0)

@@ -243,6 +243,7 @@ def simulate(
         cache_gb=config.cache_gb,
         measure=measure,
         wall_s=wall,
+        file_gb=config.file_gb,
     )
     return summary, run
 

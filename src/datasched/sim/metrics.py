@@ -53,6 +53,10 @@ class Summary:
     jobs_completed: int = 0
     jobs_failed: int = 0
     node_failures: int = 0
+    n_slots: int = 0
+    """Processing slots in all (one a node in the paper's cluster)."""
+    file_gb: float = 0.0
+    """Size of the data space's files, cached whole; 0: any event range is cached."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -191,6 +195,7 @@ def summarise(
     cache_gb: float,
     measure: tuple[int, int],
     wall_s: float = 0.0,
+    file_gb: float = 0.0,
 ) -> Summary:
     """Steady-state figures of ``run`` over the jobs with index in ``measure``."""
     lo, hi = measure
@@ -249,4 +254,6 @@ def summarise(
         jobs_completed=run.jobs_completed,
         jobs_failed=run.jobs_failed,
         node_failures=run.node_failures,
+        n_slots=run.n_slots,
+        file_gb=file_gb,
     )

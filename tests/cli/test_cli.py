@@ -338,13 +338,26 @@ def test_trace_round_trip(tmp_path: Path) -> None:
         (["sweep", "--pipeline", "sideways"], "--pipeline: 'sideways' is not one of"),
         (["trace", "generate", "--jobs", "0"], "--jobs: must be a positive integer"),
         (["trace", "generate", "--load", "0"], "--load: must be a positive number"),
-        (["sim", "-p", "out-of-order", "-P", "colour=3"], "has no parameter 'colour'"),
+        (["sim", "-p", "out-of-order", "-P", "colour=3"], "-P colour: policy 'out-of-order' has"),
+        (["sim", "-P", "unknown=1"], "-P unknown: policy 'farm' has no such parameter"),
         (["sim", "-p", "farm", "--period-h", "3"], "--period-h: policy 'farm' takes no such"),
-        (["sim", "-p", "delayed", "--stripe-events", "0"], "--stripe-events: must be positive"),
+        (["sim", "-p", "delayed", "--stripe-events", "0"], "--stripe-events: must be at least 1"),
+        (["sim", "-p", "delayed", "--stripe-events", "many"], "--stripe-events: expected a whole"),
+        (["sim", "-p", "delayed", "-P", "period_h=soon"], "-P period_h: expected a number"),
+        (["sim", "--slots", "0"], "--slots: must be a positive number"),
+        (["sim", "--file-gb", "-1"], "--file-gb: must be zero or positive"),
+        (["sim", "--node-mtbf-h", "-1"], "--node-mtbf-h: must be a positive number"),
+        (["sim", "--node-mtbf-h", "5", "--node-repair-h", "-1"], "--node-repair-h: must be"),
+        (["sweep", "--slots", "0"], "--slots: must be a positive number"),
+        (["max-load", "--slots", "0"], "--slots: must be a positive number"),
+        (
+            ["sim", "-p", "adaptive-delay", "--performance-map", "no/such/map.json"],
+            "--performance-map: no/such/map.json",
+        ),
         (["max-load", "-p", "splitting", "--fairness-h", "2"], "--fairness-h: policy 'splitting'"),
         (["sweep", "--policies", "farm", "--fairness-h", "2"], "--fairness-h: none of the"),
         (["sim", "-p", "out-of-order", "--replicate-after", "0"], "--replicate-after: must be"),
-        (["sim", "-p", "out-of-order", "-P", "fairness_h=-1"], "fairness_h: must be positive"),
+        (["sim", "-p", "out-of-order", "-P", "fairness_h=-1"], "-P fairness_h: must be above 0"),
         (["sim", "-p", "out-of-order", "-P", "fairness_h=soon"], "expected a number"),
     ],
 )
@@ -446,3 +459,51 @@ def test_demo_rejects_bad_policy_settings_before_starting(
     assert message in result.output
     assert "Traceback" not in result.output
     assert not data.exists() and not out.exists()
+
+
+# -- options built from the policies' declarations -----------------------------------------
+
+
+def test_named_policy_options_mean_the_same_as_their_param(tmp_path: Path) -> None:
+    base = ["sim", "-p", "out-of-order", "--jobs", "150", "--json"]
+    named = runner.invoke(app, [*base, "--fairness-h", "0.5", "--replicate-after", "2"])
+    assert named.exit_code == 0, named.output
+    generic = runner.invoke(app, [*base, "-P", "fairness_h=0.5", "-P", "replicate_after=2"])
+    assert generic.exit_code == 0, generic.output
+    a, b = json.loads(named.stdout), json.loads(generic.stdout)
+    a.pop("wall_s"), b.pop("wall_s")
+    assert a == b
+    # Giving replicate_after turned replication on: peers' caches are read.
+    assert a["peer_read_ratio"] > 0
+
+
+def test_every_declared_parameter_has_its_option_and_its_json() -> None:
+    from datasched.policies import available
+
+    help_text = runner.invoke(app, ["sim", "--help"], env={"COLUMNS": "200"}).stdout
+    result = runner.invoke(app, ["policies", "--json"])
+    assert result.exit_code == 0, result.output
+    described = {p["name"]: p for p in json.loads(result.stdout)["policies"]}
+    assert list(described) == list(available())
+    for name, cls in available().items():
+        params = {p["name"]: p for p in described[name]["params"]}
+        assert set(params) == {p.name for p in cls.params}
+        for p in cls.params:
+            assert params[p.name]["help"] == p.help
+            if p.option:
+                assert p.flag in help_text, p.flag
+    fairness = {p["name"]: p for p in described["out-of-order"]["params"]}["fairness_h"]
+    assert fairness["type"] == "float" and fairness["default"] == 48.0
+    assert fairness["minimum"] == 0.0 and fairness["minimum_exclusive"] is True
+
+
+def test_slots_files_and_faults_reach_the_simulation() -> None:
+    args = ["sim", "-p", "cache-splitting", "--jobs", "200", "--json"]
+    args += ["--slots", "2", "--file-gb", "5", "--node-mtbf-h", "100", "--node-repair-h", "2"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["n_slots"] == 20 and data["file_gb"] == 5.0
+    assert data["node_failures"] > 0
+    assert data["jobs_completed"] == 200
+    assert data["events_processed"] == data["events_submitted"] > 0

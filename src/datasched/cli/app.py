@@ -1,0 +1,121 @@
+"""The root command of the command line, and its groups (``trace``, ``reproduce``).
+
+Every command explains itself with ``--help``; the commands live in the modules of this
+package, one module per group of commands, each registering on :data:`app`.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import Annotated, Any
+
+import typer
+from typer.core import TyperGroup
+
+from datasched import __version__
+from datasched.cli.common import err, out
+
+__all__ = ["RootGroup", "app", "reproduce_app", "trace_app"]
+
+
+def _usage_error_line(exc: Exception) -> str:
+    """The parser's error as one line: ``--pipeline: 'x' is not one of ...``."""
+    message = str(getattr(exc, "message", "") or "").removeprefix("Value error, ")
+    param = getattr(exc, "param", None)
+    if isinstance(exc, typer.BadParameter) and param is not None and message:
+        names = [o for o in param.opts if o.startswith("--")] or list(param.opts)
+        line = f"{names[0] if names else param.name}: {message}"
+    else:
+        line = str(exc.format_message())  # type: ignore[attr-defined]
+        ctx = getattr(exc, "ctx", None)
+        if ctx is not None:
+            line = f"{line.rstrip('.')} (see '{ctx.command_path} --help')"
+    return " ".join(line.split())
+
+
+class RootGroup(TyperGroup):
+    """The root command: errors of the parser, too, are one ``error:`` line (exit code 2)."""
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
+        except typer.Abort:
+            err.print("aborted", highlight=False)
+            sys.exit(1)
+        except Exception as exc:
+            # Click's exceptions (vendored by typer): a message and an exit code. Anything
+            # else is a bug and keeps its traceback.
+            exit_code = getattr(exc, "exit_code", None)
+            if not (hasattr(exc, "format_message") and isinstance(exit_code, int)):
+                raise
+            if type(exc).__name__ != "NoArgsIsHelpError":  # its help is already printed
+                err.print(
+                    f"error: {_usage_error_line(exc)}",
+                    markup=False,
+                    highlight=False,
+                    soft_wrap=True,
+                )
+            sys.exit(exit_code)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+app = typer.Typer(
+    cls=RootGroup,
+    help=(
+        "Schedule analysis jobs that read large event datasets on a cluster whose nodes "
+        "cache data from slow central (tape) storage. Simulate: compare scheduling policies, "
+        "find the load a cluster sustains, sweep loads and cache sizes, reproduce the "
+        "published results (ponce-hersch). Run: the same policies drive real analyses on "
+        "Dask workers with disk caches (run, demo)."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="markdown",  # paragraphs are re-wrapped to the terminal
+)
+trace_app = typer.Typer(
+    help="Make and inspect job traces (CSV files, one submitted job per row).",
+    no_args_is_help=True,
+    rich_markup_mode="markdown",
+)
+reproduce_app = typer.Typer(
+    help="Reproduce a paper's numbers and write a report with its values beside ours.",
+    no_args_is_help=True,
+    rich_markup_mode="markdown",
+)
+app.add_typer(trace_app, name="trace")
+app.add_typer(reproduce_app, name="reproduce")
+
+
+def version_callback(value: bool) -> None:
+    """``--version``: print it and stop."""
+    if value:
+        out.print(f"datasched {__version__}", highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=version_callback,
+            is_eager=True,
+            metavar="",
+            help="Print the version and exit.",
+        ),
+    ] = False,
+) -> None:
+    """Cache-aware scheduling of data-intensive analysis jobs (simulator)."""

@@ -1,0 +1,223 @@
+"""What every command of the command line shares: the consoles, one-line errors, number
+lists, output formats, and where simulations run (local processes or a Dask cluster).
+
+Bad input gets one line on stderr naming the option (or the file's line and field) and the
+reason, exit code 2, no traceback, and nothing written: :func:`user_errors` turns the
+library's own errors into that line.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, NoReturn
+
+import typer
+from rich.console import Console
+
+from datasched.core.data import DataError
+from datasched.core.model import ModelError
+from datasched.core.policy import ParamError
+from datasched.policies import UnknownPolicyError
+from datasched.sim.experiment import ConfigError
+from datasched.sim.parallel import ClusterError, check_scheduler, usable_cores
+from datasched.sim.workload import TraceError, WorkloadError
+
+__all__ = [
+    "OPTION_OF",
+    "check_out_dir",
+    "cluster_errors",
+    "err",
+    "fail",
+    "hours",
+    "jsonable",
+    "out",
+    "parse_floats",
+    "parse_ints",
+    "percent",
+    "print_json",
+    "processes_or_default",
+    "size",
+    "user_errors",
+    "where_to_run",
+]
+
+out = Console()
+err = Console(stderr=True)
+
+OPTION_OF = {
+    "policy": "--policy",
+    "load_jobs_per_h": "--load",
+    "n_nodes": "--nodes",
+    "slots": "--slots",
+    "n_jobs": "--jobs",
+    "cache_gb": "--cache-gb",
+    "file_gb": "--file-gb",
+    "seed": "--seed",
+    "min_subjob_events": "--min-subjob",
+    "warmup_fraction": "--warmup",
+    "cooldown_fraction": "--warmup",
+    "max_backlog": "--max-backlog",
+    "node_mtbf_h": "--node-mtbf-h",
+    "node_repair_h": "--node-repair-h",
+}
+"""Config and workload field -> the option that sets it, for error messages."""
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    """Print one ``error:`` line on stderr and exit (2: bad input)."""
+    err.print(f"error: {message}", markup=False, highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+@contextmanager
+def user_errors(**options: str) -> Iterator[None]:
+    """Turn bad-input exceptions into one line naming the option (or trace line) and reason.
+
+    ``options`` renames fields for one command (``load_jobs_per_h="--loads"`` in a sweep).
+    """
+    names = {**OPTION_OF, **options}
+    try:
+        yield
+    except (ConfigError, WorkloadError, DataError, ModelError) as exc:
+        fail(f"{names.get(exc.field, exc.field)}: {exc.reason}")
+    except ParamError as exc:
+        fail(f"{names.get(exc.param, '-P ' + exc.param)}: {exc.reason}")
+    except UnknownPolicyError as exc:
+        fail(f"{names['policy']}: {exc}")
+    except TraceError as exc:
+        fail(str(exc))
+    except OSError as exc:
+        where = f"{exc.filename}: " if exc.filename else ""
+        fail(f"{where}{exc.strerror or exc}", code=1)
+
+
+# -- number lists and paths ---------------------------------------------------------------
+
+
+def parse_floats(texts: str | Sequence[str], option: str) -> list[float]:
+    """``0.1,0.2,0.5`` or ``START:STOP:COUNT`` (evenly spaced, both ends included); a list of
+    such texts (a repeated option) is concatenated."""
+    values: list[float] = []
+    for text in [texts] if isinstance(texts, str) else texts:
+        try:
+            if ":" in text:
+                start_s, stop_s, count_s = text.split(":")
+                start, stop, count = float(start_s), float(stop_s), int(count_s)
+                if count < 1:
+                    raise ValueError
+                step = (stop - start) / (count - 1) if count > 1 else 0.0
+                # Rounded so that 0.1:1.5:8 gives 0.3, not 0.30000000000000004.
+                values += [round(start + step * i, 12) for i in range(count)]
+            else:
+                values += [float(v) for v in text.split(",") if v.strip()]
+        except ValueError:
+            fail(f"{option}: expected a comma list like 0.1,0.5 or START:STOP:COUNT, got {text!r}")
+    if not values:
+        fail(f"{option}: no values given")
+    return values
+
+
+def parse_ints(text: str, option: str) -> list[int]:
+    """``10,100,1000``: whole numbers only."""
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        fail(f"{option}: expected a comma list of whole numbers like 10,100, got {text!r}")
+    if not values:
+        fail(f"{option}: no values given")
+    return values
+
+
+def check_out_dir(out_dir: Path) -> None:
+    """Refuse an ``--out`` that names a file, before anything runs."""
+    if out_dir.exists() and not out_dir.is_dir():
+        fail(f"--out: {out_dir} exists and is not a directory")
+
+
+# -- output -------------------------------------------------------------------------------
+
+
+def hours(seconds: float) -> str:
+    """Seconds as hours for a table: ``12.34 h``, ``< 0.01 h``, ``-`` (nothing measured)."""
+    if math.isnan(seconds):
+        return "-"
+    if 0 < seconds < 36:
+        return "< 0.01 h"
+    return f"{seconds / 3600:.2f} h"
+
+
+def size(n_bytes: float) -> str:
+    """Bytes in decimal units, as the papers count them (1 GB = 10^9 bytes)."""
+    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n_bytes >= scale:
+            return f"{n_bytes / scale:.3g} {unit}"
+    return f"{n_bytes:.0f} B"
+
+
+def percent(ratio: float) -> str:
+    return "-" if math.isnan(ratio) else f"{ratio:.1%}"
+
+
+def jsonable(d: dict[str, Any]) -> dict[str, Any]:
+    """NaN (no job measured) becomes null: JSON has no NaN."""
+    return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in d.items()}
+
+
+def print_json(obj: Any) -> None:
+    """The one JSON document of a ``--json`` run, on stdout."""
+    sys.stdout.write(json.dumps(obj, allow_nan=False) + "\n")
+
+
+# -- where simulations run ----------------------------------------------------------------
+
+
+def processes_or_default(processes: int | None) -> int:
+    """``--processes`` as given (checked), or one per usable core."""
+    if processes is None:
+        return usable_cores()
+    if processes < 1:
+        fail(f"--processes: must be at least 1, got {processes}")
+    return processes
+
+
+@contextmanager
+def cluster_errors() -> Iterator[None]:
+    """A Dask cluster lost during the runs (``--scheduler``): one line, exit code 1."""
+    try:
+        yield
+    except ClusterError as exc:
+        fail(f"--scheduler: {exc.reason}", code=1)
+
+
+def where_to_run(processes: int | None, scheduler: str | None) -> tuple[int, str | None]:
+    """``--processes`` and ``--scheduler`` checked: ``(processes, scheduler)`` to run with.
+
+    Without ``--scheduler``, :func:`processes_or_default`. With it, the scheduler must answer
+    now (within a few seconds), so that a wrong address is one error line before anything
+    runs; ``--processes`` beside it is refused rather than silently ignored.
+    """
+    if scheduler is None:
+        return processes_or_default(processes), None
+    if processes is not None:
+        fail(
+            "--processes: not with --scheduler (the cluster's workers decide how many "
+            "simulations run at once)"
+        )
+    try:
+        workers = check_scheduler(scheduler)
+    except ClusterError as exc:
+        fail(f"--scheduler: {exc.reason}")
+    if workers == 0:
+        err.print(
+            f"note: the Dask cluster at {scheduler} has no workers yet; the simulations wait "
+            "for some to join",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+    return 1, scheduler

@@ -1,0 +1,87 @@
+"""Commands that describe: ``policies`` (what each does, its parameters) and ``trace``
+(make and inspect job traces)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich import box
+from rich.table import Table
+
+from datasched.cli.app import app, trace_app
+from datasched.cli.common import fail, out, print_json, user_errors
+from datasched.cli.options import JsonOpt, LoadOpt, SeedOpt, trace_rate_jobs_per_h
+from datasched.policies import available, describe
+from datasched.sim.workload import WorkloadSpec, generate, load_trace, save_trace
+
+__all__: list[str] = []
+
+
+@app.command()
+def policies(as_json: JsonOpt = False) -> None:
+    """List the scheduling policies: name (for `--policy`), the paper section each implements,
+    what it does, and its parameters (for `-P NAME=VALUE`, and the named options shown by
+    `datasched sim --help`). With `--json`, every policy's declaration: each parameter's name,
+    type, default, bounds, choices and help."""
+    if as_json:
+        print_json({"policies": [describe(name) for name in available()]})
+        return
+    table = Table(title="scheduling policies", box=box.SIMPLE_HEAD)
+    table.add_column("name", style="bold")
+    table.add_column("source")
+    table.add_column("what it does")
+    table.add_column("parameters")
+    for name, cls in available().items():
+        params = ", ".join(f"{p.name}={_shown(p.default)}" for p in cls.params) or "-"
+        table.add_row(name, cls.section, cls.summary, params)
+    out.print(table)
+
+
+def _shown(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "none" if value is None else str(value)
+
+
+@trace_app.command("generate")
+def trace_generate(
+    out_file: Annotated[
+        Path, typer.Option("--out", metavar="FILE", help="Trace CSV to write (replaced if there).")
+    ],
+    load: LoadOpt = 1.0,
+    jobs: Annotated[int, typer.Option("--jobs", metavar="N", help="Jobs in the trace.")] = 1000,
+    seed: SeedOpt = 0,
+) -> None:
+    """Write a synthetic job trace with the paper's workload: Erlang-4 job sizes of mean
+    40,000 events, start points falling half of the time in two hot regions that hold 10 % of
+    the data, Poisson arrivals. Replay it with `datasched sim --trace FILE`."""
+    with user_errors():
+        records = generate(WorkloadSpec(load_jobs_per_h=load, n_jobs=jobs, seed=seed))
+    if not out_file.parent.is_dir():
+        fail(f"--out: directory {out_file.parent} does not exist")
+    if out_file.is_dir():
+        fail(f"--out: {out_file} is a directory")
+    with user_errors():
+        save_trace(records, out_file)
+    out.print(f"wrote {len(records)} jobs to {out_file}", highlight=False)
+
+
+@trace_app.command("show")
+def trace_show(
+    path: Annotated[Path, typer.Argument(metavar="FILE", help="Trace CSV to check and summarise.")],
+) -> None:
+    """Check a trace and summarise it: number of jobs, time span, arrival rate, mean size."""
+    with user_errors():
+        records = load_trace(path)
+    span = records[-1].submit_s - records[0].submit_s
+    mean = sum(r.n_events for r in records) / len(records)
+    rate = trace_rate_jobs_per_h(records)
+    rate_text = f"{rate:.3g} jobs/h" if rate is not None else "no rate: one submission time"
+    out.print(f"{len(records)} jobs over {span / 3600:.1f} h ({rate_text})", highlight=False)
+    out.print(
+        f"mean size {mean:,.0f} events; "
+        f"data space used up to event {max(r.stop_event for r in records):,}",
+        highlight=False,
+    )

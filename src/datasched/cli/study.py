@@ -1,0 +1,297 @@
+"""Studies made of many simulations: ``scale`` (the master's work as the cluster grows),
+``perf-map`` (delayed scheduling's performance map), ``reproduce ponce`` (the paper's numbers
+and figures beside ours) and ``demo-sim`` (a short tour)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich import box
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from datasched.cli.app import app, reproduce_app
+from datasched.cli.common import (
+    check_out_dir,
+    cluster_errors,
+    err,
+    fail,
+    jsonable,
+    out,
+    parse_floats,
+    parse_ints,
+    print_json,
+    user_errors,
+    where_to_run,
+)
+from datasched.cli.options import (
+    CacheOpt,
+    JobsOpt,
+    JsonOpt,
+    NodesOpt,
+    ParamOpt,
+    PolicyOpt,
+    ProcessesOpt,
+    SchedulerOpt,
+    SeedOpt,
+    make_config,
+)
+from datasched.cli.sim import run_all, write_sweep
+from datasched.cli.tables import summary_table
+from datasched.core.model import Pipelining
+from datasched.sim.experiment import ConfigError, SimConfig
+
+__all__: list[str] = []
+
+
+@app.command()
+def scale(
+    policy: PolicyOpt = "farm",
+    nodes: Annotated[
+        str,
+        typer.Option(
+            "--nodes", metavar="N,N,...", help="Cluster sizes, comma list (e.g. 10,100,1000)."
+        ),
+    ] = "10,100",
+    load: Annotated[
+        float,
+        typer.Option(
+            "--load",
+            metavar="JOBS/H",
+            help="Load of a 10-node cluster in jobs/h; it grows in proportion to the nodes.",
+        ),
+    ] = 0.5,
+    jobs: JobsOpt = 200,
+    cache_gb: CacheOpt = 100.0,
+    param: ParamOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Measure the master's work as the cluster grows (ponce-hersch §8, Figure 16).
+
+    Load and data space grow in proportion to the number of nodes; printed are the scheduler's
+    time per job and the master's load (scheduler seconds per simulated second; 1.0 = one core
+    fully busy).
+    """
+    from datasched.sim.scale import scale_point
+
+    sizes = parse_ints(nodes, "--nodes")
+    with user_errors():
+        base = make_config(
+            policy,
+            nodes=10,
+            cache_gb=cache_gb,
+            load=load,
+            jobs=jobs,
+            seed=0,
+            pipeline=Pipelining.NONE,
+            warmup=0.2,
+            min_subjob=10,
+            params=param,
+        )
+        for n in sizes:
+            if n < 1:
+                raise ConfigError("n_nodes", f"must be a positive number, got {n}")
+    points = []
+    for n in sizes:
+        if not as_json:
+            err.print(f"  {n} nodes ...", highlight=False)
+        points.append(scale_point(base, n))
+    if as_json:
+        print_json([asdict(p) for p in points])
+        return
+    table = Table(title=f"master's work under {policy}", box=box.SIMPLE_HEAD)
+    for col in ("nodes", "jobs/h", "jobs", "ms per job", "master load"):
+        table.add_column(col, justify="right")
+    for p in points:
+        table.add_row(
+            str(p.n_nodes),
+            f"{p.load_jobs_per_h:.3g}",
+            str(p.n_jobs),
+            f"{p.scheduler_s_per_job * 1e3:.2f}",
+            f"{p.master_load:.2e}",
+        )
+    out.print(table)
+
+
+@app.command("perf-map")
+def perf_map(
+    out_path: Annotated[
+        Path,
+        typer.Option("--out", metavar="FILE", help="Where the map (JSON) goes."),
+    ] = Path("out/perfmap.json"),
+    periods_h: Annotated[
+        str, typer.Option("--periods-h", metavar="H,H,...", help="Period delays, hours.")
+    ] = "0,24,48,168",
+    stripes: Annotated[
+        str, typer.Option("--stripes", metavar="N,N,...", help="Stripe sizes, events.")
+    ] = "200,1000,5000",
+    caches_gb: Annotated[
+        str, typer.Option("--caches-gb", metavar="G,G,...", help="Cache sizes per node, GB.")
+    ] = "50,100,200",
+    nodes: NodesOpt = 10,
+    jobs: JobsOpt = 1000,
+    seed: SeedOpt = 0,
+    processes: ProcessesOpt = None,
+    scheduler: SchedulerOpt = None,
+) -> None:
+    """Build the performance map of delayed scheduling (ponce-hersch Figure 9): its maximal
+    sustainable load at every period, stripe size and cache size. Adaptive delay (§6) reads
+    it: `-P performance_map=FILE` (without it, the map shipped with datasched is used)."""
+    from datasched.policies.adaptive import MapPoint
+    from datasched.sim.perfmap import build_map, save_map
+
+    periods = parse_floats(periods_h, "--periods-h")
+    if any(p < 0 for p in periods):
+        fail("--periods-h: periods must be zero or positive")
+    stripe_list = parse_ints(stripes, "--stripes")
+    if any(s < 1 for s in stripe_list):
+        fail("--stripes: stripe sizes must be positive")
+    caches = parse_floats(caches_gb, "--caches-gb")
+    if any(c < 0 for c in caches):
+        fail("--caches-gb: cache sizes must be zero or positive")
+    if out_path.is_dir():
+        fail(f"--out: {out_path} is a directory")
+    with user_errors():
+        base = SimConfig(policy="delayed", n_nodes=nodes, n_jobs=jobs, seed=seed)
+    processes, scheduler = where_to_run(processes, scheduler)
+    total = len(periods) * len(stripe_list) * len(caches)
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+    )
+    with progress:
+        task = progress.add_task("max-load searches", total=total)
+
+        def done(point: MapPoint) -> None:
+            progress.update(
+                task,
+                advance=1,
+                description=f"{point.cache_gb:g} GB, stripe {point.stripe_events}, "
+                f"{point.period_h:g} h: {point.max_load_jobs_per_h:.2f}/h",
+            )
+
+        with cluster_errors():
+            pmap = build_map(
+                base,
+                periods_h=periods,
+                stripes=stripe_list,
+                caches_gb=caches,
+                on_point=done,
+                processes=processes,
+                scheduler=scheduler,
+            )
+    meta = {"nodes": nodes, "jobs": jobs, "seed": seed, "command": "datasched perf-map"}
+    with user_errors():
+        save_map(pmap, out_path, meta=meta)
+    out.print(f"map: {out_path}", highlight=False)
+
+
+@reproduce_app.command("ponce")
+def reproduce_ponce(
+    out_dir: Annotated[
+        Path,
+        typer.Option(
+            "--out", metavar="DIR", help="Directory for report.md, claims.csv and figures/."
+        ),
+    ],
+    quick: Annotated[
+        bool,
+        typer.Option("--quick", metavar="", help="Fewer jobs and loads (under 3 minutes)."),
+    ] = False,
+    processes: ProcessesOpt = None,
+    scheduler: SchedulerOpt = None,
+) -> None:
+    """Re-run the experiments behind ponce-hersch's numbers and figures (§3-§8): our
+    Figures 3-12 and 14-16 (CSV and PNG each) and a report with the paper's value beside ours
+    for every claim."""
+    from datasched.sim.figures import write_figure
+    from datasched.sim.reproduce import run_ponce, write_report
+
+    check_out_dir(out_dir)
+    processes, scheduler = where_to_run(processes, scheduler)
+    where = f"on {scheduler}" if scheduler else f"in {processes} processes"
+    with err.status(f"running the reproduction {where} ...") as status, cluster_errors():
+        claims, results = run_ponce(
+            quick=quick,
+            processes=processes,
+            scheduler=scheduler,
+            progress=lambda m: status.update(m),
+        )
+    figs = {}
+    for result in results:
+        with user_errors():
+            figs[result.spec.key] = write_figure(result, out_dir / "figures")
+    shown = [(f.spec.title, f.png_path) for f in figs.values() if f.png_path is not None]
+    with user_errors():
+        _, md_path = write_report(
+            claims, out_dir, title="Reproduction of ponce-hersch", figures=shown
+        )
+    table = Table(title="ponce-hersch: paper vs datasched")
+    for col in ("claim", "paper", "ours", "agrees"):
+        table.add_column(col)
+    for c in claims:
+        bound = {"at_most": "<= ", "at_least": ">= "}.get(c.bound, "")
+        table.add_row(
+            c.claim,
+            f"{bound}{c.paper:g}",
+            f"{c.ours:.3g}",
+            "yes" if c.agrees else "[yellow]no[/yellow]",
+        )
+    out.print(table)
+    out.print(f"report: {md_path}", highlight=False)
+    out.print(f"figures: {out_dir / 'figures'}", highlight=False)
+
+
+DEMO_POLICIES = ("farm", "splitting", "cache-splitting")
+DEMO_LOADS = (0.2, 0.5, 0.8, 1.1)
+DEMO_JOBS = 400
+
+
+@app.command("demo-sim")
+def demo_sim(
+    out_dir: Annotated[
+        Path,
+        typer.Option("--out", metavar="DIR", help="Where sweep.csv and sweep.png go."),
+    ] = Path("out/demo"),
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            metavar="",
+            help="Print one JSON object (every run, the CSV and plot paths) and nothing else.",
+        ),
+    ] = False,
+    processes: ProcessesOpt = None,
+    scheduler: SchedulerOpt = None,
+) -> None:
+    """A short tour (well under a minute): the three first-come-first-served policies of
+    ponce-hersch (processing farm, job splitting, cache-oriented splitting with 100 GB caches)
+    at four loads on the paper's 10-node cluster, as a table, a CSV and a plot."""
+    check_out_dir(out_dir)
+    processes, scheduler = where_to_run(processes, scheduler)
+    configs = [
+        SimConfig(policy=p, load_jobs_per_h=load, n_jobs=DEMO_JOBS, cache_gb=100.0)
+        for p in DEMO_POLICIES
+        for load in DEMO_LOADS
+    ]
+    results = run_all(configs, processes=processes, scheduler=scheduler, quiet=as_json)
+    with user_errors():
+        csv_path, png_path = write_sweep(results, out_dir)
+    if as_json:
+        print_json(
+            {
+                "runs": [jsonable(r.to_dict()) for r in results],
+                "csv": str(csv_path),
+                "plot": str(png_path),
+            }
+        )
+        return
+    title = f"{DEMO_JOBS} jobs per run, 10 nodes, 100 GB caches"
+    out.print(summary_table(results, title=title))
+    out.print(f"plot: {png_path}", highlight=False)

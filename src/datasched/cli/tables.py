@@ -1,0 +1,127 @@
+"""Tables the commands print: one run's figures, many runs, a maximal-load search."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from rich import box
+from rich.table import Table
+
+from datasched.cli.common import hours, percent, size
+from datasched.sim.experiment import MaxLoadSearch
+from datasched.sim.metrics import Summary
+from datasched.sim.plots import uses_cache
+
+__all__ = ["max_load_table", "summary_detail", "summary_table"]
+
+
+def summary_detail(s: Summary) -> Table:
+    """One run, one figure per row, in the units an operator reads (fits 80 columns)."""
+    pipe = "no pipelining" if s.pipeline == "none" else f"{s.pipeline} pipelining"
+    title = (
+        f"{s.policy} at {s.load_jobs_per_h:.3g} jobs/h: {s.n_nodes} nodes, "
+        f"{s.cache_gb:g} GB cache each, {pipe}"
+    )
+    if s.n_slots not in (0, s.n_nodes):
+        title += f", {s.n_slots // max(s.n_nodes, 1)} slots a node"
+    if s.file_gb:
+        title += f", {s.file_gb:g} GB files"
+    table = Table(title=title, box=box.SIMPLE_HEAD, show_header=False, pad_edge=False)
+    table.add_column("figure", style="bold")
+    table.add_column("value", justify="right")
+    table.add_column("meaning", style="dim")
+    rows = [
+        ("jobs measured", f"{s.jobs_measured}", "warm-up and cool-down left out"),
+        ("mean wait", hours(s.mean_wait_s), "submission to start of first part"),
+    ]
+    if not math.isclose(s.mean_wait_excl_delay_s, s.mean_wait_s, rel_tol=1e-9, abs_tol=1e-6):
+        rows.append(
+            (
+                "mean wait after period",
+                hours(s.mean_wait_excl_delay_s),
+                "from the end of its period",
+            )
+        )
+    rows += [
+        ("median wait", hours(s.median_wait_s), ""),
+        ("95th percentile wait", hours(s.p95_wait_s), ""),
+        ("longest wait", hours(s.max_wait_s), ""),
+        ("mean processing time", hours(s.mean_processing_s), "start of first part to end of last"),
+        ("mean speedup", f"{s.mean_speedup:.2f}", "alone on one node, no cache = 1"),
+        ("cache hits", percent(s.cache_hit_ratio), "events read from the node's cache"),
+        ("peer reads", percent(s.peer_read_ratio), "events read from another node's cache"),
+        ("tertiary reads", size(s.tertiary_bytes), "from central storage, measured jobs"),
+        ("utilization", percent(s.utilization), "slot time spent processing"),
+        ("mean backlog", f"{s.mean_backlog:.1f} jobs", "in the system, seen at arrivals"),
+        ("overloaded", "[red]yes[/red]" if s.overloaded else "no", "queues growing without end"),
+    ]
+    if s.node_failures:
+        rows += [
+            ("node failures", f"{s.node_failures}", "their work given back, done elsewhere"),
+            (
+                "jobs completed",
+                f"{s.jobs_completed} of {s.jobs_completed + s.jobs_failed}",
+                f"{s.events_processed:,} of {s.events_submitted:,} events",
+            ),
+        ]
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def summary_table(rows: Sequence[Summary], title: str = "") -> Table:
+    """Many runs, one row each (fits an 80-column terminal: the pipeline column shows only
+    when some run pipelines)."""
+    table = Table(title=title or None, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    piped = any(s.pipeline != "none" for s in rows)
+    columns = ["policy", "cache", *(["pipeline"] if piped else []), "jobs/h", "speedup"]
+    columns += ["wait", "p95 wait", "hits", "busy", "over"]
+    for name in columns:
+        table.add_column(name, justify="left" if name == "policy" else "right")
+    for s in rows:
+        cache = f"{s.cache_gb:g} GB" if uses_cache(s.policy) else "-"
+        cells = [s.policy, cache, *([s.pipeline] if piped else [])]
+        load = s.load_jobs_per_h
+        cells += [
+            f"{load:.2f}" if load >= 0.1 else f"{load:.3g}",
+            f"{s.mean_speedup:.2f}",
+            hours(s.mean_wait_s),
+            hours(s.p95_wait_s),
+            f"{s.cache_hit_ratio:.0%}",
+            f"{s.utilization:.0%}",
+            "[red]yes[/red]" if s.overloaded else "no",
+        ]
+        table.add_row(*cells)
+    return table
+
+
+def max_load_table(found: MaxLoadSearch, policy: str, where: str) -> Table:
+    """The answer of a maximal-load search and the bracket around it."""
+
+    def load(value: float | None) -> str:
+        return "none found" if value is None else f"{value:.3f} jobs/h"
+
+    confirmed = (
+        f"confirmed by a run of {found.confirm_jobs} jobs"
+        if found.confirm_jobs > found.n_jobs
+        else "unconfirmed"
+    )
+    table = Table(
+        title=f"maximal sustainable load of {policy} ({where})",
+        box=box.SIMPLE_HEAD,
+        show_header=False,
+        pad_edge=False,
+    )
+    table.add_column("figure", style="bold")
+    table.add_column("value", justify="right")
+    table.add_column("meaning", style="dim")
+    table.add_row(
+        "maximal sustainable load", load(found.max_load_jobs_per_h), "the highest sustained"
+    )
+    table.add_row("highest sustained", load(found.highest_sustained_jobs_per_h), confirmed)
+    table.add_row(
+        "lowest overloaded", load(found.lowest_overloaded_jobs_per_h), "the limit lies below"
+    )
+    table.add_row("runs", f"{len(found.probes)}", f"of {found.n_jobs} jobs and longer")
+    return table
