@@ -1,14 +1,45 @@
-"""Writing files so that nothing half-written is ever left behind."""
+"""Writing files so that nothing half-written is ever left behind.
+
+Every finished file the package writes goes through :func:`atomic_path`: the new content is
+written under a temporary name beside the target and renamed onto it only when complete, so
+the target is always either the old file or the whole new one. :func:`atomic_write_text` and
+:func:`atomic_write_bytes` cover writers given an open file; ``atomic_path`` itself serves
+those that need a file name (uproot).
+
+Not covered, on purpose: data copies streamed into a ``.part`` file and renamed by the
+runtime's storage and disk cache. There the ``.part`` name is fixed and meaningful (a peer
+waits on it, a restarted cache deletes it) and the copy is checked before the rename.
+"""
 
 from __future__ import annotations
 
 import os
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
-__all__ = ["atomic_write_text"]
+__all__ = ["atomic_path", "atomic_write_bytes", "atomic_write_text"]
+
+
+@contextmanager
+def atomic_path(path: Path) -> Iterator[Path]:
+    """A temporary path beside ``path`` to write the new file to; renamed onto ``path`` when
+    the block ends normally, removed (and the error propagated) when it raises.
+
+    Missing parent directories are created. The temporary name holds a random token, so it is
+    unique per call: concurrent writers of one file (threads saving an index) never share a
+    temporary file, and the last rename wins.
+    """
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def atomic_write_text(path: Path, write: Callable[[IO[str]], object] | str) -> None:
@@ -20,15 +51,24 @@ def atomic_write_text(path: Path, write: Callable[[IO[str]], object] | str) -> N
     The temporary file is created with ``open(..., "x")`` rather than ``mkstemp``, so the
     result gets the permissions the user's umask gives any new file (mkstemp's are 0600).
     """
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        with tmp.open("x", newline="") as fh:
-            if isinstance(write, str):
-                fh.write(write)
-            else:
-                write(fh)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with atomic_path(path) as tmp, tmp.open("x", newline="") as fh:
+        if isinstance(write, str):
+            fh.write(write)
+        else:
+            write(fh)
+
+
+def atomic_write_bytes(
+    path: Path, write: Callable[[IO[bytes]], object] | bytes, *, fsync: bool = False
+) -> None:
+    """:func:`atomic_write_text` for a binary file: ``write`` is the bytes, or a function
+    writing them to the open file. ``fsync``: flush the data to disk before the rename (for
+    results that must survive a crash, not just an error)."""
+    with atomic_path(path) as tmp, tmp.open("xb") as fh:
+        if isinstance(write, bytes):
+            fh.write(write)
+        else:
+            write(fh)
+        if fsync:
+            fh.flush()
+            os.fsync(fh.fileno())

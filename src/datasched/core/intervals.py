@@ -1,9 +1,10 @@
 """IntervalSet: sets of collision events as sorted, disjoint half-open ranges.
 
 Events are numbered 0..N-1 (DESIGN.md, "Dataspace"); a job's data, a subjob's data, a cache's
-content are all IntervalSets. Immutable and hashable. Operations are linear merges over the
-range lists, with ``bisect`` where one point is looked up; no trees (most sets hold one to five
-ranges, and the simulator calls these on its hot path, so single-range cases take fast paths).
+content are all IntervalSets. Immutable and hashable. No trees: most sets hold one to five ranges
+(caches thousands) and the simulator calls these on its hot path. Single ranges take fast paths;
+a small operand's ranges are spliced into a copy of the other's lists with ``bisect`` and slice
+assignment (C speed: a memmove of pointers, not a rebuilt list); else the lists are merged.
 """
 
 from __future__ import annotations
@@ -51,8 +52,7 @@ class IntervalSet:
 
     @classmethod
     def _make(cls, starts: list[int], stops: list[int], length: int = -1) -> IntervalSet:
-        """Build from lists that already satisfy the invariant (no checks); ``length`` is the
-        number of events when the caller knows it (saves two sums over long lists)."""
+        """Build from lists meeting the invariant, unchecked; ``length``: the count, if known."""
         obj = object.__new__(cls)
         obj._starts = starts
         obj._stops = stops
@@ -62,9 +62,7 @@ class IntervalSet:
 
     @classmethod
     def from_sorted(cls, ranges: Iterable[tuple[int, int]]) -> IntervalSet:
-        """Build from non-empty ranges given in ascending order and disjoint (ranges that touch
-        are merged), without the constructor's checks and sort: for code that produces ranges
-        in order, such as a walk along another set. Out-of-order input gives an invalid set."""
+        """Build from non-empty, disjoint, ascending ranges (touching ones merged), unchecked."""
         starts: list[int] = []
         stops: list[int] = []
         for a, b in ranges:
@@ -95,7 +93,6 @@ class IntervalSet:
         return cls((e, e + 1) for e in events)
 
     # -- reading ------------------------------------------------------------------------------
-
     @property
     def length(self) -> int:
         """How many events."""
@@ -155,12 +152,7 @@ class IntervalSet:
     def __repr__(self) -> str:
         return f"IntervalSet({list(self)!r})"
 
-    # -- set algebra --------------------------------------------------------------------------
-
-    # Set algebra. Caches hold thousands of ranges while jobs and subjobs hold a few, so when
-    # one operand is small each of its ranges is spliced into the other's lists with bisect
-    # and list slicing (C speed), instead of merging both lists in a Python loop.
-
+    # -- set algebra (fast paths, splicing, merging: see the module docstring) ----------------
     def __or__(self, other: IntervalSet) -> IntervalSet:
         """The events in either set."""
         if not other._starts:
@@ -182,8 +174,7 @@ class IntervalSet:
             return IntervalSet._make([lo], [hi], hi - lo)
         big, small = (self, other) if len(self._starts) >= len(other._starts) else (other, self)
         if len(small._starts) <= _SMALL:
-            # One copy of the big lists, then each small range spliced in place: a slice
-            # assignment moves pointers (memmove) where a rebuilt list would copy them all.
+            # One copy of the big lists, then each small range spliced in place.
             starts, stops = big._starts.copy(), big._stops.copy()
             length = big._length
             for a, b in zip(small._starts, small._stops, strict=True):
@@ -282,8 +273,7 @@ class IntervalSet:
                 return IntervalSet._make([d], [b], b - d)
             return _EMPTY
         if len(other._starts) <= _SMALL or len(other._starts) * _SMALL <= len(self._starts):
-            # Cut each range of ``other`` out of one copy of our lists, in place (as in ``|``):
-            # also when ``other`` is small next to us (evictions from a fragmented cache).
+            # Splice (as in ``|``), also when ``other`` is small next to us (cache evictions).
             starts, stops = self._starts.copy(), self._stops.copy()
             length = self._length
             for a, b in zip(other._starts, other._stops, strict=True):
@@ -371,8 +361,7 @@ class IntervalSet:
         return True
 
     def overlap_length(self, other: IntervalSet) -> int:
-        """``len(self & other)`` without building the intersection (hot in the master's cost
-        estimates, which only need how much of a subjob a node caches)."""
+        """``len(self & other)`` without building it (hot in the master's cost estimates)."""
         if not self._starts or not other._starts:
             return 0
         small, big = (self, other) if len(self._starts) <= len(other._starts) else (other, self)
@@ -406,9 +395,7 @@ class IntervalSet:
         return IntervalSet._make(starts, stops)
 
     def gaps(self, start: int, stop: int) -> list[tuple[int, int]]:
-        """The ranges of ``[start, stop)`` not in this set, in order: ``range(start, stop) -
-        self`` as pairs, without building a set (the simulator cuts every segment of a shrunk
-        subjob this way)."""
+        """``range(start, stop) - self`` as ascending pairs, without building a set (hot)."""
         out = []
         for a, b in self.clip(start, stop):
             if a > start:
@@ -419,7 +406,6 @@ class IntervalSet:
         return out
 
     # -- cutting ------------------------------------------------------------------------------
-
     def split_at(self, point: int) -> tuple[IntervalSet, IntervalSet]:
         """Events before ``point``, and from ``point`` on."""
         if not self._starts:
@@ -510,5 +496,4 @@ class IntervalSet:
 
 
 _EMPTY = IntervalSet._make([], [])
-_SMALL = 8
-"""Operands with at most this many ranges are spliced in by bisect."""
+_SMALL = 8  # operands with at most this many ranges are spliced in by bisect

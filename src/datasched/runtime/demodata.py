@@ -10,8 +10,6 @@ read exactly once.
 from __future__ import annotations
 
 import io
-import os
-import secrets
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +18,8 @@ import hist
 import numpy as np
 import uproot
 import yaml
+
+from datasched._files import atomic_path, atomic_write_bytes
 
 __all__ = ["DimuonMass", "plot_mass", "write_demo_dataset"]
 
@@ -122,39 +122,20 @@ def write_demo_dataset(
         files.append({"url": path.name, "n_events": n, "n_bytes": path.stat().st_size})
         first += n
     doc = {"datasets": {"zmumu": {"tree": "Events", "files": files}}}
-    _atomic_write(catalog, yaml.safe_dump(doc, sort_keys=False).encode())
+    atomic_write_bytes(catalog, yaml.safe_dump(doc, sort_keys=False).encode())
     return catalog
 
 
 def _write_tree(data: dict[str, Any], path: Path) -> None:
     """``data`` as TTree ``Events`` of ``path``, written atomically."""
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-    try:
-        with uproot.recreate(tmp) as f:
-            # mktree + extend: since uproot 5.7, f[name] = {...} would write an RNTuple.
-            f.mktree(
-                "Events",
-                {
-                    name: (np.int64 if name == "event" else a.type.content)
-                    for name, a in data.items()
-                },
-                counter_name=lambda _: "nMuon",
-            )
-            f["Events"].extend(data)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-    try:
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with atomic_path(path) as tmp, uproot.recreate(tmp) as f:
+        # mktree + extend: since uproot 5.7, f[name] = {...} would write an RNTuple.
+        f.mktree(
+            "Events",
+            {name: (np.int64 if name == "event" else a.type.content) for name, a in data.items()},
+            counter_name=lambda _: "nMuon",
+        )
+        f["Events"].extend(data)
 
 
 def _mass_hist() -> hist.Hist[Any]:
@@ -215,6 +196,5 @@ def plot_mass(h: hist.Hist[Any], path: Path) -> Path:
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _atomic_write(path, buf.getvalue())
+    atomic_write_bytes(path, buf.getvalue())
     return path

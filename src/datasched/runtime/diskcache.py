@@ -24,6 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from datasched._files import atomic_write_text
+
 __all__ = ["Acquired", "DiskCache", "StagingArea", "cache_file_name"]
 
 INDEX = "index.json"
@@ -205,9 +207,7 @@ class DiskCache:
 
     def _save(self) -> None:
         doc = {"version": 1, "files": [{"url": u, "bytes": n} for u, n in self._entries.items()]}
-        tmp = self.root / (INDEX + ".tmp")
-        tmp.write_text(json.dumps(doc))
-        os.replace(tmp, self.root / INDEX)
+        atomic_write_text(self.root / INDEX, json.dumps(doc))
 
     def _load(self) -> None:
         """Read the index, keeping only files present with their recorded size; anything

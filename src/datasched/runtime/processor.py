@@ -12,14 +12,14 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
-import os
 import pickle
-import secrets
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from datasched._files import atomic_path, atomic_write_bytes
 
 if TYPE_CHECKING:
     import awkward as ak
@@ -212,21 +212,15 @@ def write_output(result: Any, path: Path) -> None:
         hists = list(_histograms(result))
         if not hists:
             raise ValueError(f"{path}: the result holds no histogram to write as ROOT")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
-    try:
-        if path.suffix == ".root":
-            import uproot
+    if path.suffix == ".root":
+        import uproot
 
-            with uproot.recreate(tmp) as f:
-                for name, h in hists:
-                    f[name] = h
-        else:
-            with open(tmp, "wb") as fh:
-                pickle.dump(result, fh, protocol=pickle.HIGHEST_PROTOCOL)
-                fh.flush()
-                os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+        with atomic_path(path) as tmp, uproot.recreate(tmp) as f:
+            for name, h in hists:
+                f[name] = h
+    else:
+        atomic_write_bytes(
+            path,
+            lambda fh: pickle.dump(result, fh, protocol=pickle.HIGHEST_PROTOCOL),
+            fsync=True,
+        )

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from datasched._files import atomic_write_text
+from datasched._files import atomic_write_bytes, atomic_write_text
 from datasched.core.model import Pipelining
 from datasched.sim.experiment import SimConfig, find_max_load, simulate
 from datasched.sim.perfmap import PERIODS_PER_RUN, jobs_for_period
@@ -414,9 +414,7 @@ def _plot(result: FigureResult, path: Path) -> None:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=90)
     plt.close(fig)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(buf.getvalue())
-    tmp.replace(path)
+    atomic_write_bytes(path, buf.getvalue())
 
 
 def _ratio_rows(

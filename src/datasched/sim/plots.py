@@ -7,12 +7,11 @@ where it matters, pipelining).
 
 from __future__ import annotations
 
-import os
-import secrets
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from datasched._files import atomic_write_bytes
 from datasched.core.policy import ParamError
 from datasched.policies import UnknownPolicyError, build_policy
 from datasched.sim.metrics import Summary
@@ -142,18 +141,7 @@ def plot_sweep(summaries: Sequence[Summary], path: Path, *, title: str = "") -> 
 
 
 def _save_png(fig: Figure, path: Path) -> Path:
-    """``fig.savefig`` to a temporary name in ``path``'s directory, then an atomic rename.
-
-    The temporary file is opened normally (not with ``mkstemp``'s 0600 mode), so the figure
-    gets the same permissions as any file the user writes.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    try:
-        with tmp.open("xb") as fh:
-            fig.savefig(fh, format="png", dpi=110)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    """``fig.savefig`` to a temporary name in ``path``'s directory, then an atomic rename
+    (with the permissions the umask gives any new file)."""
+    atomic_write_bytes(path, lambda fh: fig.savefig(fh, format="png", dpi=110))
     return path
