@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from datasched.core.cache import RangeCache
 from datasched.core.directory import CacheDirectory
-from datasched.core.replacement import FIFO, LRU
 from datasched.core.intervals import IntervalSet
+from datasched.core.replacement import FIFO, LRU
 from strategies import interval_sets
 
 

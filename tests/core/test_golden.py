@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from clusters import scheduler
 from datasched.core.actions import Action, JobCompleted, Preempt, Shrink, Start, WakeAt
 from datasched.core.events import (
     Event,
@@ -27,7 +28,6 @@ from datasched.core.model import Job
 from datasched.policies import available
 from datasched.policies.adaptive import MapPoint, PerformanceMap
 from datasched.sim.engine import SimEngine
-from clusters import scheduler
 
 GOLDEN = Path(__file__).parent.parent / "golden"
 # Parameters scaled to the small scenario, where a policy's defaults would hide its logic.

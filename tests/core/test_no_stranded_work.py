@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
+from clusters import scheduler, space
 from datasched.core.actions import (
     Action,
     Assign,
@@ -49,7 +50,6 @@ from datasched.core.intervals import IntervalSet
 from datasched.core.model import Job, Subjob
 from datasched.core.scheduler import Scheduler
 from datasched.policies import available
-from clusters import scheduler, space
 
 POLICIES = sorted(available())
 NODES = 3

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from clusters import file_space, scheduler, space
 from datasched.core.actions import JobCompleted, Preempt, Shrink, Start
 from datasched.core.events import JobArrived, SubjobFinished, SubjobShrunk, SubjobStopped
 from datasched.core.intervals import IntervalSet
@@ -14,7 +15,6 @@ from datasched.core.model import Job, Pipelining
 from datasched.core.scheduler import SchedulerError
 from datasched.policies import UnknownPolicyError, available, build_policy
 from datasched.sim.engine import SimEngine
-from clusters import file_space, scheduler, space
 from strategies import job_lists
 
 POLICIES = sorted(available())

@@ -99,7 +99,7 @@ def test_bad_parameters_name_the_field() -> None:
         build_policy("adaptive-delay", window_h=0)
     with pytest.raises(ParamError, match="stripe_events: must be at least 1"):
         build_policy("adaptive-delay", stripe_events=0)
-    with pytest.raises(ParamError, match="performance_map: .*nope.json"):
+    with pytest.raises(ParamError, match=r"performance_map: .*nope\.json"):
         build_policy_from_text("adaptive-delay", {"performance_map": "nope.json"})
 
 

@@ -7,12 +7,12 @@ import itertools
 from hypothesis import given
 from hypothesis import strategies as st
 
+from clusters import scheduler
 from datasched.core.actions import Start, WakeAt
 from datasched.core.events import JobArrived, Tick
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import Job
 from datasched.policies.delayed import stripe_points
-from clusters import scheduler
 
 
 def test_stripe_points_drop_short_and_cut_long_stripes() -> None:

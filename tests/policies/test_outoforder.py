@@ -5,13 +5,13 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from clusters import scheduler
 from datasched.core.actions import Preempt, Start
 from datasched.core.events import JobArrived, SubjobStopped
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import Job, Subjob
 from datasched.policies.outoforder import OutOfOrder
 from datasched.sim.engine import SimEngine
-from clusters import scheduler
 from strategies import job_lists
 
 

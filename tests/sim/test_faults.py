@@ -7,13 +7,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from clusters import scheduler, space
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import Job
 from datasched.policies import available
 from datasched.sim.engine import SimEngine
 from datasched.sim.experiment import ConfigError, SimConfig, simulate
 from datasched.sim.faults import NodeFaults
-from clusters import scheduler, space
 from strategies import job_lists
 
 POLICIES = sorted(available())

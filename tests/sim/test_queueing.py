@@ -8,12 +8,12 @@ import math
 import numpy as np
 import pytest
 
+from clusters import scheduler
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import Job
 from datasched.sim.engine import SimEngine
 from datasched.sim.experiment import SimConfig
 from datasched.sim.queueing import erlang_c, mm1_mean_wait, mmc_mean_wait
-from clusters import scheduler
 
 MEAN_EVENTS = 1000
 S_PER_EVENT = SimConfig().reference_s_per_event  # 0.8 s: farm reads all from tertiary

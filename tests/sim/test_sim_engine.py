@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
+from clusters import EVENT_BYTES, space
 from datasched.core.actions import (
     Action,
     Evict,
@@ -33,7 +34,6 @@ from datasched.core.model import Job, Subjob, Topology
 from datasched.core.scheduler import Scheduler
 from datasched.policies import build_policy
 from datasched.sim.engine import SimEngine
-from clusters import EVENT_BYTES, space
 
 TERTIARY_S = 0.8  # 0.2 s CPU + 0.6 s to read 600 KB at 1 MB/s
 CACHE_S = 0.26  # 0.2 s CPU + 0.06 s to read 600 KB at 10 MB/s

@@ -9,12 +9,13 @@ registers one group of commands on it.
 
 from __future__ import annotations
 
+import datasched.cli.info
+import datasched.cli.runtime
+
 # The command modules register their commands on ``app`` when imported, in the order
 # ``--help`` lists them: the simulator's first, then the runtime's.
-import datasched.cli.sim  # noqa: I001, F401
+import datasched.cli.sim
 import datasched.cli.study  # noqa: F401
-import datasched.cli.info  # noqa: F401
-import datasched.cli.runtime  # noqa: F401
 from datasched.cli.app import app
 
 __all__ = ["app"]

@@ -40,7 +40,6 @@ import itertools
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -100,8 +99,10 @@ class RuntimeEngine(PacketStreams, DataMoves):
         cache_root: str | None = None,
         config: EngineConfig | None = None,
         progress: ProgressSink | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        time_scale: float = 1.0,
     ) -> None:
+        if not time_scale > 0:
+            raise ValueError(f"time_scale: must be positive, got {time_scale!r}")
         if len(worker_names) != scheduler.topology.n_nodes:
             raise ValueError("worker_names: one worker per node of the scheduler's topology")
         self.client = client
@@ -111,7 +112,10 @@ class RuntimeEngine(PacketStreams, DataMoves):
         self.policy_name = scheduler.policy.name
         self.cache_root = cache_root
         self.progress = progress
-        self._clock = clock
+        self.time_scale = time_scale
+        """Seconds of the core's time per second of real time: above 1, periods of hours
+        (delayed scheduling's, adaptive delay's) pass in seconds (tests, demos). Arrival and
+        wake-up times are in the core's time; packets run at their own pace."""
         self.workers: list[_Worker] = [_Worker(name) for name in worker_names]
         self._by_name = {name: i for i, name in enumerate(worker_names)}
         first_guess = scheduler.s_per_event_on(0, IntervalSet.range(0, 1))
@@ -141,7 +145,7 @@ class RuntimeEngine(PacketStreams, DataMoves):
     # -- the loop -----------------------------------------------------------------------------
 
     def now(self) -> float:
-        return self._clock() - self._t0
+        return (time.monotonic() - self._t0) * self.time_scale
 
     def _next_id(self) -> int:
         return next(self._ids)
@@ -153,7 +157,7 @@ class RuntimeEngine(PacketStreams, DataMoves):
             data = job_events(self.space, spec.dataset, spec.start, spec.stop)
             report = JobReport(id=spec.id, events_expected=data.length, output=str(spec.output))
             self._jobs[i] = _JobRun(spec, i, data, report)
-        self._t0 = self._clock()
+        self._t0 = time.monotonic()
         await self._refresh_workers(initial=True)
         for name, urls in known_cache.items():
             node = self._by_name.get(name)
@@ -176,14 +180,14 @@ class RuntimeEngine(PacketStreams, DataMoves):
             self._pump()
             if now >= next_poll:
                 await self._refresh_workers()
-                next_poll = now + self.config.poll_s
+                next_poll = now + self.config.poll_s * self.time_scale
                 self._pump()
             wake = [next_poll]
             if arrivals:
                 wake.append(arrivals[0].spec.submit_s)
             if self._ticks:
                 wake.append(self._ticks[0])
-            timeout = max(min(wake) - self.now(), 0.0)
+            timeout = max(min(wake) - self.now(), 0.0) / self.time_scale
             try:
                 item = await asyncio.wait_for(self._results.get(), timeout=timeout)
             except TimeoutError:

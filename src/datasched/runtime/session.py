@@ -14,7 +14,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -212,7 +212,7 @@ async def run_jobs(
     progress: ProgressSink | None = None,
     cold: bool = False,
     calibration: Calibration | None = None,
-    clock: Callable[[], float] = time.monotonic,
+    time_scale: float = 1.0,
 ) -> RunReport:
     """Run ``specs`` under ``policy``; ``cold`` empties the worker caches first."""
     space = job_space(specs)
@@ -231,7 +231,7 @@ async def run_jobs(
             cache_root=str(opts.cache_root.resolve()),
             config=config,
             progress=progress,
-            clock=clock,
+            time_scale=time_scale,
         )
         return await engine.run(specs, known_cache=await _cache_by_name(client))
 
