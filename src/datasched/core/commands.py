@@ -53,7 +53,8 @@ class Commands(Estimates):
     _subjob_ids: Iterator[int]
     _out: list[Action]
     _freed: list[tuple[int, JobState | None]]
-    _node_slots: list[list[int]]
+    node_slots: list[list[int]]
+    node_running: list[int]
     _nodes: list[int]
 
     # -- views for policies (see SchedulerView) -----------------------------------------------
@@ -76,11 +77,11 @@ class Commands(Estimates):
         return node in self._lost
 
     def slots_of(self, node: int) -> list[int]:
-        return self._node_slots[node]
+        return self.node_slots[node]
 
     @property
     def n_slots(self) -> int:
-        return len(self._slot_node)
+        return len(self.slot_node)
 
     def fetching(self, node: int) -> IntervalSet:
         out = _EMPTY
@@ -140,6 +141,7 @@ class Commands(Estimates):
         if js.first_start_s is None:
             js.first_start_s = self.now
         js.running_slots.add(slot)
+        self.node_running[self.slot_node[slot]] += 1
         r = Running(sj, slot, self.now, self.s_per_event_on(slot, sj.data, js.job.cpu_s_per_event))
         self.running[slot] = r
         self._push_end(r)
@@ -244,7 +246,7 @@ class Commands(Estimates):
         """Give a reserved slot back; it is offered to the policy like any freed slot unless
         ``offer`` is False (then it waits, idle, for the next event)."""
         self._reserved.discard(slot)
-        if self._slot_node[slot] in self._lost:
+        if self.slot_node[slot] in self._lost:
             return
         insort(self._idle, slot)
         if offer:

@@ -119,8 +119,9 @@ class DataSpace:
         self.datasets: dict[str, Dataset] = {}
         self.n_events = 0
         self._n_bytes = 0
-        self._density: float | None = None
-        """The one bytes-per-event of every non-empty file, or None when they differ."""
+        self.uniform_bytes_per_event: float | None = None
+        """The size of every event when all files agree on it, else None (an attribute, not
+        a property: the simulator reads it per subjob)."""
         self._uniform = True
 
     # -- building ---------------------------------------------------------------------------
@@ -153,7 +154,7 @@ class DataSpace:
             n = min(size, n_events - start)
             specs.append(FileSpec(f"{name}/{i:06d}", n, round(n * bytes_per_event)))
         space.add_dataset(name, specs)
-        space._density = bytes_per_event  # exact, not the rounded per-file ratio
+        space.uniform_bytes_per_event = bytes_per_event  # exact, not the rounded file ratio
         return space
 
     def add_dataset(
@@ -195,10 +196,11 @@ class DataSpace:
         self._n_bytes += f.n_bytes
         if f.n_events:
             density = f.bytes_per_event
-            if self._density is None and self._uniform:
-                self._density = density
-            elif self._density is not None and abs(density - self._density) > 1e-9 * density:
-                self._density = None
+            current = self.uniform_bytes_per_event
+            if current is None and self._uniform:
+                self.uniform_bytes_per_event = density
+            elif current is not None and abs(density - current) > 1e-9 * density:
+                self.uniform_bytes_per_event = None
                 self._uniform = False
         return index
 
@@ -215,14 +217,9 @@ class DataSpace:
     @property
     def bytes_per_event(self) -> float:
         """The mean size of an event (the exact size of every event when uniform)."""
-        if self._density is not None:
-            return self._density
+        if self.uniform_bytes_per_event is not None:
+            return self.uniform_bytes_per_event
         return self._n_bytes / self.n_events if self.n_events else 0.0
-
-    @property
-    def uniform_bytes_per_event(self) -> float | None:
-        """The size of every event when all files agree on it, else None."""
-        return self._density
 
     @property
     def boundaries(self) -> list[int]:
@@ -277,8 +274,9 @@ class DataSpace:
 
     def bytes_of(self, data: IntervalSet) -> float:
         """Bytes of the events ``data`` (each file's share of its own size)."""
-        if self._density is not None:
-            return data.length * self._density
+        density = self.uniform_bytes_per_event
+        if density is not None:
+            return data.length * density
         total = 0.0
         for i in self.files_in(data):
             f = self._files[i]

@@ -34,7 +34,7 @@ class Estimates:
     running: dict[int, Running]
     directory: CacheDirectory
     _reads: ReadMode
-    _slot_node: list[int]
+    slot_node: list[int]
     _rates: list[tuple[float, float, float]]
     """Per node: seconds per event from its cache, a peer's, tertiary storage (the data
     space's event size and the cost model's CPU time)."""
@@ -45,7 +45,7 @@ class Estimates:
     slowest_s_per_event: float
 
     def node_of(self, slot: int) -> int:
-        return self._slot_node[slot]
+        return self.slot_node[slot]
 
     def s_per_event_on(
         self, slot: int, data: IntervalSet, cpu_s_per_event: float | None = None
@@ -53,7 +53,7 @@ class Estimates:
         """The master's estimate of the mean time per event of ``data`` run on ``slot``
         (by a job of ``cpu_s_per_event``; the cost model's when None)."""
         n = data.length
-        node = self._slot_node[slot]
+        node = self.slot_node[slot]
         if cpu_s_per_event is None and self.space.uniform_bytes_per_event is not None:
             s_cache, s_peer, s_tertiary = self._rates[node]
         else:

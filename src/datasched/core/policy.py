@@ -331,6 +331,21 @@ class SchedulerView(Protocol):
         ...
 
     @property
+    def slot_node(self) -> Sequence[int]:
+        """Slot -> its node (what :meth:`node_of` answers, without a call: hot paths)."""
+        ...
+
+    @property
+    def node_slots(self) -> Sequence[Sequence[int]]:
+        """Node -> its slots."""
+        ...
+
+    @property
+    def node_running(self) -> Sequence[int]:
+        """Node -> how many of its slots run a subjob."""
+        ...
+
+    @property
     def fastest_s_per_event(self) -> float: ...
     @property
     def slowest_s_per_event(self) -> float: ...

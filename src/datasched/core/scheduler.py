@@ -91,18 +91,23 @@ class Scheduler(Commands):
         self.directory = CacheDirectory(topology.n_nodes)
         self.completed = 0
         self.failed = 0
-        self._slot_node: list[int] = []
-        self._node_slots: list[list[int]] = []
+        self.slot_node: list[int] = []
+        """Slot -> its node (read-only for policies and engines; extended as nodes join)."""
+        self.node_slots: list[list[int]] = []
+        """Node -> its slots."""
+        self.node_running: list[int] = []
+        """Node -> how many of its slots run a subjob."""
         self._nodes: list[int] = []
         self._lost: set[int] = set()
         self._idle: list[int] = []
         self._reserved: set[int] = set()
         self._rates: list[tuple[float, float, float]] = []
         for node in topology.nodes:
-            self._node_slots.append(self._new_slots(node.node_id, node.slots))
+            self.node_slots.append(self._new_slots(node.node_id, node.slots))
+            self.node_running.append(0)
             self._rates.append(self._node_rates(node.node_id))
             self._nodes.append(node.node_id)
-        self._idle = [s for slots in self._node_slots for s in slots]
+        self._idle = [s for slots in self.node_slots for s in slots]
         self._replacements: dict[int, Subjob] = {}
         """Preempted subjob -> the subjob to start on its slot once it has stopped."""
         self._splits: dict[int, int] = {}
@@ -143,8 +148,8 @@ class Scheduler(Commands):
         policy.bind(self)
 
     def _new_slots(self, node: int, n: int) -> list[int]:
-        first = len(self._slot_node)
-        self._slot_node.extend([node] * n)
+        first = len(self.slot_node)
+        self.slot_node.extend([node] * n)
         return list(range(first, first + n))
 
     def _node_rates(self, node: int) -> tuple[float, float, float]:
@@ -211,14 +216,15 @@ class Scheduler(Commands):
         del js.live[subjob_id]
         js.running_slots.discard(slot)
         js.done_events += sj.data.length - remaining.length
-        node = self._slot_node[slot]
+        node = self.slot_node[slot]
+        self.node_running[node] -= 1
         if evicted:
             self.directory.remove(node, evicted)
         if added:
             self.directory.add(node, added)
         insort(self._idle, slot)
         # A Preempt that crossed a finish still gets its replacement started.
-        replacement = self._replacements.pop(subjob_id, None)
+        replacement = self._replacements.pop(subjob_id, None) if self._replacements else None
         if remaining and not js.cancelled:
             rest = self.new_subjob(
                 js, remaining, cached_on=sj.cached_on, preemptible=sj.preemptible
@@ -275,7 +281,7 @@ class Scheduler(Commands):
         if js.cancelled:
             self._release_slot(target)
             return
-        node = self._slot_node[target]
+        node = self.slot_node[target]
         if node in self._lost:
             rest = self.new_subjob(js, released, cached_on=sj.cached_on, preemptible=True)
             self._return(rest, Returned.NODE_LOST)
@@ -326,24 +332,25 @@ class Scheduler(Commands):
     def _on_node_joined(self, ev: NodeJoined) -> None:
         spec = ev.node
         node = spec.node_id
-        if node < len(self._node_slots):
+        if node < len(self.node_slots):
             if node not in self._lost:
                 raise SchedulerError(f"node {node} joined while still in the cluster")
             self._lost.discard(node)
-            if len(self._node_slots[node]) != spec.slots:
-                self._node_slots[node] = self._new_slots(node, spec.slots)
+            if len(self.node_slots[node]) != spec.slots:
+                self.node_slots[node] = self._new_slots(node, spec.slots)
             self.topology = self.topology.with_node(spec)
             self._rates[node] = self._node_rates(node)
         else:
-            if node != len(self._node_slots):
-                raise SchedulerError(f"a new node must be numbered {len(self._node_slots)}")
+            if node != len(self.node_slots):
+                raise SchedulerError(f"a new node must be numbered {len(self.node_slots)}")
             self.topology = self.topology.with_node(spec)
             self.directory.add_node()
-            self._node_slots.append(self._new_slots(node, spec.slots))
+            self.node_slots.append(self._new_slots(node, spec.slots))
+            self.node_running.append(0)
             self._rates.append(self._node_rates(node))
         insort(self._nodes, node)
         self.policy.node_joined(self, node)
-        for slot in self._node_slots[node]:
+        for slot in self.node_slots[node]:
             insort(self._idle, slot)
             self._freed.append((slot, None))
 
@@ -355,9 +362,10 @@ class Scheduler(Commands):
         remaining = dict(ev.remaining)
         self._lost.add(node)
         self._nodes.remove(node)
+        self.node_running[node] = 0
         returned: list[Subjob] = []
         touched: list[JobState] = []
-        for slot in self._node_slots[node]:
+        for slot in self.node_slots[node]:
             i = bisect_left(self._idle, slot)
             if i < len(self._idle) and self._idle[i] == slot:
                 del self._idle[i]

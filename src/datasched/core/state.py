@@ -34,10 +34,11 @@ class JobState:
     running_slots: set[int] = field(default_factory=set)
     cancelled: bool = False
     cancel_reason: str = ""
+    job_id: int = field(init=False)
+    """``job.job_id``, kept as a field: read on every start and finish."""
 
-    @property
-    def job_id(self) -> int:
-        return self.job.job_id
+    def __post_init__(self) -> None:
+        self.job_id = self.job.job_id
 
     @property
     def started(self) -> bool:

@@ -86,7 +86,8 @@ def cut_by_cache(sched: SchedulerView, data: IntervalSet) -> list[tuple[Interval
     """
     runs: list[tuple[int, int, int | None]] = []
     minimum = sched.min_subjob_events
-    idle = {sched.node_of(s) for s in sched.idle_slots}
+    slot_node = sched.slot_node
+    idle = {slot_node[s] for s in sched.idle_slots}
     for start, stop in data:
         for a, b, holders in sched.directory.holders(start, stop):
             holder = None

@@ -139,7 +139,8 @@ class OutOfOrder(Policy):
                 self.node_queues[holder].append(sj)
                 self._push_load(sched, holder)
         # Idle slots take the non-cached pieces, split so every idle slot gets a share.
-        idle = [s for s in sched.idle_slots if not self.node_queues[sched.node_of(s)]]
+        slot_node, queues = sched.slot_node, self.node_queues
+        idle = [s for s in sched.idle_slots if not queues[slot_node[s]]]
         uncached.sort(key=lambda d: (-d.length, d.start))
         subjobs = self._spread(sched, js, uncached, len(idle))
         for slot, sj in zip(idle, subjobs, strict=False):
@@ -148,7 +149,10 @@ class OutOfOrder(Policy):
 
     @staticmethod
     def _idle_slot_of(sched: SchedulerView, node: int) -> int | None:
-        for slot in sched.slots_of(node):
+        slots = sched.node_slots[node]
+        if sched.node_running[node] == len(slots):
+            return None  # all busy: no slot to look at
+        for slot in slots:
             if sched.is_idle(slot):
                 return slot
         return None
@@ -156,8 +160,9 @@ class OutOfOrder(Policy):
     @staticmethod
     def _displaceable(sched: SchedulerView, node: int) -> int | None:
         """A slot of ``node`` running non-cached work that may be asked to stop."""
-        for slot in sched.slots_of(node):
-            r = sched.running.get(slot)
+        running = sched.running
+        for slot in sched.node_slots[node]:
+            r = running.get(slot)
             if r is not None and r.settled and r.subjob.cached_on != node:
                 return slot
         return None
@@ -239,7 +244,7 @@ class OutOfOrder(Policy):
                 self.fairness_fired += 1
             sched.start(sj, slot)
             return
-        queue = self.node_queues[sched.node_of(slot)]
+        queue = self.node_queues[sched.slot_node[slot]]
         if queue:
             sched.start(queue.popleft(), slot)
             return
@@ -256,7 +261,7 @@ class OutOfOrder(Policy):
         queued, if they would otherwise stay idle."""
         sj = self.nocache.popleft()
         helpers = [
-            s for s in sched.idle_slots if s != slot and not self.node_queues[sched.node_of(s)]
+            s for s in sched.idle_slots if s != slot and not self.node_queues[sched.slot_node[s]]
         ]
         if not helpers or len(self.nocache) >= len(helpers):
             sched.start(sj, slot)
@@ -273,7 +278,7 @@ class OutOfOrder(Policy):
         changes."""
         running = sched.running
         end: float | None = None
-        slots = sched.slots_of(node)
+        slots = sched.node_slots[node]
         for slot in slots:
             r = running.get(slot)
             if r is not None and (end is None or r.end_s > end):
@@ -290,11 +295,7 @@ class OutOfOrder(Policy):
         heapq.heappush(self._loads, (-self._done_at(sched, node), node))
 
     def started(self, sched: SchedulerView, sj: Subjob, slot: int) -> None:
-        self._push_load(sched, sched.node_of(slot))
-
-    def _busy(self, sched: SchedulerView, node: int) -> bool:
-        running = sched.running
-        return any(slot in running for slot in sched.slots_of(node))
+        self._push_load(sched, sched.slot_node[slot])
 
     def _most_loaded(self, sched: SchedulerView, node: int) -> tuple[int | None, float]:
         """The busy node (not ``node``) with the most work left, and that work in seconds.
@@ -308,9 +309,10 @@ class OutOfOrder(Policy):
         skipped = []
         best: int | None = None
         best_load = 0.0
+        busy = sched.node_running
         while heap:
             neg_done, other = heap[0]
-            if not self._busy(sched, other):
+            if not busy[other]:
                 heapq.heappop(heap)  # idle: pushed again when it starts
                 continue
             done = self._done_at(sched, other)
@@ -329,14 +331,14 @@ class OutOfOrder(Policy):
 
     def _steal(self, sched: SchedulerView, slot: int) -> None:
         """Take work from the most loaded node, so both end at about the same time."""
-        node = sched.node_of(slot)
+        node = sched.slot_node[slot]
         best, best_load = self._most_loaded(sched, node)
         if best is None:
             return
         queue = self.node_queues[best]
         if queue:
             sj = queue.pop()
-            a = sched.s_per_event_on(sched.slots_of(best)[0], sj.data)
+            a = sched.s_per_event_on(sched.node_slots[best][0], sj.data)
             b = sched.s_per_event_on(slot, sj.data)
             n_give = min(sj.data.length, int(best_load / (a + b)))
             if n_give < sched.min_subjob_events:
@@ -351,7 +353,7 @@ class OutOfOrder(Policy):
             return
         # The running subjob of ``best`` that ends last, if it may be asked to split.
         victim: int | None = None
-        for other in sched.slots_of(best):
+        for other in sched.node_slots[best]:
             r = sched.running.get(other)
             if r is not None and (victim is None or r.end_s > sched.running[victim].end_s):
                 victim = other
@@ -364,7 +366,7 @@ class OutOfOrder(Policy):
         ``replicate_after`` times (ponce-hersch §4.2: "accessed for the third time")."""
         reads = self.reads
         holder = sj.cached_on
-        if not reads.peer_reads or holder is None or holder == sched.node_of(slot):
+        if not reads.peer_reads or holder is None or holder == sched.slot_node[slot]:
             return reads
         counts = []
         for a, b in sj.data:

@@ -102,11 +102,18 @@ class SimEngine(SubjobRuns):
         ]
         self._file_grain = self.space.grain is CacheGrain.FILE
         self._world: CacheDirectory | None = None
-        self._runs: dict[int, _Run] = {}
+        self._runs: list[_Run | None] = [None] * scheduler.n_slots
+        """Slot -> the subjob running there (a list: looked up per event)."""
         self._heap: list[tuple[float, int, int, int, int]] = []
         self._seq = itertools.count()
         self._versions = itertools.count()
         self._rates: dict[tuple[int, float, float | None], tuple[float, float, float]] = {}
+        self._slot_node = scheduler.slot_node
+        self._default_rates = [
+            scheduler.topology.rates(n.node_id, self.cost, self.space.bytes_per_event)
+            for n in scheduler.topology.nodes
+        ]
+        """Per node, seconds per event by source for jobs of the cost model's CPU time."""
         self._network = Network()
         self._pins: dict[int, tuple[NodeCache, int]] = {}
         self._faults: FaultStream | None = faults.stream() if faults is not None else None
@@ -157,7 +164,7 @@ class SimEngine(SubjobRuns):
             self.now = t
             ev: Event
             if kind == _FINISH:
-                run = self._runs.get(a)
+                run = self._runs[a]
                 if run is None or run.version != b:
                     continue  # superseded by a preemption
                 ev = self._leave(a, finished=True)
@@ -309,9 +316,10 @@ class SimEngine(SubjobRuns):
         self._down.add(node)
         remaining = []
         for slot in sched.slots_of(node):
-            run = self._runs.pop(slot, None)
+            run = self._runs[slot] if slot < len(self._runs) else None
             if run is None:
                 continue
+            self._runs[slot] = None
             processed, rest, by_source, _ = self._progress(run, finished=False)
             self.rec.ran(
                 run.subjob.job_id,

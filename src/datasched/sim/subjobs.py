@@ -63,11 +63,14 @@ class SubjobRuns:
     rec: Recorder
     now: float
     _file_grain: bool
-    _runs: dict[int, _Run]
+    _runs: list[_Run | None]
+    _default_rates: list[tuple[float, float, float]]
     _heap: list[tuple[float, int, int, int, int]]
     _seq: itertools.count[int]
     _versions: itertools.count[int]
     _rates: dict[tuple[int, float, float | None], tuple[float, float, float]]
+    _slot_node: list[int]
+    """The scheduler's slot -> node map (the same list: it grows as nodes join)."""
     _jobs: dict[int, Job]
 
     _world: CacheDirectory | None
@@ -95,9 +98,12 @@ class SubjobRuns:
 
     def _start(self, action: Start | Assign) -> None:
         slot = action.slot
-        if slot in self._runs:
+        runs = self._runs
+        if slot >= len(runs):
+            runs.extend([None] * (slot + 1 - len(runs)))  # a node joined with new slots
+        elif runs[slot] is not None:
             raise RuntimeError(f"slot {slot} asked to start a subjob while busy")
-        node = self.scheduler.node_of(slot)
+        node = self._slot_node[slot]
         sj = action.subjob
         data = sj.data
         cache = self.caches[node]
@@ -131,7 +137,12 @@ class SubjobRuns:
         if self._file_grain:
             segments, ends, total = self._file_segments(node, pieces, fetched, cpu)
         else:
-            spe = self._rates_of(node, self.space.bytes_per_event, cpu)
+            if cpu is None:
+                spe = self._default_rates[node]
+            else:
+                density = self.space.uniform_bytes_per_event
+                assert density is not None  # range caches hold events of one size
+                spe = self._rates_of(node, density, cpu)
             segments = []
             ends = []
             total = 0.0
@@ -144,7 +155,7 @@ class SubjobRuns:
         version = next(self._versions)
         run = _Run(sj, self.now, segments, ends, local, fetched, pin, peer_pins, fetch, version)
         run.fill_duplicates = action.fill_duplicates
-        self._runs[slot] = run
+        runs[slot] = run
         heapq.heappush(self._heap, (self.now + total, next(self._seq), _FINISH, slot, version))
 
     def _file_segments(
@@ -194,7 +205,7 @@ class SubjobRuns:
         """Take what was asked, less what is processed or in progress, from a running subjob;
         it goes on with the rest, its finish moved earlier."""
         slot = action.slot
-        run = self._runs.get(slot)
+        run = self._runs[slot]
         if run is None or run.subjob.subjob_id != action.subjob_id:
             raise RuntimeError(f"slot {slot} is not running subjob {action.subjob_id}")
         segments = run.segments
@@ -210,10 +221,12 @@ class SubjobRuns:
         kept = segments[:k]
         ends = run.ends[:k]
         total = ends[-1] if ends else 0.0
-        keep_data = run.subjob.data - released
+        keep_data: IntervalSet | None = None
         for a, b, per, src, peer in segments[k:]:
             if a == b:
                 # A whole-file fetch stays if any event of its file is kept.
+                if keep_data is None:
+                    keep_data = run.subjob.data - released
                 f = self.space.files[self.space.file_at(a)]
                 if keep_data.clip(a, f.stop):
                     kept.append((a, b, per, src, peer))
@@ -226,7 +239,7 @@ class SubjobRuns:
                 ends.append(total)
         run.segments, run.ends = kept, ends
         run.subjob = run.subjob.shrunk(released)
-        cache = self.caches[self.scheduler.node_of(slot)]
+        cache = self.caches[self._slot_node[slot]]
         if run.pin is not None and run.local.overlaps(released):
             cache.unpin(run.pin)
             run.local = run.local - released
@@ -278,9 +291,10 @@ class SubjobRuns:
 
     def _leave(self, slot: int, *, finished: bool) -> SubjobFinished | SubjobStopped:
         """Take the subjob off ``slot`` now: book what it processed and update the cache."""
-        run = self._runs.pop(slot, None)
+        run = self._runs[slot]
         if run is None:
             raise RuntimeError(f"slot {slot} has no subjob to stop")
+        self._runs[slot] = None
         now = self.now
         processed, remaining, by_source, fetched_files = self._progress(run, finished)
         self.rec.ran(
@@ -293,7 +307,8 @@ class SubjobRuns:
             if self.space.uniform_bytes_per_event is not None
             else self._tertiary_bytes(run, processed),
         )
-        cache = self.caches[self.scheduler.node_of(slot)]
+        node = self._slot_node[slot]
+        cache = self.caches[node]
         if run.pin is not None:
             cache.unpin(run.pin)
         for peer_cache, token in run.peer_pins:
@@ -306,7 +321,6 @@ class SubjobRuns:
         added = evicted = _EMPTY
         if run.fetch is not None:
             completed = processed | fetched_files if fetched_files else processed
-            node = self.scheduler.node_of(slot)
             if not run.fill_duplicates:
                 # Another node may have fetched the same data meanwhile.
                 completed = completed - self._held_elsewhere(node, completed & run.fetched)
