@@ -25,7 +25,7 @@ from datasched.runtime.reports import EngineConfig, RunReport
 from datasched.runtime.session import (
     ClusterOptions,
     build_scheduler,
-    calibrate,
+    default_calibration,
     job_space,
     open_cluster,
     run_dask_map,
@@ -110,7 +110,9 @@ def test_caches_persist_between_runs(demo_catalog: Path, tmp_path: Path) -> None
     check_exactly_once(second, specs, demo_catalog)
     assert second.cache_hit_ratio == 1.0 and second.bytes_from_tertiary == 0
     cold = asyncio.run(run_jobs(specs, opts, policy="cache-splitting", config=FAST, cold=True))
-    assert cold.bytes_from_tertiary == first.bytes_from_tertiary
+    # Cold: every file from tertiary storage once (the calibration's read, through a cache,
+    # was emptied with the rest); the first run found the calibration's file cached.
+    assert cold.bytes_from_tertiary == specs[0].dataset.n_bytes >= first.bytes_from_tertiary
 
 
 def test_cache_capacity_is_enforced(demo_catalog: Path, tmp_path: Path) -> None:
@@ -136,7 +138,7 @@ def test_worker_killed_mid_job_loses_and_doubles_nothing(
 
     async def main() -> tuple[RunReport, RuntimeEngine]:
         space = job_space(specs)
-        calibration = calibrate(specs, space, opts.tertiary_bytes_per_s)
+        calibration = default_calibration(opts.tertiary_bytes_per_s, 1e-5)
         async with open_cluster(opts) as (client, names):
             pids: dict[str, int] = await client.run(os.getpid)
             victim = max(pids.values())
@@ -161,7 +163,6 @@ def test_worker_killed_mid_job_loses_and_doubles_nothing(
                 client,
                 sched,
                 names,
-                cache_root=str(opts.cache_root.resolve()),
                 config=FAST,
                 progress=KillOnFirstPacket(),
             )

@@ -44,14 +44,32 @@ def runtime_errors() -> Iterator[None]:
         from datasched.runtime.dataset import CatalogError, DatasetError
         from datasched.runtime.jobspec import JobSpecError
         from datasched.runtime.processor import ProcessorError
+        from datasched.runtime.session import ClusterSetupError
     except ModuleNotFoundError as exc:
         fail(f"{INSTALL_HINT} ({exc.name} is missing)")
     try:
         yield
-    except (JobSpecError, CatalogError, DatasetError, ProcessorError) as exc:
+    except (JobSpecError, ProcessorError) as exc:
+        if exc.traceback:  # the user's own traceback (their file and line) under the line
+            err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
+            show_traceback(exc.traceback)
+            raise typer.Exit(2) from None
+        fail(str(exc))
+    except (CatalogError, DatasetError, ClusterSetupError) as exc:
         fail(str(exc))
     except UnknownPolicyError as exc:
         fail(f"--policy: {exc}")
+
+
+def show_traceback(text: str) -> None:
+    """A user's traceback on stderr, indented under the error line that names it."""
+    if text:
+        err.print(
+            "\n".join("  " + line for line in text.splitlines()),
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 class BarProgress:
@@ -266,10 +284,17 @@ def run(
             f"{report.scheduling_ms_per_packet:.2f} ms per packet",
             highlight=False,
         )
+    report_failures(report)
+
+
+def report_failures(report: RunReport) -> None:
+    """Each failed job named on stderr with its reason (and the user's traceback when their
+    code raised); exit code 1 if any failed."""
     if any(j.status != "completed" for j in report.jobs):
         for j in report.jobs:
             if j.error:
                 err.print(f"error: job {j.id}: {j.error}", markup=False, highlight=False)
+                show_traceback(j.traceback)
         raise typer.Exit(1)
 
 

@@ -22,11 +22,11 @@ from rich.table import Table
 from datasched._files import atomic_write_text
 from datasched.compare.predict import predict_makespan
 from datasched.runtime.jobspec import JobSpec, load_jobs
-from datasched.runtime.processor import merge
+from datasched.runtime.outputs import merge
 from datasched.runtime.reports import EngineConfig, ProgressSink, RunReport
 from datasched.runtime.session import (
+    Calibration,
     ClusterOptions,
-    calibrate,
     job_space,
     run_dask_map,
     run_jobs,
@@ -163,7 +163,7 @@ def run_demo(
         cache_root=out_dir / "caches",
         tertiary_bytes_per_s=tertiary_bytes_per_s,
     )
-    calibration = calibrate(specs, space, tertiary_bytes_per_s)
+    calibration: Calibration | None = None  # measured on a worker by the first run
     config = EngineConfig(packet_target_s=0.5, min_packet_events=500)
     total = sum(s.n_events for s in specs)
 
@@ -191,6 +191,8 @@ def run_demo(
                     calibration=calibration,
                 )
             )
+        calibration = runs[name].calibration
+        assert isinstance(calibration, Calibration)
         predictions[name] = predict_makespan(
             specs, opts, calibration, policy=name, policy_params=params
         )

@@ -7,6 +7,7 @@ in; what it copies is exactly the bytes counted as read from tertiary storage.
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 import time
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import fsspec
 
-__all__ = ["StorageError", "Throttle", "copy_file", "url_size"]
+__all__ = ["LocalDiskFull", "StorageError", "Throttle", "copy_file", "is_disk_full", "url_size"]
 
 CHUNK_BYTES = 1 << 20
 
@@ -32,6 +33,16 @@ class StorageError(OSError):
     def __reduce__(self) -> tuple[object, ...]:
         # Pickled across processes (worker -> master) with its fields, not only its message.
         return (_rebuild_storage_error, (self.url, self.reason, self.transient))
+
+
+class LocalDiskFull(OSError):
+    """The local disk (the cache's) is full: not a storage error, and not worth a retry. The
+    reader goes on without caching."""
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` says a local disk is full (or over its quota)."""
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 def _rebuild_storage_error(url: str, reason: str, transient: bool) -> StorageError:
@@ -87,13 +98,14 @@ def copy_file(
 
     Transient read errors (``OSError`` other than a missing file) are retried ``retries``
     times with exponential backoff; a missing file, or one of the wrong size when
-    ``expected_bytes`` is given, fails at once. On failure ``dest`` does not exist.
+    ``expected_bytes`` is given, fails at once. A full local disk raises
+    :class:`LocalDiskFull` at once. On failure ``dest`` does not exist.
     """
     attempt = 0
     while True:
         try:
             return _copy_once(url, dest, throttle, expected_bytes)
-        except StorageError:
+        except (StorageError, LocalDiskFull):
             _remove(dest)
             raise
         except FileNotFoundError as exc:
@@ -118,10 +130,20 @@ def _copy_once(url: str, dest: Path, throttle: Throttle | None, expected: int | 
                 break
             if throttle is not None:
                 throttle.consume(len(chunk))
-            out.write(chunk)
+            try:
+                out.write(chunk)
+            except OSError as exc:
+                if is_disk_full(exc):
+                    raise LocalDiskFull(exc.errno, f"{dest.parent}: {exc.strerror}") from exc
+                raise
             copied += len(chunk)
-        out.flush()
-        os.fsync(out.fileno())
+        try:
+            out.flush()
+            os.fsync(out.fileno())
+        except OSError as exc:
+            if is_disk_full(exc):
+                raise LocalDiskFull(exc.errno, f"{dest.parent}: {exc.strerror}") from exc
+            raise
     if expected is not None and copied != expected:
         raise StorageError(url, f"expected {expected} bytes, read {copied} (file changed?)")
     return copied

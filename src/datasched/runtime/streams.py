@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from distributed import Client, Future
@@ -17,17 +16,11 @@ from datasched.core.events import CacheChanged, Event, SubjobFinished, SubjobShr
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import Subjob
 from datasched.core.scheduler import Scheduler
-from datasched.runtime.diskcache import cache_file_name
 from datasched.runtime.jobspec import JobSpec
-from datasched.runtime.processor import merge
+from datasched.runtime.outputs import merge
+from datasched.runtime.processor import Processor, ShippedProcessor
 from datasched.runtime.reports import EngineConfig, JobReport, PacketStat, ProgressSink
-from datasched.runtime.worker import (
-    PacketError,
-    PacketResult,
-    PacketSpec,
-    node_cache_dir,
-    run_packet,
-)
+from datasched.runtime.worker import PacketError, PacketResult, PacketSpec, run_packet
 
 __all__ = ["PacketStreams"]
 
@@ -65,6 +58,10 @@ class _JobRun:
     job_id: int
     data: IntervalSet
     report: JobReport
+    processor: Processor
+    """The master's copy (its postprocess runs here)."""
+    shipped: ShippedProcessor
+    """What the packets carry to the workers."""
     first_packet_s: float | None = None
     accumulator: Any = None
     done: IntervalSet = _EMPTY
@@ -81,7 +78,6 @@ class PacketStreams:
     scheduler: Scheduler
     space: DataSpace
     config: EngineConfig
-    cache_root: str | None
     progress: ProgressSink | None
     workers: list[_Worker]
     slots: dict[int, _Slot]
@@ -93,6 +89,8 @@ class PacketStreams:
     _scheduling_s: float
     _run_id: str
     _tasks: set[asyncio.Task[None]]
+    _t0_wall: float
+    _notes: list[str]
 
     def now(self) -> float:
         raise NotImplementedError
@@ -100,7 +98,7 @@ class PacketStreams:
     def _emit(self, event: Event) -> None:
         raise NotImplementedError
 
-    def _fail(self, jr: _JobRun, message: str) -> None:
+    def _fail(self, jr: _JobRun, message: str, traceback: str = "") -> None:
         raise NotImplementedError
 
     def _retract(self, node: int) -> None:
@@ -139,7 +137,8 @@ class PacketStreams:
         n = min(max(n, cfg.min_packet_events), cfg.max_packet_events)
         if a + 1.5 * n >= file_stop:
             n = file_stop - a
-        return n
+        # --chunksize caps a packet, as coffea's chunksize caps a chunk.
+        return min(n, cfg.chunksize) if cfg.chunksize is not None else n
 
     def _feed(self, index: int) -> None:
         """Keep ``packets_in_flight`` packets going on a slot; close the subjob when done."""
@@ -159,6 +158,8 @@ class PacketStreams:
                 b = min(b, a + self._packet_events(slot, jr, a, f.stop))
             else:
                 b = min(b, f.stop)  # an Assign is one packet, cut only at file ends
+                if self.config.chunksize is not None:
+                    b = min(b, a + self.config.chunksize)
             slot.todo = slot.todo - IntervalSet.range(a, b)
             self._submit(index, jr, a, b, start, address)
         self._scheduling_s += time.perf_counter() - t0
@@ -171,9 +172,6 @@ class PacketStreams:
         slot = self.slots[index]
         f = self.space.files[self.space.file_at(a)]
         pid = self._next_id()
-        peer_path = None
-        if start.peer_reads and self.cache_root is not None:
-            peer_path = self._peer_copy(slot.node, a)
         spec = PacketSpec(
             packet_id=pid,
             job_id=jr.job_id,
@@ -182,10 +180,10 @@ class PacketStreams:
             local_start=a - f.start,
             local_stop=b - f.start,
             file_bytes=f.n_bytes,
-            processor=jr.spec.processor,
-            base_dir=str(jr.spec.base_dir),
+            processor=jr.shipped,
+            read=jr.spec.read,
             cache_fill=start.cache_fill,
-            peer_path=peer_path,
+            peer=self._peer_address(slot.node, a) if start.peer_reads else None,
             replicate=start.replicate,
         )
         future = self.client.submit(
@@ -208,16 +206,14 @@ class PacketStreams:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _peer_root(self, node: int) -> str:
-        assert self.cache_root is not None
-        return str(node_cache_dir(self.cache_root, self.workers[node].name))
-
-    def _peer_copy(self, node: int, event: int) -> str | None:
+    def _peer_address(self, node: int, event: int) -> str | None:
+        """The Dask address of another worker whose cache holds (or is fetching) the file
+        of ``event``: the packet reads it from there, over the cluster's network."""
         f = self.space.files[self.space.file_at(event)]
         for _, _, holders in self.scheduler.directory.holders(f.start, f.start + 1):
-            peers = sorted(h for h in holders if h != node)
-            if peers:
-                return str(Path(self._peer_root(peers[0])) / cache_file_name(f.name))
+            for peer in sorted(h for h in holders if h != node):
+                if self.workers[peer].up and self.workers[peer].address is not None:
+                    return self.workers[peer].address
         return None
 
     async def _await(self, token: int, future: Future[Any]) -> None:
@@ -241,19 +237,48 @@ class PacketStreams:
             if payload.source == "cache" or url in payload.cache_added:
                 worker.announced.discard(url)
         jr = self._jobs[job_id]
+        skip = self.config.skip_bad_files
         if ok:
             self._book(index, jr, a, b, payload)
         elif isinstance(payload, PacketError):
-            # Not processed: the rest of the job is dropped by the core.
-            slot.todo = slot.todo | IntervalSet.range(a, b)
-            self._fail(jr, f"{payload.kind} error: {payload}")
+            if skip and payload.kind == "data":
+                self._skip_file(index, jr, a, b, payload.message)
+            else:
+                # Not processed: the rest of the job is dropped by the core.
+                slot.todo = slot.todo | IntervalSet.range(a, b)
+                self._fail(jr, f"{payload.kind} error: {payload}", payload.traceback)
         else:
             attempts = self._attempts.get((a, b), 0) + 1
             self._attempts[(a, b)] = attempts
             slot.todo = slot.todo | IntervalSet.range(a, b)
             if attempts >= self.config.max_packet_attempts:
-                self._fail(jr, f"packet {a}-{b} failed {attempts} times: {payload!r}")
+                message = f"packet {a}-{b} failed {attempts} times: {payload!r}"
+                if skip:
+                    slot.todo = slot.todo - IntervalSet.range(a, b)
+                    self._skip_file(index, jr, a, b, message)
+                else:
+                    self._fail(jr, message)
         self._feed(index)
+
+    def _skip_file(self, index: int, jr: _JobRun, a: int, b: int, reason: str) -> None:
+        """``--skip-bad-files``: the packet's file cannot be read. Its events not yet sent
+        (by any slot of the job) are dropped with the packet's, counted as done but skipped,
+        and the file is recorded in the job's report."""
+        f = self.space.files[self.space.file_at(a)]
+        gone = IntervalSet.range(a, b)
+        for slot in self.slots.values():
+            if slot.subjob is not None and slot.subjob.job_id == jr.job_id:
+                mine = slot.todo.clip(f.start, f.stop)
+                if mine:
+                    slot.todo = slot.todo - mine
+                    slot.processed = slot.processed | mine
+                    jr.done = jr.done | mine
+                    jr.report.events_skipped += mine.length
+        self.slots[index].processed = self.slots[index].processed | gone
+        jr.done = jr.done | gone
+        jr.report.events_skipped += b - a
+        if all(url != f.name for url, _ in jr.report.skipped_files):
+            jr.report.skipped_files.append((f.name, reason))
 
     def _book(self, index: int, jr: _JobRun, a: int, b: int, result: PacketResult) -> None:
         slot = self.slots[index]
@@ -272,6 +297,8 @@ class PacketStreams:
         spent = result.read_s + result.compute_s
         # The slot's time per event, smoothed: packets are sized from it.
         slot.s_per_event = 0.7 * slot.s_per_event + 0.3 * spent / max(n, 1)
+        if result.note and result.note not in self._notes:
+            self._notes.append(result.note)
         self._stats.append(
             PacketStat(
                 job=jr.spec.id,
@@ -284,6 +311,9 @@ class PacketStreams:
                 bytes_from_peer=result.bytes_from_peer,
                 read_s=result.read_s,
                 compute_s=result.compute_s,
+                bytes_read=result.bytes_read,
+                t_start=max(result.started - self._t0_wall, 0.0),
+                t_end=self.now(),
             )
         )
         if self.progress is not None:
