@@ -321,8 +321,9 @@ class RuntimeEngine(PacketStreams, DataMoves):
             post = getattr(first.processor, "postprocess", None)
             what = "postprocess"
             try:
-                if callable(post):
-                    acc = post(acc)
+                if callable(post):  # coffea's rule: a postprocess returning None changes nothing
+                    done = post(acc)
+                    acc = acc if done is None else done
                 what = f"output {output}"
                 write_output(acc, output)
                 self._outputs[first.spec.output_of] = acc

@@ -435,8 +435,9 @@ def _write_outputs(
             acc = merge(acc, accumulators[specs[i].id])
         post = getattr(processors[specs[members[0]].id][0], "postprocess", None)
         try:
-            if callable(post):
-                acc = post(acc)
+            if callable(post):  # coffea's rule: a postprocess returning None changes nothing
+                done = post(acc)
+                acc = acc if done is None else done
             write_output(acc, specs[members[0]].output)
             results[out_id] = acc
         except Exception as exc:

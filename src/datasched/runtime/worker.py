@@ -23,7 +23,7 @@ from distributed import get_worker
 from distributed.diagnostics.plugin import WorkerPlugin
 
 from datasched.runtime.diskcache import Acquired, DiskCache, StagingArea
-from datasched.runtime.events import EventsError, ReadSpec, open_events
+from datasched.runtime.events import EventsError, ReadSpec, forget_open_files, open_events
 from datasched.runtime.peers import PEER_OP, PeerServer, await_peer, peer_copy, peer_state
 from datasched.runtime.processor import ShippedProcessor, unship, user_traceback
 from datasched.runtime.storage import LocalDiskFull, StorageError, Throttle, copy_file
@@ -328,6 +328,7 @@ def run_packet(spec: PacketSpec) -> PacketResult:
     except PacketError as exc:
         _release(plugin, got, keep)
         if exc.kind == "data" and got is not None and plugin.cache is not None:
+            forget_open_files()
             plugin.cache.discard(spec.url)  # a corrupted copy is not kept
         raise
     _release(plugin, got, keep)
