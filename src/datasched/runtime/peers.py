@@ -35,14 +35,16 @@ PEER_POLL_S = 0.05
 
 
 class PeerServer:
-    """The handler a worker serves its cache with (``worker.handlers[PEER_OP]``)."""
+    """What a worker serves its cache with: :meth:`serve` is its handler
+    (``worker.handlers[PEER_OP]``)."""
 
     def __init__(self, cache: DiskCache) -> None:
         self.cache = cache
 
-    async def __call__(
+    async def serve(
         self, action: str = "state", url: str = "", offset: int = 0, size: int = 0
     ) -> Any:
+        """``state`` of ``url`` here, or ``read`` a block of it (None: not cached)."""
         if action == "state":
             return self.cache.state(url)
         if action == "read":

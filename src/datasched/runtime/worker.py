@@ -107,10 +107,11 @@ class CachePlugin(WorkerPlugin):
         self.throttle = Throttle(self.tertiary_bytes_per_s)
         self.pins = {}
         self.disk_full_noted = False
-        worker.handlers[PEER_OP] = PeerServer(self.cache)
+        worker.handlers[PEER_OP] = PeerServer(self.cache).serve
 
     def teardown(self, worker: Any) -> None:
-        if isinstance(worker.handlers.get(PEER_OP), PeerServer):
+        handler = worker.handlers.get(PEER_OP)
+        if isinstance(getattr(handler, "__self__", None), PeerServer):
             del worker.handlers[PEER_OP]
 
 
