@@ -364,7 +364,18 @@ def _dataset(
     if not isinstance(tree, str) or not tree:
         raise err("tree", f"expected a tree name, got {tree!r}")
     try:
-        return open_dataset(str(job["id"]), expand_files(files, ctx.base), tree, skipped=skipped)
+        if skipped is None:
+            urls = expand_files(files, ctx.base)
+        else:  # --skip-bad-files: a path that names nothing is left out too
+            urls = []
+            for pattern in files:
+                try:
+                    urls += expand_files([pattern], ctx.base)
+                except DatasetError as exc:
+                    skipped.append((pattern, str(exc)))
+            if not urls:
+                raise DatasetError(f"dataset {job['id']!r}: none of its files can be read")
+        return open_dataset(str(job["id"]), urls, tree, skipped=skipped)
     except DatasetError as exc:
         raise err("files", str(exc)) from exc
 

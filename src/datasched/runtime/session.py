@@ -53,6 +53,7 @@ __all__ = [
     "ClusterSetupError",
     "build_scheduler",
     "calibrate_on_cluster",
+    "check_cache_root",
     "default_calibration",
     "job_space",
     "open_cluster",
@@ -106,7 +107,7 @@ async def open_cluster(opts: ClusterOptions) -> AsyncIterator[tuple[Client, list
     plugin registered on every worker (and on workers that join or restart later)."""
     cluster: LocalCluster | None = None
     if opts.scheduler_address is None:
-        _check_cache_root(opts.cache_root)
+        check_cache_root(opts.cache_root)
         cluster = await LocalCluster(  # type: ignore[no-untyped-call]
             n_workers=opts.workers,
             threads_per_worker=opts.slots * opts.threads_per_slot,
@@ -151,7 +152,7 @@ async def open_cluster(opts: ClusterOptions) -> AsyncIterator[tuple[Client, list
                 await closing
 
 
-def _check_cache_root(root: Path) -> None:
+def check_cache_root(root: Path) -> None:
     """The embedded cluster's workers share this machine: a cache root they cannot create is
     found here, before any worker starts."""
     try:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import uproot
 from distributed import get_worker
 from distributed.diagnostics.plugin import WorkerPlugin
 
@@ -40,6 +41,7 @@ __all__ = [
     "calibrate_packet",
     "clear_cache",
     "node_cache_dir",
+    "packet_on",
     "peer_wait_s",
     "run_packet",
 ]
@@ -271,6 +273,21 @@ def _release(plugin: CachePlugin, got: Acquired | None, keep: bool) -> None:
         plugin.staging.release(got)
 
 
+_READERS = (str(Path(uproot.__file__).resolve().parent),)
+"""Where the code that reads files lives (uproot; coffea's NanoEvents read through it)."""
+
+
+def read_failed(exc: BaseException) -> bool:
+    """Whether ``exc``, raised while a processor ran, came from reading the file: events are
+    read lazily, so a corrupted basket breaks inside the processor's call, in uproot."""
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename.startswith(_READERS):
+            return True
+        tb = tb.tb_next
+    return False
+
+
 def _process(spec: PacketSpec, path: str, repeats: int = 1) -> tuple[Any, int, float, float]:
     """Open the packet's events and run its processor ``repeats`` times: ``(accumulator,
     bytes read, open seconds, least compute seconds)``."""
@@ -298,6 +315,10 @@ def _process(spec: PacketSpec, path: str, repeats: int = 1) -> tuple[Any, int, f
                 try:
                     accumulator = proc.process(opened.events)
                 except Exception as exc:
+                    if read_failed(exc):  # a lazy read of the file broke, not the user's code
+                        raise PacketError(
+                            "data", spec.url, f"cannot read entries {a}-{b}: {exc}"
+                        ) from exc
                     raise PacketError(
                         "processor",
                         spec.url,
@@ -315,8 +336,12 @@ def _process(spec: PacketSpec, path: str, repeats: int = 1) -> tuple[Any, int, f
 
 def run_packet(spec: PacketSpec) -> PacketResult:
     """The Dask task of one packet (runs on the worker it is pinned to)."""
+    return packet_on(get_worker(), spec)
+
+
+def packet_on(worker: Any, spec: PacketSpec) -> PacketResult:
+    """Run one packet on ``worker`` (a Dask worker with the cache plugin)."""
     started = time.time()
-    worker = get_worker()
     node, plugin = _plugin(worker)
     keep = spec.cache_fill and (spec.peer is None or spec.replicate)
     t0 = time.perf_counter()
