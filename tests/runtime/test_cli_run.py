@@ -82,7 +82,7 @@ def test_chunksize_maxchunks_and_the_report(tmp_path: Path, demo_catalog: Path) 
     assert job["events_processed"] == job["events_expected"] == 1500  # 5 chunks of 300
     assert (report / "timeline.png").stat().st_size > 0
     packets = (report / "packets.csv").read_text().splitlines()
-    assert packets[0].endswith("bytes_read,t_start,t_end") and len(packets) > 5
+    assert packets[0].endswith("bytes_read,cpu_s,t_start,t_end") and len(packets) > 5
     sizes = [int(r.split(",")[4]) - int(r.split(",")[3]) for r in packets[1:]]
     assert max(sizes) <= 300  # --chunksize caps packets
     assert json.loads((report / "summary.json").read_text())["events_processed"] == 1500

@@ -148,6 +148,7 @@ PACKET_COLUMNS = (
     "read_s",
     "compute_s",
     "bytes_read",
+    "cpu_s",
     "t_start",
     "t_end",
 )

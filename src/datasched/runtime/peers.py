@@ -107,7 +107,9 @@ def await_peer(
     return now == "cached"
 
 
-def peer_copy(worker: Any, address: str, url: str, dest: Path, expected_bytes: int) -> int:
+def peer_copy(
+    worker: Any, address: str, url: str, dest: Path, expected_bytes: int, *, durable: bool = True
+) -> int:
     """Copy the peer's cached ``url`` to the local ``dest`` over Dask's comms; returns the
     bytes copied. Raises :class:`StorageError` (``dest`` removed) if the peer does not have
     it, is gone, or the copy is not ``expected_bytes`` long."""
@@ -122,7 +124,8 @@ def peer_copy(worker: Any, address: str, url: str, dest: Path, expected_bytes: i
                 out.write(block)
                 copied += len(block)
             out.flush()
-            os.fsync(out.fileno())
+            if durable:
+                os.fsync(out.fileno())
     except StorageError:
         dest.unlink(missing_ok=True)
         raise

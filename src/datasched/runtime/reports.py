@@ -19,6 +19,12 @@ class EngineConfig:
     min_packet_events: int = 100
     max_packet_events: int = 100_000
     packets_in_flight: int = 2
+    """Packets a slot has in flight at least: the next one's file is fetched while the
+    current one computes."""
+    max_in_flight: int = 8
+    """At most: short packets (a small file's events) are queued deeper on their worker, up
+    to about ``packet_target_s`` of work, so that the worker does not idle for the master's
+    round trip after each one."""
     poll_s: float = 0.25
     """How often the master checks which workers are alive."""
     max_packet_attempts: int = 3
@@ -33,8 +39,8 @@ class EngineConfig:
             raise ValueError(f"packet_target_s: must be positive, got {self.packet_target_s!r}")
         if not 1 <= self.min_packet_events <= self.max_packet_events:
             raise ValueError("min_packet_events: must be >= 1 and <= max_packet_events")
-        if self.packets_in_flight < 1:
-            raise ValueError("packets_in_flight: must be at least 1")
+        if not 1 <= self.packets_in_flight <= self.max_in_flight:
+            raise ValueError("packets_in_flight: must be at least 1 and <= max_in_flight")
         if self.chunksize is not None and self.chunksize < 1:
             raise ValueError(f"chunksize: must be at least 1, got {self.chunksize!r}")
 
@@ -55,6 +61,8 @@ class PacketStat:
     compute_s: float
     bytes_read: int = 0
     """Stored bytes of the baskets the packet read (the branches its processor used)."""
+    cpu_s: float = 0.0
+    """CPU seconds its worker thread used."""
     t_start: float = 0.0
     """Seconds after the run's start when the packet started on its worker."""
     t_end: float = 0.0

@@ -131,6 +131,7 @@ async def open_cluster(opts: ClusterOptions) -> AsyncIterator[tuple[Client, list
             str(opts.cache_root.resolve()),
             opts.cache_bytes,
             tertiary_bytes_per_s=opts.tertiary_bytes_per_s,
+            compute_slots=opts.slots,
         )
         try:
             registered = client.register_plugin(plugin, name=PLUGIN_NAME)
@@ -215,17 +216,18 @@ async def calibrate_on_cluster(
     *,
     log: Callable[[str], None] | None = None,
 ) -> Calibration:
-    """CPU per event, by timing the first job's processor on a worker, on a slice of its
-    first file read through that worker's cache (so the read is not wasted), the least of
-    three runs. Never in the master: its reads would go to tertiary storage, and the user's
-    code runs where it will run. A processor that fails here is reported by the job's own
-    packets; the master then goes on with its default guess."""
+    """CPU per event, by timing the first job's packets on a worker: open, read and process
+    a slice of its first file (read through that worker's cache, so the read is not
+    wasted), the least CPU time of three runs. Never in the master: its reads would go to
+    tertiary storage, and the user's code runs where it will run. A processor that fails
+    here is reported by the job's own packets; the master then goes on with its default
+    guess."""
     if not specs or not space.files:
         return default_calibration(tertiary_bytes_per_s)
     spec = specs[0]
-    a, _ = spec.dataset.locate(spec.start, spec.stop)[0][1:]
-    first = spec.dataset.files[spec.dataset.locate(spec.start, spec.stop)[0][0]]
-    n = min(first.n_events - a, CALIBRATION_EVENTS)
+    index, a, stop = spec.dataset.locate(spec.start, spec.stop)[0]
+    first = spec.dataset.files[index]
+    n = min(stop - a, CALIBRATION_EVENTS)
     _, shipped = job_processor(spec)
     packet = PacketSpec(
         packet_id=-1,
@@ -390,6 +392,7 @@ async def run_dask_map(
                             res.read_s,
                             res.compute_s,
                             res.bytes_read,
+                            res.cpu_s,
                             max(res.started - t0_wall, 0.0),
                             time.monotonic() - t0,
                         )

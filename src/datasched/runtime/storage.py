@@ -93,8 +93,10 @@ def copy_file(
     retries: int = 3,
     backoff_s: float = 0.2,
     expected_bytes: int | None = None,
+    durable: bool = True,
 ) -> int:
-    """Copy ``url`` to the local path ``dest``; returns the bytes copied.
+    """Copy ``url`` to the local path ``dest``; returns the bytes copied. ``durable``: flush
+    it to disk before returning (a cache entry; not a copy staged for one reader).
 
     Transient read errors (``OSError`` other than a missing file) are retried ``retries``
     times with exponential backoff; a missing file, or one of the wrong size when
@@ -104,7 +106,7 @@ def copy_file(
     attempt = 0
     while True:
         try:
-            return _copy_once(url, dest, throttle, expected_bytes)
+            return _copy_once(url, dest, throttle, expected_bytes, durable)
         except (StorageError, LocalDiskFull):
             _remove(dest)
             raise
@@ -121,7 +123,9 @@ def copy_file(
             attempt += 1
 
 
-def _copy_once(url: str, dest: Path, throttle: Throttle | None, expected: int | None) -> int:
+def _copy_once(
+    url: str, dest: Path, throttle: Throttle | None, expected: int | None, durable: bool
+) -> int:
     copied = 0
     with fsspec.open(url, "rb") as src, open(dest, "wb") as out:
         while True:
@@ -139,7 +143,8 @@ def _copy_once(url: str, dest: Path, throttle: Throttle | None, expected: int | 
             copied += len(chunk)
         try:
             out.flush()
-            os.fsync(out.fileno())
+            if durable:
+                os.fsync(out.fileno())
         except OSError as exc:
             if is_disk_full(exc):
                 raise LocalDiskFull(exc.errno, f"{dest.parent}: {exc.strerror}") from exc

@@ -50,6 +50,8 @@ class _Slot:
     inflight: dict[int, tuple[int, int]] = field(default_factory=dict)
     stopping: bool = False
     s_per_event: float = 0.0
+    packet_s: float = 0.0
+    """A packet's time on its worker, smoothed (0: none back yet)."""
 
 
 @dataclass(slots=True)
@@ -140,8 +142,20 @@ class PacketStreams:
         # --chunksize caps a packet, as coffea's chunksize caps a chunk.
         return min(n, cfg.chunksize) if cfg.chunksize is not None else n
 
+    def _depth(self, slot: _Slot) -> int:
+        """Packets in flight for the slot: ``packets_in_flight``, or more while its packets
+        are short (cut at the ends of small files): about ``packet_target_s`` of work queued
+        on the worker, so that it goes from one packet to the next without waiting for the
+        master's round trip (result back, next packet out), up to ``max_in_flight``."""
+        cfg = self.config
+        if slot.packet_s <= 0:
+            return cfg.packets_in_flight
+        depth = int(cfg.packet_target_s / slot.packet_s) + 1
+        return min(max(depth, cfg.packets_in_flight), cfg.max_in_flight)
+
     def _feed(self, index: int) -> None:
-        """Keep ``packets_in_flight`` packets going on a slot; close the subjob when done."""
+        """Keep the slot's packets going (:meth:`_depth` of them); close the subjob when
+        done."""
         t0 = time.perf_counter()
         slot = self.slots[index]
         sj, start = slot.subjob, slot.start
@@ -150,7 +164,7 @@ class PacketStreams:
         jr = self._jobs[sj.job_id]
         address = self.workers[slot.node].address
         while slot.todo and not slot.stopping and not jr.failed:
-            if address is None or len(slot.inflight) >= self.config.packets_in_flight:
+            if address is None or len(slot.inflight) >= self._depth(slot):
                 break
             a, b = slot.todo.ranges[0]
             f = self.space.files[self.space.file_at(a)]
@@ -297,6 +311,7 @@ class PacketStreams:
         spent = result.read_s + result.compute_s
         # The slot's time per event, smoothed: packets are sized from it.
         slot.s_per_event = 0.7 * slot.s_per_event + 0.3 * spent / max(n, 1)
+        slot.packet_s = 0.7 * slot.packet_s + 0.3 * spent if slot.packet_s else spent
         if result.note and result.note not in self._notes:
             self._notes.append(result.note)
         self._stats.append(
@@ -312,6 +327,7 @@ class PacketStreams:
                 read_s=result.read_s,
                 compute_s=result.compute_s,
                 bytes_read=result.bytes_read,
+                cpu_s=result.cpu_s,
                 t_start=max(result.started - self._t0_wall, 0.0),
                 t_end=self.now(),
             )
