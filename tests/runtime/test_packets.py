@@ -51,6 +51,24 @@ def test_a_packet_holds_about_the_target_time_of_work() -> None:
     assert eng._packet_events(eng.slots[0], job(100_000), 0, 50_000) == 1000
 
 
+def test_short_packets_are_queued_deeper_on_their_worker() -> None:
+    eng = engine(CONFIG)
+    slot = eng.slots[0]
+    assert eng._depth(slot) == CONFIG.packets_in_flight  # nothing measured yet
+    slot.packet_s = 0.05  # 1 s of work aimed at, 50 ms packets: queue about a second
+    assert eng._depth(slot) == CONFIG.max_in_flight  # ... but at most eight
+    slot.packet_s = 0.3
+    assert eng._depth(slot) == 4
+    slot.packet_s = 2.0  # long packets: the minimum, the next one's file fetched meanwhile
+    assert eng._depth(slot) == CONFIG.packets_in_flight
+
+
+def test_chunksize_caps_a_packet() -> None:
+    eng = engine(EngineConfig(packet_target_s=1.0, min_packet_events=50, chunksize=300))
+    running(eng, 0, IntervalSet.range(0, 100_000), 0.001)
+    assert eng._packet_events(eng.slots[0], job(100_000), 0, 50_000) == 300
+
+
 def test_a_packet_takes_the_rest_of_its_file_rather_than_leave_a_sliver() -> None:
     eng = engine(CONFIG)
     running(eng, 0, IntervalSet.range(0, 100_000), 0.001)

@@ -72,8 +72,9 @@ def demo(
 ) -> None:
     """The runtime tour (about a minute): overlapping jobs on a synthetic dataset, run under
     processing-farm scheduling, under a cache-aware policy, and as a plain Dask map through the
-    same worker caches; a comparison table with the simulator's prediction beside the measured
-    makespans, and the dimuon-mass plot."""
+    same worker caches; a comparison table with the simulator's prediction and the physical
+    floor beside the measured makespans, the three runs' timelines on one time axis, and the
+    dimuon-mass plot."""
     with runtime_errors():
         from datasched.compare.demo import run_demo
 
@@ -97,7 +98,11 @@ def demo(
         print_json(result.as_json())
         return
     out.print(result.table())
+    for note in result.notes:
+        out.print(f"note: {note}", highlight=False)
     out.print(f"plot: {result.plot}", highlight=False)
+    if result.timeline is not None:
+        out.print(f"timelines: {result.timeline}", highlight=False)
 
 
 class _DemoBars:

@@ -1,6 +1,6 @@
-"""What a user can act on when storage or disks misbehave, tested without a cluster: a full
-cache disk reads on without caching (and says so once), a cache directory that cannot be
-created is one clear error."""
+"""A worker's side of a packet, tested without a cluster: a full cache disk reads on without
+caching (and says so once), a cache directory that cannot be created is one clear error, and
+a file a peer has only announced is fetched and kept here."""
 
 from __future__ import annotations
 
@@ -68,3 +68,28 @@ def test_a_cache_directory_that_cannot_be_created_is_one_clear_error(tmp_path: P
     blocker.write_text("not a directory")
     with pytest.raises(CacheDirError, match=r"worker n1: cannot create the cache directory"):
         fake_worker(blocker / "caches")
+
+
+def test_a_file_the_peer_only_announced_is_fetched_and_kept_here(
+    demo_catalog: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The master said a peer holds the file, but the peer's fetch has not begun: this node
+    fetches it from tertiary storage and caches it (the master learns of it, and the peer
+    then reads it from here), rather than staging a copy the peer will fetch again."""
+    asked: list[str] = []
+
+    def absent(worker: Any, address: str, url: str) -> str:
+        asked.append(address)
+        return "absent"
+
+    monkeypatch.setattr(worker_module, "peer_state", absent)
+    worker = fake_worker(tmp_path / "caches")
+    url = str(demo_catalog.parent / "part-001.root")
+    shipped = ship(DimuonMass(), "demo")
+    spec = PacketSpec(1, 0, url, "Events", 0, 100, os.path.getsize(url), shipped, peer="tcp://p:1")
+    first = packet_on(worker, spec)
+    assert asked == ["tcp://p:1"]
+    assert first.source == "tertiary" and first.cache_added == [url]
+    # Cached here now: the next packet reads its own copy without asking the peer.
+    second = packet_on(worker, spec)
+    assert second.source == "cache" and asked == ["tcp://p:1"]
