@@ -199,6 +199,7 @@ class PacketStreams:
             cache_fill=start.cache_fill,
             peer=self._peer_address(slot.node, a) if start.peer_reads else None,
             replicate=start.replicate,
+            peers=self._other_workers(slot.node) if start.peer_reads else (),
         )
         future = self.client.submit(
             run_packet,
@@ -219,6 +220,18 @@ class PacketStreams:
         task = asyncio.ensure_future(self._await(token, future))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    ASK_PEERS_UP_TO = 16
+    """Clusters this size or smaller: a packet that may read from peers asks every other
+    worker before it fetches from tertiary storage (the directory may not know yet)."""
+
+    def _other_workers(self, node: int) -> tuple[str, ...]:
+        others = [
+            w.address
+            for i, w in enumerate(self.workers)
+            if i != node and w.up and w.address is not None
+        ]
+        return tuple(others) if len(others) < self.ASK_PEERS_UP_TO else ()
 
     def _peer_address(self, node: int, event: int) -> str | None:
         """The Dask address of another worker whose cache holds (or is fetching) the file

@@ -143,6 +143,9 @@ class PacketSpec:
     peer: str | None = None
     """The Dask address of a worker caching the file: read it from there."""
     replicate: bool = False
+    peers: tuple[str, ...] = ()
+    """Other workers to ask before fetching from tertiary storage (peer reads allowed): one
+    of them may have the file, or be fetching it, by now."""
 
 
 @dataclass(slots=True)
@@ -213,23 +216,44 @@ def fetcher(
     worker: Any,
     *,
     durable: bool = True,
+    peers: tuple[str, ...] = (),
 ) -> tuple[Callable[[Path], int], dict[str, Any]]:
     """``fetch(dest) -> bytes`` bringing ``url`` from the peer at ``peer`` (waiting for its
     fetch in flight, at most as long as our own would take) or else from tertiary storage,
     and the dict where it records ``source`` and ``from_peer``. ``durable``: the copy is a
-    cache entry, flushed to disk (a staged copy for one reader is not)."""
+    cache entry, flushed to disk (a staged copy for one reader is not).
+
+    Before tertiary storage, each of ``peers`` is asked whether it has the file by now, or
+    is fetching it: then the copy comes from there (one tertiary read for the cluster, not
+    one for each node that wanted the file at about the same time). Two nodes fetching it at
+    once see each other; the one with the lower address goes on, the other waits for it."""
     info: dict[str, Any] = {"source": "cache", "from_peer": 0}
+    limit_s = peer_wait_s(plugin.throttle, file_bytes)
+
+    def from_peer(address: str, dest: Path) -> int | None:
+        if not await_peer(lambda: peer_state(worker, address, url), limit_s):
+            return None
+        try:
+            n = peer_copy(worker, address, url, dest, file_bytes, durable=durable)
+        except StorageError:
+            return None  # evicted on the peer meanwhile, or the peer is gone
+        info["source"], info["from_peer"] = "peer", n
+        return n
 
     def fetch(dest: Path) -> int:
         if peer is not None:
-            limit_s = peer_wait_s(plugin.throttle, file_bytes)
-            if await_peer(lambda: peer_state(worker, peer, url), limit_s):
-                try:
-                    n = peer_copy(worker, peer, url, dest, file_bytes, durable=durable)
-                    info["source"], info["from_peer"] = "peer", n
+            n = from_peer(peer, dest)
+            if n is not None:
+                return n
+        mine = str(getattr(worker, "address", ""))
+        for other in peers:
+            if other == peer:
+                continue
+            state = peer_state(worker, other, url)
+            if state == "cached" or (state == "fetching" and mine > other):
+                n = from_peer(other, dest)
+                if n is not None:
                     return n
-                except StorageError:
-                    pass  # evicted on the peer meanwhile, or the peer is gone: tertiary
         info["source"] = "tertiary"
         return copy_file(
             url,
@@ -271,7 +295,9 @@ def _acquire(
         or (spec.cache_fill and peer_state(worker, peer, spec.url) == "absent")
     ):
         peer, keep = None, True
-    fetch, info = fetcher(plugin, spec.url, spec.file_bytes, peer, worker, durable=keep)
+    fetch, info = fetcher(
+        plugin, spec.url, spec.file_bytes, peer, worker, durable=keep, peers=spec.peers
+    )
     try:
         if keep:
             got = cache.acquire(spec.url, spec.file_bytes, fetch)
