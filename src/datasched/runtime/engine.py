@@ -10,8 +10,10 @@ own disk cache); each of its slots runs one subjob at a time:
   paper §2): each packet is an event range of one file, sized from the slot's measured time
   per event to take about ``packet_target_s`` (smaller near the end of the job), submitted as
   a Dask task pinned to the node's worker (``workers=[address]``,
-  ``allow_other_workers=False``, ``pure=False``, a unique key). ``packets_in_flight`` (2)
-  packets per slot: the next one's file is fetched while the current one computes.
+  ``allow_other_workers=False``, ``pure=False``, a unique key). At least
+  ``packets_in_flight`` (2) packets per slot, so the next one's file is fetched while the
+  current one computes; more while packets are short, so that the worker does not wait for
+  the master's round trip between them.
   ``Assign`` (the answer to a pull) is one packet's worth, run the same way.
 * ``Preempt(slot)``: no more packets; once those in flight return, the core learns what was
   really processed (``SubjobStopped`` with the exact remainder).
