@@ -35,8 +35,12 @@ from runtime_support import N_EVENTS, reference_counts
 
 FAST = EngineConfig(packet_target_s=0.2, min_packet_events=300, poll_s=0.1)
 POLICIES = sorted(available())
-SHORT: dict[str, dict[str, Any]] = {"delayed": {"period_h": 0.5 / 3600}}
-"""Parameters for runs of seconds: delayed scheduling's default period is two days."""
+SHORT: dict[str, dict[str, Any]] = {
+    "delayed": {"period_h": 0.5 / 3600},
+    "basic-packetizer": {"fraction": 4},
+}
+"""Parameters for runs of seconds: delayed scheduling's default period is two days; the basic
+packetizer's default packets (a twentieth of a worker's share) would be a tenth of a second."""
 
 
 def write_jobs(tmp_path: Path, catalog: Path, jobs: list[dict[str, Any]]) -> list[JobSpec]:
