@@ -10,6 +10,7 @@ registers one group of commands on it.
 from __future__ import annotations
 
 import datasched.cli.info
+import datasched.cli.proof
 import datasched.cli.runtime
 
 # The command modules register their commands on ``app`` when imported, in the order

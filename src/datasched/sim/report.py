@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import math
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -40,12 +41,17 @@ def write_report(
     for c in claims:
         unit = f" {c.unit}" if c.unit else ""
         paper = {"at_most": "≤ ", "at_least": "≥ "}.get(c.bound, "") + _num(c.paper)
-        lines.append(
-            f"| {c.claim} | {c.section} | {paper}{unit} | {_num(c.ours)}{unit} | "
-            f"{'yes' if c.agrees else 'no'} | {c.note} |"
-        )
-    agree = sum(c.agrees for c in claims)
-    lines += ["", f"{agree} of {len(claims)} claims agree within their tolerance.", ""]
+        if math.isnan(c.ours):  # a claim the reproduction could not measure (its note says)
+            ours, agrees = "not measured", "-"
+        else:
+            ours, agrees = f"{_num(c.ours)}{unit}", "yes" if c.agrees else "no"
+        lines.append(f"| {c.claim} | {c.section} | {paper}{unit} | {ours} | {agrees} | {c.note} |")
+    measured = [c for c in claims if not math.isnan(c.ours)]
+    agree = sum(c.agrees for c in measured)
+    lines += ["", f"{agree} of {len(measured)} claims agree within their tolerance."]
+    if len(measured) < len(claims):
+        lines.append(f"{len(claims) - len(measured)} not measured (its note says why).")
+    lines.append("")
     if figures:
         lines += ["## Figures", ""]
         for fig_title, png in figures:
