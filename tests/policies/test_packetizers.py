@@ -66,6 +66,20 @@ def test_basic_packets_are_a_fraction_of_the_workers_share_by_performance() -> N
     assert pk.next_packet(1)[1].length == 12  # type: ignore[index]
 
 
+def test_the_limit_refuses_a_worker_unless_forced() -> None:
+    """Limit 1: while one worker reads the server, another is refused (and done with the
+    job); the policy forces a packet only when nothing of the job runs any more."""
+    on_server = [(0, 100, 9)]
+    pk = BasicPacketizer(
+        IntervalSet.range(0, 100), [(0, 0, 100)], lambda a, b: on_server, max_workers_per_node=1
+    )
+    pk.add_worker(0, host=0)
+    pk.add_worker(1, host=1)
+    assert pk.next_packet(0) is not None
+    assert pk.next_packet(1) is None and pk.workers[1].finished
+    assert pk.next_packet(1, force=True) is not None
+
+
 def assigned(sched: Scheduler) -> list[tuple[float, Assign]]:
     """Record every Assign the scheduler makes, with its time."""
     out: list[tuple[float, Assign]] = []

@@ -26,8 +26,9 @@ PROOF_CLAIMS: tuple[ClaimSpec, ...] = (
         "its files (that bound is {bound_basic:.2f} of basic's time, {bound_adaptive:.2f} of "
         "adaptive's, on average). The adaptive packetizer does remove the tail, but its "
         "workers then crowd the last disks, whose rate is the same; it only wins by reading "
-        "the busiest disk earlier, and ROOT's node order (fewest running workers first) gives "
-        "that node one reader at a time while its disk could feed {fill:g}. Where one reader uses "
+        "the busiest disk earlier, and ROOT's node order (fewest running workers first) sends "
+        "one reader at a time to each node, and to a worker's own node last, while a disk "
+        "could feed {fill:g}. Where one reader uses "
         "less of a disk (a CPU-heavier analysis) the basic packetizer's limit of four readers "
         "leaves the last disk part idle and the gain grows: {sensitivity}",
         series=(("sensitivity", "{:g} ms of CPU an event: {:.2f}"),),
