@@ -40,12 +40,13 @@ __all__ = ["AdaptivePacketizerPolicy", "BasicPacketizerPolicy", "ProofPolicy"]
 
 @dataclass(slots=True)
 class _Packet:
+    """A packet in flight on a slot."""
+
     job_id: int
     subjob_id: int
     piece: Piece
-    events: int
+    data: IntervalSet
     start_s: float
-    returned: int = 0
 
 
 class ProofPolicy(Policy):
@@ -110,7 +111,7 @@ class ProofPolicy(Policy):
             sched.suspend(sj)  # not ours (never happens): the scheduler parks it
             return
         for slot, pkt in list(self._inflight.items()):
-            if pkt.job_id == sj.job_id and sj.data.issubset(pkt.piece.span):
+            if pkt.job_id == sj.job_id and sj.data.issubset(pkt.data):
                 r = sched.running.get(slot)
                 if r is None or r.subjob.subjob_id != pkt.subjob_id:
                     self._packet_left(sched, slot, returned=sj.data.length)
@@ -126,7 +127,7 @@ class ProofPolicy(Policy):
         for slot in slots:
             pkt = self._inflight.pop(slot, None)
             if pkt is not None:
-                self._running[pkt.job_id] -= 1
+                self._retire(pkt)
         for pk in self._jobs.values():
             for slot in slots:
                 pk.remove_worker(slot)
@@ -148,20 +149,25 @@ class ProofPolicy(Policy):
         pkt = self._inflight.pop(slot, None)
         if pkt is None:
             return
-        self._running[pkt.job_id] = self._running.get(pkt.job_id, 1) - 1
+        self._retire(pkt)
         pk = self._jobs.get(pkt.job_id)
         if pk is None:
             return
         seconds = sched.now - pkt.start_s
-        pk.packet_done(slot, pkt.piece, pkt.events - returned, seconds)
+        pk.packet_done(slot, pkt.piece, pkt.data.length - returned, seconds)
         self.groups.used(pkt.job_id, slot, seconds, sched.now)
+
+    def _retire(self, pkt: _Packet) -> None:
+        """A packet is no longer in flight (its job may be gone already)."""
+        if pkt.job_id in self._running:
+            self._running[pkt.job_id] -= 1
 
     def _assign(
         self, sched: SchedulerView, slot: int, job_id: int, piece: Piece, data: IntervalSet
     ) -> None:
         sj = sched.new_subjob(sched.jobs[job_id], data)
         sched.assign(sj, slot)
-        self._inflight[slot] = _Packet(job_id, sj.subjob_id, piece, data.length, sched.now)
+        self._inflight[slot] = _Packet(job_id, sj.subjob_id, piece, data, sched.now)
         self._running[job_id] += 1
 
     def _try(self, sched: SchedulerView, slot: int, job_id: int, force: bool = False) -> bool:
@@ -261,12 +267,13 @@ def locator(sched: SchedulerView) -> Locate:
         holds them, else the lowest holder; None: central storage only."""
         runs: list[tuple[int, int, int | None]] = []
         at = start
+        sliver = 0 if sched.space.boundaries else sched.min_subjob_events
         for a, b, holders in sched.directory.holders(start, stop):
             live = [h for h in holders if not sched.is_lost(h)]
             workers = [h for h in live if sched.node_slots[h]]
             holder = min(workers) if workers else (min(live) if live else None)
-            if holder is not None and b - a < sched.min_subjob_events:
-                holder = None  # a sliver: not worth a packet of its own
+            if holder is not None and b - a < sliver:
+                holder = None  # a cached sliver of a range: not worth a packet of its own
             if a > at:
                 runs.append((at, a, None))
             if runs and runs[-1][2] == holder and runs[-1][1] == a:
