@@ -33,6 +33,13 @@ __all__ = [
 
 K = TypeVar("K", bound=Hashable)
 
+KERNELS = ("o1", "cfs")
+"""How a kernel turns nice values into CPU: ``o1``, Linux's scheduler when the paper was
+written (time slices of 5 ms x (20 - nice) for nice >= 0 and 20 ms x (20 - nice) below:
+CPU in proportion to the level, with a step at nice 0); ``cfs``, today's (weights
+1024 / 1.25 ** nice: each level about 10 % more CPU than the next)."""
+
+
 GROUP_PARAMS: tuple[Param, ...] = (
     Param(
         "priorities",
@@ -65,7 +72,7 @@ GROUP_PARAMS: tuple[Param, ...] = (
         "o1",
         "how nice values share a CPU: o1 (the paper's Linux, CPU in proportion to the level) "
         "or cfs (today's, 1.25x a level)",
-        choices=("o1", "cfs"),
+        choices=KERNELS,
         option=False,
     ),
     Param(
@@ -151,13 +158,6 @@ def clipped(share: float, largest: float, low: int = 1, high: int = 40) -> bool:
 def nice_value(level: int) -> int:
     """The paper's nice value of a priority level: 20 - level (level 40: nice -20)."""
     return 20 - level
-
-
-KERNELS = ("o1", "cfs")
-"""How a kernel turns nice values into CPU: ``o1``, Linux's scheduler when the paper was
-written (time slices of 5 ms x (20 - nice) for nice >= 0 and 20 ms x (20 - nice) below:
-CPU in proportion to the level, with a step at nice 0); ``cfs``, today's (weights
-1024 / 1.25 ** nice: each level about 10 % more CPU than the next)."""
 
 
 def cpu_weight(nice: int, kernel: str = "o1") -> float:
