@@ -283,16 +283,17 @@ def _acquire(
     """The packet's file made readable: ``(acquired, kept in the cache, fetch info, note)``;
     ``acquired`` is None when the local disk is full and the file is to be read where it is.
 
-    A file to read from a peer is read from the node's own cache if it is there after all;
-    and if the peer has it only announced (its subjob will read it, its fetch has not
-    begun), this node fetches it from tertiary storage and keeps it, when it may cache: the
-    master learns of it, and the peer then reads it from here instead of fetching it too."""
+    A file in the node's own cache is read from there, whether the packet may fill the
+    cache or not (a packet of a pull policy reads data where it lies: here, its own disk)
+    and whether a peer holds it too. If the peer has it only announced (its subjob will
+    read it, its fetch has not begun), this node fetches it from tertiary storage and keeps
+    it, when it may cache: the master learns of it, and the peer then reads it from here
+    instead of fetching it too."""
     cache, staging = plugin.cache, plugin.staging
     assert cache is not None and staging is not None
     peer, keep = spec.peer, spec.cache_fill and (spec.peer is None or spec.replicate)
-    if peer is not None and (
-        cache.state(spec.url) == "cached"
-        or (spec.cache_fill and peer_state(worker, peer, spec.url) == "absent")
+    if cache.state(spec.url) == "cached" or (
+        peer is not None and spec.cache_fill and peer_state(worker, peer, spec.url) == "absent"
     ):
         peer, keep = None, True
     fetch, info = fetcher(
