@@ -40,8 +40,7 @@ PROOF_CLAIMS: tuple[ClaimSpec, ...] = (
         0.7,
         "",
         0.1,
-        "not measured: the runtime version of the experiment waits for the runtime rewrite "
-        "(issue 14); docs/proof.md says what it needs",
+        "{detail}",
     ),
     ClaimSpec(
         "tail_fraction_basic",
