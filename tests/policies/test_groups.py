@@ -182,3 +182,15 @@ def test_the_central_scheduler_gives_a_query_n_workers() -> None:
     slots = [{p.slot for p in run.packets if p.job_id == j} for j in range(2)]
     assert [len(s) for s in slots] == [5, 2]
     assert not slots[0] & slots[1] and math.isfinite(run.end_s)
+
+
+def test_the_nice_value_a_packet_runs_at_by_hand() -> None:
+    """Groups a (priority 1) and b (3), one user each: P̄ = 0.5 and 1.5; levels floor(0.5 /
+    1.5 x 39) + 1 = 14 and 40; nice 20 - level = 6 and -20. Without priorities: None."""
+    policy = build_policy("basic-packetizer", priorities="a=1,b=3")
+    policy.groups.add(0, "a", "alice")  # type: ignore[attr-defined]
+    policy.groups.add(1, "b", "bob")  # type: ignore[attr-defined]
+    assert (policy.packet_nice(0), policy.packet_nice(1)) == (6, -20)
+    assert policy.packet_nice(7) is None  # not a job of the policy's
+    assert build_policy("basic-packetizer").packet_nice(0) is None
+    assert build_policy("out-of-order").packet_nice(0) is None

@@ -22,6 +22,7 @@ from datasched.core.packets import PacketSizing
 from datasched.policies import available
 from datasched.runtime.engine import RuntimeEngine
 from datasched.runtime.jobspec import JobSpec, load_jobs
+from datasched.runtime.priority import NICE_UNAVAILABLE, can_lower_to
 from datasched.runtime.reports import EngineConfig, RunReport
 from datasched.runtime.session import (
     ClusterOptions,
@@ -40,9 +41,13 @@ POLICIES = sorted(available())
 SHORT: dict[str, dict[str, Any]] = {
     "delayed": {"period_h": 0.5 / 3600},
     "basic-packetizer": {"fraction": 4},
+    # Resource scheduling on: its packets carry nice 20 - level 10 (a polite one, which a
+    # worker thread may take and leave again where it is privileged; else a note).
+    "adaptive-packetizer": {"priorities": "default=1", "levels": 10},
 }
 """Parameters for runs of seconds: delayed scheduling's default period is two days; the basic
-packetizer's default packets (a twentieth of a worker's share) would be a tenth of a second."""
+packetizer's default packets (a twentieth of a worker's share) would be a tenth of a second.
+The adaptive packetizer runs with priorities, so its packets go through OS priorities."""
 
 
 def write_jobs(tmp_path: Path, catalog: Path, jobs: list[dict[str, Any]]) -> list[JobSpec]:
@@ -97,6 +102,12 @@ def test_policies_process_every_event_exactly_once(
         )
     )
     check_exactly_once(report, specs, demo_catalog)
+    if policy == "adaptive-packetizer":
+        # Nice 10 for its packets: taken where the thread may go back to 0, else a note.
+        privileged = can_lower_to(0)
+        notes = [n for n in report.notes if "nice" in n]
+        assert notes == ([] if privileged else [NICE_UNAVAILABLE])
+        assert {p.nice for p in report.packets} == ({10} if privileged else {os.nice(0)})
     if policy == "cache-splitting":
         # Job b reads [4000, 8000) after job a brought those files in.
         assert report.jobs[1].cache_hit_ratio > 0

@@ -469,6 +469,11 @@ class Policy:
         its file's end); a started subjob is cut by the default packetizer."""
         return default_packet_stop(self.packet_sizing, req)
 
+    def packet_nice(self, job_id: int) -> int | None:
+        """The OS priority (a nice value) at which an engine with real processes runs the
+        packets of ``job_id``, where the OS allows it. Default: None (left as it is)."""
+        return None
+
 
 @runtime_checkable
 class PolicyMetrics(Protocol):

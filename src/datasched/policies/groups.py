@@ -343,6 +343,7 @@ class GroupScheduler:
         self._shares = SlotShares()
         self._entity: dict[int, Hashable] = {}
         self._weight: dict[Hashable, float] = {}
+        self._nice: dict[Hashable, int] = {}
         self._turn: dict[tuple[int, Hashable], int] = {}
         self._stale = True
 
@@ -392,6 +393,15 @@ class GroupScheduler:
             out.append((entity, mine[turn:] + mine[:turn]))
         return out
 
+    def nice_of(self, job_id: int) -> int | None:
+        """The OS priority for a worker process running a packet of ``job_id``: nice 20 - its
+        session's level (P̄ mapped to [1, levels]); None when resource scheduling is off."""
+        if not self.on or job_id not in self.owner:
+            return None
+        if self._stale:
+            self._relevel()
+        return self._nice.get(self._entity.get(job_id, job_id))
+
     def served(self, slot: int, entity: Hashable) -> None:
         self._shares.served(slot, entity)
         self._turn[(slot, entity)] = self._turn.get((slot, entity), 0) + 1
@@ -434,4 +444,5 @@ class GroupScheduler:
                     share[turns] = share.get(turns, 0.0) + share.pop(job_id)
                     self._entity[job_id] = turns
         levels = priority_levels(share, 1, self._levels)
-        self._weight = {e: cpu_weight(nice_value(lv), self._kernel) for e, lv in levels.items()}
+        self._nice = {e: nice_value(lv) for e, lv in levels.items()}
+        self._weight = {e: cpu_weight(n, self._kernel) for e, n in self._nice.items()}

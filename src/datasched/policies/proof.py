@@ -227,6 +227,10 @@ class ProofPolicy(Policy):
                     self.forced += 1
                     break
 
+    def packet_nice(self, job_id: int) -> int | None:
+        """Nice 20 - the session's level (§3.2), when resource scheduling is on."""
+        return self.groups.nice_of(job_id)
+
     def _drop(self, job_id: int) -> None:
         self._jobs.pop(job_id, None)
         self._running.pop(job_id, None)

@@ -58,6 +58,8 @@ class PacketStat:
     """Seconds after the run's start when the packet started on its worker."""
     t_end: float = 0.0
     """Seconds after the run's start when its result reached the master."""
+    nice: int | None = None
+    """The nice value its worker thread computed it at (None: its policy gave none)."""
 
     @property
     def n_events(self) -> int:

@@ -199,6 +199,7 @@ class PacketStreams:
             peer=self._peer_address(slot.node, a) if start.peer_reads else None,
             replicate=start.replicate,
             peers=self._other_workers(slot.node) if start.peer_reads else (),
+            nice=self.scheduler.policy.packet_nice(jr.job_id),
         )
         future = self.client.submit(
             run_packet,
@@ -340,6 +341,7 @@ class PacketStreams:
                 compute_s=result.compute_s,
                 bytes_read=result.bytes_read,
                 cpu_s=result.cpu_s,
+                nice=result.nice,
                 t_start=max(result.started - self._t0_wall, 0.0),
                 t_end=self.now(),
             )
