@@ -44,7 +44,9 @@ def reproduce_proof(
     ],
     quick: Annotated[
         bool,
-        typer.Option("--quick", metavar="", help="Half the data, a 4-hour day (seconds)."),
+        typer.Option(
+            "--quick", metavar="", help="Half the data, a 4-hour day, a smaller local cluster."
+        ),
     ] = False,
     no_runtime: Annotated[
         bool,
