@@ -7,11 +7,18 @@ from __future__ import annotations
 from typing import Any
 
 from datasched.core.data import DataSpace, FileSpec
-from datasched.core.model import CostModel, Pipelining, Topology
+from datasched.core.model import CostModel, Node, Pipelining, Topology, node_endpoint
 from datasched.core.scheduler import Scheduler
 from datasched.policies import build_policy
 
-__all__ = ["EVENT_BYTES", "file_space", "scheduler", "space"]
+__all__ = [
+    "EVENT_BYTES",
+    "file_space",
+    "placed_space",
+    "scheduler",
+    "servers_and_workers",
+    "space",
+]
 
 EVENT_BYTES = 600e3
 """ponce-hersch §2.4: 600 KB an event."""
@@ -54,4 +61,36 @@ def scheduler(
         build_policy(policy, **(params or {})),
         cost=CostModel(pipelining=pipelining),
         min_subjob_events=min_subjob,
+    )
+
+
+def placed_space(placement: list[int], file_events: int = 100) -> DataSpace:
+    """Files of ``file_events`` 600 KB events, file ``i`` on the disk of node
+    ``placement[i]`` from the start (a replica naming the node)."""
+    out = DataSpace()
+    out.add_dataset(
+        "data",
+        [
+            FileSpec(
+                f"f{i}",
+                file_events,
+                round(file_events * EVENT_BYTES),
+                replicas=(node_endpoint(node),),
+            )
+            for i, node in enumerate(placement)
+        ],
+    )
+    return out
+
+
+def servers_and_workers(
+    workers: int, servers: int, *, slots: int = 1, cache_events: int = 100_000
+) -> Topology:
+    """``workers`` nodes of ``slots`` slots (numbered first), then ``servers`` nodes of no
+    slot that only store data (PROOF's file servers)."""
+    return Topology(
+        tuple(
+            Node(i, cache_events * EVENT_BYTES, slots=slots if i < workers else 0)
+            for i in range(workers + servers)
+        )
     )

@@ -8,7 +8,14 @@ from hypothesis import strategies as st
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import Job
 
-__all__ = ["dense_event_sets", "event_sets", "interval_sets", "job_lists", "raw_ranges"]
+__all__ = [
+    "dense_event_sets",
+    "event_sets",
+    "interval_sets",
+    "job_lists",
+    "placements",
+    "raw_ranges",
+]
 
 
 def raw_ranges(
@@ -73,3 +80,11 @@ def job_lists(draw: st.DrawFn, max_jobs: int = 8, space: int = 400) -> list[Job]
         size = draw(st.integers(1, space - start))
         jobs.append(Job(job_id=i, submit_s=t, data=IntervalSet.range(start, start + size)))
     return jobs
+
+
+@st.composite
+def placements(draw: st.DrawFn, n_nodes: int, max_files: int = 12) -> list[int]:
+    """The node holding each of a few files: spread evenly, or piled on a few nodes."""
+    n = draw(st.integers(1, max_files))
+    favourites = draw(st.lists(st.integers(0, n_nodes - 1), min_size=1, max_size=n_nodes))
+    return [draw(st.sampled_from(favourites)) for _ in range(n)]

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from clusters import scheduler
-from datasched.core.actions import Action, JobCompleted, Preempt, Shrink, Start, WakeAt
+from datasched.core.actions import Action, Assign, JobCompleted, Preempt, Shrink, Start, WakeAt
 from datasched.core.events import (
     Event,
     JobArrived,
@@ -38,6 +38,9 @@ SMALL_MAP = PerformanceMap.of(
 PARAMS: dict[str, dict[str, Any]] = {
     "delayed": {"period_h": 0.25, "stripe_events": 100},
     "adaptive-delay": {"performance_map": SMALL_MAP, "stripe_events": 100, "window_h": 0.1},
+    # Packetizers: packets of tens of events, so that the three slots share the jobs.
+    "basic-packetizer": {"fraction": 2},
+    "adaptive-packetizer": {"calibration_events": 20, "min_packet_s": 5.0, "max_packet_s": 40.0},
 }
 
 
@@ -66,6 +69,11 @@ def fmt_action(a: Action) -> str:
         return (
             f"    -> start subjob {sj.subjob_id} of job {sj.job_id} on {a.slot}: "
             f"{ranges(sj.data)} cached_on={sj.cached_on}"
+        )
+    if isinstance(a, Assign):
+        sj = a.subjob
+        return (
+            f"    -> assign subjob {sj.subjob_id} of job {sj.job_id} to {a.slot}: {ranges(sj.data)}"
         )
     if isinstance(a, Preempt):
         return f"    -> preempt subjob {a.subjob_id} on {a.slot}"

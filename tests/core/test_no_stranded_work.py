@@ -292,6 +292,11 @@ def _small(policy: str) -> dict[str, Any]:
         return {"period_h": 0.5, "stripe_events": 50}
     if policy == "out-of-order":
         return {"fairness_h": 0.2, "replicate_after": 2}
+    if policy == "basic-packetizer":
+        return {"max_workers_per_node": 1}  # workers refused, the limit set aside when stuck
+    if policy == "adaptive-packetizer":
+        # Resource scheduling: queries get some of the slots, which serve them by weight.
+        return {"priorities": "default=1", "calibration_events": 5}
     return {}
 
 

@@ -15,6 +15,7 @@ import pytest
 import yaml
 from distributed import Client
 
+from datasched.core.packets import PacketSizing
 from datasched.runtime.datamoves import FileToMove, move_files
 from datasched.runtime.jobspec import JobSpec, load_jobs
 from datasched.runtime.reports import EngineConfig
@@ -22,7 +23,8 @@ from datasched.runtime.session import ClusterOptions, run_jobs
 from datasched.runtime.worker import node_cache_dir
 from runtime_support import N_EVENTS, DaskProcesses, reference_counts
 
-FAST = EngineConfig(packet_target_s=0.2, min_packet_events=500, poll_s=0.1)
+FAST = EngineConfig(queue_s=0.2, poll_s=0.1)
+PACKETS = PacketSizing(target_s=0.2, min_events=500)
 
 
 def write_jobs(tmp_path: Path, catalog: Path, processor: str, n_jobs: int = 1) -> list[JobSpec]:
@@ -89,6 +91,7 @@ def test_peer_reads_go_through_dask_between_private_caches(
             policy="out-of-order",
             policy_params={"replication": True},
             config=FAST,
+            packets=PACKETS,
             calibrate=False,
         )
 
@@ -140,7 +143,9 @@ def test_each_run_on_an_existing_cluster_gets_its_own_settings(
                 cache_root=root,
                 scheduler_address=cluster.address,
             )
-            return asyncio.run(run_jobs(specs, opts, policy="cache-splitting", config=FAST))
+            return asyncio.run(
+                run_jobs(specs, opts, policy="cache-splitting", config=FAST, packets=PACKETS)
+            )
 
         first = run(first_root, 50 * 10**6, 1)
         assert first.results["j"]["version"] == {1}

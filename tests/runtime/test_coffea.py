@@ -20,6 +20,7 @@ pytest.importorskip("coffea", reason="the coffea extra is not installed")
 from coffea import processor, util
 from coffea.nanoevents import BaseSchema, NanoAODSchema
 
+from datasched.core.packets import PacketSizing
 from datasched.runtime.jobspec import JobSpec, load_jobs
 from datasched.runtime.reports import EngineConfig, RunReport
 from datasched.runtime.session import (
@@ -36,7 +37,8 @@ DATA = Path(__file__).resolve().parent.parent / "data"
 NANO = DATA / "nanoAOD_2015_CMS_Open_Data_ttbar.root"
 HZZ = DATA / "uproot-HZZ.root"
 ANALYSIS = Path(__file__).resolve().parent / "coffea_analysis.py"
-CONFIG = EngineConfig(packet_target_s=0.5, min_packet_events=100, poll_s=0.1, chunksize=120)
+CONFIG = EngineConfig(queue_s=0.5, poll_s=0.1)
+PACKETS = PacketSizing(target_s=0.5, min_events=100, chunksize=120)
 
 
 @pytest.fixture(scope="module")
@@ -148,7 +150,9 @@ def test_fileset_jobs_and_metadata(tmp_path: Path, files: dict[str, Any]) -> Non
 def test_results_equal_coffeas_runner(policy: str, tmp_path: Path, files: dict[str, Any]) -> None:
     specs = jobs(tmp_path, files)
     report = asyncio.run(
-        run_jobs(specs, options(tmp_path), policy=policy, config=CONFIG, calibrate=False)
+        run_jobs(
+            specs, options(tmp_path), policy=policy, config=CONFIG, packets=PACKETS, calibrate=False
+        )
     )
     assert_same_as_coffea(report, specs, files)
     if policy == "farm":
@@ -179,6 +183,7 @@ def test_with_a_worker_killed_mid_run(tmp_path: Path, files: dict[str, Any]) -> 
                 space,
                 default_calibration(opts.tertiary_bytes_per_s),
                 policy="cache-splitting",
+                packets=PACKETS,
             )
             engine = RuntimeEngine(client, sched, names, config=CONFIG, progress=killer)
             report = await engine.run(specs, known_cache={})

@@ -17,9 +17,11 @@ import pytest
 import yaml
 
 from datasched.core.intervals import IntervalSet
+from datasched.core.packets import PacketSizing
 from datasched.policies import available
 from datasched.runtime.engine import RuntimeEngine
 from datasched.runtime.jobspec import JobSpec, load_jobs
+from datasched.runtime.priority import NICE_UNAVAILABLE, can_lower_to
 from datasched.runtime.reports import EngineConfig, RunReport
 from datasched.runtime.session import (
     ClusterOptions,
@@ -32,10 +34,19 @@ from datasched.runtime.session import (
 )
 from runtime_support import N_EVENTS, KillOnFirstPacket, reference_counts
 
-FAST = EngineConfig(packet_target_s=0.2, min_packet_events=300, poll_s=0.1)
+FAST = EngineConfig(queue_s=0.2, poll_s=0.1)
+PACKETS = PacketSizing(target_s=0.2, min_events=300)
 POLICIES = sorted(available())
-SHORT: dict[str, dict[str, Any]] = {"delayed": {"period_h": 0.5 / 3600}}
-"""Parameters for runs of seconds: delayed scheduling's default period is two days."""
+SHORT: dict[str, dict[str, Any]] = {
+    "delayed": {"period_h": 0.5 / 3600},
+    "basic-packetizer": {"fraction": 4},
+    # Resource scheduling on: its packets carry nice 20 - level 10 (a polite one, which a
+    # worker thread may take and leave again where it is privileged; else a note).
+    "adaptive-packetizer": {"priorities": "default=1", "levels": 10},
+}
+"""Parameters for runs of seconds: delayed scheduling's default period is two days; the basic
+packetizer's default packets (a twentieth of a worker's share) would be a tenth of a second.
+The adaptive packetizer runs with priorities, so its packets go through OS priorities."""
 
 
 def write_jobs(tmp_path: Path, catalog: Path, jobs: list[dict[str, Any]]) -> list[JobSpec]:
@@ -90,6 +101,12 @@ def test_policies_process_every_event_exactly_once(
         )
     )
     check_exactly_once(report, specs, demo_catalog)
+    if policy == "adaptive-packetizer":
+        # Nice 10 for its packets: taken where the thread may go back to 0, else a note.
+        privileged = can_lower_to(0)
+        notes = [n for n in report.notes if "nice" in n]
+        assert notes == ([] if privileged else [NICE_UNAVAILABLE])
+        assert {p.nice for p in report.packets} == ({10} if privileged else {os.nice(0)})
     if policy == "cache-splitting":
         # Job b reads [4000, 8000) after job a brought those files in.
         assert report.jobs[1].cache_hit_ratio > 0
@@ -107,6 +124,7 @@ def test_caches_persist_between_runs(demo_catalog: Path, tmp_path: Path) -> None
     kw: dict[str, Any] = {
         "policy": "cache-splitting",
         "config": FAST,
+        "packets": PACKETS,
         "calibration": default_calibration(None, 1e-5),
     }
     first = asyncio.run(run_jobs(specs, opts, **kw))
@@ -124,7 +142,9 @@ def test_cache_capacity_is_enforced(demo_catalog: Path, tmp_path: Path) -> None:
     specs = write_jobs(tmp_path, demo_catalog, [{"id": "d", "dataset": "zmumu"}])
     biggest = max(f.n_bytes for f in specs[0].dataset.files)
     opts = options(tmp_path, cache_bytes=2 * biggest)
-    report = asyncio.run(run_jobs(specs, opts, policy="cache-splitting", config=FAST))
+    report = asyncio.run(
+        run_jobs(specs, opts, policy="cache-splitting", config=FAST, packets=PACKETS)
+    )
     check_exactly_once(report, specs, demo_catalog)
     for node_dir in (tmp_path / "caches").iterdir():
         cached = sum(p.stat().st_size for p in node_dir.glob("*.root"))
@@ -151,7 +171,13 @@ def test_worker_killed_mid_job_loses_and_doubles_nothing(
             killed = killer.killed
 
             sched = build_scheduler(
-                len(names), opts, space, calibration, policy=policy, policy_params=SHORT.get(policy)
+                len(names),
+                opts,
+                space,
+                calibration,
+                policy=policy,
+                policy_params=SHORT.get(policy),
+                packets=PACKETS,
             )
             engine = RuntimeEngine(
                 client,
@@ -187,7 +213,9 @@ def test_bad_files_fail_only_their_jobs(demo_catalog: Path, tmp_path: Path) -> N
             {"id": "fine", "dataset": "zmumu", "events": [0, 2 * per_file]},
         ],
     )
-    report = asyncio.run(run_jobs(specs, options(tmp_path), policy="cache-splitting", config=FAST))
+    report = asyncio.run(
+        run_jobs(specs, options(tmp_path), policy="cache-splitting", config=FAST, packets=PACKETS)
+    )
     by_id = {j.id: j for j in report.jobs}
     assert by_id["missing"].status == "failed" and files[2].name in by_id["missing"].error
     assert by_id["corrupt"].status == "failed" and files[4].name in by_id["corrupt"].error
@@ -219,6 +247,8 @@ def test_reads_through_xrootd(xrootd_server: str, demo_catalog: Path, tmp_path: 
     catalog.write_text(yaml.safe_dump(doc))
     specs = write_jobs(tmp_path, catalog, [{"id": "x", "dataset": "zmumu", "events": [0, 8000]}])
     assert specs[0].dataset.files[0].url.startswith("root://")
-    report = asyncio.run(run_jobs(specs, options(tmp_path), policy="cache-splitting", config=FAST))
+    report = asyncio.run(
+        run_jobs(specs, options(tmp_path), policy="cache-splitting", config=FAST, packets=PACKETS)
+    )
     assert report.bytes_from_tertiary > 0
     check_exactly_once(report, specs, demo_catalog)

@@ -7,10 +7,13 @@ from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from datasched.core.actions import Shrink
 from datasched.core.data import DataSpace, FileSpec
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import Subjob, Topology
+from datasched.core.packets import PacketSizing
 from datasched.core.scheduler import Scheduler
 from datasched.policies import build_policy
 from datasched.runtime.engine import RuntimeEngine
@@ -20,11 +23,14 @@ from datasched.runtime.storage import Throttle
 from datasched.runtime.worker import peer_wait_s
 
 
-def engine(config: EngineConfig) -> RuntimeEngine:
+def engine(config: EngineConfig, packets: PacketSizing | None = None) -> RuntimeEngine:
     # The engine only talks to its client when it runs; these tests call it directly.
     space = DataSpace()
     space.add_dataset("d", [FileSpec("f", 200_000, 10**9)])
-    sched = Scheduler(Topology.uniform(2, 10**9), space, build_policy("out-of-order"))
+    policy = build_policy("out-of-order")
+    if packets is not None:
+        policy.packet_sizing = packets
+    sched = Scheduler(Topology.uniform(2, 10**9), space, policy)
     return RuntimeEngine(None, sched, ["a", "b"], config=config)  # type: ignore[arg-type]
 
 
@@ -41,14 +47,36 @@ def running(eng: RuntimeEngine, node: int, data: IntervalSet, pace_s: float) -> 
     n.s_per_event = pace_s
 
 
-CONFIG = EngineConfig(packet_target_s=1.0, min_packet_events=50, max_packet_events=10_000)
+CONFIG = EngineConfig(queue_s=1.0)
+PACKETS = PacketSizing(target_s=1.0, min_events=50, max_events=10_000)
+
+
+def size(eng: RuntimeEngine, jr: Any, a: int, file_stop: int, *, pulled: bool = False) -> int:
+    """Events of the packet the policy cuts at ``a`` (the slot's work running to 10**6)."""
+    return eng._packet_stop(eng.slots[0], jr, a, 10**6, file_stop, pulled=pulled) - a
 
 
 def test_a_packet_holds_about_the_target_time_of_work() -> None:
-    eng = engine(CONFIG)
+    eng = engine(CONFIG, PACKETS)
     running(eng, 0, IntervalSet.range(0, 100_000), 0.001)
     # 1 s at 1 ms per event; the job has far more than 4 s left.
-    assert eng._packet_events(eng.slots[0], job(100_000), 0, 50_000) == 1000
+    assert size(eng, job(100_000), 0, 50_000) == 1000
+
+
+def test_the_default_packetizer_is_the_policys_and_pulled_packets_are_whole() -> None:
+    eng = engine(CONFIG)  # the policy's own default settings: 2 s of work
+    running(eng, 0, IntervalSet.range(0, 100_000), 0.001)
+    assert size(eng, job(100_000), 0, 50_000) == 2000
+    # An Assign (a pull policy's packet) is cut only at its file's end.
+    assert size(eng, job(100_000), 0, 50_000, pulled=True) == 50_000
+
+
+def test_a_policy_cutting_outside_the_work_is_an_error() -> None:
+    eng = engine(CONFIG)
+    running(eng, 0, IntervalSet.range(0, 100_000), 0.001)
+    eng.scheduler.policy.packet_stop = lambda req: req.start  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError, match="out-of-order: packet 0-0 outside 0-50000"):
+        size(eng, job(100_000), 0, 50_000)
 
 
 def test_short_packets_are_queued_deeper_on_their_worker() -> None:
@@ -63,28 +91,40 @@ def test_short_packets_are_queued_deeper_on_their_worker() -> None:
     assert eng._depth(slot) == CONFIG.packets_in_flight
 
 
-def test_chunksize_caps_a_packet() -> None:
-    eng = engine(EngineConfig(packet_target_s=1.0, min_packet_events=50, chunksize=300))
+def test_chunksize_caps_a_packet_pulled_or_not() -> None:
+    eng = engine(CONFIG, PacketSizing(target_s=1.0, min_events=50, chunksize=300))
     running(eng, 0, IntervalSet.range(0, 100_000), 0.001)
-    assert eng._packet_events(eng.slots[0], job(100_000), 0, 50_000) == 300
+    assert size(eng, job(100_000), 0, 50_000) == 300
+    assert size(eng, job(100_000), 0, 50_000, pulled=True) == 300
 
 
 def test_a_packet_takes_the_rest_of_its_file_rather_than_leave_a_sliver() -> None:
-    eng = engine(CONFIG)
+    eng = engine(CONFIG, PACKETS)
     running(eng, 0, IntervalSet.range(0, 100_000), 0.001)
     # 1,000 events would leave 400 of the file: less than half a packet, so all 1,400 go.
-    assert eng._packet_events(eng.slots[0], job(100_000), 0, 1400) == 1400
-    assert eng._packet_events(eng.slots[0], job(100_000), 0, 1600) == 1000
+    assert size(eng, job(100_000), 0, 1400) == 1400
+    assert size(eng, job(100_000), 0, 1600) == 1000
 
 
 def test_packets_shrink_as_the_job_nears_its_end() -> None:
-    eng = engine(CONFIG)
+    eng = engine(CONFIG, PACKETS)
     running(eng, 0, IntervalSet.range(0, 1000), 0.001)
     running(eng, 1, IntervalSet.range(1000, 2000), 0.001)
     # 1,200 events left on two nodes: 0.6 s each, a quarter of it is 0.15 s: 150 events.
-    assert eng._packet_events(eng.slots[0], job(2000, done=800), 800, 100_000) == 150
+    assert size(eng, job(2000, done=800), 800, 100_000) == 150
     # Never below the minimum.
-    assert eng._packet_events(eng.slots[0], job(2000, done=1990), 1990, 100_000) == 50
+    assert size(eng, job(2000, done=1990), 1990, 100_000) == 50
+
+
+def test_bad_packet_settings_name_their_field() -> None:
+    with pytest.raises(ValueError, match="target_s: must be positive"):
+        PacketSizing(target_s=0)
+    with pytest.raises(ValueError, match="min_events: must be >= 1"):
+        PacketSizing(min_events=500, max_events=100)
+    with pytest.raises(ValueError, match="chunksize: must be at least 1"):
+        PacketSizing(chunksize=0)
+    with pytest.raises(ValueError, match="queue_s: must be positive"):
+        EngineConfig(queue_s=0)
 
 
 def test_shrink_releases_only_what_is_not_sent_yet() -> None:

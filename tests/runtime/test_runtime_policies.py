@@ -9,6 +9,7 @@ from pathlib import Path
 
 import yaml
 
+from datasched.core.packets import PacketSizing
 from datasched.policies.adaptive import AdaptiveDelay, default_map
 from datasched.runtime.engine import RuntimeEngine
 from datasched.runtime.jobspec import load_jobs
@@ -56,12 +57,15 @@ def test_adaptive_delay_has_the_simulators_map_and_delays_at_high_load(
         # The demo processor's cost on this kind of machine (a fixed figure: no timing here).
         calibration = default_calibration(None, 1e-5)
         async with open_cluster(opts) as (client, names):
-            sched = build_scheduler(len(names), opts, space, calibration, policy="adaptive-delay")
+            packets = PacketSizing(target_s=0.2, min_events=100)
+            sched = build_scheduler(
+                len(names), opts, space, calibration, policy="adaptive-delay", packets=packets
+            )
             engine = RuntimeEngine(
                 client,
                 sched,
                 names,
-                config=EngineConfig(packet_target_s=0.2, min_packet_events=100, poll_s=0.05),
+                config=EngineConfig(queue_s=0.2, poll_s=0.05),
                 time_scale=3600 * HOURS_A_SECOND,
             )
             report = await engine.run(specs, known_cache={})

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
+from datasched.core.packets import PacketSizing
 from datasched.runtime.jobspec import JobSpecError, load_jobs
 from datasched.runtime.processor import (
     ProcessorError,
@@ -24,7 +25,8 @@ from datasched.runtime.reports import EngineConfig
 from datasched.runtime.session import ClusterOptions, run_jobs
 from runtime_support import N_EVENTS, reference_counts
 
-FAST = EngineConfig(packet_target_s=0.2, min_packet_events=1000, poll_s=0.1)
+FAST = EngineConfig(queue_s=0.2, poll_s=0.1)
+PACKETS = PacketSizing(target_s=0.2, min_events=1000)
 
 ANALYSIS = """\
 import time
@@ -162,7 +164,7 @@ def test_a_py_processor_runs_on_a_cluster_that_never_sees_the_file(
     specs = load_jobs(path)
     (tmp_path / "analysis.py").unlink()
     opts = ClusterOptions(workers=2, cache_bytes=50 * 10**6, cache_root=tmp_path / "caches")
-    report = asyncio.run(run_jobs(specs, opts, policy="out-of-order", config=FAST))
+    report = asyncio.run(run_jobs(specs, opts, policy="out-of-order", config=FAST, packets=PACKETS))
     by_id = {j.id: j for j in report.jobs}
     assert all(j.status == "completed" for j in report.jobs), [j.error for j in report.jobs]
     a, b = report.results["a"], report.results["b"]
@@ -189,7 +191,9 @@ def test_a_processor_error_on_a_worker_comes_back_with_the_users_traceback(
     stale.parent.mkdir()
     stale.write_bytes(b"an earlier run's result")
     opts = ClusterOptions(workers=2, cache_bytes=50 * 10**6, cache_root=tmp_path / "caches")
-    report = asyncio.run(run_jobs(specs, opts, policy="cache-splitting", config=FAST))
+    report = asyncio.run(
+        run_jobs(specs, opts, policy="cache-splitting", config=FAST, packets=PACKETS)
+    )
     by_id = {j.id: j for j in report.jobs}
     assert by_id["good"].status == "completed"
     bad = by_id["bad"]

@@ -1,6 +1,7 @@
 """A worker's side of a packet, tested without a cluster: a full cache disk reads on without
 caching (and says so once), a cache directory that cannot be created is one clear error, and
-a file a peer has only announced is fetched and kept here."""
+a file a peer has only announced is fetched and kept here; a cached file is read from the
+cache even by packets that may not fill it."""
 
 from __future__ import annotations
 
@@ -93,3 +94,26 @@ def test_a_file_the_peer_only_announced_is_fetched_and_kept_here(
     # Cached here now: the next packet reads its own copy without asking the peer.
     second = packet_on(worker, spec)
     assert second.source == "cache" and asked == ["tcp://p:1"]
+
+
+def test_a_packet_that_may_not_fill_the_cache_still_reads_the_cached_copy(
+    demo_catalog: Path, tmp_path: Path
+) -> None:
+    """A pull policy's packet (``cache_fill`` off) on the node that holds its file reads it
+    from the node's cache, not from the file's original place."""
+    worker = fake_worker(tmp_path / "caches")
+    url = str(demo_catalog.parent / "part-002.root")
+    shipped = ship(DimuonMass(), "demo")
+    size = os.path.getsize(url)
+    filling = PacketSpec(1, 0, url, "Events", 0, 100, size, shipped)
+    assert packet_on(worker, filling).cache_added == [url]  # now cached here
+    reading = PacketSpec(2, 0, url, "Events", 100, 200, size, shipped, cache_fill=False)
+    result = packet_on(worker, reading)
+    assert result.source == "cache" and result.bytes_from_tertiary == 0
+    # Not cached anywhere: such a packet reads the original without keeping a copy.
+    other = str(demo_catalog.parent / "part-003.root")
+    spec = PacketSpec(
+        3, 0, other, "Events", 0, 100, os.path.getsize(other), shipped, cache_fill=False
+    )
+    result = packet_on(worker, spec)
+    assert result.source == "tertiary" and not result.cache_added

@@ -17,7 +17,18 @@ from datasched.sim.faults import NodeFaults
 from strategies import job_lists
 
 POLICIES = sorted(available())
-SMALL = {"delayed": {"period_h": 0.05, "stripe_events": 50}}
+SMALL = {
+    "delayed": {"period_h": 0.05, "stripe_events": 50},
+    "basic-packetizer": {"max_workers_per_node": 1},
+    "adaptive-packetizer": {"priorities": "default=1", "calibration_events": 5},
+}
+LONG_RUN = {
+    "delayed": {"period_h": 6.0},
+    # Pull policies make a packet every few seconds of a job: longer ones keep the run short
+    # (the same rules fire; a 40,000-event job is still tens of packets).
+    "basic-packetizer": {"fraction": 1},
+    "adaptive-packetizer": {"min_packet_s": 600.0, "max_packet_s": 1200.0},
+}
 
 
 @pytest.mark.parametrize("policy", POLICIES)
@@ -89,7 +100,7 @@ def test_a_long_run_with_slots_files_and_faults_completes(policy: str) -> None:
     whose target fails) that small scenarios seldom reach."""
     config = SimConfig(
         policy=policy,
-        policy_params={"period_h": 6.0} if policy == "delayed" else {},
+        policy_params=LONG_RUN.get(policy, {}),
         n_jobs=300,
         slots=2,
         file_gb=5.0,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datasched.cli.demo
 import datasched.cli.info
+import datasched.cli.proof
 import datasched.cli.runtime
 
 # The command modules register their commands on ``app`` when imported, in the order

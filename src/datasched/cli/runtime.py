@@ -305,6 +305,7 @@ def run(
     policy of the core (the same code the simulator runs). Shows progress bars, then a summary;
     each job's merged result goes to its output file."""
     with runtime_errors():
+        from datasched.core.packets import PacketSizing
         from datasched.runtime.jobspec import limit_chunks, load_jobs
         from datasched.runtime.reports import EngineConfig
 
@@ -326,11 +327,18 @@ def run(
         specs = load_jobs(jobs_file, skip_bad_files=skip_bad_files)
         if maxchunks is not None:
             specs = limit_chunks(specs, chunksize or COFFEA_CHUNKSIZE, maxchunks)
-        config = EngineConfig(
-            packet_target_s=packet_s, chunksize=chunksize, skip_bad_files=skip_bad_files
-        )
+        # About --packet-s of work queued on a worker while its packets are short.
+        config = EngineConfig(queue_s=packet_s, skip_bad_files=skip_bad_files)
+        packets = PacketSizing(target_s=packet_s, chunksize=chunksize)
         report = _run_with_bars(
-            specs, opts, policy, policy_params, config, quiet=as_json, calibrate=not no_calibrate
+            specs,
+            opts,
+            policy,
+            policy_params,
+            config,
+            packets=packets,
+            quiet=as_json,
+            calibrate=not no_calibrate,
         )
     if packets_csv is not None:
         write_packets_csv(report, packets_csv)
@@ -407,6 +415,7 @@ def _run_with_bars(
     params: dict[str, Any],
     config: Any,
     *,
+    packets: Any = None,
     quiet: bool,
     cold: bool = False,
     calibrate: bool = True,
@@ -423,6 +432,7 @@ def _run_with_bars(
                 policy=policy,
                 policy_params=params,
                 config=config,
+                packets=packets,
                 progress=sink,
                 cold=cold,
                 calibrate=calibrate,

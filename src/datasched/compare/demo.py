@@ -25,6 +25,7 @@ from rich.table import Table
 from datasched._files import atomic_write_text
 from datasched.compare.predict import predict_makespan
 from datasched.core.model import CostModel
+from datasched.core.packets import PacketSizing
 from datasched.runtime.jobspec import JobSpec, load_jobs
 from datasched.runtime.outputs import merge
 from datasched.runtime.reports import EngineConfig, ProgressSink, RunReport
@@ -201,7 +202,8 @@ def run_demo(
         cache_root=out_dir / "caches",
         tertiary_bytes_per_s=tertiary_bytes_per_s,
     )
-    config = EngineConfig(packet_target_s=0.5, min_packet_events=500)
+    config = EngineConfig(queue_s=0.5)
+    packets = PacketSizing(target_s=0.5, min_events=500)
     total = sum(s.n_events for s in specs)
     cores = usable_cores()
 
@@ -231,6 +233,7 @@ def run_demo(
                     policy=name,
                     policy_params=params,
                     config=config,
+                    packets=packets,
                     progress=sink,
                     cold=True,
                     calibration=calibration,

@@ -85,6 +85,12 @@ class CostModel:
     """CPU seconds per event of a job that does not give its own."""
     disk_bytes_per_s: float = 10e6
     pipelining: Pipelining = Pipelining.NONE
+    shared_disks: bool = False
+    """Whether a node's disk rate is shared by everyone reading it at once (its own slots
+    reading its cache, other nodes' slots reading it as a peer), as a fluid: a reader gets at
+    most its fair share of ``disk_bytes_per_s`` (max-min over what each would read alone).
+    Off (the default, and ponce-hersch's model): every reader gets the whole rate. PROOF's
+    results hinge on it: four workers reading one file server's disk go slower."""
 
     def __post_init__(self) -> None:
         for name in ("cpu_s_per_event", "disk_bytes_per_s"):

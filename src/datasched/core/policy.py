@@ -39,6 +39,7 @@ from typing import Any, ClassVar, NamedTuple, Protocol, runtime_checkable
 from datasched.core.data import DataSpace
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import CostModel, Job, Subjob, Topology
+from datasched.core.packets import PacketRequest, PacketSizing, default_packet_stop
 
 __all__ = [
     "DirectoryView",
@@ -416,6 +417,8 @@ class Policy:
     summary: ClassVar[str] = ""
     params: ClassVar[tuple[Param, ...]] = ()
     reads: ReadMode = ReadMode()
+    packet_sizing: PacketSizing = PacketSizing()
+    """The default packetizer's settings (an engine's user may set them per run)."""
 
     def bind(self, sched: SchedulerView) -> None:
         """Called once, when the scheduler is created."""
@@ -459,6 +462,17 @@ class Policy:
     def read_mode(self, sched: SchedulerView, sj: Subjob, slot: int) -> ReadMode:
         """How ``sj``, starting on ``slot``, uses the caches. Default: :attr:`reads`."""
         return self.reads
+
+    def packet_stop(self, req: PacketRequest) -> int:
+        """Where the next packet of a slot's work ends, for engines that stream work as
+        packets (:mod:`datasched.core.packets`). Default: an ``Assign`` is the packet (cut at
+        its file's end); a started subjob is cut by the default packetizer."""
+        return default_packet_stop(self.packet_sizing, req)
+
+    def packet_nice(self, job_id: int) -> int | None:
+        """The OS priority (a nice value) at which an engine with real processes runs the
+        packets of ``job_id``, where the OS allows it. Default: None (left as it is)."""
+        return None
 
 
 @runtime_checkable

@@ -28,6 +28,7 @@ _BUILTIN_MODULES = (
     "datasched.policies.outoforder",
     "datasched.policies.delayed",
     "datasched.policies.adaptive",
+    "datasched.policies.proof",
 )
 
 _registry: dict[str, type[Policy]] = {}

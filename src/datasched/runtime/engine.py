@@ -7,14 +7,18 @@ wake-ups) and carries out the core's actions. A node of the core is one Dask wor
 own disk cache); each of its slots runs one subjob at a time:
 
 * ``Start(subjob, slot)``: the subjob runs as a stream of packets, PROOF-style (the PROOF
-  paper §2): each packet is an event range of one file, sized from the slot's measured time
-  per event to take about ``packet_target_s`` (smaller near the end of the job), submitted as
-  a Dask task pinned to the node's worker (``workers=[address]``,
-  ``allow_other_workers=False``, ``pure=False``, a unique key). At least
-  ``packets_in_flight`` (2) packets per slot, so the next one's file is fetched while the
-  current one computes; more while packets are short, so that the worker does not wait for
-  the master's round trip between them.
-  ``Assign`` (the answer to a pull) is one packet's worth, run the same way.
+  paper §2): each packet is an event range of one file, cut by the policy
+  (:meth:`~datasched.core.policy.Policy.packet_stop`; push policies keep the default
+  packetizer of :mod:`datasched.core.packets`) from what the master measured (the slot's
+  time per event, the job's events left), submitted as a Dask task pinned to the node's
+  worker (``workers=[address]``, ``allow_other_workers=False``, ``pure=False``, a unique
+  key). At least ``packets_in_flight`` (2) packets per slot, so the next one's file is
+  fetched while the current one computes; more while packets are short, so that the worker
+  does not wait for the master's round trip between them.
+* ``Assign`` (the answer to a pull: PROOF's packetizers) is one packet, cut only at its
+  file's end (and the run's chunksize). Pull policies are asked: every slot raises
+  ``WorkRequested`` when the run starts, and a slot whose packet returns is free again
+  (``SubjobFinished``, the core's request), so the policy answers with the next packet.
 * ``Preempt(slot)``: no more packets; once those in flight return, the core learns what was
   really processed (``SubjobStopped`` with the exact remainder).
 * ``Shrink(slot, release)``: what is asked and not yet sent as a packet is taken from the
@@ -70,6 +74,7 @@ from datasched.core.events import (
     NodeJoined,
     NodeLost,
     Tick,
+    WorkRequested,
 )
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import Job
@@ -184,6 +189,9 @@ class RuntimeEngine(PacketStreams, DataMoves):
             node = self._by_name.get(name)
             if node is not None and urls:
                 self._emit(CacheChanged(self.now(), node, added=self.space.events_of(urls)))
+        for index, slot in self.slots.items():  # every slot asks for work (a pull)
+            if self.workers[slot.node].up:
+                self._emit(WorkRequested(self.now(), index))
         arrivals = deque(sorted(self._jobs.values(), key=lambda j: (j.spec.submit_s, j.job_id)))
         next_poll = 0.0
         while any(j.report.status in ("pending", "running") for j in self._jobs.values()):

@@ -1,5 +1,5 @@
-"""What a run on the cluster reports, and how the master cuts its packets: per job, per packet
-(PROOF keeps the same per packet), and the run as a whole."""
+"""What a run on the cluster reports, and how the master sends its packets: per job, per
+packet (PROOF keeps the same per packet), and the run as a whole."""
 
 from __future__ import annotations
 
@@ -11,38 +11,29 @@ __all__ = ["EngineConfig", "JobReport", "PacketStat", "ProgressSink", "RunReport
 
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
-    """How the master cuts and sends packets."""
+    """How the master sends packets (the policy cuts them: :mod:`datasched.core.packets`)."""
 
-    packet_target_s: float = 2.0
-    """Aimed time per packet (PROOF aims for seconds: long enough to amortise the round trip,
-    short enough to preempt and rebalance quickly)."""
-    min_packet_events: int = 100
-    max_packet_events: int = 100_000
     packets_in_flight: int = 2
     """Packets a slot has in flight at least: the next one's file is fetched while the
     current one computes."""
     max_in_flight: int = 8
     """At most: short packets (a small file's events) are queued deeper on their worker, up
-    to about ``packet_target_s`` of work, so that the worker does not idle for the master's
-    round trip after each one."""
+    to about ``queue_s`` of work, so that the worker does not idle for the master's round
+    trip after each one."""
+    queue_s: float = 2.0
+    """Seconds of work queued on a worker's slot when its packets are short."""
     poll_s: float = 0.25
     """How often the master checks which workers are alive."""
     max_packet_attempts: int = 3
     """A packet whose storage keeps failing (after the worker's own retries) fails its job."""
-    chunksize: int | None = None
-    """At most this many events a packet (coffea's ``chunksize``); None: no cap."""
     skip_bad_files: bool = False
     """A file that cannot be read is skipped (and recorded) instead of failing its job."""
 
     def __post_init__(self) -> None:
-        if not self.packet_target_s > 0:
-            raise ValueError(f"packet_target_s: must be positive, got {self.packet_target_s!r}")
-        if not 1 <= self.min_packet_events <= self.max_packet_events:
-            raise ValueError("min_packet_events: must be >= 1 and <= max_packet_events")
+        if not self.queue_s > 0:
+            raise ValueError(f"queue_s: must be positive, got {self.queue_s!r}")
         if not 1 <= self.packets_in_flight <= self.max_in_flight:
             raise ValueError("packets_in_flight: must be at least 1 and <= max_in_flight")
-        if self.chunksize is not None and self.chunksize < 1:
-            raise ValueError(f"chunksize: must be at least 1, got {self.chunksize!r}")
 
 
 @dataclass(slots=True)
@@ -67,6 +58,8 @@ class PacketStat:
     """Seconds after the run's start when the packet started on its worker."""
     t_end: float = 0.0
     """Seconds after the run's start when its result reached the master."""
+    nice: int | None = None
+    """The nice value its worker thread computed it at (None: its policy gave none)."""
 
     @property
     def n_events(self) -> int:

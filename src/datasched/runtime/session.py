@@ -26,6 +26,7 @@ from distributed import Client, LocalCluster
 from datasched.core.data import DataSpace
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import CostModel, Pipelining, Topology
+from datasched.core.packets import PacketSizing
 from datasched.core.scheduler import Scheduler
 from datasched.policies import build_policy
 from datasched.runtime.engine import RuntimeEngine
@@ -261,19 +262,22 @@ def build_scheduler(
     *,
     policy: str,
     policy_params: dict[str, Any] | None = None,
+    packets: PacketSizing | None = None,
 ) -> Scheduler:
     """The scheduling core for a cluster of ``n_workers`` Dask workers (one node each, with
     ``opts.slots`` slots and ``opts.cache_bytes`` of cache), the policy built by name from
-    its declared parameters (adaptive delay brings its performance map)."""
+    its declared parameters (adaptive delay brings its performance map); ``packets`` set its
+    default packetizer (push policies' packet sizes, and the chunksize of all)."""
     topology = Topology.uniform(
         n_workers,
         opts.cache_bytes,
         slots=opts.slots,
         tertiary_bytes_per_s=calibration.tertiary_bytes_per_s,
     )
-    return Scheduler(
-        topology, space, build_policy(policy, **(policy_params or {})), cost=calibration.cost
-    )
+    built = build_policy(policy, **(policy_params or {}))
+    if packets is not None:
+        built.packet_sizing = packets
+    return Scheduler(topology, space, built, cost=calibration.cost)
 
 
 async def run_jobs(
@@ -283,6 +287,7 @@ async def run_jobs(
     policy: str,
     policy_params: dict[str, Any] | None = None,
     config: EngineConfig | None = None,
+    packets: PacketSizing | None = None,
     progress: ProgressSink | None = None,
     cold: bool = False,
     calibration: Calibration | None = None,
@@ -303,7 +308,13 @@ async def run_jobs(
         if cold:
             await client.run(clear_cache)
         sched = build_scheduler(
-            len(names), opts, space, calibration, policy=policy, policy_params=policy_params
+            len(names),
+            opts,
+            space,
+            calibration,
+            policy=policy,
+            policy_params=policy_params,
+            packets=packets,
         )
         engine = RuntimeEngine(
             client,

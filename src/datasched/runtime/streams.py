@@ -15,6 +15,7 @@ from datasched.core.data import DataSpace
 from datasched.core.events import CacheChanged, Event, SubjobFinished, SubjobShrunk, SubjobStopped
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import Subjob
+from datasched.core.packets import PacketRequest
 from datasched.core.scheduler import Scheduler
 from datasched.runtime.jobspec import JobSpec
 from datasched.runtime.outputs import merge
@@ -122,35 +123,38 @@ class PacketStreams:
                 slot.subjob = sj.shrunk(released)
         return SubjobShrunk(self.now(), action.subjob_id, action.slot, released)
 
-    def _packet_events(self, slot: _Slot, jr: _JobRun, a: int, file_stop: int) -> int:
-        """PROOF-style packet size (the PROOF notes, ``CalculatePacketSize``): about
-        ``packet_target_s`` of work at the slot's measured pace, shrinking to a quarter of
-        the job's estimated time left as the job nears its end, so that its slots finish
-        together; a packet that would leave less than half a packet of its file takes the
-        rest of the file (each packet pays a fixed cost to open its file and set up the
-        processor, and a whole-file cache has fetched that file anyway)."""
-        cfg = self.config
-        pace = max(slot.s_per_event, 1e-9)
-        slots = sum(
+    def _packet_stop(
+        self, slot: _Slot, jr: _JobRun, a: int, b: int, file_stop: int, *, pulled: bool
+    ) -> int:
+        """The policy cuts the packet (:meth:`~datasched.core.policy.Policy.packet_stop`):
+        the runtime only says what it measured."""
+        job_slots = sum(
             1 for s in self.slots.values() if s.subjob is not None and s.subjob.job_id == jr.job_id
         )
-        left_s = (jr.data.length - jr.done.length) * pace / max(slots, 1)
-        n = int(min(cfg.packet_target_s, left_s / 4) / pace)
-        n = min(max(n, cfg.min_packet_events), cfg.max_packet_events)
-        if a + 1.5 * n >= file_stop:
-            n = file_stop - a
-        # --chunksize caps a packet, as coffea's chunksize caps a chunk.
-        return min(n, cfg.chunksize) if cfg.chunksize is not None else n
+        req = PacketRequest(
+            start=a,
+            stop=b,
+            file_stop=file_stop,
+            pulled=pulled,
+            s_per_event=slot.s_per_event,
+            events_left=jr.data.length - jr.done.length,
+            job_slots=job_slots,
+        )
+        stop = self.scheduler.policy.packet_stop(req)
+        if not a < stop <= min(b, file_stop):
+            name = self.scheduler.policy.name
+            raise RuntimeError(f"policy {name}: packet {a}-{stop} outside {a}-{min(b, file_stop)}")
+        return stop
 
     def _depth(self, slot: _Slot) -> int:
         """Packets in flight for the slot: ``packets_in_flight``, or more while its packets
-        are short (cut at the ends of small files): about ``packet_target_s`` of work queued
-        on the worker, so that it goes from one packet to the next without waiting for the
-        master's round trip (result back, next packet out), up to ``max_in_flight``."""
+        are short (cut at the ends of small files): about ``queue_s`` of work queued on the
+        worker, so that it goes from one packet to the next without waiting for the master's
+        round trip (result back, next packet out), up to ``max_in_flight``."""
         cfg = self.config
         if slot.packet_s <= 0:
             return cfg.packets_in_flight
-        depth = int(cfg.packet_target_s / slot.packet_s) + 1
+        depth = int(cfg.queue_s / slot.packet_s) + 1
         return min(max(depth, cfg.packets_in_flight), cfg.max_in_flight)
 
     def _feed(self, index: int) -> None:
@@ -168,12 +172,7 @@ class PacketStreams:
                 break
             a, b = slot.todo.ranges[0]
             f = self.space.files[self.space.file_at(a)]
-            if isinstance(start, Start):
-                b = min(b, a + self._packet_events(slot, jr, a, f.stop))
-            else:
-                b = min(b, f.stop)  # an Assign is one packet, cut only at file ends
-                if self.config.chunksize is not None:
-                    b = min(b, a + self.config.chunksize)
+            b = self._packet_stop(slot, jr, a, b, f.stop, pulled=not isinstance(start, Start))
             slot.todo = slot.todo - IntervalSet.range(a, b)
             self._submit(index, jr, a, b, start, address)
         self._scheduling_s += time.perf_counter() - t0
@@ -200,6 +199,7 @@ class PacketStreams:
             peer=self._peer_address(slot.node, a) if start.peer_reads else None,
             replicate=start.replicate,
             peers=self._other_workers(slot.node) if start.peer_reads else (),
+            nice=self.scheduler.policy.packet_nice(jr.job_id),
         )
         future = self.client.submit(
             run_packet,
@@ -322,7 +322,7 @@ class PacketStreams:
             if result.source == "cache":
                 jr.hits += n
         spent = result.read_s + result.compute_s
-        # The slot's time per event, smoothed: packets are sized from it.
+        # The slot's time per event, smoothed: the policy sizes packets from it.
         slot.s_per_event = 0.7 * slot.s_per_event + 0.3 * spent / max(n, 1)
         slot.packet_s = 0.7 * slot.packet_s + 0.3 * spent if slot.packet_s else spent
         if result.note and result.note not in self._notes:
@@ -341,6 +341,7 @@ class PacketStreams:
                 compute_s=result.compute_s,
                 bytes_read=result.bytes_read,
                 cpu_s=result.cpu_s,
+                nice=result.nice,
                 t_start=max(result.started - self._t0_wall, 0.0),
                 t_end=self.now(),
             )

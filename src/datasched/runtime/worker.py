@@ -27,6 +27,7 @@ from distributed.diagnostics.plugin import WorkerPlugin
 from datasched.runtime.diskcache import Acquired, DiskCache, StagingArea
 from datasched.runtime.events import EventsError, ReadSpec, forget_open_files, open_events
 from datasched.runtime.peers import PEER_OP, PeerServer, await_peer, peer_copy, peer_state
+from datasched.runtime.priority import packet_priority, thread_nice
 from datasched.runtime.processor import ShippedProcessor, unship, user_traceback
 from datasched.runtime.storage import LocalDiskFull, StorageError, Throttle, copy_file
 
@@ -146,6 +147,8 @@ class PacketSpec:
     peers: tuple[str, ...] = ()
     """Other workers to ask before fetching from tertiary storage (peer reads allowed): one
     of them may have the file, or be fetching it, by now."""
+    nice: int | None = None
+    """The OS priority to compute it at (its session's, ``Policy.packet_nice``), or None."""
 
 
 @dataclass(slots=True)
@@ -171,6 +174,8 @@ class PacketResult:
     started: float = 0.0
     """Wall-clock time (``time.time()``) the task started on the worker."""
     note: str = ""
+    nice: int | None = None
+    """The nice value its thread computed at (None: not asked for)."""
     """Something to tell the user once (a full cache disk)."""
 
 
@@ -283,16 +288,17 @@ def _acquire(
     """The packet's file made readable: ``(acquired, kept in the cache, fetch info, note)``;
     ``acquired`` is None when the local disk is full and the file is to be read where it is.
 
-    A file to read from a peer is read from the node's own cache if it is there after all;
-    and if the peer has it only announced (its subjob will read it, its fetch has not
-    begun), this node fetches it from tertiary storage and keeps it, when it may cache: the
-    master learns of it, and the peer then reads it from here instead of fetching it too."""
+    A file in the node's own cache is read from there, whether the packet may fill the
+    cache or not (a packet of a pull policy reads data where it lies: here, its own disk)
+    and whether a peer holds it too. If the peer has it only announced (its subjob will
+    read it, its fetch has not begun), this node fetches it from tertiary storage and keeps
+    it, when it may cache: the master learns of it, and the peer then reads it from here
+    instead of fetching it too."""
     cache, staging = plugin.cache, plugin.staging
     assert cache is not None and staging is not None
     peer, keep = spec.peer, spec.cache_fill and (spec.peer is None or spec.replicate)
-    if peer is not None and (
-        cache.state(spec.url) == "cached"
-        or (spec.cache_fill and peer_state(worker, peer, spec.url) == "absent")
+    if cache.state(spec.url) == "cached" or (
+        peer is not None and spec.cache_fill and peer_state(worker, peer, spec.url) == "absent"
     ):
         peer, keep = None, True
     fetch, info = fetcher(
@@ -403,7 +409,9 @@ def packet_on(worker: Any, spec: PacketSpec) -> PacketResult:
     got, keep, info, note = _acquire(node, plugin, spec, worker)
     assert plugin.compute is not None
     try:
-        with plugin.compute:  # the file is here: compute when the slot's CPU is free
+        # The file is here: compute when the slot's CPU is free, at the session's priority.
+        with plugin.compute, packet_priority(spec.nice) as nice_note:
+            ran_at = thread_nice() if spec.nice is not None else None
             fetch_s = time.perf_counter() - t0
             accumulator, bytes_read, open_s, compute_s = _process(
                 spec, str(got.path) if got is not None else spec.url
@@ -432,7 +440,8 @@ def packet_on(worker: Any, spec: PacketSpec) -> PacketResult:
         bytes_read=bytes_read,
         cpu_s=time.thread_time() - cpu0,
         started=started,
-        note=note,
+        note=note or nice_note,
+        nice=ran_at,
     )
 
 

@@ -14,6 +14,12 @@ answered at once, inside the same instant. Fetches and replications move bytes o
 topology's links as a fluid (:mod:`datasched.sim.network`). Nodes may fail and come back
 (:mod:`datasched.sim.faults`). What the run measures is the :class:`~datasched.sim.recorder.
 Recorder`'s business; this module is the loop and the world it simulates.
+
+Three things are off unless asked for, and change nothing when off: disks shared by their
+readers (``CostModel.shared_disks``, :mod:`datasched.sim.disks`), a log of every subjob as
+PROOF logs packets (``record_packets``), and closed workloads (``follow_up``: a user submits
+the next job when the last ends). Files whose replicas name a node lie on its disk from the
+start.
 """
 
 from __future__ import annotations
@@ -21,8 +27,8 @@ from __future__ import annotations
 import heapq
 import itertools
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 
 from datasched.core.actions import (
     Action,
@@ -53,19 +59,25 @@ from datasched.core.events import (
     TransferDone,
 )
 from datasched.core.intervals import IntervalSet
-from datasched.core.model import Job, node_endpoint
+from datasched.core.model import Job, Source, node_endpoint
 from datasched.core.policy import metrics_of
 from datasched.core.replacement import LRU, Replacement
 from datasched.core.scheduler import Scheduler
+from datasched.sim.disks import SEGMENT
 from datasched.sim.faults import FaultStream, NodeFaults
 from datasched.sim.network import Network, Transfer
-from datasched.sim.recorder import JobRecordTimes, Recorder, Release, SimRun
+from datasched.sim.recorder import JobRecordTimes, PacketRecord, Recorder, Release, SimRun
 from datasched.sim.subjobs import _FINISH, SubjobRuns, _Run
 
-__all__ = ["JobRecordTimes", "Release", "SimEngine", "SimRun"]
+__all__ = ["FollowUp", "JobRecordTimes", "PacketRecord", "Release", "SimEngine", "SimRun"]
 
-_ARRIVAL, _TICK, _TRANSFER, _FAIL, _REPAIR = 0, 2, 3, 4, 5
-"""Kinds of heap entries (a subjob's end, ``_FINISH``, is 1)."""
+_ARRIVAL, _TICK, _TRANSFER, _FAIL, _REPAIR, _FOLLOW = 0, 2, 3, 4, 5, 7
+"""Kinds of heap entries (a subjob's end, ``_FINISH``, is 1; the end of a stretch read from
+one shared disk, ``SEGMENT``, is 6)."""
+
+FollowUp = Callable[[Job, float], "Job | None"]
+"""A closed workload's rule: given a job that completed and when, the job its user submits
+next (None: none)."""
 _EMPTY = IntervalSet()
 
 
@@ -91,6 +103,7 @@ class SimEngine(SubjobRuns):
         replacement: Replacement = LRU,
         check_conservation: bool = False,
         faults: NodeFaults | None = None,
+        record_packets: bool = False,
     ) -> None:
         self.scheduler = scheduler
         self.space = scheduler.space
@@ -122,6 +135,12 @@ class SimEngine(SubjobRuns):
         self._jobs: dict[int, Job] = {}
         self.now = 0.0
         self._scheduler_s = 0.0
+        self._readers = {} if self.cost.shared_disks else None
+        self._disk_readers = {}
+        self._record_packets = record_packets
+        self._follow_up: FollowUp | None = None
+        self._followers: list[Job] = []
+        self._follow_pending = 0
 
     # -- the loop -----------------------------------------------------------------------------
 
@@ -131,12 +150,17 @@ class SimEngine(SubjobRuns):
         *,
         measure: tuple[int, int] | None = None,
         max_backlog: int | None = None,
+        follow_up: FollowUp | None = None,
     ) -> SimRun:
         """Simulate until every job has completed or failed (or the backlog passes
         ``max_backlog``).
 
         ``measure`` is the half-open range of job indices whose statistics count (warm-up and
         cool-down excluded); its submit times bound the window for slot utilisation.
+        ``follow_up`` makes the workload closed: each completed job may bring its user's next
+        one (PROOF's users, who run one query after another); those jobs are not measured.
+        Files whose replicas name a node (``node:ID``) lie on that node's disk from the start
+        (pinned there: a file server's own data), and the scheduler hears of them first.
         """
         order = sorted(range(len(jobs)), key=lambda i: (jobs[i].submit_s, i))
         jobs = [jobs[i] for i in order]
@@ -150,6 +174,10 @@ class SimEngine(SubjobRuns):
             bytes_per_event=self.space.uniform_bytes_per_event,
             check_conservation=self._check,
         )
+        if self._record_packets:
+            rec.run.packets = []
+        self._follow_up = follow_up
+        self._place_replicas()
         heap = self._heap
         if jobs:
             heapq.heappush(heap, (jobs[0].submit_s, next(self._seq), _ARRIVAL, 0, 0))
@@ -197,15 +225,26 @@ class SimEngine(SubjobRuns):
                     continue  # re-rated since: a later event stands for it
                 handled += self._dispatch(self._moved(a))
                 continue
+            elif kind == SEGMENT:
+                self._disk_boundary(a, b)
+                continue
             elif kind == _FAIL:
                 handled += self._fail(a)
-                if arrived == len(jobs) and not sched.jobs:
+                if arrived == len(jobs) and not sched.jobs and not self._follow_pending:
                     break
                 continue
+            elif kind == _FOLLOW:
+                self._follow_pending -= 1
+                ev = JobArrived(t, self._followers[a])
             else:
                 ev = self._repair(a)
             handled += self._dispatch(ev)
-            if self._faults is not None and arrived == len(jobs) and not sched.jobs:
+            if (
+                self._faults is not None
+                and arrived == len(jobs)
+                and not sched.jobs
+                and not self._follow_pending
+            ):
                 break  # faults go on for ever; the work is done
         self.result = rec.close(self.now, handled, self._scheduler_s, metrics.counters())
         return self.result
@@ -230,6 +269,8 @@ class SimEngine(SubjobRuns):
             heapq.heappush(self._heap, (max(action.time, self.now), next(self._seq), _TICK, 0, 0))
         elif isinstance(action, JobCompleted):
             self.rec.completed(action)
+            if self._follow_up is not None:
+                self._follow(action)
         elif isinstance(action, Fetch):
             self._begin_move(action.node, action.data, action.source, replicate=False)
         elif isinstance(action, Replicate):
@@ -246,6 +287,74 @@ class SimEngine(SubjobRuns):
         elif isinstance(action, JobFailed):
             self.rec.failed(action)
         return 0
+
+    def _follow(self, done: JobCompleted) -> None:
+        """A closed workload's next job, submitted by the user whose job just completed."""
+        assert self._follow_up is not None
+        job = self._follow_up(self._jobs[done.job_id], self.now)
+        if job is None:
+            return
+        if job.job_id in self._jobs:
+            raise ValueError(f"follow_up: job {job.job_id} was submitted before")
+        job = replace(job, submit_s=max(job.submit_s, self.now))
+        self._jobs[job.job_id] = job
+        self.rec.add_job(job)
+        self._followers.append(job)
+        self._follow_pending += 1
+        entry = (job.submit_s, next(self._seq), _FOLLOW, len(self._followers) - 1, 0)
+        heapq.heappush(self._heap, entry)
+
+    def _place_replicas(self) -> None:
+        """Put the files whose replicas name a node on that node's disk, pinned, and tell
+        the scheduler (a CacheChanged per node, at the start)."""
+        nodes = {node_endpoint(n.node_id): n.node_id for n in self.scheduler.topology.nodes}
+        placed: dict[int, list[tuple[int, int]]] = {}
+        for f in self.space.files:
+            for where in f.replicas:
+                node = nodes.get(where)
+                if node is not None and f.n_events:
+                    placed.setdefault(node, []).append((f.start, f.stop))
+        for node in sorted(placed):
+            data = IntervalSet(placed[node])
+            cache = self.caches[node]
+            added, _ = cache.insert(data, self.now)
+            if cache.lookup(data) != data:
+                raise ValueError(
+                    f"replicas: the files placed on node {node} do not fit in its "
+                    f"{cache.capacity_bytes:g} bytes"
+                )
+            cache.pin(data)
+            if self._world is not None:
+                self._world.add(node, added)
+            self._dispatch(CacheChanged(self.now, node, added=added))
+
+    def _log_packet(
+        self, run: _Run, slot: int, processed: IntervalSet, by_source: tuple[int, int, int]
+    ) -> None:
+        """Record a subjob that left its slot as PROOF's monitoring records a packet."""
+        assert self.rec.run.packets is not None
+        n = processed.length
+        source = max(range(3), key=by_source.__getitem__)
+        peer = next((s[4] for s in run.segments if s[3] is Source.PEER), -1)
+        job = self._jobs[run.subjob.job_id]
+        cpu = self.cost.cpu_s_per_event if job.cpu_s_per_event is None else job.cpu_s_per_event
+        first = processed.start if processed else run.subjob.data.start
+        self.rec.run.packets.append(
+            PacketRecord(
+                job_id=job.job_id,
+                slot=slot,
+                node=self._slot_node[slot],
+                start_s=run.start_s,
+                end_s=self.now,
+                events=n,
+                file=self.space.file_at(first) if self.space.n_events else 0,
+                source=source,
+                peer=peer,
+                n_bytes=self.space.bytes_of(processed),
+                cpu_s=n * cpu,
+                finished=processed.length == run.subjob.data.length,
+            )
+        )
 
     # -- data movement --------------------------------------------------------------------------
 
@@ -320,7 +429,11 @@ class SimEngine(SubjobRuns):
             if run is None:
                 continue
             self._runs[slot] = None
+            if self._readers is not None:
+                self._disk_leave(slot)
             processed, rest, by_source, _ = self._progress(run, finished=False)
+            if self._record_packets:
+                self._log_packet(run, slot, processed, by_source)
             self.rec.ran(
                 run.subjob.job_id,
                 run.start_s,

@@ -14,7 +14,7 @@ from datasched.core.actions import JobCompleted, JobFailed
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import Job, Source
 
-__all__ = ["JobRecordTimes", "Recorder", "Release", "SimRun"]
+__all__ = ["JobRecordTimes", "PacketRecord", "Recorder", "Release", "SimRun"]
 
 
 @dataclass(slots=True)
@@ -43,6 +43,30 @@ class Release:
     """Jobs released earlier and not finished yet: what the last periods left undone."""
     released: int
     """Held jobs let go at this instant (the period's batch)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PacketRecord:
+    """One subjob (a packet, for a pull policy) that left its slot, as PROOF's monitoring
+    keeps it: where it ran, what it read and from where, how long it took."""
+
+    job_id: int
+    slot: int
+    node: int
+    start_s: float
+    end_s: float
+    events: int
+    """Events processed (all of the packet's unless it was stopped)."""
+    file: int
+    """The data space's index of the file of its first event."""
+    source: int
+    """Where most of its events were read from (a :class:`Source` value)."""
+    peer: int
+    """The node it read from as a peer (the first, when several); -1 for none."""
+    n_bytes: float
+    cpu_s: float
+    """CPU seconds of its events (events x the job's CPU time per event)."""
+    finished: bool
 
 
 @dataclass(slots=True)
@@ -80,6 +104,8 @@ class SimRun:
     transfers: int = 0
     """Fetches and replications carried out."""
     bytes_transferred: float = 0.0
+    packets: list[PacketRecord] | None = None
+    """With ``record_packets``: every subjob that left a slot, in the order they left."""
 
     @property
     def events_submitted(self) -> int:
@@ -121,6 +147,14 @@ class Recorder:
         self._bytes_per_event = bytes_per_event
         if check_conservation:
             self.run.processed = {j.job_id: [] for j in jobs}
+
+    def add_job(self, job: Job) -> None:
+        """A job submitted during the run (a closed workload's next one), not measured."""
+        rec = JobRecordTimes(job.job_id, job.submit_s, job.n_events)
+        self.times[job.job_id] = rec
+        self.run.jobs.append(rec)
+        if self.run.processed is not None:
+            self.run.processed[job.job_id] = []
 
     def arrival(self, backlog: int) -> None:
         self.run.backlog.append(backlog)

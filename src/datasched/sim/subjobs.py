@@ -21,6 +21,7 @@ from datasched.core.events import SubjobFinished, SubjobShrunk, SubjobStopped
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import CostModel, Job, Source, Subjob
 from datasched.core.scheduler import Scheduler
+from datasched.sim.disks import SharedDisks
 from datasched.sim.recorder import Recorder
 
 __all__ = ["SubjobRuns"]
@@ -52,7 +53,7 @@ class _Run:
     fill_duplicates: bool = True
 
 
-class SubjobRuns:
+class SubjobRuns(SharedDisks):
     """Subjobs running on simulated slots (see the module docstring)."""
 
     # Provided by the engine.
@@ -72,8 +73,14 @@ class SubjobRuns:
     _slot_node: list[int]
     """The scheduler's slot -> node map (the same list: it grows as nodes join)."""
     _jobs: dict[int, Job]
+    _record_packets: bool
 
     _world: CacheDirectory | None
+
+    def _log_packet(
+        self, run: _Run, slot: int, processed: IntervalSet, by_source: tuple[int, int, int]
+    ) -> None:
+        raise NotImplementedError
 
     @property
     def world(self) -> CacheDirectory:
@@ -157,6 +164,8 @@ class SubjobRuns:
         run.fill_duplicates = action.fill_duplicates
         runs[slot] = run
         heapq.heappush(self._heap, (self.now + total, next(self._seq), _FINISH, slot, version))
+        if self._readers is not None and segments:
+            self._disk_enter(slot, 0)
 
     def _file_segments(
         self,
@@ -247,6 +256,8 @@ class SubjobRuns:
         run.version = next(self._versions)
         finish = (run.start_s + total, next(self._seq), _FINISH, slot, run.version)
         heapq.heappush(self._heap, finish)
+        if self._readers is not None:
+            self._disk_reshaped(slot, k)
         return SubjobShrunk(self.now, action.subjob_id, slot, released)
 
     def _held_elsewhere(self, node: int, data: IntervalSet) -> IntervalSet:
@@ -295,6 +306,8 @@ class SubjobRuns:
         if run is None:
             raise RuntimeError(f"slot {slot} has no subjob to stop")
         self._runs[slot] = None
+        if self._readers is not None:
+            self._disk_leave(slot)
         now = self.now
         processed, remaining, by_source, fetched_files = self._progress(run, finished)
         self.rec.ran(
@@ -307,6 +320,8 @@ class SubjobRuns:
             if self.space.uniform_bytes_per_event is not None
             else self._tertiary_bytes(run, processed),
         )
+        if self._record_packets:
+            self._log_packet(run, slot, processed, by_source)
         node = self._slot_node[slot]
         cache = self.caches[node]
         if run.pin is not None:
