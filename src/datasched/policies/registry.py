@@ -28,6 +28,8 @@ _BUILTIN_MODULES = (
     "datasched.policies.outoforder",
     "datasched.policies.delayed",
     "datasched.policies.adaptive",
+    "datasched.policies.cosched_greedy",
+    "datasched.policies.cosched_flow",
 )
 
 _registry: dict[str, type[Policy]] = {}
