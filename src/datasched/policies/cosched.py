@@ -10,7 +10,9 @@ for a job is *placing* it: it then holds one of the server's free slots while it
 come, each from another server's cache (a local copy, cost ``l``: :meth:`SchedulerView.
 replicate`) or from the archive (a remote copy, cost ``r``: :meth:`SchedulerView.fetch`).
 Transfers in flight are known (the paper's own "future work"): a job placed where one of its
-files is on its way waits for that transfer instead of starting another. Caches keep what
+files is on its way waits for that transfer instead of starting another, and a file on its way
+to another server is copied from there once it has landed, not fetched from the archive again;
+for the costs, a file on its way to a server is as good as there. Caches keep what
 arrives and drop the least recently used unpinned files (the engines' caches).
 
 Where the paper is silent:
@@ -22,7 +24,8 @@ Where the paper is silent:
   of pinned files) is asked once more, from the archive; after that the job runs without it;
 * work that comes back unprocessed (a lost server's, a stopped subjob's) is placed again
   before any job that arrived after it; a lost server's placed jobs go back to the queue;
-* a local copy comes from the holder with the fewest copies going out, then the lowest id.
+* a local copy comes from the holder with the fewest copies going out, then the lowest id;
+  the same rule picks the server to copy from once a file on its way has landed.
 """
 
 from __future__ import annotations
@@ -78,7 +81,11 @@ class _Move:
     """A file on its way into a server's cache, and the placed jobs waiting for it."""
 
     source: int | None
+    """The server it is copied from (None: the archive)."""
     waiters: list[Item]
+    after: int = -1
+    """The server it is on its way to first: the local copy starts once it has landed
+    there (-1: the transfer is under way)."""
 
 
 class CoScheduling(Policy):
@@ -106,6 +113,10 @@ class CoScheduling(Policy):
         """Server -> file -> the transfer bringing it."""
         self._sending: dict[int, int] = {}
         """Server -> local copies going out of it."""
+        self._moving: dict[int, int] = {}
+        """File -> servers it is on its way to."""
+        self._chained: dict[tuple[int, int], list[int]] = {}
+        """(server, file) -> servers whose copy of the file waits for it to land there."""
         self._running: dict[int, tuple[int, Item]] = {}
         """Slot -> (subjob id, item) of the subjobs this policy started."""
         self._fill: dict[int, bool] = {}
@@ -151,15 +162,16 @@ class CoScheduling(Policy):
 
     def node_lost(self, sched: SchedulerView, node: int) -> None:
         self._reap(sched)
-        for move in self._inflight.pop(node, {}).values():
-            if move.source is not None:
-                self._sending[move.source] -= 1
+        for f, move in self._inflight.pop(node, {}).items():
+            self._moved(f, move)
         self._staged.pop(node, None)
         for item in [i for i in self._placed.values() if i.node == node]:
             del self._placed[item.seq]
             item.node, item.tokens, item.waiting, item.retried = -1, [], set(), set()
             item.remote = False
             self._enqueue(item)  # the scheduler dropped its pins with the node
+        for key in [k for k in self._chained if k[0] == node]:
+            self._unchain(sched, *key)
         self._dispatch(sched)
 
     def job_cancelled(self, sched: SchedulerView, js: JobView) -> None:
@@ -181,12 +193,13 @@ class CoScheduling(Policy):
             return
         files = sched.space.files
         pending = sched.fetching(node)
-        done = [f for f in moves if not pending.overlaps(files[f].events)]
+        done = [
+            f for f, m in moves.items() if m.after < 0 and not pending.overlaps(files[f].events)
+        ]
         ready: list[Item] = []
         for f in done:
             move = moves.pop(f)
-            if move.source is not None:
-                self._sending[move.source] -= 1
+            self._moved(f, move)
             cached = self._cached(sched, node, f)
             for item in move.waiters:
                 if self._placed.get(item.seq) is not item or item.node != node:
@@ -203,6 +216,7 @@ class CoScheduling(Policy):
                     self.unstaged_files += 1
                 if not item.waiting:
                     ready.append(item)
+            self._unchain(sched, node, f)
         for item in ready:
             if self._placed.get(item.seq) is item and not item.waiting:
                 self._start(sched, item)
@@ -325,27 +339,73 @@ class CoScheduling(Policy):
     def _bring(
         self, sched: SchedulerView, item: Item, node: int, f: int, *, from_archive: bool
     ) -> None:
-        """Copy file ``f`` to ``node`` for ``item``: from the holder sending the fewest
-        copies (a local copy), else from the archive (a remote copy)."""
-        events = sched.space.files[f].events
+        """Bring file ``f`` to ``node`` for ``item`` (joining a transfer already bringing it)."""
         item.waiting.add(f)
         moves = self._inflight.setdefault(node, {})
-        if f in moves:
-            moves[f].waiters.append(item)
+        move = moves.get(f)
+        if move is not None:
+            move.waiters.append(item)
             return
-        source: int | None = None
+        move = moves[f] = _Move(None, [item])
+        self._moving[f] = self._moving.get(f, 0) + 1
+        self._issue(sched, node, f, move, from_archive=from_archive)
+
+    def _issue(
+        self, sched: SchedulerView, node: int, f: int, move: _Move, *, from_archive: bool
+    ) -> None:
+        """Start ``move``: a local copy from the holder sending the fewest copies; else, if
+        the file is on its way to another server, a local copy from there once it has landed;
+        else a remote copy from the archive."""
+        events = sched.space.files[f].events
+        move.after = -1
         if not from_archive:
             peers = [h for h in self.holders(sched, f) if h != node and not sched.is_lost(h)]
             if peers:
                 source = min(peers, key=lambda h: (self._sending.get(h, 0), h))
-        if source is None:
-            sched.fetch(node, events)
-            self.remote_copies += 1
+                sched.replicate(source, node, events)
+                self._sending[source] = self._sending.get(source, 0) + 1
+                move.source = source
+                self.local_copies += 1
+                return
+            ahead = [
+                n
+                for n, m in self._inflight.items()
+                if n != node and f in m and m[f].after < 0 and not sched.is_lost(n)
+            ]
+            if ahead:
+                first = min(ahead, key=lambda h: (self._sending.get(h, 0), h))
+                move.after = first
+                self._chained.setdefault((first, f), []).append(node)
+                return
+        sched.fetch(node, events)
+        move.source = None
+        self.remote_copies += 1
+
+    def _moved(self, f: int, move: _Move) -> None:
+        """``move`` is over (done, or its server lost): the books of transfers."""
+        if move.source is not None and move.after < 0:
+            self._sending[move.source] -= 1
+        n = self._moving[f] - 1
+        if n:
+            self._moving[f] = n
         else:
-            sched.replicate(source, node, events)
-            self._sending[source] = self._sending.get(source, 0) + 1
-            self.local_copies += 1
-        moves[f] = _Move(source, [item])
+            del self._moving[f]
+
+    def _unchain(self, sched: SchedulerView, node: int, f: int) -> None:
+        """File ``f`` has landed on ``node`` (or will not): start the copies waiting for it."""
+        for later in self._chained.pop((node, f), ()):
+            move = self._inflight.get(later, {}).get(f)
+            if move is None or move.after != node:
+                continue  # that server was lost meanwhile
+            if any(self._placed.get(i.seq) is i and i.node == later for i in move.waiters):
+                self._issue(sched, later, f, move, from_archive=False)
+            else:
+                del self._inflight[later][f]  # nobody waits for it any more
+                self._moved(f, move)
+
+    def on_its_way(self, f: int) -> bool:
+        """Whether file ``f`` is on its way to some server."""
+        return f in self._moving
 
     def _start(self, sched: SchedulerView, item: Item) -> None:
         node = item.node

@@ -4,12 +4,13 @@ min-cost flow on the paper's file-to-server network (:mod:`datasched.policies.mi
 A batch takes the files the queued jobs need (popularity: how many queued jobs need each), the
 servers with free slots (less those held by jobs placed and waiting for files), and the cost of
 each file on each server: 0 where the server caches the file or it is on its way there, ``l``
-where another server caches it, ``r`` where none does. Its flow, min(queued jobs, free slots)
-units, says how many jobs of each file go to each server; each unit places the earliest queued
-job needing that file there (its files are then copied as in every policy of the paper:
-:mod:`datasched.policies.cosched`). A job needing several files counts in each file's
-popularity; a unit finding no job left for its file, and free slots left over that way, are
-given to the earliest queued jobs in server order (never with single-file jobs).
+where another server caches it or it is on its way to another server, ``r`` where neither. Its
+flow, min(queued jobs, free slots) units, says how many jobs of each file go to each server;
+each unit places the earliest queued job needing that file there (its files are then copied as
+in every policy of the paper: :mod:`datasched.policies.cosched`). A job needing several files
+counts in each file's popularity; a unit finding no job left for its file, and free slots left
+over that way, are given to the earliest queued jobs in server order (never with single-file
+jobs).
 
 Batches run every ``lp_period_s`` (the paper's delays between successive LPs): an event that
 could place a job (an arrival, a freed slot, work given back) asks for a batch, which runs at
@@ -126,7 +127,7 @@ class MinCostFlow(CoScheduling):
             zero.update(column[n] for n, moves in inflight.items() if f in moves and n in column)
             idx += sorted(zero)
             ptr.append(len(idx))
-            has_copy.append(bool(held))
+            has_copy.append(bool(held) or self.on_its_way(f))
         popularity = self._popularity
         batch = Batch(
             popularity=np.array([popularity[f] for f in files], dtype=np.int64),

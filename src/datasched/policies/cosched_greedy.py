@@ -122,7 +122,7 @@ class ShortestDataFirst(CoScheduling):
             return h
 
         def elsewhere(f: int) -> float:
-            unit = self.local_cost if held(f) else self.remote_cost
+            unit = self.local_cost if held(f) or self.on_its_way(f) else self.remote_cost
             return space_files[f].n_bytes * unit
 
         if len(files) == 1:
