@@ -275,7 +275,7 @@ class CoScheduling(Policy):
 
     # -- servers --------------------------------------------------------------------------------
 
-    def _capacities(self, sched: SchedulerView) -> dict[int, int]:
+    def capacities(self, sched: SchedulerView) -> dict[int, int]:
         """Server -> free slots not held by placed items (servers with some only)."""
         out: dict[int, int] = {}
         staged = self._staged
@@ -302,6 +302,34 @@ class CoScheduling(Policy):
             at = b
         if out is None or at < file.stop:
             return frozenset()
+        return out
+
+    def holders_of(self, sched: SchedulerView, wanted: list[int]) -> list[frozenset[int]]:
+        """:meth:`holders` of each of ``wanted`` (file indices, ascending), in one walk over
+        the cache directory (a batch asks for every queued file at once)."""
+        if len(wanted) < 8:
+            return [self.holders(sched, f) for f in wanted]
+        files = sched.space.files
+        segments = sched.directory.holders(files[wanted[0]].start, files[wanted[-1]].stop)
+        out: list[frozenset[int]] = []
+        k = 0
+        none: frozenset[int] = frozenset()
+        for f in wanted:
+            start, stop = files[f].start, files[f].stop
+            while k < len(segments) and segments[k][1] <= start:
+                k += 1
+            held: frozenset[int] | None = None
+            at = start
+            j = k
+            while j < len(segments) and segments[j][0] < stop:
+                a, b, nodes = segments[j]
+                if a > at:
+                    held = none
+                    break
+                held = nodes if held is None else held & nodes
+                at = b
+                j += 1
+            out.append(held if held is not None and at >= stop else none)
         return out
 
     def coming(self, node: int, f: int) -> bool:

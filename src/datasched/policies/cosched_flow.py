@@ -121,13 +121,17 @@ class MinCostFlow(CoScheduling):
         idx: list[int] = []
         has_copy = []
         inflight = self._inflight
-        for f in files:
-            held = self.holders(sched, f)
-            zero = {column[n] for n in held if n in column}
-            zero.update(column[n] for n, moves in inflight.items() if f in moves and n in column)
-            idx += sorted(zero)
+        for f, held in zip(files, self.holders_of(sched, files), strict=True):
+            zero = [column[n] for n in held if n in column]
+            moving = self.on_its_way(f)
+            if moving:
+                zero += [column[n] for n, m in inflight.items() if f in m and n in column]
+                zero = sorted(set(zero))
+            elif len(zero) > 1:
+                zero.sort()
+            idx += zero
             ptr.append(len(idx))
-            has_copy.append(bool(held) or self.on_its_way(f))
+            has_copy.append(moving or bool(held))
         popularity = self._popularity
         batch = Batch(
             popularity=np.array([popularity[f] for f in files], dtype=np.int64),
@@ -142,7 +146,7 @@ class MinCostFlow(CoScheduling):
 
     def run_batch(self, sched: SchedulerView) -> None:
         """Solve one batch now and place its jobs."""
-        caps = self._capacities(sched)
+        caps = self.capacities(sched)
         if not caps or not self._items:
             return
         batch, files, nodes = self.batch(sched, caps)

@@ -28,7 +28,7 @@ class FifoRoundRobin(CoScheduling):
         self._next = 0
 
     def _dispatch(self, sched: SchedulerView) -> None:
-        caps = self._capacities(sched)
+        caps = self.capacities(sched)
         while caps:
             item = self._head()
             if item is None:
@@ -81,7 +81,7 @@ class ShortestDataFirst(CoScheduling):
         return None
 
     def _dispatch(self, sched: SchedulerView) -> None:
-        caps = self._capacities(sched)
+        caps = self.capacities(sched)
         while caps:
             heads = [h for h in map(self._class_head, list(self._classes)) if h is not None]
             if not heads:
