@@ -6,6 +6,8 @@ the min-cost flow, which are optima of the LP)."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -225,3 +227,88 @@ def test_policies_declare_their_costs(policy: str) -> None:
     if policy != "fifo-roundrobin":
         assert params["local_cost"]["default"] == 1.0
         assert params["remote_cost"]["default"] == 10.0
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    cached=st.lists(st.tuples(st.integers(0, 2), st.integers(0, 9), st.booleans()), max_size=25),
+    wanted=st.sets(st.integers(0, 9), min_size=1),
+)
+def test_holders_of_many_files_is_holders_of_each(
+    cached: list[tuple[int, int, bool]], wanted: set[int]
+) -> None:
+    """The batch's one walk over the directory finds what a lookup per file finds."""
+    sched = cosched_scheduler("mincostflow", 3)
+    for node, f, add in cached:
+        if add:
+            sched.handle(CacheChanged(0.0, node, added=files(f)))
+        else:
+            sched.handle(CacheChanged(0.0, node, evicted=files(f)))
+    policy = sched.policy
+    assert isinstance(policy, cosched_flow.MinCostFlow)
+    order = sorted(wanted)
+    assert policy.holders_of(sched, order) == [policy.holders(sched, f) for f in order]
+
+
+GOLDEN = Path(__file__).parent.parent / "golden"
+
+
+def cosched_trace(policy: str) -> str:
+    """Two servers of two slots caching three files each; jobs of one to three files, some
+    sharing files, arriving close together: placements, copies, pins, starts, releases."""
+    sched = cosched_scheduler(policy, 2, slots=2, cache_files=3, n_files=6)
+    lines: list[str] = []
+    handle = sched.handle
+
+    def traced(ev: Event) -> list[Action]:
+        actions = handle(ev)
+        lines.append(f"{ev.time:9.2f} {type(ev).__name__} {_brief(ev)}")
+        lines.extend(f"    -> {type(a).__name__} {_brief(a)}" for a in actions)
+        return actions
+
+    sched.handle = traced  # type: ignore[method-assign]
+    jobs = [
+        Job(0, 0.0, files(0)),
+        Job(1, 0.0, files(1, 2)),
+        Job(2, 5.0, files(0)),
+        Job(3, 5.0, files(0, 3)),
+        Job(4, 10.0, files(2)),
+        Job(5, 400.0, files(4, 5, 1)),
+        Job(6, 400.0, files(1)),
+    ]
+    SimEngine(sched).run(jobs)
+    return "\n".join(lines) + "\n"
+
+
+def _brief(x: object) -> str:
+    """The fields a trace shows: ids, nodes, slots, files (not event ranges)."""
+    out = []
+    for name in ("job", "subjob", "slot", "node", "source", "data", "token", "added", "evicted"):
+        value = getattr(x, name, None)
+        if value is None:
+            continue
+        if name == "job":
+            value = value.job_id
+        elif name == "subjob":
+            value = f"{value.subjob_id} of job {value.job_id} files {_files(value.data)}"
+        elif isinstance(value, IntervalSet):
+            value = _files(value)
+        out.append(f"{name}={value}")
+    return " ".join(out)
+
+
+def _files(data: IntervalSet) -> str:
+    """The files ``data`` covers (the files of these tests are ``FILE`` events each)."""
+    return "[" + ",".join(str(f) for a, b in data for f in range(a // FILE, b // FILE)) + "]"
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_cosched_golden_trace(policy: str) -> None:
+    """Like tests/core/test_golden.py, over whole files: regenerate with
+    ``DATASCHED_REGEN_GOLDEN=1`` and review the diff."""
+    path = GOLDEN / f"cosched-{policy}.txt"
+    got = cosched_trace(policy)
+    if os.environ.get("DATASCHED_REGEN_GOLDEN"):
+        path.write_text(got)
+    assert path.exists(), f"no golden trace for {policy}: regenerate (see the docstring)"
+    assert got == path.read_text()

@@ -31,7 +31,6 @@ Where the paper is silent:
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from datasched.core.intervals import IntervalSet
@@ -71,6 +70,8 @@ class Item:
     """The server it is placed on (-1: queued)."""
     waiting: set[int] = field(default_factory=set)
     tokens: list[int] = field(default_factory=list)
+    held: list[int] = field(default_factory=list)
+    """The files it holds room for in its server's cache (pinned, or on their way)."""
     retried: set[int] = field(default_factory=set)
     remote: bool = False
     """Some of its files are read from the archive while it runs (not staged)."""
@@ -120,6 +121,8 @@ class CoScheduling(Policy):
         self._running: dict[int, tuple[int, Item]] = {}
         """Slot -> (subjob id, item) of the subjobs this policy started."""
         self._fill: dict[int, bool] = {}
+        self._held: dict[int, dict[int, int]] = {}
+        """Server -> file -> placed or running items holding room for it in the cache."""
         self.local_copies = 0
         self.remote_copies = 0
         self.unstaged_files = 0
@@ -165,10 +168,11 @@ class CoScheduling(Policy):
         for f, move in self._inflight.pop(node, {}).items():
             self._moved(f, move)
         self._staged.pop(node, None)
+        self._held.pop(node, None)
         for item in [i for i in self._placed.values() if i.node == node]:
             del self._placed[item.seq]
             item.node, item.tokens, item.waiting, item.retried = -1, [], set(), set()
-            item.remote = False
+            item.held, item.remote = [], False
             self._enqueue(item)  # the scheduler dropped its pins with the node
         for key in [k for k in self._chained if k[0] == node]:
             self._unchain(sched, *key)
@@ -212,6 +216,7 @@ class CoScheduling(Policy):
                     self._bring(sched, item, node, f, from_archive=True)
                 else:
                     item.waiting.discard(f)
+                    self._unhold(node, item, f)
                     item.remote = True
                     self.unstaged_files += 1
                 if not item.waiting:
@@ -341,19 +346,26 @@ class CoScheduling(Policy):
 
     def _place(self, sched: SchedulerView, item: Item, node: int) -> None:
         """Send ``item`` (taken out of the queue) to ``node``: pin what is there, bring what
-        is not, start it if nothing is missing."""
+        is not, start it if nothing is missing. Files that do not fit in the room the
+        server's other jobs leave in its cache are not staged: the job reads them from the
+        archive as it runs."""
         item.node = node
         self._placed[item.seq] = item
         self._staged[node] = self._staged.get(node, 0) + 1
         files = sched.space.files
-        budget = sched.topology.nodes[node].cache_bytes
+        held = self._held.setdefault(node, {})
+        room = sched.topology.nodes[node].cache_bytes
+        room -= sum(files[f].n_bytes for f in held)
         for f in item.files:
-            size = files[f].n_bytes
-            if size > budget:
-                item.remote = True
-                self.unstaged_files += 1
-                continue
-            budget -= size
+            if f not in held:
+                size = files[f].n_bytes
+                if size > room:
+                    item.remote = True
+                    self.unstaged_files += 1
+                    continue
+                room -= size
+            held[f] = held.get(f, 0) + 1
+            item.held.append(f)
             if self._cached(sched, node, f):
                 item.tokens.append(sched.pin(node, files[f].events))
             elif self.coming(node, f):
@@ -363,6 +375,14 @@ class CoScheduling(Policy):
                 self._bring(sched, item, node, f, from_archive=False)
         if not item.waiting:
             self._start(sched, item)
+
+    def _unhold(self, node: int, item: Item, f: int) -> None:
+        item.held.remove(f)
+        held = self._held.get(node)
+        if held is not None and f in held:
+            held[f] -= 1
+            if not held[f]:
+                del held[f]
 
     def _bring(
         self, sched: SchedulerView, item: Item, node: int, f: int, *, from_archive: bool
@@ -452,9 +472,12 @@ class CoScheduling(Policy):
         sched.start(sj, slot)
 
     def _release(self, sched: SchedulerView, item: Item) -> None:
+        """Unpin the item's files and give back the room it held."""
         for token in item.tokens:
             sched.release_pin(item.node, token)
         item.tokens = []
+        for f in list(item.held):
+            self._unhold(item.node, item, f)
 
     def _reap(self, sched: SchedulerView, slot: int | None = None) -> None:
         """Release the pins of the items whose subjobs have left their slots (``slot`` just
@@ -476,8 +499,3 @@ class CoScheduling(Policy):
         if r is None or r.subjob.subjob_id != entry[0]:
             del self._running[slot]
             self._release(sched, entry[1])
-
-    def _queued(self) -> Iterator[Item]:
-        """Queued items, earliest first (a sorted copy: for rare paths)."""
-        for seq in sorted(self._items):
-            yield self._items[seq]

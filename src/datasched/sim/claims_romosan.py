@@ -15,7 +15,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from datasched.sim.claims import ClaimSpec, Measured
-from datasched.sim.romosan import EdgePoint, RomosanStudy, RunResult, by_key
+from datasched.sim.romosan import (
+    FIFO,
+    LP,
+    POLICIES,
+    SJF,
+    EdgePoint,
+    RomosanStudy,
+    RunResult,
+    by_key,
+)
 
 __all__ = ["ROMOSAN_CLAIMS", "measure_romosan"]
 
@@ -186,8 +195,8 @@ def measure_romosan(
     out: dict[str, Measured] = {}
     n = study.claims_servers
     at = _pick(results, "servers", servers=n)
-    if {"fifo-roundrobin", "sjf-data", "mincostflow"} <= set(at):
-        fifo, sjf, lp = at["fifo-roundrobin"], at["sjf-data"], at["mincostflow"]
+    if set(at) >= set(POLICIES):
+        fifo, sjf, lp = at[FIFO], at[SJF], at[LP]
         copies = {
             "servers": n,
             "fifo_copies": fifo.copies,
@@ -211,8 +220,8 @@ def measure_romosan(
         big = _pick(results, "servers", servers=max(study.servers))
         local = {
             **copies,
-            "sjf_32": big["sjf-data"].local_copies,
-            "lp_32": big["mincostflow"].local_copies,
+            "sjf_32": big[SJF].local_copies,
+            "lp_32": big[LP].local_copies,
         }
         out["sjf_over_lp_local_copies"] = Measured(
             sjf.local_copies / max(lp.local_copies, 1), local
@@ -234,7 +243,7 @@ def _converge(results: Sequence[RunResult], study: RomosanStudy, out: dict[str, 
     big = _pick(results, "servers", servers=hi)
     if len(small) < 3 or len(big) < 3 or lo != 1 or hi != 32:
         return
-    names = {"fifo-roundrobin": "fifo", "sjf-data": "sjf", "mincostflow": "lp"}
+    names = {FIFO: "fifo", SJF: "sjf", LP: "lp"}
     fields = {f"{names[p]}_1": r.utilization for p, r in small.items()}
     fields.update({f"{names[p]}_32": r.utilization for p, r in big.items()})
     ratio = _spread([r.utilization for r in big.values()]) / max(
@@ -248,8 +257,8 @@ def _delays(results: Sequence[RunResult], study: RomosanStudy, out: dict[str, Me
     longest = max(study.periods_s)
     if n not in study.delay_servers or longest <= 0:
         return
-    none = _pick(results, "servers", servers=n).get("mincostflow")
-    late = _pick(results, "delays", servers=n, lp_period_s=longest).get("mincostflow")
+    none = _pick(results, "servers", servers=n).get(LP)
+    late = _pick(results, "delays", servers=n, lp_period_s=longest).get(LP)
     if none is None or late is None:
         return
     fields = {
@@ -267,7 +276,7 @@ def _delays(results: Sequence[RunResult], study: RomosanStudy, out: dict[str, Me
     out["lp_delay_scheduler_time_ratio"] = Measured(late.scheduler_s / none.scheduler_s, fields)
     series = [(0.0, none.local_copies)]
     for period in sorted(study.periods_s):
-        r = _pick(results, "delays", servers=n, lp_period_s=period).get("mincostflow")
+        r = _pick(results, "delays", servers=n, lp_period_s=period).get(LP)
         if r is not None:
             series.append((period, r.local_copies))
     out["lp_delay_local_copies_ratio"] = Measured(
@@ -284,7 +293,7 @@ def _servers(results: Sequence[RunResult], study: RomosanStudy, out: dict[str, M
     def get(policy: str, servers: int) -> RunResult | None:
         return runs.get(("servers", policy, servers, cache, 0.0))
 
-    policies = ("fifo-roundrobin", "sjf-data", "mincostflow")
+    policies = POLICIES
     remote = []
     local = []
     for p in policies:

@@ -40,9 +40,12 @@ from datasched.sim.engine import SimEngine
 
 __all__ = [
     "CLUSTER",
+    "FIFO",
     "FULL",
+    "LP",
     "POLICIES",
     "QUICK",
+    "SJF",
     "SMOKE",
     "CoschedRun",
     "EdgePoint",
@@ -54,7 +57,10 @@ __all__ = [
     "study_runs",
 ]
 
-POLICIES = ("fifo-roundrobin", "sjf-data", "mincostflow")
+FIFO, SJF, LP = "fifo-roundrobin", "sjf-data", "mincostflow"
+POLICIES = (FIFO, SJF, LP)
+"""The paper's three policies by their registered names; the delays experiment spaces out
+the batches of the last (LP)."""
 
 
 @dataclass(frozen=True)
@@ -305,7 +311,7 @@ def study_runs(study: RomosanStudy, cluster: RomosanCluster = CLUSTER) -> list[C
         for servers in study.servers:
             for policy in POLICIES:
                 runs.append(replace(zipf, policy=policy, servers=servers, cache_gb=cache))
-    delays = replace(base, experiment="delays", policy="mincostflow")
+    delays = replace(base, experiment="delays", policy=LP)
     for period in study.periods_s:
         if period == 0:
             continue  # the servers experiment's mincostflow runs
@@ -355,7 +361,7 @@ def edge_point(
     sched = scheduler_for(
         study.edge_servers,
         space,
-        "mincostflow",
+        LP,
         {"lp_period_s": 3600.0},
         cluster,
         cluster.cache_gb,

@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from datasched._files import atomic_write_bytes, atomic_write_text
-from datasched.sim.romosan import EdgePoint, RunResult
+from datasched.sim.romosan import FIFO, LP, SJF, EdgePoint, RunResult
 
 __all__ = ["RomosanFigure", "romosan_figures", "write_romosan_figure"]
 
-_NAMES = {"fifo-roundrobin": "FIFO", "sjf-data": "SJF", "mincostflow": "LP (min-cost flow)"}
+_NAMES = {FIFO: "FIFO", SJF: "SJF", LP: "LP (min-cost flow)"}
 
 
 @dataclass(frozen=True)
@@ -137,7 +137,7 @@ def romosan_figures(
         )
     delays = _runs(
         results,
-        lambda r: r.policy == "mincostflow" and r.experiment in ("servers", "delays"),
+        lambda r: r.policy == LP and r.experiment in ("servers", "delays"),
     )
     for row in delays:
         row["label"] = f"every {row['lp_period_s']:g} s" if row["lp_period_s"] else "no delay"

@@ -14,6 +14,8 @@ from datasched.sim.parallel import map_in_processes
 from datasched.sim.report import write_report
 from datasched.sim.romosan import (
     CLUSTER,
+    LP,
+    POLICIES,
     EdgePoint,
     RomosanCluster,
     RomosanStudy,
@@ -54,7 +56,7 @@ def run_romosan(
     say = progress or (lambda _: None)
     runs = study_runs(study, cluster)
     # Longest first (10,000-job runs of the min-cost flow), so the processes finish together.
-    order = sorted(range(len(runs)), key=lambda i: (-runs[i].jobs, runs[i].policy != "mincostflow"))
+    order = sorted(range(len(runs)), key=lambda i: (-runs[i].jobs, runs[i].policy != LP))
     done = 0
 
     def finished(_: int, result: RunResult) -> None:
@@ -126,7 +128,7 @@ def _sections(outcome: RomosanOutcome) -> list[str]:
             + ", ".join(
                 f"{p} {remote.get((p, True), 0)} remote copies (infinite: "
                 f"{remote.get((p, False), 0)})"
-                for p in ("fifo-roundrobin", "sjf-data", "mincostflow")
+                for p in POLICIES
             )
             + "."
         )
