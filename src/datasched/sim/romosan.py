@@ -75,7 +75,9 @@ class RomosanCluster:
     """Every file's size: 100 files are 100 GB, five times one server's cache."""
     events_per_file: int = 1000
     cpu_s_per_event: float = 0.1
-    """A job (one file) computes 100 s..."""
+    """A job (one file) computes 100 s on average..."""
+    cpu_spread: float = 0.5
+    """...each between 50 % and 150 % of that (uniformly)."""
     disk_mb_s: float = 100.0
     """...and reads its file from the local cache in 10 s."""
     archive_mb_s: float = 100.0
@@ -93,7 +95,11 @@ class RomosanCluster:
             ("compute slots a server", f"{self.slots}"),
             ("disk cache a server", f"{self.cache_gb:g} GB (the paper's)"),
             ("file size", f"{self.file_gb:g} GB ({self.events_per_file} events)"),
-            ("computation a job", f"{self.cpu_s_per_event * self.events_per_file:g} s"),
+            (
+                "computation a job",
+                f"{self.cpu_s_per_event * self.events_per_file:g} s on average, uniform "
+                f"within ±{self.cpu_spread:.0%}",
+            ),
             ("reading a cached file", f"{self.file_gb * 1e3 / self.disk_mb_s:g} s"),
             ("archive bandwidth, shared by all remote copies", f"{self.archive_mb_s:g} MB/s"),
             ("each server's network link, shared by its copies", f"{self.network_mb_s:g} MB/s"),
@@ -244,7 +250,9 @@ def policy_params(policy: str, run: CoschedRun) -> dict[str, Any]:
 
 
 def workload(run: CoschedRun, space: DataSpace) -> list[Job]:
-    """``run.jobs`` jobs at time 0, each needing one file, uniform or by Zipf's law."""
+    """``run.jobs`` jobs at time 0, each needing one file (uniform, or by Zipf's law) and
+    computing for the cluster's mean time times a factor drawn uniformly from
+    ``[1 - spread, 1 + spread]`` (jobs of one length would start and end in lockstep)."""
     rng = np.random.default_rng(run.seed)
     if run.popularity == "zipf":
         ranks = np.arange(1, run.files + 1, dtype=np.float64)
@@ -252,8 +260,13 @@ def workload(run: CoschedRun, space: DataSpace) -> list[Job]:
         picks = rng.choice(run.files, size=run.jobs, p=weights / weights.sum())
     else:
         picks = rng.integers(0, run.files, run.jobs)
+    spread = run.cluster.cpu_spread
+    cpu = run.cluster.cpu_s_per_event * rng.uniform(1 - spread, 1 + spread, run.jobs)
     files = space.files
-    return [Job(i, 0.0, files[int(f)].events, files_local=True) for i, f in enumerate(picks)]
+    return [
+        Job(i, 0.0, files[int(f)].events, cpu_s_per_event=float(c), files_local=True)
+        for i, (f, c) in enumerate(zip(picks, cpu, strict=True))
+    ]
 
 
 def run_one(run: CoschedRun) -> RunResult:

@@ -5,7 +5,7 @@ experiment run (:mod:`datasched.sim.romosan`), the claims filled
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from datasched.sim.claims import Claim, fill_claims
@@ -78,6 +78,7 @@ def run_romosan(
     for k, i in enumerate(order):
         results[i] = out[k]
     edges = []
+    edge_point(64, replace(study, edge_jobs=64, edge_servers=4), cluster)  # imports, first calls
     for n in study.edge_files:
         say(f"one batch of the min-cost flow at {n:,} files x {study.edge_servers} servers")
         edges.append(edge_point(n, study, cluster))
