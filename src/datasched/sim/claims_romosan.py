@@ -78,9 +78,9 @@ ROMOSAN_CLAIMS: tuple[ClaimSpec, ...] = (
         STRICT,
         "1 server: FIFO {fifo_1:.3f}, SJF {sjf_1:.3f}, LP {lp_1:.3f}; 32 servers: FIFO "
         "{fifo_32:.3f}, SJF {sjf_32:.3f}, LP {lp_32:.3f}. With every job queued from the "
-        "start, SJF and LP run the jobs of cached files first and leave the other files to "
-        "the second half of the run, where slots wait for them to come from the archive; "
-        "FIFO fetches every file in its first minutes, then copies them locally",
+        "start, SJF and LP fetch a file no server holds only when the jobs of cached files "
+        "run out: a few at a time over the whole run, slots waiting for each; FIFO fetches "
+        "every file early, then copies them between servers",
         bound="below",
     ),
     ClaimSpec(
@@ -133,7 +133,8 @@ ROMOSAN_CLAIMS: tuple[ClaimSpec, ...] = (
         "",
         STRICT,
         "at {servers} servers: {local_0} local copies with no delay, {local_long} every "
-        "{period:g} s; per period: {series}",
+        "{period:g} s; per period: {series}. A batch filling many free slots at once sends "
+        "more jobs to servers without their files than batches of one freed slot each",
         bound="below",
         series=(("series", "{0:g} s: {1}"),),
     ),
