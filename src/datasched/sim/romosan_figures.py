@@ -104,8 +104,7 @@ def romosan_figures(
     figs.append(
         RomosanFigure(
             "edges",
-            f"{max((e.jobs for e in edges), default=0):,} queued jobs, 32 servers: one batch of "
-            "the min-cost flow against the files wanted",
+            f"one batch, {max((e.jobs for e in edges), default=0):,} queued jobs, 32 servers",
             edge_rows,
             "edges",
             "file-to-server edges (files x servers)",
@@ -187,7 +186,7 @@ def _png(fig: RomosanFigure) -> bytes:
     import matplotlib.pyplot as plt
 
     n = len(fig.panels)
-    figure, axes = plt.subplots(1, n, figsize=(4.6 * n, 3.8), squeeze=False)
+    figure, axes = plt.subplots(1, n, figsize=(max(4.6 * n, 6.4), 3.8), squeeze=False)
     labels = list(dict.fromkeys(r[fig.series] for r in fig.rows))
     for ax, panel in zip(axes[0], fig.panels, strict=True):
         for label in labels:
