@@ -29,3 +29,90 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+class DaskProcesses:
+    """A real ``dask scheduler`` and ``dask worker`` processes on loopback (what a user starts
+    on a cluster), each worker with its own environment (``DATASCHED_CACHE_DIR``: a cache
+    directory of its own, shared with no one). The address is ``.address``; ``close()`` stops
+    them all."""
+
+    def __init__(self, workers: dict[str, dict[str, str]], *, nthreads: int = 2) -> None:
+        import os
+        import subprocess
+        import sys
+        import time
+
+        from distributed import Client
+
+        src = str(Path(__file__).resolve().parent.parent / "src")
+        base = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        port = free_port()
+        self.address = f"tcp://127.0.0.1:{port}"
+        quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+        self.procs = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "dask",
+                    "scheduler",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                    "--no-dashboard",
+                ],
+                env=base,
+                **quiet,
+            )
+        ]
+        try:
+            for name, env in workers.items():
+                self.procs.append(
+                    subprocess.Popen(
+                        [
+                            sys.executable,
+                            "-m",
+                            "dask",
+                            "worker",
+                            self.address,
+                            "--name",
+                            name,
+                            "--nthreads",
+                            str(nthreads),
+                            "--host",
+                            "127.0.0.1",
+                            "--no-dashboard",
+                            "--memory-limit",
+                            "2GiB",
+                        ],
+                        env={**base, **env},
+                        **quiet,
+                    )
+                )
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    with Client(self.address, timeout=5) as client:
+                        client.wait_for_workers(
+                            len(workers), timeout=max(deadline - time.monotonic(), 1)
+                        )
+                        break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.5)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        for proc in reversed(self.procs):
+            proc.terminate()
+        for proc in self.procs:
+            try:
+                proc.wait(15)
+            except Exception:
+                proc.kill()
+                proc.wait(15)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from datasched.compare.demo import DemoResult
+from datasched.compare.demo import DemoResult, Floor
 from datasched.runtime.engine import JobReport, RunReport
 
 
@@ -23,11 +23,18 @@ def test_table_fits_80_columns_without_cutting_a_figure() -> None:
         predictions={"farm": 32.72, "out-of-order": 8.81},
         plot=Path("out/dimuon-mass.png"),
         params={"out-of-order": {"replication": True}},
+        floors={"farm": Floor(3.66, 2.1), "out-of-order": Floor(3.66, 5.24)},
     )
     console = Console(width=80, record=True, file=io.StringIO())
     console.print(result.table())
     text = console.export_text()
     assert "…" not in text
     assert max(len(line) for line in text.splitlines()) <= 80
-    for figure in ("33.1 s", "11.2 s", "19.4 s", "32.7 s", "8.8 s", "960,000", "replication=True"):
+    for figure in ("33.1 s", "11.2 s", "19.4 s", "32.7 s", "8.8 s", "3.7 s", "5.2 s"):
         assert figure in text
+    assert "replication=True" in text
+    # A run that did not process every event says how many it did.
+    result.baseline.jobs[0].events_processed = 480_000
+    console = Console(width=80, record=True, file=io.StringIO())
+    console.print(result.table())
+    assert "480,000 of 960,000" in console.export_text()

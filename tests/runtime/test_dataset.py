@@ -274,7 +274,9 @@ CATALOG_ERRORS: list[tuple[object, str]] = [
     ({"files": ["a.root"]}, "dataset 'd': field 'tree': missing"),
     ({"tree": 3, "files": ["a.root"]}, "dataset 'd': field 'tree': expected a tree name"),
     ({"tree": "T", "files": []}, "dataset 'd': field 'files': expected a non-empty list"),
-    ({"tree": "T", "files": {"a": 1}}, "dataset 'd': field 'files': expected a non-empty list"),
+    ({"tree": "T", "files": 3}, "dataset 'd': field 'files': expected a non-empty list"),
+    # files as {path: tree}, coffea's form: each value must be a tree name
+    ({"tree": "T", "files": {"a": 1}}, "dataset 'd': field 'files' #1: expected a tree name"),
     ({"tree": "T", "files": ["a.root"], "tres": 1}, "dataset 'd': field 'tres': unknown"),
     (["a.root"], "dataset 'd': expected a mapping"),
     ({"tree": "T", "files": ["nope.root"]}, r"dataset 'd': field 'files' #1: nope\.root: no such"),

@@ -15,7 +15,7 @@ import yaml
 
 from datasched.runtime.dataset import Dataset, load_catalog, open_dataset, read_events
 from datasched.runtime.demodata import DimuonMass, plot_mass, write_demo_dataset
-from datasched.runtime.processor import merge_all
+from datasched.runtime.outputs import merge_all
 
 N_EVENTS = 2_000
 N_FILES = 3

@@ -25,7 +25,7 @@ from datasched.runtime.reports import EngineConfig, RunReport
 from datasched.runtime.session import (
     ClusterOptions,
     build_scheduler,
-    calibrate,
+    default_calibration,
     job_space,
     open_cluster,
     run_dask_map,
@@ -103,14 +103,22 @@ def test_policies_process_every_event_exactly_once(
 def test_caches_persist_between_runs(demo_catalog: Path, tmp_path: Path) -> None:
     specs = write_jobs(tmp_path, demo_catalog, [{"id": "c", "dataset": "zmumu"}])
     opts = options(tmp_path)
-    first = asyncio.run(run_jobs(specs, opts, policy="cache-splitting", config=FAST))
-    assert first.bytes_from_tertiary > 0
+    # The demo processor's cost given, not measured: a calibration's read, through a
+    # worker's cache, would change what each caches.
+    kw: dict[str, Any] = {
+        "policy": "cache-splitting",
+        "config": FAST,
+        "calibration": default_calibration(None, 1e-5),
+    }
+    first = asyncio.run(run_jobs(specs, opts, **kw))
+    n_bytes = specs[0].dataset.n_bytes
+    assert first.bytes_from_tertiary >= n_bytes  # each file at least once
     # New worker processes, same names, same cache directories: all hits.
-    second = asyncio.run(run_jobs(specs, opts, policy="cache-splitting", config=FAST))
+    second = asyncio.run(run_jobs(specs, opts, **kw))
     check_exactly_once(second, specs, demo_catalog)
     assert second.cache_hit_ratio == 1.0 and second.bytes_from_tertiary == 0
-    cold = asyncio.run(run_jobs(specs, opts, policy="cache-splitting", config=FAST, cold=True))
-    assert cold.bytes_from_tertiary == first.bytes_from_tertiary
+    cold = asyncio.run(run_jobs(specs, opts, **kw, cold=True))
+    assert cold.bytes_from_tertiary >= n_bytes
 
 
 def test_cache_capacity_is_enforced(demo_catalog: Path, tmp_path: Path) -> None:
@@ -136,7 +144,7 @@ def test_worker_killed_mid_job_loses_and_doubles_nothing(
 
     async def main() -> tuple[RunReport, RuntimeEngine]:
         space = job_space(specs)
-        calibration = calibrate(specs, space, opts.tertiary_bytes_per_s)
+        calibration = default_calibration(opts.tertiary_bytes_per_s, 1e-5)
         async with open_cluster(opts) as (client, names):
             pids: dict[str, int] = await client.run(os.getpid)
             victim = max(pids.values())
@@ -161,7 +169,6 @@ def test_worker_killed_mid_job_loses_and_doubles_nothing(
                 client,
                 sched,
                 names,
-                cache_root=str(opts.cache_root.resolve()),
                 config=FAST,
                 progress=KillOnFirstPacket(),
             )

@@ -27,7 +27,8 @@ from datasched.runtime.dataset import (
 )
 from datasched.runtime.demodata import DimuonMass, write_demo_dataset
 from datasched.runtime.jobspec import JobSpecError, load_jobs
-from datasched.runtime.processor import ProcessorError, load_processor, merge, write_output
+from datasched.runtime.outputs import merge, write_output
+from datasched.runtime.processor import ProcessorError, load_processor
 from runtime_support import N_EVENTS, N_FILES, reference_counts
 
 DS = Dataset("d", tuple(FileEntry(f"f{i}", "T", n, 10 * n) for i, n in enumerate((5, 0, 7, 3))))
@@ -159,7 +160,7 @@ def test_jobs_file_forms_and_order(tmp_path: Path, demo_catalog: Path) -> None:
     [
         ({"dataset": "zmumu"}, r"job None \(#1\): field 'id'"),
         ({"id": "a", "dataset": "nope"}, "job 'a' .*field 'dataset': unknown dataset 'nope'"),
-        ({"id": "a", "dataset": "zmumu", "files": ["x"]}, "field 'dataset': give either"),
+        ({"id": "a", "dataset": "zmumu", "files": ["x"]}, "field 'dataset': give one of"),
         ({"id": "a", "dataset": "zmumu", "events": [5, 2]}, "field 'events'"),
         ({"id": "a", "dataset": "zmumu", "events": [0, 10**9]}, "field 'events'"),
         ({"id": "a", "dataset": "zmumu", "processor": "x.py"}, "field 'processor'"),

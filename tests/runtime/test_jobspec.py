@@ -118,7 +118,7 @@ JOB_ERRORS: list[tuple[list[Any], str]] = [
     ),
     (
         [{"id": "a", "dataset": "zmumu", "files": ["x.root"]}],
-        r"job 'a' \(#1\): field 'dataset': give either 'dataset' or 'files', not both",
+        r"job 'a' \(#1\): field 'dataset': give one of 'dataset', 'files' or 'fileset'",
     ),
     ([{"id": "a"}], r"job 'a' \(#1\): field 'dataset': missing"),
     (
@@ -185,7 +185,8 @@ JOB_ERRORS: list[tuple[list[Any], str]] = [
     ),
     (
         [{"id": "a", "dataset": "zmumu", "output": "r.txt"}],
-        r"job 'a' \(#1\): field 'output': expected a \.pkl, \.pickle, \.root file, got r\.txt",
+        r"job 'a' \(#1\): field 'output': expected a \.pkl, \.pickle, \.root, \.coffea file, "
+        r"got r\.txt",
     ),
     (
         [OK, {"id": "b", "dataset": "zmumu", "output": "ok.pkl"}],
@@ -223,8 +224,8 @@ def test_processor_missing_and_defaults(tmp_path: Path, catalog: Path) -> None:
         load_jobs(path)
     message = job_error(tmp_path, catalog, [OK], defaults={"processor": DEMO, "colour": 1})
     assert message.endswith(
-        "field 'defaults': unknown colour (expected dataset, events, files, "
-        "output, output_dir, processor, submit_s, tree)"
+        "field 'defaults': unknown colour (expected columns, dataset, events, files, fileset, "
+        "output, output_dir, processor, processor_args, schema, submit_s, tree)"
     )
 
 
@@ -232,7 +233,7 @@ def test_the_processor_is_checked_by_loading_it(tmp_path: Path, catalog: Path) -
     (tmp_path / "broken.py").write_text("raise RuntimeError('no luck')\n")
     (tmp_path / "empty.py").write_text("x = 1\n")
     message = job_error(tmp_path, catalog, [{**OK, "processor": "broken.py"}])
-    assert re.search(r"field 'processor': .*broken\.py raised RuntimeError\('no luck'\)", message)
+    assert re.search(r"field 'processor': .*broken\.py raised RuntimeError: no luck", message)
     message = job_error(tmp_path, catalog, [{**OK, "processor": "empty.py"}])
     assert re.search(r"field 'processor': .*'processor' not found", message)
 

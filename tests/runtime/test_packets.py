@@ -4,7 +4,6 @@ the parts of the runtime that need no cluster."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -15,9 +14,10 @@ from datasched.core.model import Subjob, Topology
 from datasched.core.scheduler import Scheduler
 from datasched.policies import build_policy
 from datasched.runtime.engine import RuntimeEngine
+from datasched.runtime.peers import PEER_POLL_S, await_peer
 from datasched.runtime.reports import EngineConfig
 from datasched.runtime.storage import Throttle
-from datasched.runtime.worker import PEER_POLL_S, PacketSpec, _await_peer
+from datasched.runtime.worker import peer_wait_s
 
 
 def engine(config: EngineConfig) -> RuntimeEngine:
@@ -49,6 +49,24 @@ def test_a_packet_holds_about_the_target_time_of_work() -> None:
     running(eng, 0, IntervalSet.range(0, 100_000), 0.001)
     # 1 s at 1 ms per event; the job has far more than 4 s left.
     assert eng._packet_events(eng.slots[0], job(100_000), 0, 50_000) == 1000
+
+
+def test_short_packets_are_queued_deeper_on_their_worker() -> None:
+    eng = engine(CONFIG)
+    slot = eng.slots[0]
+    assert eng._depth(slot) == CONFIG.packets_in_flight  # nothing measured yet
+    slot.packet_s = 0.05  # 1 s of work aimed at, 50 ms packets: queue about a second
+    assert eng._depth(slot) == CONFIG.max_in_flight  # ... but at most eight
+    slot.packet_s = 0.3
+    assert eng._depth(slot) == 4
+    slot.packet_s = 2.0  # long packets: the minimum, the next one's file fetched meanwhile
+    assert eng._depth(slot) == CONFIG.packets_in_flight
+
+
+def test_chunksize_caps_a_packet() -> None:
+    eng = engine(EngineConfig(packet_target_s=1.0, min_packet_events=50, chunksize=300))
+    running(eng, 0, IntervalSet.range(0, 100_000), 0.001)
+    assert eng._packet_events(eng.slots[0], job(100_000), 0, 50_000) == 300
 
 
 def test_a_packet_takes_the_rest_of_its_file_rather_than_leave_a_sliver() -> None:
@@ -86,10 +104,6 @@ def test_shrink_of_a_subjob_no_longer_running_releases_nothing() -> None:
     assert not answer.released and answer.subjob_id == 5 and answer.slot == 1
 
 
-def packet(n_bytes: int) -> PacketSpec:
-    return PacketSpec(0, 0, "file:///x.root", "Events", 0, 10, n_bytes, "m:p", ".")
-
-
 class FakeTime:
     """A clock that moves only when slept on, recording each sleep; ``at`` makes something
     happen once the clock has reached a time (a peer's fetch ending): no thread, no wall
@@ -116,8 +130,29 @@ class FakeTime:
         self._due.append((when_s, action))
 
 
-def await_peer(path: Path, throttle: Throttle, spec: PacketSpec, fake: FakeTime) -> bool:
-    return _await_peer(path, throttle, spec, clock=fake.clock, sleep=fake.sleep)
+class Peer:
+    """A peer's cache as the reader sees it through the peer's handler: ``state`` is what
+    the handler answers (cached, fetching or absent)."""
+
+    def __init__(self, state: str) -> None:
+        self.now = state
+
+    def state(self) -> str:
+        return self.now
+
+    def fetch_ends(self, ok: bool) -> Callable[[], None]:
+        """The end of the peer's fetch: the file cached (or not: the fetch failed)."""
+
+        def end() -> None:
+            self.now = "cached" if ok else "absent"
+
+        return end
+
+
+def wait(peer: Peer, throttle: Throttle, n_bytes: int, fake: FakeTime) -> bool:
+    return await_peer(
+        peer.state, peer_wait_s(throttle, n_bytes), clock=fake.clock, sleep=fake.sleep
+    )
 
 
 def assert_waited(fake: FakeTime, seconds: float) -> None:
@@ -127,65 +162,42 @@ def assert_waited(fake: FakeTime, seconds: float) -> None:
     assert seconds - 1e-9 <= sum(fake.slept) <= seconds + PEER_POLL_S + 1e-9
 
 
-def peer_fetch_ends(part: Path, final: Path | None) -> Callable[[], None]:
-    """The end of a peer's fetch: its copy in place (or none: it failed), its .part gone."""
-
-    def end() -> None:
-        if final is not None:
-            final.write_bytes(b"x")
-        part.unlink()
-
-    return end
-
-
-def test_a_peer_copy_that_is_there_is_read_at_once(tmp_path: Path) -> None:
-    path = tmp_path / "f.root"
-    path.write_bytes(b"x")
+def test_a_peer_copy_that_is_there_is_read_at_once() -> None:
     fake = FakeTime()
-    assert await_peer(path, Throttle(1.0), packet(10**9), fake)
+    assert wait(Peer("cached"), Throttle(1.0), 10**9, fake)
     assert fake.slept == []
 
 
-def test_a_reader_waits_for_the_peers_fetch_in_flight(tmp_path: Path) -> None:
-    path = tmp_path / "f.root"
-    part = path.with_suffix(".part")
-    part.write_bytes(b"")
-    fake = FakeTime()
-    fake.at(0.2, peer_fetch_ends(part, path))
+def test_a_reader_waits_for_the_peers_fetch_in_flight() -> None:
+    peer, fake = Peer("fetching"), FakeTime()
+    fake.at(0.2, peer.fetch_ends(ok=True))
     # Our own fetch of 1 MB at 1 MB/s would take 1 s: waiting 0.2 s for the peer is better.
-    assert await_peer(path, Throttle(1e6), packet(10**6), fake)
+    assert wait(peer, Throttle(1e6), 10**6, fake)
     # It polled until the copy was there, and no longer.
     assert_waited(fake, 0.2)
 
 
-def test_a_failed_peer_fetch_sends_the_reader_to_tertiary_storage(tmp_path: Path) -> None:
-    path = tmp_path / "f.root"
-    part = path.with_suffix(".part")
-    part.write_bytes(b"")
-    fake = FakeTime()
-    fake.at(0.1, peer_fetch_ends(part, None))
-    assert not await_peer(path, Throttle(1e6), packet(10**6), fake)
-    # It gave up as soon as the .part went, well before the 1 s of a fetch of its own.
+def test_a_failed_peer_fetch_sends_the_reader_to_tertiary_storage() -> None:
+    peer, fake = Peer("fetching"), FakeTime()
+    fake.at(0.1, peer.fetch_ends(ok=False))
+    assert not wait(peer, Throttle(1e6), 10**6, fake)
+    # It gave up as soon as the fetch failed, well before the 1 s of a fetch of its own.
     assert_waited(fake, 0.1)
 
 
-def test_the_wait_is_bounded_by_the_time_of_a_fetch_of_our_own(tmp_path: Path) -> None:
-    path = tmp_path / "f.root"
-    path.with_suffix(".part").write_bytes(b"")  # a peer that never finishes
-    fake = FakeTime()
-    assert not await_peer(path, Throttle(1e6), packet(200_000), fake)  # 0.2 s of our own
+def test_the_wait_is_bounded_by_the_time_of_a_fetch_of_our_own() -> None:
+    fake = FakeTime()  # a peer that never finishes
+    assert not wait(Peer("fetching"), Throttle(1e6), 200_000, fake)  # 0.2 s of our own
     assert_waited(fake, 0.2)
 
 
-def test_the_wait_without_a_rate_is_bounded_by_a_second(tmp_path: Path) -> None:
-    path = tmp_path / "f.root"
-    path.with_suffix(".part").write_bytes(b"")
+def test_the_wait_without_a_rate_is_bounded_by_a_second() -> None:
     fake = FakeTime()
-    assert not await_peer(path, Throttle(None), packet(10**9), fake)
+    assert not wait(Peer("fetching"), Throttle(None), 10**9, fake)
     assert_waited(fake, 1.0)
 
 
-def test_no_peer_fetch_means_no_wait(tmp_path: Path) -> None:
+def test_no_peer_fetch_means_no_wait() -> None:
     fake = FakeTime()
-    assert not await_peer(tmp_path / "f.root", Throttle(1e6), packet(10**9), fake)
+    assert not wait(Peer("absent"), Throttle(1e6), 10**9, fake)
     assert fake.slept == []

@@ -11,14 +11,8 @@ import pytest
 import uproot
 
 from datasched.runtime.demodata import DimuonMass
-from datasched.runtime.processor import (
-    Processor,
-    ProcessorError,
-    load_processor,
-    merge,
-    merge_all,
-    write_output,
-)
+from datasched.runtime.outputs import merge, merge_all, write_output
+from datasched.runtime.processor import Processor, ProcessorError, load_processor
 
 ANALYSIS = """\
 class Counter:
@@ -220,7 +214,9 @@ def test_a_failing_write_leaves_nothing_behind(tmp_path: Path) -> None:
     assert [p.name for p in tmp_path.iterdir()] == ["r.pkl"]
     with pytest.raises(ValueError, match=r"r\.root: the result holds no histogram"):
         write_output({"n": 1}, tmp_path / "r.root")
-    with pytest.raises(ValueError, match=r"r\.txt: expected a \.pkl, \.pickle, \.root file"):
+    with pytest.raises(
+        ValueError, match=r"r\.txt: expected a \.pkl, \.pickle, \.root, \.coffea file"
+    ):
         write_output({"n": 1}, tmp_path / "r.txt")
     bad = hist.Hist.new.Reg(2, 0, 1).Reg(2, 0, 1).Reg(2, 0, 1).Reg(2, 0, 1).Double()
     with pytest.raises(ValueError, match="between 1 and 3 axes"):  # ROOT has no TH4

@@ -44,14 +44,32 @@ def runtime_errors() -> Iterator[None]:
         from datasched.runtime.dataset import CatalogError, DatasetError
         from datasched.runtime.jobspec import JobSpecError
         from datasched.runtime.processor import ProcessorError
+        from datasched.runtime.session import ClusterSetupError
     except ModuleNotFoundError as exc:
         fail(f"{INSTALL_HINT} ({exc.name} is missing)")
     try:
         yield
-    except (JobSpecError, CatalogError, DatasetError, ProcessorError) as exc:
+    except (JobSpecError, ProcessorError) as exc:
+        if exc.traceback:  # the user's own traceback (their file and line) under the line
+            err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
+            show_traceback(exc.traceback)
+            raise typer.Exit(2) from None
+        fail(str(exc))
+    except (CatalogError, DatasetError, ClusterSetupError) as exc:
         fail(str(exc))
     except UnknownPolicyError as exc:
         fail(f"--policy: {exc}")
+
+
+def show_traceback(text: str) -> None:
+    """A user's traceback on stderr, indented under the error line that names it."""
+    if text:
+        err.print(
+            "\n".join("  " + line for line in text.splitlines()),
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 class BarProgress:
@@ -59,13 +77,17 @@ class BarProgress:
 
     def __init__(self, progress: Progress, total_events: int) -> None:
         self.progress = progress
-        self.total = progress.add_task("all jobs", total=total_events, hits="")
+        self.total_events = total_events
+        self.total: TaskID | None = None
+        """The overall bar, shown once a job starts (nothing shows before the cluster is up)."""
         self.tasks: dict[str, TaskID] = {}
         self.done = 0
         self.hits = 0
         self.t0 = time.monotonic()
 
     def job_started(self, job_id: str, n_events: int) -> None:
+        if self.total is None:
+            self.total = self.progress.add_task("all jobs", total=self.total_events, hits="")
         self.tasks[job_id] = self.progress.add_task(job_id, total=n_events, hits="")
 
     def advance(self, job_id: str, n_events: int, from_cache: bool) -> None:
@@ -74,7 +96,8 @@ class BarProgress:
         rate = self.done / max(time.monotonic() - self.t0, 1e-9)
         note = f"{rate:,.0f} ev/s  cache {self.hits / max(self.done, 1):.0%}"
         self.progress.update(self.tasks[job_id], advance=n_events)
-        self.progress.update(self.total, advance=n_events, hits=note)
+        if self.total is not None:
+            self.progress.update(self.total, advance=n_events, hits=note)
 
     def job_done(self, job_id: str, status: str) -> None:
         task = self.tasks.get(job_id)
@@ -124,6 +147,10 @@ PACKET_COLUMNS = (
     "bytes_from_peer",
     "read_s",
     "compute_s",
+    "bytes_read",
+    "cpu_s",
+    "t_start",
+    "t_end",
 )
 
 
@@ -223,9 +250,51 @@ def run(
     packet_s: Annotated[
         float, typer.Option("--packet-s", help="Aimed seconds of work per packet.")
     ] = 2.0,
+    chunksize: Annotated[
+        int | None,
+        typer.Option(
+            "--chunksize",
+            metavar="EVENTS",
+            help="At most this many events a packet (coffea's chunksize), beside --packet-s.",
+        ),
+    ] = None,
+    maxchunks: Annotated[
+        int | None,
+        typer.Option(
+            "--maxchunks",
+            metavar="N",
+            help="Run only each job's first N chunks of --chunksize events (default "
+            "100,000, coffea's), cut at file ends: for quick tests.",
+        ),
+    ] = None,
+    skip_bad_files: Annotated[
+        bool,
+        typer.Option(
+            "--skip-bad-files",
+            help="Skip files that cannot be read (missing, corrupted, wrong tree) instead of "
+            "failing their jobs; the summary lists them.",
+        ),
+    ] = False,
+    no_calibrate: Annotated[
+        bool,
+        typer.Option(
+            "--no-calibrate",
+            help="Do not time the first job's processor on a worker before the run; the "
+            "master starts from a guess and packets size themselves as they go.",
+        ),
+    ] = False,
     packets_csv: Annotated[
         Path | None,
         typer.Option("--packets", metavar="CSV", help="Write per-packet statistics here."),
+    ] = None,
+    report_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--report",
+            metavar="DIR",
+            help="Write the run's timeline (timeline.png: a lane per worker, packets "
+            "coloured by where their data came from), packets.csv and summary.json here.",
+        ),
     ] = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print one JSON object and nothing else.")
@@ -236,25 +305,44 @@ def run(
     policy of the core (the same code the simulator runs). Shows progress bars, then a summary;
     each job's merged result goes to its output file."""
     with runtime_errors():
-        from datasched.runtime.jobspec import load_jobs
+        from datasched.runtime.jobspec import limit_chunks, load_jobs
         from datasched.runtime.reports import EngineConfig
 
         get_policy(policy)  # an unknown name: one line naming the known ones
         policy_params = policy_params_of(policy, params, named)
-        specs = load_jobs(jobs_file)
-        opts = cluster_options(workers, cache_gb, cache_dir, scheduler, tertiary_mb_s, slots)
         if not packet_s > 0:
             fail(f"--packet-s: must be positive, got {packet_s}")
-        config = EngineConfig(packet_target_s=packet_s)
-    report = _run_with_bars(specs, opts, policy, policy_params, config, quiet=as_json)
+        if chunksize is not None and chunksize < 1:
+            fail(f"--chunksize: must be at least 1, got {chunksize}")
+        if maxchunks is not None and maxchunks < 1:
+            fail(f"--maxchunks: must be at least 1, got {maxchunks}")
+        if report_dir is not None and report_dir.exists() and not report_dir.is_dir():
+            fail(f"--report: {report_dir} exists and is not a directory")
+        opts = cluster_options(workers, cache_gb, cache_dir, scheduler, tertiary_mb_s, slots)
+        if scheduler is None:  # the embedded cluster's caches are on this machine: check now
+            from datasched.runtime.session import check_cache_root
+
+            check_cache_root(opts.cache_root)
+        specs = load_jobs(jobs_file, skip_bad_files=skip_bad_files)
+        if maxchunks is not None:
+            specs = limit_chunks(specs, chunksize or COFFEA_CHUNKSIZE, maxchunks)
+        config = EngineConfig(
+            packet_target_s=packet_s, chunksize=chunksize, skip_bad_files=skip_bad_files
+        )
+        report = _run_with_bars(
+            specs, opts, policy, policy_params, config, quiet=as_json, calibrate=not no_calibrate
+        )
     if packets_csv is not None:
         write_packets_csv(report, packets_csv)
+    if report_dir is not None:
+        write_report(report, report_dir, f"{policy}: {len(report.jobs)} jobs")
     if as_json:
         print_json(
             {
                 "policy": policy,
                 **report.summary(),
                 "scheduling_ms_per_packet": round(report.scheduling_ms_per_packet, 4),
+                "notes": report.notes,
                 "jobs": [j.as_dict() for j in report.jobs],
             }
         )
@@ -262,14 +350,53 @@ def run(
         out.print(jobs_table(report, f"{policy}: {len(report.jobs)} jobs"))
         out.print(
             f"makespan {report.makespan_s:.1f} s, cache hits {report.cache_hit_ratio:.0%}, "
-            f"{size(report.bytes_from_tertiary)} from tertiary storage, master "
+            f"{size(report.bytes_from_tertiary)} from tertiary storage, "
+            f"{size(report.bytes_read)} of branches read, master "
             f"{report.scheduling_ms_per_packet:.2f} ms per packet",
             highlight=False,
         )
+        for url, reason in report.skipped_files:
+            out.print(f"skipped: {url}: {reason}", markup=False, highlight=False)
+        if report_dir is not None:
+            out.print(f"report: {report_dir}", highlight=False)
+    for note in report.notes:
+        err.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
+    report_failures(report)
+
+
+COFFEA_CHUNKSIZE = 100_000
+"""coffea's default chunk: what --maxchunks counts in without --chunksize."""
+
+
+def write_report(report: RunReport, directory: Path, title: str) -> None:
+    """``--report``: the timeline, the packets and the summary of one run."""
+    import json
+
+    from datasched._files import atomic_write_text
+    from datasched.runtime.timeline import plot_timelines
+
+    directory.mkdir(parents=True, exist_ok=True)
+    write_packets_csv(report, directory / "packets.csv")
+    summary = {
+        "title": title,
+        **report.summary(),
+        "notes": report.notes,
+        "jobs": [j.as_dict() for j in report.jobs],
+    }
+    atomic_write_text(directory / "summary.json", json.dumps(summary, indent=2) + "\n")
+    plot_timelines({title: report}, directory / "timeline.png")
+
+
+def report_failures(report: RunReport) -> None:
+    """Each failed job named on stderr with its reason (and the user's traceback when their
+    code raised); exit code 1 if any failed."""
     if any(j.status != "completed" for j in report.jobs):
         for j in report.jobs:
             if j.error:
-                err.print(f"error: job {j.id}: {j.error}", markup=False, highlight=False)
+                err.print(
+                    f"error: job {j.id}: {j.error}", markup=False, highlight=False, soft_wrap=True
+                )
+                show_traceback(j.traceback)
         raise typer.Exit(1)
 
 
@@ -282,6 +409,7 @@ def _run_with_bars(
     *,
     quiet: bool,
     cold: bool = False,
+    calibrate: bool = True,
 ) -> RunReport:
     from datasched.runtime.session import run_jobs
 
@@ -297,97 +425,7 @@ def _run_with_bars(
                 config=config,
                 progress=sink,
                 cold=cold,
+                calibrate=calibrate,
+                log=None if quiet else (lambda line: err.print(f"note: {line}", markup=False)),
             )
         )
-
-
-@app.command("demo-data")
-def demo_data(
-    directory: Annotated[Path, typer.Argument(metavar="DIR", help="Where the files go.")],
-    events: Annotated[int, typer.Option("--events", help="Events in all.")] = 200_000,
-    files: Annotated[int, typer.Option("--files", help="Number of ROOT files.")] = 20,
-    seed: Annotated[int, typer.Option("--seed", help="Random seed.")] = 1,
-) -> None:
-    """Write a synthetic collision dataset: ROOT TTrees of muons (pt, eta, phi, charge) with a
-    Z->mumu peak over a falling background, and a catalog.yaml naming it 'zmumu'."""
-    if files < 1:
-        fail(f"--files: must be at least 1, got {files}")
-    if events < files:
-        fail(f"--events: must be at least --files ({files}), got {events}")
-    with runtime_errors():
-        from datasched.runtime.demodata import write_demo_dataset
-
-        catalog = write_demo_dataset(directory, n_events=events, n_files=files, seed=seed)
-    out.print(f"catalog: {catalog}", highlight=False)
-
-
-@app.command("demo")
-def demo(
-    data_dir: Annotated[
-        Path, typer.Option("--data", metavar="DIR", help="Demo dataset (created if absent).")
-    ] = Path("out/demo-data"),
-    out_dir: Annotated[
-        Path, typer.Option("--out", metavar="DIR", help="Outputs, plot and packet tables.")
-    ] = Path("out/demo-run"),
-    policy: PolicyOption = "out-of-order",
-    params: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--param",
-            "-P",
-            metavar="NAME=VALUE",
-            help="A parameter of the cache-aware policy (default for out-of-order: "
-            "replication=true, reads from peers' caches).",
-        ),
-    ] = None,
-    workers: WorkersOption = 4,
-    tertiary_mb_s: Annotated[
-        float, typer.Option("--tertiary-mb-s", help="Throttled tertiary storage, MB/s/worker.")
-    ] = 0.25,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Print one JSON object and nothing else.")
-    ] = False,
-) -> None:
-    """The runtime tour (about a minute): overlapping jobs on a synthetic dataset, run under
-    processing-farm scheduling, under a cache-aware policy, and as a plain Dask map through the
-    same worker caches; a comparison table with the simulator's prediction beside the measured
-    makespans, and the dimuon-mass plot."""
-    with runtime_errors():
-        from datasched.compare.demo import run_demo
-
-        get_policy(policy)  # an unknown name: one line naming the known ones
-        policy_params = policy_params_of(policy, params) if params else None
-        if workers < 1:
-            fail(f"--workers: must be at least 1, got {workers}")
-        if not tertiary_mb_s > 0:
-            fail(f"--tertiary-mb-s: must be positive, got {tertiary_mb_s}")
-        result = run_demo(
-            data_dir,
-            out_dir,
-            cache_policy=policy,
-            policy_params=policy_params,
-            workers=workers,
-            tertiary_bytes_per_s=tertiary_mb_s * 1e6,
-            progress_factory=None if as_json else (lambda total: _DemoBars(total)),
-            log=None if as_json else (lambda line: out.print(line, highlight=False)),
-        )
-    if as_json:
-        print_json(result.as_json())
-        return
-    out.print(result.table())
-    out.print(f"plot: {result.plot}", highlight=False)
-
-
-class _DemoBars:
-    """Progress bars for one demo run (opened and closed around it)."""
-
-    def __init__(self, total: int) -> None:
-        self.bars = progress_bars(False)
-        self.sink = BarProgress(self.bars, total)
-
-    def __enter__(self) -> BarProgress:
-        self.bars.__enter__()
-        return self.sink
-
-    def __exit__(self, *exc: object) -> None:
-        self.bars.__exit__(None, None, None)

@@ -4,7 +4,10 @@ A workload of overlapping jobs (as many physicists reading the same hot segments
 times on the same cluster with cold caches each time: under processing-farm scheduling, under
 a cache-aware policy, and as a plain Dask map of the same packets through the same worker
 caches with placement left to Dask. The simulator, given the same jobs, cluster and calibrated
-costs, predicts each policy's makespan beside the measured one.
+costs, predicts each policy's makespan beside the measured one. Beside each makespan stands
+the run's physical floor: its distinct bytes over the aggregate tertiary bandwidth, and its
+CPU time over this machine's cores; a timeline of the three runs on one time axis shows
+where each spends its time.
 """
 
 from __future__ import annotations
@@ -21,16 +24,20 @@ from rich.table import Table
 
 from datasched._files import atomic_write_text
 from datasched.compare.predict import predict_makespan
+from datasched.core.model import CostModel
 from datasched.runtime.jobspec import JobSpec, load_jobs
-from datasched.runtime.processor import merge
+from datasched.runtime.outputs import merge
 from datasched.runtime.reports import EngineConfig, ProgressSink, RunReport
 from datasched.runtime.session import (
+    Calibration,
     ClusterOptions,
-    calibrate,
+    calibrate_on_cluster,
     job_space,
+    open_cluster,
     run_dask_map,
     run_jobs,
 )
+from datasched.sim.parallel import usable_cores
 
 __all__ = ["DemoResult", "demo_workload", "run_demo"]
 
@@ -51,6 +58,25 @@ peer's disk (ponce-hersch §4.2) instead of fetching it again from tertiary stor
 it, work stolen from a busy node re-reads that node's hot files from tape."""
 
 
+@dataclass(frozen=True, slots=True)
+class Floor:
+    """What no schedule can beat: the distinct bytes over the aggregate tertiary bandwidth,
+    and the run's CPU time over the machine's cores."""
+
+    tertiary_s: float
+    cpu_s: float
+
+    @property
+    def seconds(self) -> float:
+        return max(self.tertiary_s, self.cpu_s)
+
+
+def floor_of(report: RunReport, distinct_bytes: int, bandwidth: float, cores: int) -> Floor:
+    """The physical floor of ``report``'s run (CPU: its packets' thread time)."""
+    cpu = sum(p.cpu_s for p in report.packets)
+    return Floor(distinct_bytes / bandwidth, cpu / max(cores, 1))
+
+
 @dataclass(slots=True)
 class DemoResult:
     """The three runs and the simulator's predictions."""
@@ -62,6 +88,12 @@ class DemoResult:
     notes: list[str] = field(default_factory=list)
     params: dict[str, dict[str, Any]] = field(default_factory=dict)
     """The parameters each policy ran with (shown beside its name)."""
+    floors: dict[str, Floor] = field(default_factory=dict)
+    """Each run's physical floor (the dask map's under "dask map")."""
+    timeline: Path | None = None
+
+    def all_runs(self) -> dict[str, RunReport]:
+        return {**self.runs, "dask map": self.baseline}
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -70,32 +102,38 @@ class DemoResult:
             "sim_prediction": {
                 name: {"makespan_s": round(s, 3)} for name, s in self.predictions.items()
             },
+            "floor_s": {
+                name: {"tertiary": round(f.tertiary_s, 2), "cpu": round(f.cpu_s, 2)}
+                for name, f in self.floors.items()
+            },
             "scheduling_ms_per_packet": {
                 name: round(r.scheduling_ms_per_packet, 4) for name, r in self.runs.items()
             },
+            "notes": self.notes,
             "plot": str(self.plot),
+            "timeline": str(self.timeline) if self.timeline else None,
         }
 
     def table(self) -> Table:
         table = Table(title="the same jobs, three ways (cold caches each time)")
         # Fits 80 columns (a log, a pipe): the run's parameters go on a line of their own.
         table.add_column("run")
-        for col in ("makespan", "simulated", "events", "cache hits", "tertiary"):
+        for col in ("makespan", "simulated", "floor", "cache hits", "tertiary"):
             table.add_column(col, justify="right", no_wrap=True)
-        rows = [*self.runs.items(), ("dask map", self.baseline)]
-        for name, r in rows:
+        for name, r in self.all_runs().items():
             predicted = self.predictions.get(name)
             params = self.params.get(name)
             label = (
                 f"{name}\n({', '.join(f'{k}={v}' for k, v in params.items())})" if params else name
             )
+            if r.events_processed != r.events_expected:
+                label += f"\n({r.events_processed:,} of {r.events_expected:,} events)"
+            floor = self.floors.get(name)
             table.add_row(
                 label,
                 f"{r.makespan_s:.1f} s",
                 f"{predicted:.1f} s" if predicted is not None else "-",
-                f"{r.events_processed:,}"
-                if r.events_processed == r.events_expected
-                else f"{r.events_processed:,} of {r.events_expected:,}",
+                f"{floor.seconds:.1f} s" if floor is not None else "-",
                 f"{r.cache_hit_ratio:.0%}",
                 f"{r.bytes_from_tertiary / 1e6:.1f} MB",
             )
@@ -147,6 +185,7 @@ def run_demo(
 
     ``policy_params`` go to ``cache_policy`` (default: :data:`DEMO_POLICY_PARAMS`)."""
     from datasched.runtime.demodata import plot_mass, write_demo_dataset
+    from datasched.runtime.timeline import plot_timelines
 
     catalog = data_dir / "catalog.yaml"
     if not catalog.exists():
@@ -156,16 +195,15 @@ def run_demo(
     out_dir.mkdir(parents=True, exist_ok=True)
     specs = load_jobs(demo_workload(catalog, out_dir))
     space = job_space(specs)
-    total_bytes = space.n_bytes
     opts = ClusterOptions(
         workers=workers,
-        cache_bytes=int(CACHE_FRACTION * total_bytes * 1.05),
+        cache_bytes=int(CACHE_FRACTION * space.n_bytes * 1.05),
         cache_root=out_dir / "caches",
         tertiary_bytes_per_s=tertiary_bytes_per_s,
     )
-    calibration = calibrate(specs, space, tertiary_bytes_per_s)
     config = EngineConfig(packet_target_s=0.5, min_packet_events=500)
     total = sum(s.n_events for s in specs)
+    cores = usable_cores()
 
     def bars() -> AbstractContextManager[Any]:
         return progress_factory(total) if progress_factory is not None else nullcontext(None)
@@ -174,6 +212,13 @@ def run_demo(
         policy_params = DEMO_POLICY_PARAMS.get(cache_policy, {})
     runs: dict[str, RunReport] = {}
     predictions: dict[str, float] = {}
+    if log is not None:
+        log("timing the processor on a worker ...")
+    # Measured once, on a worker of a cluster like the runs' (through its cache); as each
+    # node has it when the workers share this machine's cores. The runs' cores and the
+    # simulator both use it.
+    calibration = shared_cores(asyncio.run(_calibrate(specs, opts)), workers, cores)
+    notes: list[str] = []
     for name in ("farm", cache_policy):
         params = policy_params if name == cache_policy else {}
         if log is not None:
@@ -191,8 +236,19 @@ def run_demo(
                     calibration=calibration,
                 )
             )
+        calibration = runs[name].calibration
+        assert isinstance(calibration, Calibration)
         predictions[name] = predict_makespan(
-            specs, opts, calibration, policy=name, policy_params=params
+            specs,
+            opts,
+            shared_cores(calibration, workers, cores),
+            policy=name,
+            policy_params=params,
+        )
+    if workers > cores:
+        notes.append(
+            f"the {workers} workers share this machine's {cores} cores: the simulator gives "
+            f"each node {cores / workers:.2g} of a core"
         )
     if log is not None:
         log("running as a plain Dask map ...")
@@ -215,13 +271,56 @@ def run_demo(
     plot = out_dir / "dimuon-mass.png"
     if mass is not None:
         plot_mass(mass, plot)
-    return DemoResult(
+    distinct = sum(space.files[i].n_bytes for i in space.files_in(_all_data(space, specs)))
+    bandwidth = workers * tertiary_bytes_per_s
+    result = DemoResult(
         runs=runs,
         baseline=baseline,
         predictions=predictions,
         plot=plot,
+        notes=notes,
         params={cache_policy: policy_params},
     )
+    result.floors = {
+        name: floor_of(r, distinct, bandwidth, cores) for name, r in result.all_runs().items()
+    }
+    result.timeline = plot_timelines(
+        result.all_runs(),
+        out_dir / "timelines.png",
+        title="the same jobs three ways, on one time axis",
+    )
+    return result
+
+
+async def _calibrate(specs: list[JobSpec], opts: ClusterOptions) -> Calibration:
+    async with open_cluster(opts) as (client, _):
+        return await calibrate_on_cluster(
+            client, specs, job_space(specs), opts.tertiary_bytes_per_s
+        )
+
+
+def shared_cores(calibration: Calibration, workers: int, cores: int) -> Calibration:
+    """The calibration as the simulator should see this machine's cluster: when more
+    workers than cores share it, each node has ``cores / workers`` of a core, so an event
+    costs that much more CPU time on a node than it did alone (the calibration ran alone)."""
+    share = min(1.0, cores / max(workers, 1))
+    cost = calibration.cost
+    scaled = CostModel(
+        cpu_s_per_event=cost.cpu_s_per_event / share,
+        disk_bytes_per_s=cost.disk_bytes_per_s,
+        pipelining=cost.pipelining,
+    )
+    return Calibration(scaled, calibration.tertiary_bytes_per_s, calibration.measured)
+
+
+def _all_data(space: Any, specs: list[JobSpec]) -> Any:
+    from datasched.core.intervals import IntervalSet
+    from datasched.runtime.space import job_events
+
+    out = IntervalSet()
+    for s in specs:
+        out = out | job_events(space, s.dataset, s.start, s.stop)
+    return out
 
 
 def _with_outputs(specs: list[JobSpec], directory: Path) -> list[JobSpec]:

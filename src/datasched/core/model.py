@@ -184,6 +184,9 @@ class Topology:
     _routes: dict[tuple[str, str], tuple[Link, ...]] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
+    _graph: dict[str, list[tuple[str, Link]]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         if not self.nodes:
@@ -267,20 +270,21 @@ class Topology:
             return known
         if a == b:
             return ()
-        graph: dict[str, list[tuple[str, Link]]] = {}
-        for link in self.all_links():
-            graph.setdefault(link.a, []).append((link.b, link))
-            graph.setdefault(link.b, []).append((link.a, link))
+        graph = self._graph
+        if not graph:  # built once: a topology is immutable (with_node makes a new one)
+            for link in self.all_links():
+                graph.setdefault(link.a, []).append((link.b, link))
+                graph.setdefault(link.b, []).append((link.a, link))
         came: dict[str, tuple[str, Link] | None] = {a: None}
         todo = deque([a])
-        while todo:
+        while todo and b not in came:
             here = todo.popleft()
-            if here == b:
-                break
             for there, link in graph.get(here, ()):
                 if there not in came:
                     came[there] = (here, link)
                     todo.append(there)
+                    if there == b:
+                        break
         if b not in came:
             raise ModelError("links", f"no path from {a} to {b}")
         path: list[Link] = []

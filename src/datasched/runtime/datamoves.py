@@ -8,22 +8,23 @@ CacheChanged).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from datasched.runtime.diskcache import cache_file_name
-from datasched.runtime.storage import StorageError, copy_file
-from datasched.runtime.worker import _plugin
+from distributed import get_worker
+
+from datasched.runtime.storage import LocalDiskFull, StorageError
+from datasched.runtime.worker import _plugin, fetcher
 
 __all__ = ["FileToMove", "MoveResult", "evict_files", "move_files", "pin_files", "unpin_files"]
 
 
 @dataclass(frozen=True, slots=True)
 class FileToMove:
-    """A file to bring into the cache: its URL, size, and a peer's cache to copy it from."""
+    """A file to bring into the cache: its URL, size, and the Dask address of a peer whose
+    cache it is copied from (over Dask's comms)."""
 
     url: str
     n_bytes: int
-    peer_root: str | None = None
+    peer: str | None = None
 
 
 @dataclass(slots=True)
@@ -41,31 +42,16 @@ class MoveResult:
 
 def move_files(files: list[FileToMove]) -> MoveResult:
     """Bring ``files`` into this worker's cache (the task of a Fetch or a Replicate)."""
-    node, plugin = _plugin()
+    worker = get_worker()
+    node, plugin = _plugin(worker)
     cache = plugin.cache
     assert cache is not None
     result = MoveResult(node)
     for f in files:
-
-        def fetch(dest: Path, f: FileToMove = f) -> int:
-            if f.peer_root is not None:
-                try:
-                    peer = str(Path(f.peer_root) / cache_file_name(f.url))
-                    return copy_file(peer, dest, retries=0, expected_bytes=f.n_bytes)
-                except StorageError:
-                    pass  # evicted on the peer meanwhile: from tertiary storage
-            return copy_file(
-                f.url,
-                dest,
-                throttle=plugin.throttle,
-                retries=plugin.retries,
-                backoff_s=plugin.backoff_s,
-                expected_bytes=f.n_bytes,
-            )
-
+        fetch, _ = fetcher(plugin, f.url, f.n_bytes, f.peer, worker)
         try:
             got = cache.acquire(f.url, f.n_bytes, fetch)
-        except StorageError:
+        except (StorageError, LocalDiskFull):
             result.failed.append(f.url)
             continue
         cache.release(got)

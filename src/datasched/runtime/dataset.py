@@ -3,7 +3,9 @@
 A dataset's events are numbered 0..N-1 over its files in order, as DESIGN.md's data model
 says ("a dataset maps event ranges to files"); the core schedules event ranges and the runtime
 uses :meth:`Dataset.locate` to turn a range back into (file, local entries) pieces. A catalog
-(YAML) names datasets, so jobs can say ``dataset: zmumu``.
+(YAML) names datasets, so jobs can say ``dataset: zmumu``; a coffea fileset (``{dataset:
+{"files": {path: tree}, "metadata": {...}}}``, in a jobs file, or a JSON or YAML file of one)
+names them too, each file with its tree.
 """
 
 from __future__ import annotations
@@ -25,14 +27,20 @@ __all__ = [
     "Dataset",
     "DatasetError",
     "FileEntry",
+    "Skipped",
     "expand_files",
+    "fileset_datasets",
     "load_catalog",
     "open_dataset",
     "read_events",
     "read_yaml",
 ]
 
-CATALOG_DATASET_KEYS = frozenset({"tree", "files"})
+CATALOG_DATASET_KEYS = frozenset({"tree", "files", "metadata", "treename"})
+FILESET_DATASET_KEYS = frozenset({"files", "treename", "metadata"})
+
+Skipped = list[tuple[str, str]]
+"""Files left out because they cannot be read (``--skip-bad-files``): ``(url, reason)``."""
 CATALOG_FILE_KEYS = frozenset({"url", "n_events", "n_bytes"})
 
 
@@ -67,6 +75,8 @@ class Dataset:
 
     name: str
     files: tuple[FileEntry, ...]
+    metadata: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    """The dataset's own metadata (a coffea fileset's ``metadata``), given to processors."""
     _offsets: tuple[int, ...] = field(init=False, repr=False, compare=False)
     """Cumulative event counts: file ``i`` holds global events ``[_offsets[i], _offsets[i+1])``."""
 
@@ -167,12 +177,32 @@ def expand_files(patterns: Sequence[str], base_dir: Path) -> list[str]:
     return out
 
 
-def open_dataset(name: str, urls: Sequence[str], tree: str) -> Dataset:
-    """A dataset of ``urls`` (paths or fsspec URLs): entries counted with uproot, sizes from
-    fsspec. Opens every file, so bad ones are found before anything runs."""
+def open_dataset(
+    name: str,
+    urls: Sequence[str],
+    tree: str | Sequence[str],
+    *,
+    metadata: Mapping[str, Any] | None = None,
+    skipped: Skipped | None = None,
+) -> Dataset:
+    """A dataset of ``urls`` (paths or fsspec URLs) and their ``tree`` (one for all, or one
+    per file): entries counted with uproot, sizes from fsspec. Opens every file, so bad ones
+    are found before anything runs; with ``skipped`` a bad file is left out and recorded
+    there instead."""
     if not urls:
         raise DatasetError(f"dataset {name!r}: no files")
-    return Dataset(name, tuple(_open_file(url, tree) for url in urls))
+    trees = [tree] * len(urls) if isinstance(tree, str) else list(tree)
+    entries = []
+    for url, t in zip(urls, trees, strict=True):
+        try:
+            entries.append(_open_file(url, t))
+        except DatasetError as exc:
+            if skipped is None:
+                raise
+            skipped.append((url, str(exc)))
+    if not entries:
+        raise DatasetError(f"dataset {name!r}: none of its files can be read")
+    return Dataset(name, tuple(entries), dict(metadata or {}))
 
 
 def _open_file(url: str, tree: str) -> FileEntry:
@@ -186,7 +216,9 @@ def _open_file(url: str, tree: str) -> FileEntry:
     try:
         with uproot.open(url) as f:
             if tree not in f:
-                raise DatasetError(f"{url}: no tree {tree!r}")
+                trees = sorted({k.split(";")[0] for k, c in f.classnames().items() if c == "TTree"})
+                has = f"its trees: {', '.join(trees)}" if trees else "it holds no tree"
+                raise DatasetError(f"{url}: no tree {tree!r} ({has})")
             obj = f[tree]
             if not hasattr(obj, "num_entries"):
                 raise DatasetError(f"{url}: {tree!r} is a {f.classname_of(tree)}, not a tree")
@@ -213,63 +245,141 @@ def read_yaml(path: Path, error: type[ValueError], *, missing: str = "no such fi
         raise error(f"{path}{line}: not valid YAML: {exc}") from exc
 
 
-def load_catalog(path: Path) -> dict[str, Dataset]:
-    """The datasets of a YAML catalog, by name::
+def load_catalog(path: Path, *, skipped: Skipped | None = None) -> dict[str, Dataset]:
+    """The datasets of a YAML (or JSON) catalog, by name::
 
         datasets:
           zmumu:
             tree: Events
             files: [data/part-000.root, data/*.root, root://host//f.root]
+            metadata: {xsec: 1.2}       # optional, given to processors
 
     Local paths are relative to the catalog; an entry may also be ``{url:, n_events:,
     n_bytes:}``, whose file is then not opened (with ``url`` alone it is). File order is kept.
+    ``files`` may also map each path to its tree (``{data/a.root: Events}``), and the whole
+    catalog may be a coffea fileset instead (:func:`fileset_datasets`). With ``skipped``,
+    files that cannot be read are left out and recorded there (``--skip-bad-files``).
     """
     where = str(path)
     doc = read_yaml(path, CatalogError, missing="no such catalog")
     if not isinstance(doc, Mapping):
         raise CatalogError(f"{where}: expected a mapping with a 'datasets' field")
+    if (
+        "datasets" not in doc
+        and doc
+        and all(isinstance(v, Mapping) and "files" in v for v in doc.values())
+    ):
+        return fileset_datasets(doc, path.parent, where, skipped=skipped)
     datasets = doc.get("datasets")
     if not isinstance(datasets, Mapping) or not datasets:
         raise CatalogError(f"{where}: field 'datasets': missing, empty or not a mapping")
     out: dict[str, Dataset] = {}
     for name, spec in datasets.items():
         out[str(name)] = _catalog_dataset(
-            str(name), spec, path.parent, f"{where}: dataset {name!r}"
+            str(name), spec, path.parent, f"{where}: dataset {name!r}", skipped
         )
     return out
 
 
-def _catalog_dataset(name: str, spec: Any, base: Path, where: str) -> Dataset:
+def fileset_datasets(
+    doc: Any,
+    base: Path,
+    where: str,
+    *,
+    tree: str | None = None,
+    skipped: Skipped | None = None,
+) -> dict[str, Dataset]:
+    """The datasets of a coffea fileset, by name: ``{name: {"files": {path: tree},
+    "metadata": {...}}}``; ``files`` may also be a list of paths with ``treename`` (or
+    ``tree``, the default tree) giving their tree, and a dataset may be just that list.
+    Local paths are relative to ``base``. Every file is opened to count its entries (coffea's
+    preprocessing does the same)."""
+    if not isinstance(doc, Mapping) or not doc:
+        raise CatalogError(f"{where}: expected a fileset, {{dataset: {{files: {{path: tree}}}}}}")
+    out: dict[str, Dataset] = {}
+    for name, spec in doc.items():
+        here = f"{where}: dataset {name!r}"
+        if isinstance(spec, list | str):
+            spec = {"files": spec}
+        if not isinstance(spec, Mapping):
+            raise CatalogError(f"{here}: expected a mapping with 'files' (and 'metadata')")
+        unknown = sorted(str(k) for k in spec if k not in FILESET_DATASET_KEYS)
+        if unknown:
+            raise CatalogError(
+                f"{here}: field {unknown[0]!r}: unknown (expected files, treename, metadata)"
+            )
+        out[str(name)] = _catalog_dataset(str(name), {"tree": tree, **spec}, base, here, skipped)
+    return out
+
+
+def _catalog_dataset(
+    name: str, spec: Any, base: Path, where: str, skipped: Skipped | None = None
+) -> Dataset:
     if not isinstance(spec, Mapping):
         raise CatalogError(f"{where}: expected a mapping with 'tree' and 'files'")
     unknown = sorted(str(k) for k in spec if k not in CATALOG_DATASET_KEYS)
     if unknown:
-        raise CatalogError(f"{where}: field {unknown[0]!r}: unknown (expected tree, files)")
-    tree = spec.get("tree")
-    if tree is None:
-        raise CatalogError(f"{where}: field 'tree': missing")
-    if not isinstance(tree, str) or not tree:
+        raise CatalogError(
+            f"{where}: field {unknown[0]!r}: unknown (expected tree, files, metadata)"
+        )
+    tree = spec.get("treename") or spec.get("tree")
+    if tree is not None and (not isinstance(tree, str) or not tree):
         raise CatalogError(f"{where}: field 'tree': expected a tree name, got {tree!r}")
+    metadata = spec.get("metadata") or {}
+    if not isinstance(metadata, Mapping):
+        raise CatalogError(f"{where}: field 'metadata': expected a mapping")
     files = spec.get("files")
     if files is None:
         raise CatalogError(f"{where}: field 'files': missing")
     if isinstance(files, str):
         files = [files]
-    if not isinstance(files, list) or not files:
-        raise CatalogError(f"{where}: field 'files': expected a non-empty list")
+    items: list[tuple[Any, str | None]]
+    if isinstance(files, Mapping):
+        items = [(path, t if t is not None else tree) for path, t in files.items()]
+    elif isinstance(files, list):
+        items = [(item, tree) for item in files]
+    else:
+        items = []
+    if not items:
+        raise CatalogError(f"{where}: field 'files': expected a non-empty list or mapping")
     entries: list[FileEntry] = []
-    for i, item in enumerate(files):
-        entries.extend(_catalog_files(item, tree, base, f"{where}: field 'files' #{i + 1}"))
-    return Dataset(name, tuple(entries))
+    for i, (item, t) in enumerate(items):
+        here = f"{where}: field 'files' #{i + 1}"
+        if t is None:
+            raise CatalogError(
+                f"{where}: field 'tree': missing (give 'tree', or files as {{path: tree}})"
+            )
+        if not isinstance(t, str) or not t:
+            raise CatalogError(f"{here}: expected a tree name, got {t!r}")
+        entries.extend(_catalog_files(item, t, base, here, skipped))
+    if not entries:
+        raise CatalogError(f"{where}: none of its files can be read")
+    return Dataset(name, tuple(entries), dict(metadata))
 
 
-def _catalog_files(item: Any, tree: str, base: Path, where: str) -> list[FileEntry]:
+def _open_or_skip(url: str, tree: str, where: str, skipped: Skipped | None) -> list[FileEntry]:
+    try:
+        return [_open_file(url, tree)]
+    except DatasetError as exc:
+        if skipped is None:
+            raise CatalogError(f"{where}: {exc}") from exc
+        skipped.append((url, str(exc)))
+        return []
+
+
+def _catalog_files(
+    item: Any, tree: str, base: Path, where: str, skipped: Skipped | None = None
+) -> list[FileEntry]:
     """The file entries of one item of a catalog's ``files`` list."""
     if isinstance(item, str):
         try:
-            return [_open_file(url, tree) for url in expand_files([item], base)]
+            urls = expand_files([item], base)
         except DatasetError as exc:
-            raise CatalogError(f"{where}: {exc}") from exc
+            if skipped is None:
+                raise CatalogError(f"{where}: {exc}") from exc
+            skipped.append((item, str(exc)))
+            return []
+        return [e for url in urls for e in _open_or_skip(url, tree, where, skipped)]
     if not isinstance(item, Mapping):
         raise CatalogError(f"{where}: expected a path, a URL or {{url:, n_events:, n_bytes:}}")
     unknown = sorted(str(k) for k in item if k not in CATALOG_FILE_KEYS)
@@ -284,10 +394,7 @@ def _catalog_files(item: Any, tree: str, base: Path, where: str) -> list[FileEnt
         url = str(base / _local_path(url))
     counts = [k for k in ("n_events", "n_bytes") if k in item]
     if not counts:
-        try:
-            return [_open_file(url, tree)]
-        except DatasetError as exc:
-            raise CatalogError(f"{where}: {exc}") from exc
+        return _open_or_skip(url, tree, where, skipped)
     for key in ("n_events", "n_bytes"):
         value = item.get(key)
         if value is None:

@@ -142,8 +142,8 @@ def _mass_hist() -> hist.Hist[Any]:
     return hist.Hist.new.Reg(60, 60, 120, name="mass", label="m(μμ) [GeV]").Double()
 
 
-def _np(a: ak.Array) -> np.ndarray[Any, Any]:
-    out: np.ndarray[Any, Any] = ak.to_numpy(a).astype(np.float64)
+def _flat(a: ak.Array) -> np.ndarray[Any, Any]:
+    out: np.ndarray[Any, Any] = ak.to_numpy(ak.flatten(a, axis=1))
     return out
 
 
@@ -151,18 +151,33 @@ class DimuonMass:
     """The demo processor: the invariant mass of each event's leading opposite-charge muon
     pair (the leading muon and the highest-pt muon of opposite charge), histogrammed in
     60–120 GeV. Keeps no state, so any split of the events into packets merges to the same
-    result."""
+    result.
+
+    Written on the muons' flat arrays with numpy (one pass, no per-event Python): a packet
+    of a few thousand events then costs a few milliseconds, not the tens that a chain of
+    jagged-array operations costs in call overhead alone."""
 
     def process(self, events: ak.Array) -> dict[str, Any]:
         """``{"mass": hist, "n_events": events seen, "n_pairs": pairs found (any mass)}``."""
-        mu = events[ak.num(events["Muon_pt"], axis=1) >= 2]
-        charge = mu["Muon_charge"]
-        opposite = charge[:, 1:] != charge[:, 0]
-        second = {k: ak.firsts(mu[f"Muon_{k}"][:, 1:][opposite]) for k in ("pt", "eta", "phi")}
-        has_pair = ~ak.is_none(second["pt"])
-        pt = np.stack([_np(mu["Muon_pt"][:, 0][has_pair]), _np(ak.drop_none(second["pt"]))])
-        eta = np.stack([_np(mu["Muon_eta"][:, 0][has_pair]), _np(ak.drop_none(second["eta"]))])
-        phi = np.stack([_np(mu["Muon_phi"][:, 0][has_pair]), _np(ak.drop_none(second["phi"]))])
+        counts = ak.to_numpy(ak.num(events["Muon_pt"], axis=1)).astype(np.int64)
+        offsets = np.zeros(len(counts) + 1, np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        total = int(offsets[-1])
+        charge = _flat(events["Muon_charge"])
+        # Muons are sorted by pt: the first of an event leads; its partner is the first
+        # later muon of opposite charge (the minimum index of the candidates; ``total``
+        # where there is none).
+        lead = np.repeat(offsets[:-1], counts)
+        index = np.arange(total)
+        candidate = np.where((index != lead) & (charge != charge[lead]), index, total)
+        starts = offsets[:-1][counts > 0]
+        second = np.minimum.reduceat(candidate, starts) if starts.size else np.zeros(0, np.int64)
+        paired = second < total
+        i0, i1 = starts[paired], second[paired]
+        pt, eta, phi = (
+            np.stack([x[i0], x[i1]]).astype(np.float64)
+            for x in (_flat(events[f"Muon_{k}"]) for k in ("pt", "eta", "phi"))
+        )
         px, py, pz = pt * np.cos(phi), pt * np.sin(phi), pt * np.sinh(eta)
         e = np.sqrt(px**2 + py**2 + pz**2 + MUON_MASS**2)
         m2 = e.sum(0) ** 2 - px.sum(0) ** 2 - py.sum(0) ** 2 - pz.sum(0) ** 2
@@ -179,22 +194,47 @@ class DimuonMass:
 def plot_mass(h: hist.Hist[Any], path: Path) -> Path:
     """The dimuon-mass histogram ``h`` as a PNG at ``path`` (written atomically); returns it.
 
-    Uses matplotlib's Agg canvas directly, without pyplot, so it changes no global backend
-    and keeps no figure alive."""
+    In the style HEP users know, with mplhep (a step histogram with its statistical errors,
+    the axis labels at the ends, an experiment-style label) where it is installed; plain
+    matplotlib otherwise. Uses matplotlib's Agg canvas directly, without pyplot, and the
+    style only inside a context, so it changes no global state and keeps no figure alive."""
+    from contextlib import nullcontext
+
+    from matplotlib import style
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(6, 4))
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
+    try:
+        import mplhep as hep
+    except ImportError:
+        hep = None
     axis = h.axes[0]
-    ax.stairs(h.values(), axis.edges, fill=True, alpha=0.6)
-    ax.set_xlabel(axis.label)
     widths = np.unique(np.round(axis.widths, 9))
-    ax.set_ylabel(f"pairs / {widths[0]:g} GeV" if widths.size == 1 else "pairs / bin")
-    ax.set_title(f"dimuon mass, {int(h.sum()):,} pairs")
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
+    ylabel = f"Pairs / {widths[0]:g} GeV" if widths.size == 1 else "Pairs / bin"
+    with style.context(hep.style.CMS) if hep is not None else nullcontext():
+        fig = Figure(figsize=(10, 8) if hep is not None else (6, 4))
+        FigureCanvasAgg(fig)
+        ax = fig.add_subplot()
+        if hep is not None:
+            hep.histplot(h, ax=ax, histtype="errorbar", color="black", label="synthetic data")
+            hep.histplot(h, ax=ax, histtype="fill", alpha=0.3, label="_")
+            hep.label.exp_label(
+                exp="datasched",
+                text="demo",
+                data=True,
+                ax=ax,
+                loc=0,
+                rlabel=f"{int(h.sum()):,} pairs",
+            )
+            ax.legend(loc="upper right")
+        else:
+            ax.stairs(h.values(), axis.edges, fill=True, alpha=0.6)
+            ax.set_title(f"dimuon mass, {int(h.sum()):,} pairs")
+        ax.set_xlabel(axis.label or "m(μμ) [GeV]")
+        ax.set_ylabel(ylabel)
+        ax.set_xlim(axis.edges[0], axis.edges[-1])
+        fig.tight_layout()
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=80 if hep is not None else 100)
     atomic_write_bytes(path, buf.getvalue())
     return path

@@ -83,6 +83,13 @@ class DiskCache:
     def path_of(self, url: str) -> Path:
         return self.root / cache_file_name(url)
 
+    def state(self, url: str) -> str:
+        """``cached``, ``fetching`` (a fetch into the cache is under way) or ``absent``."""
+        with self._lock:
+            if url in self._entries:
+                return "cached"
+            return "fetching" if url in self._fetching else "absent"
+
     # -- use ---------------------------------------------------------------------------------
 
     def acquire(

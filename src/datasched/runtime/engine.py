@@ -10,8 +10,10 @@ own disk cache); each of its slots runs one subjob at a time:
   paper §2): each packet is an event range of one file, sized from the slot's measured time
   per event to take about ``packet_target_s`` (smaller near the end of the job), submitted as
   a Dask task pinned to the node's worker (``workers=[address]``,
-  ``allow_other_workers=False``, ``pure=False``, a unique key). ``packets_in_flight`` (2)
-  packets per slot: the next one's file is fetched while the current one computes.
+  ``allow_other_workers=False``, ``pure=False``, a unique key). At least
+  ``packets_in_flight`` (2) packets per slot, so the next one's file is fetched while the
+  current one computes; more while packets are short, so that the worker does not wait for
+  the master's round trip between them.
   ``Assign`` (the answer to a pull) is one packet's worth, run the same way.
 * ``Preempt(slot)``: no more packets; once those in flight return, the core learns what was
   really processed (``SubjobStopped`` with the exact remainder).
@@ -37,10 +39,10 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import time
 import uuid
 from collections import deque
-from pathlib import Path
 from typing import Any
 
 from distributed import Client, Future
@@ -73,9 +75,10 @@ from datasched.core.intervals import IntervalSet
 from datasched.core.model import Job
 from datasched.core.scheduler import Scheduler
 from datasched.runtime.datamoves import evict_files, pin_files, unpin_files
-from datasched.runtime.jobspec import JobSpec
+from datasched.runtime.jobspec import JobSpec, job_processor
 from datasched.runtime.moves import DataMoves
-from datasched.runtime.processor import write_output
+from datasched.runtime.outputs import merge, write_output
+from datasched.runtime.processor import Processor, ShippedProcessor, user_traceback
 from datasched.runtime.reports import EngineConfig, JobReport, PacketStat, ProgressSink, RunReport
 from datasched.runtime.space import job_events
 from datasched.runtime.streams import PacketStreams, _JobRun, _Slot, _Worker
@@ -96,7 +99,6 @@ class RuntimeEngine(PacketStreams, DataMoves):
         scheduler: Scheduler,
         worker_names: list[str],
         *,
-        cache_root: str | None = None,
         config: EngineConfig | None = None,
         progress: ProgressSink | None = None,
         time_scale: float = 1.0,
@@ -110,7 +112,6 @@ class RuntimeEngine(PacketStreams, DataMoves):
         self.space = scheduler.space
         self.config = config or EngineConfig()
         self.policy_name = scheduler.policy.name
-        self.cache_root = cache_root
         self.progress = progress
         self.time_scale = time_scale
         """Seconds of the core's time per second of real time: above 1, periods of hours
@@ -136,8 +137,12 @@ class RuntimeEngine(PacketStreams, DataMoves):
         self._stats: list[PacketStat] = []
         self._scheduling_s = 0.0
         self._t0 = 0.0
+        self._t0_wall = 0.0
+        self._notes: list[str] = []
         self._run_id = uuid.uuid4().hex[:8]
         self._tasks: set[asyncio.Task[None]] = set()
+        self._outputs: dict[str, Any] = {}
+        """Each written output's result, by the id it belongs to."""
         self._to_cancel: list[Future[Any]] = []
         self.worker_departures = 0
         """Times a worker vanished (its packets written off)."""
@@ -153,11 +158,27 @@ class RuntimeEngine(PacketStreams, DataMoves):
     async def run(self, specs: list[JobSpec], *, known_cache: dict[str, list[str]]) -> RunReport:
         """Run every job to completion (or failure); ``known_cache`` is each worker's cache
         content at the start (worker name -> URLs), so the directory starts out true."""
+        processors: dict[str, tuple[Processor, ShippedProcessor]] = {}
         for i, spec in enumerate(specs):
             data = job_events(self.space, spec.dataset, spec.start, spec.stop)
-            report = JobReport(id=spec.id, events_expected=data.length, output=str(spec.output))
-            self._jobs[i] = _JobRun(spec, i, data, report)
+            report = JobReport(
+                id=spec.id,
+                events_expected=data.length,
+                output=str(spec.output),
+                skipped_files=list(spec.skipped),
+            )
+            # Loaded and pickled once per processor and arguments: the packets carry it.
+            key = json.dumps(
+                [spec.processor, str(spec.base_dir), dict(spec.processor_args)],
+                sort_keys=True,
+                default=repr,
+            )
+            if key not in processors:
+                processors[key] = job_processor(spec)
+            proc, shipped = processors[key]
+            self._jobs[i] = _JobRun(spec, i, data, report, proc, shipped)
         self._t0 = time.monotonic()
+        self._t0_wall = time.time()
         await self._refresh_workers(initial=True)
         for name, urls in known_cache.items():
             node = self._by_name.get(name)
@@ -203,11 +224,9 @@ class RuntimeEngine(PacketStreams, DataMoves):
             jobs=[j.report for j in self._jobs.values()],
             packets=self._stats,
             scheduling_s=self._scheduling_s,
-            results={
-                j.spec.id: j.accumulator
-                for j in self._jobs.values()
-                if j.report.status == "completed"
-            },
+            results=dict(self._outputs),
+            notes=list(self._notes),
+            workers=[w.name for w in self.workers],
         )
 
     def _on_result(self, token: int, payload: Any, ok: bool) -> None:
@@ -266,11 +285,12 @@ class RuntimeEngine(PacketStreams, DataMoves):
 
     # -- packets ------------------------------------------------------------------------------
 
-    def _fail(self, jr: _JobRun, message: str) -> None:
+    def _fail(self, jr: _JobRun, message: str, traceback: str = "") -> None:
         """A job cannot go on: the core cancels it (its running subjobs stop)."""
         if not jr.failed:
             jr.failed = True
             jr.report.error = message
+            jr.report.traceback = traceback
             self._emit(JobCancelled(self.now(), jr.job_id, message))
 
     def _complete(self, jr: _JobRun) -> None:
@@ -279,28 +299,54 @@ class RuntimeEngine(PacketStreams, DataMoves):
         report.wall_s = now - jr.spec.submit_s
         report.wait_s = (jr.first_packet_s or now) - jr.spec.submit_s
         report.cache_hit_ratio = jr.hits / report.events_processed if report.events_processed else 0
+        report.status = "failed" if jr.failed else "completed"
         if jr.failed:
-            report.status = "failed"
             jr.accumulator = None
-        else:
-            acc = jr.accumulator
-            post = getattr(self._processor_for(jr), "postprocess", None)
-            if callable(post):
-                acc = post(acc)
-                jr.accumulator = acc
-            try:
-                write_output(acc, jr.spec.output)
-                report.status = "completed"
-            except Exception as exc:  # an unwritable output fails the job, not the run
-                report.status = "failed"
-                report.error = f"output {jr.spec.output}: {exc}"
+        # A fileset's datasets write one output, once the last of them is over.
+        group = [j for j in self._jobs.values() if j.spec.output_of == jr.spec.output_of]
+        if all(j.report.status in ("completed", "failed") for j in group):
+            self._finish_output(group)
         if self.progress is not None:
             self.progress.job_done(jr.spec.id, report.status)
 
-    def _processor_for(self, jr: _JobRun) -> Any:
-        from datasched.runtime.processor import load_processor
-
-        return load_processor(jr.spec.processor, Path(jr.spec.base_dir))
+    def _finish_output(self, group: list[_JobRun]) -> None:
+        """Merge the group's results (coffea's accumulate: types kept), post-process once and
+        write the output; if a job failed, nothing is written and a stale output of an earlier
+        run is removed, so that no file is taken for this run's result."""
+        first = group[0]
+        output = first.spec.output
+        failed = [j for j in group if j.report.status == "failed"]
+        if not failed:
+            acc: Any = None
+            for j in group:
+                acc = merge(acc, j.accumulator)
+            post = getattr(first.processor, "postprocess", None)
+            what = "postprocess"
+            try:
+                if callable(post):  # coffea's rule: a postprocess returning None changes nothing
+                    done = post(acc)
+                    acc = acc if done is None else done
+                what = f"output {output}"
+                write_output(acc, output)
+                self._outputs[first.spec.output_of] = acc
+                return
+            except Exception as exc:  # the user's postprocess, or an unwritable output
+                for j in group:
+                    j.report.status = "failed"
+                    j.report.error = f"{what}: {type(exc).__name__}: {exc}"
+                    j.report.traceback = user_traceback(exc) if what == "postprocess" else ""
+        if output.exists():
+            output.unlink(missing_ok=True)
+            note = f" (the stale {output.name} of an earlier run was removed)"
+        else:
+            note = ""
+        for j in group:
+            j.report.output = ""
+            if j.report.status == "failed":
+                j.report.error += note
+            else:
+                names = ", ".join(f.spec.id for f in failed) or "another job"
+                j.report.error = f"output not written: {names} failed"
 
     # -- data moves ---------------------------------------------------------------------------
 

@@ -12,6 +12,12 @@ papers' experiments)::
         processor: analysis.py:MyProcessor
         output: out/z1.pkl                # optional; default <output_dir>/<id>.pkl
         submit_s: 0                       # optional, seconds after the run starts
+      - id: coffea-user
+        fileset: fileset.json             # coffea's format: one job per dataset, one output
+        processor: analysis.py:MyProcessor
+        processor_args: {era: 2018}       # the processor class's constructor arguments
+        schema: nanoaod                   # events as NanoEvents (none: flat arrays)
+        output: out/mine.coffea           # written with coffea.util.save
 
 Everything is checked before anything starts; a problem is one :class:`JobSpecError` naming
 the file, the job and the field.
@@ -19,9 +25,10 @@ the file, the job and the field.
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,28 +36,46 @@ from datasched.runtime.dataset import (
     CatalogError,
     Dataset,
     DatasetError,
+    Skipped,
     expand_files,
+    fileset_datasets,
     load_catalog,
     open_dataset,
     read_yaml,
 )
-from datasched.runtime.processor import OUTPUT_SUFFIXES, ProcessorError, load_processor
+from datasched.runtime.events import SCHEMAS, ReadSpec
+from datasched.runtime.jobchecks import Err, check_columns, check_output, check_processor
+from datasched.runtime.processor import Processor, ShippedProcessor, load_processor, ship
 
-__all__ = ["JobSpec", "JobSpecError", "load_jobs"]
+__all__ = ["JobSpec", "JobSpecError", "job_processor", "limit_chunks", "load_jobs"]
 
 JOB_KEYS = frozenset(
-    {"id", "dataset", "files", "tree", "events", "processor", "output", "submit_s"}
+    {
+        "id",
+        "dataset",
+        "files",
+        "fileset",
+        "tree",
+        "events",
+        "processor",
+        "processor_args",
+        "schema",
+        "columns",
+        "output",
+        "submit_s",
+    }
 )
 DEFAULT_KEYS = (JOB_KEYS - {"id"}) | {"output_dir"}
 TOP_KEYS = frozenset({"catalog", "defaults", "jobs", "output_dir"})
 
 
 class JobSpecError(ValueError):
-    """A jobs file is wrong; the message names the file, the job and the field."""
+    """A jobs file is wrong; the message names the file, the job and the field. ``traceback``
+    is the user's traceback when their processor raised while it was loaded."""
 
-
-_Err = Callable[[str, str], JobSpecError]
-"""Makes the error for ``(field, reason)`` of the job being checked."""
+    def __init__(self, message: str, traceback: str = "") -> None:
+        super().__init__(message)
+        self.traceback = traceback
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,11 +93,41 @@ class JobSpec:
     submit_s: float = 0.0
     base_dir: Path = Path(".")
     """Where relative processor paths are found (the jobs file's directory)."""
+    processor_args: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    schema: str = "none"
+    columns: tuple[str, ...] | None = None
+    group: str | None = None
+    """The fileset job this dataset's job is part of: the group's jobs write one output."""
+    skipped: tuple[tuple[str, str], ...] = ()
+    """Files left out when the jobs file was read (``--skip-bad-files``): (url, reason)."""
+    loaded: tuple[Processor, ShippedProcessor] | None = field(
+        default=None, compare=False, repr=False
+    )
+    """The processor as loaded when the jobs file was read (what runs, even if the file
+    changes or goes away later); None: loaded when the job runs."""
 
     @property
     def n_events(self) -> int:
         """Events the job processes."""
         return self.stop - self.start
+
+    @property
+    def read(self) -> ReadSpec:
+        """How its packets read their events."""
+        return ReadSpec(self.dataset.name, self.dataset.metadata, self.schema, self.columns)
+
+    @property
+    def output_of(self) -> str:
+        """The id its output belongs to: its group's, or its own."""
+        return self.group or self.id
+
+
+def job_processor(spec: JobSpec) -> tuple[Processor, ShippedProcessor]:
+    """The job's processor, loaded here (the master), and as it is sent to the workers."""
+    if spec.loaded is not None:
+        return spec.loaded
+    proc = load_processor(spec.processor, spec.base_dir, spec.processor_args)
+    return proc, ship(proc, spec.processor)
 
 
 def _names(keys: Any) -> str:
@@ -84,10 +139,13 @@ def _unknown(unknown: list[str], known: Iterable[str]) -> str:
     return f"unknown field{others} (expected {_names(known)})"
 
 
-def load_jobs(path: Path) -> list[JobSpec]:
+def load_jobs(path: Path, *, skip_bad_files: bool = False) -> list[JobSpec]:
     """The jobs of ``path``, all checked, sorted by submission time (then order in the file).
+    A fileset job becomes one job per dataset (ids ``<id>/<dataset>``, one output).
 
-    Raises :class:`JobSpecError` for the first problem found, before anything is started."""
+    Raises :class:`JobSpecError` for the first problem found, before anything is started.
+    With ``skip_bad_files``, files that cannot be read are left out of their datasets and
+    recorded in each job's ``skipped``."""
     where = str(path)
     doc = read_yaml(path, JobSpecError)
     if not isinstance(doc, Mapping):
@@ -111,13 +169,14 @@ def load_jobs(path: Path) -> list[JobSpec]:
             f"{where}: field 'defaults': unknown {_names(bad)} (expected {_names(DEFAULT_KEYS)})"
         )
     base = path.parent
+    skipped: Skipped | None = [] if skip_bad_files else None
     catalog: dict[str, Dataset] = {}
     if doc.get("catalog") is not None:
         if not isinstance(doc["catalog"], str):
             raise JobSpecError(f"{where}: field 'catalog': expected a path")
         cat = Path(doc["catalog"])
         try:
-            catalog = load_catalog(cat if cat.is_absolute() else base / cat)
+            catalog = load_catalog(cat if cat.is_absolute() else base / cat, skipped=skipped)
         except CatalogError as exc:
             raise JobSpecError(f"{where}: field 'catalog': {exc}") from exc
     out_dir = defaults.get("output_dir", doc.get("output_dir", "."))
@@ -126,80 +185,97 @@ def load_jobs(path: Path) -> list[JobSpec]:
     job_defaults = {k: v for k, v in defaults.items() if k != "output_dir"}
     seen: dict[str, int] = {}
     outputs: dict[Path, str] = {}
-    specs = []
+    specs: list[JobSpec] = []
+    ctx = _Context(where, job_defaults, catalog, base, Path(out_dir), seen, skip_bad_files)
     for n, raw in enumerate(jobs, start=1):
-        spec = _job(where, n, raw, job_defaults, catalog, base, Path(out_dir), seen)
-        if spec.output in outputs:
+        group = _job(ctx, n, raw)
+        first = group[0]
+        if first.output in outputs:
             raise JobSpecError(
-                f"{where}: job {spec.id!r} (#{n}): field 'output': "
-                f"{spec.output} is also job {outputs[spec.output]!r}'s output"
+                f"{where}: job {first.output_of!r} (#{n}): field 'output': "
+                f"{first.output} is also job {outputs[first.output]!r}'s output"
             )
-        outputs[spec.output] = spec.id
-        specs.append(spec)
+        outputs[first.output] = first.output_of
+        specs.extend(group)
     order = sorted(range(len(specs)), key=lambda i: (specs[i].submit_s, i))
     return [specs[i] for i in order]
 
 
-def _job(
-    where: str,
-    n: int,
-    raw: Any,
-    defaults: Mapping[str, Any],
-    catalog: Mapping[str, Dataset],
-    base: Path,
-    out_dir: Path,
-    seen: dict[str, int],
-) -> JobSpec:
+@dataclass(slots=True)
+class _Context:
+    """What every job of a file is checked against."""
+
+    where: str
+    defaults: Mapping[str, Any]
+    catalog: Mapping[str, Dataset]
+    base: Path
+    out_dir: Path
+    seen: dict[str, int]
+    skip_bad_files: bool
+    checked: dict[str, tuple[Processor, ShippedProcessor]] = field(default_factory=dict)
+    """Processors already loaded and shipped (by reference and arguments)."""
+
+
+def _job(ctx: _Context, n: int, raw: Any) -> list[JobSpec]:
+    """The job (or, for a fileset, the jobs: one per dataset) of entry ``n``."""
+    where = ctx.where
     if not isinstance(raw, Mapping):
         raise JobSpecError(f"{where}: job #{n}: expected a mapping with 'id' and the job's fields")
     job_id = raw.get("id")
     label = f"{where}: job {job_id!r} (#{n})"
 
-    def err(field: str, reason: str) -> JobSpecError:
-        return JobSpecError(f"{label}: field '{field}': {reason}")
+    def err(field: str, reason: str, traceback: str = "") -> JobSpecError:
+        return JobSpecError(f"{label}: field '{field}': {reason}", traceback)
 
     if job_id is None:
         raise err("id", "missing")
     if not isinstance(job_id, str) or not job_id:
         raise err("id", f"expected a non-empty string, got {job_id!r}")
-    if job_id in seen:
-        raise err("id", f"also the id of job #{seen[job_id]}")
-    seen[job_id] = n
+    if job_id in ctx.seen:
+        raise err("id", f"also the id of job #{ctx.seen[job_id]}")
+    ctx.seen[job_id] = n
     unknown = sorted(map(str, set(raw) - JOB_KEYS))
     if unknown:
         raise err(unknown[0], _unknown(unknown, JOB_KEYS))
 
-    has_dataset, has_files = "dataset" in raw, "files" in raw
-    if not has_dataset and not has_files:  # only then may the defaults say which
-        has_dataset, has_files = "dataset" in defaults, "files" in defaults
-    if has_dataset and has_files:
-        raise err("dataset", "give either 'dataset' or 'files', not both")
-    if not has_dataset and not has_files:
-        raise err("dataset", "missing: give 'dataset' (from the catalog) or 'files' and 'tree'")
-    job = dict(defaults)
+    sources = [k for k in ("dataset", "files", "fileset") if k in raw]
+    if not sources:  # only then may the defaults say which
+        sources = [k for k in ("dataset", "files", "fileset") if k in ctx.defaults]
+    if len(sources) > 1:
+        raise err(sources[0], f"give one of 'dataset', 'files' or 'fileset', not {sources}")
+    if not sources:
+        raise err(
+            "dataset",
+            "missing: give 'dataset' (from the catalog), 'files' and 'tree', or 'fileset'",
+        )
+    job = dict(ctx.defaults)
     job.update(raw)
+    skipped: Skipped | None = [] if ctx.skip_bad_files else None
 
-    dataset = _dataset(job, has_dataset, raw, catalog, base, err)
-    start, stop = _events(job.get("events"), dataset, err)
+    if sources[0] == "fileset":
+        if "events" in raw:
+            raise err("events", "not with 'fileset' (each dataset runs whole)")
+        datasets = _fileset(job, ctx.base, err, skipped)
+    else:
+        datasets = {"": _dataset(job, sources[0] == "dataset", raw, ctx, err, skipped)}
 
     ref = job.get("processor")
     if ref is None:
         raise err("processor", "missing")
     if not isinstance(ref, str) or not ref.strip():
         raise err("processor", f"expected module:attr or a .py file, got {ref!r}")
-    try:
-        load_processor(ref, base)
-    except ProcessorError as exc:
-        raise err("processor", str(exc)) from exc
+    args = job.get("processor_args") or {}
+    if not isinstance(args, Mapping) or not all(isinstance(k, str) for k in args):
+        raise err("processor_args", f"expected a mapping of argument names, got {args!r}")
+    key = json.dumps([ref, dict(args)], sort_keys=True, default=repr)
+    if key not in ctx.checked:
+        ctx.checked[key] = check_processor(ref, ctx.base, args, err)
 
-    raw_output = job.get("output", str(out_dir / f"{job_id}.pkl"))
-    if not isinstance(raw_output, str) or not raw_output:
-        raise err("output", f"expected a path, got {raw_output!r}")
-    output = Path(raw_output)
-    if not output.is_absolute():
-        output = base / output
-    if output.suffix not in OUTPUT_SUFFIXES:
-        raise err("output", f"expected a {', '.join(OUTPUT_SUFFIXES)} file, got {output.name}")
+    schema = job.get("schema", "none")
+    if schema not in SCHEMAS:
+        raise err("schema", f"expected one of {', '.join(SCHEMAS)}, got {schema!r}")
+    columns = check_columns(job.get("columns"), schema, datasets, err)
+    output = check_output(job.get("output"), ctx.out_dir / f"{job_id}.pkl", ctx.base, err)
 
     submit = job.get("submit_s", 0.0)
     if (
@@ -209,16 +285,62 @@ def _job(
         or submit < 0
     ):
         raise err("submit_s", f"expected a number of seconds >= 0, got {submit!r}")
-    return JobSpec(job_id, dataset, start, stop, ref, output, float(submit), base)
+    common = {
+        "processor": ref.strip(),
+        "output": output,
+        "submit_s": float(submit),
+        "base_dir": ctx.base,
+        "processor_args": dict(args),
+        "schema": schema,
+        "columns": columns,
+        "skipped": tuple(skipped or ()),
+        "loaded": ctx.checked[key],
+    }
+    if sources[0] != "fileset":
+        dataset = datasets[""]
+        start, stop = _events(job.get("events"), dataset, err)
+        return [JobSpec(job_id, dataset, start, stop, **common)]
+    specs = []
+    for name, dataset in datasets.items():
+        if dataset.n_events == 0:
+            continue
+        specs.append(
+            JobSpec(f"{job_id}/{name}", dataset, 0, dataset.n_events, group=job_id, **common)
+        )
+    if not specs:
+        raise err("fileset", "its datasets hold no events")
+    return specs
+
+
+def _fileset(
+    job: Mapping[str, Any], base: Path, err: Err, skipped: Skipped | None
+) -> dict[str, Dataset]:
+    """The datasets of a job's ``fileset``: inline, or a JSON/YAML file of one."""
+    value = job["fileset"]
+    tree = job.get("tree")
+    if tree is not None and (not isinstance(tree, str) or not tree):
+        raise err("tree", f"expected a tree name, got {tree!r}")
+    where, doc, root = "fileset", value, base
+    if isinstance(value, str):
+        path = Path(value) if Path(value).is_absolute() else base / value
+        try:
+            doc = read_yaml(path, CatalogError, missing="no such fileset file")
+        except CatalogError as exc:
+            raise err("fileset", str(exc)) from exc
+        where, root = str(path), path.parent
+    try:
+        return fileset_datasets(doc, root, where, tree=tree, skipped=skipped)
+    except CatalogError as exc:
+        raise err("fileset", str(exc)) from exc
 
 
 def _dataset(
     job: Mapping[str, Any],
     from_catalog: bool,
     raw: Mapping[str, Any],
-    catalog: Mapping[str, Dataset],
-    base: Path,
-    err: _Err,
+    ctx: _Context,
+    err: Err,
+    skipped: Skipped | None,
 ) -> Dataset:
     """The job's dataset: a catalog's, or one opened from its file list."""
     if from_catalog:
@@ -227,10 +349,10 @@ def _dataset(
         name = job["dataset"]
         if not isinstance(name, str):
             raise err("dataset", f"expected a dataset name, got {name!r}")
-        if name not in catalog:
-            known = f"known: {_names(catalog)}" if catalog else "no catalog given"
+        if name not in ctx.catalog:
+            known = f"known: {_names(ctx.catalog)}" if ctx.catalog else "no catalog given"
             raise err("dataset", f"unknown dataset {name!r} ({known})")
-        return catalog[name]
+        return ctx.catalog[name]
     files = job["files"]
     if isinstance(files, str):
         files = [files]
@@ -242,12 +364,23 @@ def _dataset(
     if not isinstance(tree, str) or not tree:
         raise err("tree", f"expected a tree name, got {tree!r}")
     try:
-        return open_dataset(str(job["id"]), expand_files(files, base), tree)
+        if skipped is None:
+            urls = expand_files(files, ctx.base)
+        else:  # --skip-bad-files: a path that names nothing is left out too
+            urls = []
+            for pattern in files:
+                try:
+                    urls += expand_files([pattern], ctx.base)
+                except DatasetError as exc:
+                    skipped.append((pattern, str(exc)))
+            if not urls:
+                raise DatasetError(f"dataset {job['id']!r}: none of its files can be read")
+        return open_dataset(str(job["id"]), urls, tree, skipped=skipped)
     except DatasetError as exc:
         raise err("files", str(exc)) from exc
 
 
-def _events(ev: Any, dataset: Dataset, err: _Err) -> tuple[int, int]:
+def _events(ev: Any, dataset: Dataset, err: Err) -> tuple[int, int]:
     """The job's global event range, the whole dataset by default."""
     n = dataset.n_events
     if ev is None:
@@ -268,3 +401,19 @@ def _events(ev: Any, dataset: Dataset, err: _Err) -> tuple[int, int]:
     if start == stop:
         raise err("events", f"[{start}, {stop}) is empty")
     return start, stop
+
+
+def limit_chunks(specs: list[JobSpec], chunksize: int, maxchunks: int) -> list[JobSpec]:
+    """Each job cut to its first ``maxchunks`` chunks (coffea's ``maxchunks``, for quick
+    tests): chunks of at most ``chunksize`` events, cut at its files' ends."""
+    out = []
+    for spec in specs:
+        stop, left = spec.start, maxchunks
+        for _, a, b in spec.dataset.locate(spec.start, spec.stop):
+            while a < b and left > 0:
+                step = min(chunksize, b - a)
+                a, stop, left = a + step, stop + step, left - 1
+            if left == 0:
+                break
+        out.append(replace(spec, stop=stop))
+    return out

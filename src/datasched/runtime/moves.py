@@ -26,7 +26,6 @@ class DataMoves:
     # Provided by the engine.
     client: Client
     space: DataSpace
-    cache_root: str | None
     workers: list[_Worker]
     _moves: dict[int, tuple[Fetch | Replicate | Evict, Future[Any]]]
     _run_id: str
@@ -43,20 +42,15 @@ class DataMoves:
     def _watch(self, token: int, future: Future[Any]) -> None:
         raise NotImplementedError
 
-    def _peer_root(self, node: int) -> str:
-        raise NotImplementedError
-
     def _urls(self, data: IntervalSet) -> list[str]:
         return [self.space.files[i].name for i in self.space.files_in(data)]
 
     def _move(self, action: Fetch | Replicate) -> None:
         source = action.source
+        # A Replicate copies from the source node's worker over the cluster's network.
+        peer = self.workers[source].address if source is not None else None
         files = [
-            FileToMove(
-                self.space.files[i].name,
-                self.space.files[i].n_bytes,
-                self._peer_root(source) if source is not None and self.cache_root else None,
-            )
+            FileToMove(self.space.files[i].name, self.space.files[i].n_bytes, peer)
             for i in self.space.files_in(action.data)
         ]
         self._submit_move(action, action.node, move_files, files)

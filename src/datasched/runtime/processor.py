@@ -1,10 +1,20 @@
-"""The analysis API, coffea-style: ``process(events) -> accumulator``, accumulators that merge.
+"""The analysis API, coffea-style: ``process(events) -> accumulator``, loaded once in the master
+and shipped to the workers by value.
 
 A job names its processor as ``module:attr``, ``path/to/file.py:attr`` or ``path/to/file.py``
-(whose ``processor`` it uses); a class is instantiated with no arguments, a plain function is
-wrapped. A subjob's packets each give an accumulator; :func:`merge` combines them (hist
-histograms and numbers by ``+``, mappings key by key, lists concatenated), so a job's result
-does not depend on how its events were split into packets or over which workers.
+(whose ``processor`` it uses); a class is instantiated with the job's ``processor_args``
+(none by default), a plain function is wrapped. A coffea ``ProcessorABC`` is such a class.
+
+The master loads the processor (:func:`load_processor`), checks it, and pickles it with
+cloudpickle (:func:`ship`): a processor from a ``.py`` file travels by value, code included,
+so no worker needs the file or a shared filesystem; one from an installed module travels by
+reference (the workers import it, as coffea's executors do). Each shipped processor is keyed
+by a hash of its bytes: a worker unpickles it once (:func:`unship`), and an edited file is a
+new key on the next run, even on a cluster that ran the old one.
+
+Loading a file is thread-safe: a module is executed whole before anyone can see it, under one
+lock, and is named after the file's path and content, so two loads of one file share it and an
+edited file is a new module.
 """
 
 from __future__ import annotations
@@ -14,32 +24,38 @@ import importlib
 import importlib.util
 import pickle
 import sys
-from collections.abc import Callable, Iterable, Iterator, Mapping
+import threading
+import traceback
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from datasched._files import atomic_path, atomic_write_bytes
+import cloudpickle
 
 if TYPE_CHECKING:
     import awkward as ak
 
 __all__ = [
-    "OUTPUT_SUFFIXES",
     "Processor",
     "ProcessorError",
+    "ShippedProcessor",
     "load_processor",
-    "merge",
-    "merge_all",
-    "write_output",
+    "ship",
+    "unship",
+    "user_traceback",
 ]
-
-OUTPUT_SUFFIXES = (".pkl", ".pickle", ".root")
-"""What :func:`write_output` can write: a pickle of the result, or its histograms as ROOT."""
 
 
 class ProcessorError(ValueError):
-    """A processor cannot be loaded; the message names it and the reason."""
+    """A processor cannot be loaded; the message names it and the reason. ``traceback`` is
+    the user's own traceback (their file and line) when their code raised, else ``""``."""
+
+    def __init__(self, message: str, traceback: str = "") -> None:
+        super().__init__(message)
+        self.traceback = traceback
 
 
 @runtime_checkable
@@ -64,6 +80,33 @@ class _FunctionProcessor:
         return f"_FunctionProcessor({getattr(self.fn, '__qualname__', self.fn)!r})"
 
 
+# -- the user's traceback ---------------------------------------------------------------------
+
+_OWN_DIR = str(Path(__file__).resolve().parent.parent)
+"""datasched's package directory: its frames are left out of the user's tracebacks."""
+
+
+def _is_own(filename: str) -> bool:
+    return filename.startswith(_OWN_DIR) or filename.startswith("<frozen importlib")
+
+
+def user_traceback(exc: BaseException) -> str:
+    """The traceback of ``exc`` as Python prints it, without datasched's own frames (and
+    importlib's) at its top: it starts at the user's code, their file and line."""
+    te = traceback.TracebackException.from_exception(exc)
+    frames = list(te.stack)
+    first = next((i for i, f in enumerate(frames) if not _is_own(f.filename)), len(frames))
+    te.stack = traceback.StackSummary.from_list(frames[first:])
+    return "".join(te.format()).rstrip("\n")
+
+
+# -- loading ----------------------------------------------------------------------------------
+
+_LOCK = threading.RLock()
+_MODULES: dict[str, ModuleType] = {}
+"""Modules loaded from files, by name (a hash of path and content)."""
+
+
 def _split_ref(ref: str) -> tuple[str, str]:
     """``(module or file, attribute)``; the attribute is ``""`` when not given."""
     target, sep, attr = ref.rpartition(":")
@@ -79,38 +122,54 @@ def _load_file(ref: str, target: str, base_dir: Path) -> ModuleType:
     if not path.is_file():
         raise ProcessorError(f"processor {ref!r}: no such file {path}")
     resolved = path.resolve()
-    # One module per file (a stable name, so loading it twice reuses it); not the file's stem,
-    # which could shadow an installed module.
-    digest = hashlib.sha256(str(resolved).encode()).hexdigest()[:16]
-    name = f"datasched_user_{digest}"
-    module = sys.modules.get(name)
-    if module is not None:
-        return module
-    spec = importlib.util.spec_from_file_location(name, resolved)
-    if spec is None or spec.loader is None:
-        raise ProcessorError(f"processor {ref!r}: cannot load {path} as Python")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
     try:
-        spec.loader.exec_module(module)
-    except BaseException as exc:
-        del sys.modules[name]
-        if not isinstance(exc, Exception):
-            raise
-        raise ProcessorError(f"processor {ref!r}: {path} raised {exc!r}") from exc
-    return module
+        source = resolved.read_bytes()
+    except OSError as exc:
+        raise ProcessorError(f"processor {ref!r}: cannot read {path}: {exc.strerror}") from exc
+    # Not the file's stem, which could shadow an installed module; path and content, so that
+    # an edited file is a new module and two files of one name are two modules.
+    digest = hashlib.sha256(str(resolved).encode() + b"\0" + source).hexdigest()[:16]
+    name = f"datasched_user_{digest}"
+    with _LOCK:
+        module = _MODULES.get(name)
+        if module is not None:
+            return module
+        spec = importlib.util.spec_from_file_location(name, resolved)
+        if spec is None or spec.loader is None:
+            raise ProcessorError(f"processor {ref!r}: cannot load {path} as Python")
+        module = importlib.util.module_from_spec(spec)
+        # In sys.modules while it runs (dataclasses and pickle look there), but other threads
+        # find modules in _MODULES only, under the lock, once they are complete.
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException as exc:
+            del sys.modules[name]
+            if not isinstance(exc, Exception):
+                raise
+            raise ProcessorError(
+                f"processor {ref!r}: {path} raised {type(exc).__name__}: {exc}",
+                user_traceback(exc),
+            ) from exc
+        # Its classes and functions travel by value: the workers need no copy of the file.
+        cloudpickle.register_pickle_by_value(module)
+        _MODULES[name] = module
+        return module
 
 
 def _import(ref: str, target: str) -> ModuleType:
     try:
         return importlib.import_module(target)
     except Exception as exc:
-        raise ProcessorError(f"processor {ref!r}: cannot import {target}: {exc!r}") from exc
+        raise ProcessorError(
+            f"processor {ref!r}: cannot import {target}: {exc!r}", user_traceback(exc)
+        ) from exc
 
 
-def load_processor(ref: str, base_dir: Path) -> Processor:
+def load_processor(ref: str, base_dir: Path, args: Mapping[str, Any] | None = None) -> Processor:
     """The processor named by ``ref``; relative file paths are found under ``base_dir`` (a
-    jobs file's directory). The attribute may be dotted (``module:Outer.processor``)."""
+    jobs file's directory). The attribute may be dotted (``module:Outer.processor``). A
+    class is instantiated with ``args`` as keyword arguments (its constructor arguments)."""
     if not isinstance(ref, str) or not ref.strip():
         raise ProcessorError(f"processor {ref!r}: expected module:attr or a .py file")
     target, attr = _split_ref(ref.strip())
@@ -128,9 +187,18 @@ def load_processor(ref: str, base_dir: Path) -> Processor:
             raise ProcessorError(f"processor {ref!r}: {attr!r} not found in {target}")
     if isinstance(obj, type):
         try:
-            obj = obj()
+            obj = obj(**(args or {}))
         except Exception as exc:
-            raise ProcessorError(f"processor {ref!r}: {attr}() raised {exc!r}") from exc
+            raise ProcessorError(
+                f"processor {ref!r}: {attr}(**processor_args) raised {type(exc).__name__}: {exc}"
+                if args
+                else f"processor {ref!r}: {attr}() raised {type(exc).__name__}: {exc}",
+                user_traceback(exc),
+            ) from exc
+    elif args:
+        raise ProcessorError(
+            f"processor {ref!r}: processor_args given, but {attr!r} is not a class"
+        )
     if callable(getattr(obj, "process", None)):
         return obj  # type: ignore[no-any-return]
     if callable(obj):
@@ -141,86 +209,50 @@ def load_processor(ref: str, base_dir: Path) -> Processor:
     )
 
 
-def merge(a: Any, b: Any) -> Any:
-    """The merge of two accumulators; neither is modified.
-
-    ``None`` is the identity; mappings merge key by key (recursively; keys on one side only
-    are kept); lists are concatenated; sets unioned; anything else (hist histograms,
-    numbers, arrays) is added with ``+``. Raises :class:`TypeError` naming the types (and the
-    key, inside mappings) for what cannot be merged."""
-    return _merge(a, b, ())
+# -- shipping ---------------------------------------------------------------------------------
 
 
-def _merge(a: Any, b: Any, keys: tuple[str, ...]) -> Any:
-    if a is None:
-        return b
-    if b is None:
-        return a
-    a_map, b_map = isinstance(a, Mapping), isinstance(b, Mapping)
-    if a_map and b_map:
-        out = dict(a)
-        for key, value in b.items():
-            out[key] = _merge(out.get(key), value, (*keys, repr(key)))
-        return out
-    if isinstance(a, list) and isinstance(b, list):
-        return a + b
-    if isinstance(a, set | frozenset) and isinstance(b, set | frozenset):
-        return a | b
-    where = f" at key {'/'.join(keys)}" if keys else ""
-    if a_map or b_map or not hasattr(a, "__add__"):
-        raise TypeError(f"cannot merge {type(a).__name__} with {type(b).__name__}{where}")
+@dataclass(frozen=True, slots=True)
+class ShippedProcessor:
+    """A processor as it travels to the workers: its cloudpickle bytes, keyed by their hash."""
+
+    name: str
+    """The job's reference to it (for messages)."""
+    key: str
+    blob: bytes = b""
+
+    def __repr__(self) -> str:
+        return f"ShippedProcessor({self.name!r}, key={self.key!r}, {len(self.blob)} bytes)"
+
+
+def ship(processor: Processor, name: str) -> ShippedProcessor:
+    """``processor`` pickled for the workers (checked: it must pickle and unpickle here)."""
     try:
-        return a + b
-    except TypeError as exc:
-        raise TypeError(
-            f"cannot merge {type(a).__name__} with {type(b).__name__}{where}: {exc}"
+        blob = cloudpickle.dumps(processor, protocol=pickle.HIGHEST_PROTOCOL)
+        pickle.loads(blob)
+    except Exception as exc:
+        raise ProcessorError(
+            f"processor {name!r}: cannot be sent to the workers (it must pickle): "
+            f"{type(exc).__name__}: {exc}",
+            user_traceback(exc),
         ) from exc
+    return ShippedProcessor(name, hashlib.sha256(blob).hexdigest()[:24], blob)
 
 
-def merge_all(items: Iterable[Any]) -> Any:
-    """The merge of every accumulator of ``items``, in order (``None`` for none)."""
-    out = None
-    for item in items:
-        out = merge(out, item)
-    return out
+_UNSHIPPED: OrderedDict[str, Processor] = OrderedDict()
+_UNSHIPPED_MAX = 32
+"""Processors a worker keeps unpickled (runs of different jobs and versions)."""
 
 
-def _histograms(result: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
-    """``(name, histogram)`` for each hist.Hist in ``result``: itself (``result``) or the
-    values of a mapping, nested mappings as ROOT directories (``a/b``)."""
-    import hist
-
-    if isinstance(result, hist.Hist):
-        yield prefix or "result", result
-    elif isinstance(result, Mapping):
-        for key, value in result.items():
-            name = f"{prefix}/{key}" if prefix else str(key)
-            if isinstance(value, hist.Hist | Mapping):
-                yield from _histograms(value, name)
-
-
-def write_output(result: Any, path: Path) -> None:
-    """Write a job's result to ``path`` atomically (a temporary file in the same directory,
-    then :func:`os.replace`; nothing half-written is left on error).
-
-    ``.pkl``/``.pickle``: the whole result pickled. ``.root``: every hist.Hist in it (itself,
-    or in a mapping, named by its key) written with uproot; other values are skipped, and a
-    result without histograms is an error rather than an empty file."""
-    if path.suffix not in OUTPUT_SUFFIXES:
-        raise ValueError(f"{path}: expected a {', '.join(OUTPUT_SUFFIXES)} file")
-    if path.suffix == ".root":
-        hists = list(_histograms(result))
-        if not hists:
-            raise ValueError(f"{path}: the result holds no histogram to write as ROOT")
-    if path.suffix == ".root":
-        import uproot
-
-        with atomic_path(path) as tmp, uproot.recreate(tmp) as f:
-            for name, h in hists:
-                f[name] = h
-    else:
-        atomic_write_bytes(
-            path,
-            lambda fh: pickle.dump(result, fh, protocol=pickle.HIGHEST_PROTOCOL),
-            fsync=True,
-        )
+def unship(shipped: ShippedProcessor) -> Processor:
+    """The processor of ``shipped``, unpickled once per process and key (thread-safe)."""
+    with _LOCK:
+        known = _UNSHIPPED.get(shipped.key)
+        if known is not None:
+            _UNSHIPPED.move_to_end(shipped.key)
+            return known
+        proc: Processor = pickle.loads(shipped.blob)
+        _UNSHIPPED[shipped.key] = proc
+        while len(_UNSHIPPED) > _UNSHIPPED_MAX:
+            _UNSHIPPED.popitem(last=False)
+        return proc

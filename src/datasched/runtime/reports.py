@@ -19,18 +19,30 @@ class EngineConfig:
     min_packet_events: int = 100
     max_packet_events: int = 100_000
     packets_in_flight: int = 2
+    """Packets a slot has in flight at least: the next one's file is fetched while the
+    current one computes."""
+    max_in_flight: int = 8
+    """At most: short packets (a small file's events) are queued deeper on their worker, up
+    to about ``packet_target_s`` of work, so that the worker does not idle for the master's
+    round trip after each one."""
     poll_s: float = 0.25
     """How often the master checks which workers are alive."""
     max_packet_attempts: int = 3
     """A packet whose storage keeps failing (after the worker's own retries) fails its job."""
+    chunksize: int | None = None
+    """At most this many events a packet (coffea's ``chunksize``); None: no cap."""
+    skip_bad_files: bool = False
+    """A file that cannot be read is skipped (and recorded) instead of failing its job."""
 
     def __post_init__(self) -> None:
         if not self.packet_target_s > 0:
             raise ValueError(f"packet_target_s: must be positive, got {self.packet_target_s!r}")
         if not 1 <= self.min_packet_events <= self.max_packet_events:
             raise ValueError("min_packet_events: must be >= 1 and <= max_packet_events")
-        if self.packets_in_flight < 1:
-            raise ValueError("packets_in_flight: must be at least 1")
+        if not 1 <= self.packets_in_flight <= self.max_in_flight:
+            raise ValueError("packets_in_flight: must be at least 1 and <= max_in_flight")
+        if self.chunksize is not None and self.chunksize < 1:
+            raise ValueError(f"chunksize: must be at least 1, got {self.chunksize!r}")
 
 
 @dataclass(slots=True)
@@ -47,6 +59,14 @@ class PacketStat:
     bytes_from_peer: int
     read_s: float
     compute_s: float
+    bytes_read: int = 0
+    """Stored bytes of the baskets the packet read (the branches its processor used)."""
+    cpu_s: float = 0.0
+    """CPU seconds its worker thread used."""
+    t_start: float = 0.0
+    """Seconds after the run's start when the packet started on its worker."""
+    t_end: float = 0.0
+    """Seconds after the run's start when its result reached the master."""
 
     @property
     def n_events(self) -> int:
@@ -67,6 +87,11 @@ class JobReport:
     output: str = ""
     status: str = "pending"
     error: str = ""
+    traceback: str = ""
+    """The user's traceback, when their processor raised."""
+    events_skipped: int = 0
+    skipped_files: list[tuple[str, str]] = field(default_factory=list)
+    """Files skipped as unreadable (``--skip-bad-files``): (url, reason)."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -80,6 +105,8 @@ class JobReport:
             "bytes_from_tertiary": self.bytes_from_tertiary,
             "output": self.output,
             "error": self.error,
+            "events_skipped": self.events_skipped,
+            "skipped_files": [{"url": u, "reason": r} for u, r in self.skipped_files],
         }
 
 
@@ -94,7 +121,14 @@ class RunReport:
     scheduling_s: float = 0.0
     """Master CPU seconds inside the core and packet cutting."""
     results: dict[str, Any] = field(default_factory=dict)
-    """Each completed job's merged (post-processed) accumulator."""
+    """Each completed output's merged (post-processed) accumulator, by job id (a fileset
+    job's id for the combined result of its datasets)."""
+    notes: list[str] = field(default_factory=list)
+    """Things to tell the user once (a full cache disk on a node)."""
+    workers: list[str] = field(default_factory=list)
+    """The workers' names (the nodes), in node order."""
+    calibration: Any = None
+    """What the master assumed of the cluster (a session's ``Calibration``)."""
 
     @property
     def events_expected(self) -> int:
@@ -115,6 +149,18 @@ class RunReport:
         return hits / n if n else 0.0
 
     @property
+    def bytes_read(self) -> int:
+        return sum(p.bytes_read for p in self.packets)
+
+    @property
+    def skipped_files(self) -> list[tuple[str, str]]:
+        seen: dict[str, str] = {}
+        for j in self.jobs:
+            for url, reason in j.skipped_files:
+                seen.setdefault(url, reason)
+        return list(seen.items())
+
+    @property
     def scheduling_ms_per_packet(self) -> float:
         return 1e3 * self.scheduling_s / max(len(self.packets), 1)
 
@@ -125,6 +171,8 @@ class RunReport:
             "events_processed": self.events_processed,
             "cache_hit_ratio": round(self.cache_hit_ratio, 4),
             "bytes_from_tertiary": self.bytes_from_tertiary,
+            "bytes_read": self.bytes_read,
+            "skipped_files": [{"url": u, "reason": r} for u, r in self.skipped_files],
         }
 
 

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,26 +28,33 @@ from datasched.core.intervals import IntervalSet
 from datasched.core.model import CostModel, Pipelining, Topology
 from datasched.core.scheduler import Scheduler
 from datasched.policies import build_policy
-from datasched.runtime.dataset import read_events
 from datasched.runtime.engine import RuntimeEngine
-from datasched.runtime.jobspec import JobSpec
-from datasched.runtime.processor import load_processor, merge, write_output
+from datasched.runtime.jobspec import JobSpec, job_processor
+from datasched.runtime.outputs import merge, write_output
 from datasched.runtime.reports import EngineConfig, JobReport, PacketStat, ProgressSink, RunReport
 from datasched.runtime.space import job_events
 from datasched.runtime.worker import (
     PLUGIN_NAME,
+    CacheDirError,
     CachePlugin,
+    CalibrationResult,
+    PacketError,
     PacketResult,
     PacketSpec,
     cache_contents,
+    calibrate_packet,
     clear_cache,
     run_packet,
 )
 
 __all__ = [
+    "Calibration",
     "ClusterOptions",
+    "ClusterSetupError",
     "build_scheduler",
-    "calibrate",
+    "calibrate_on_cluster",
+    "check_cache_root",
+    "default_calibration",
     "job_space",
     "open_cluster",
     "run_dask_map",
@@ -57,6 +65,14 @@ DISK_BYTES_PER_S = 500e6
 """Assumed local-disk read rate for the master's estimates (only steers decisions)."""
 UNTHROTTLED_BYTES_PER_S = 200e6
 """Assumed tertiary rate when no throttle is set."""
+DEFAULT_CPU_S_PER_EVENT = 1e-4
+"""The master's guess without calibration (``--no-calibrate``): packets then size themselves
+from what they measure."""
+
+
+class ClusterSetupError(RuntimeError):
+    """The cluster cannot run the jobs as asked (a cache directory a worker cannot create);
+    the message names the option and the reason."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,12 +107,15 @@ async def open_cluster(opts: ClusterOptions) -> AsyncIterator[tuple[Client, list
     plugin registered on every worker (and on workers that join or restart later)."""
     cluster: LocalCluster | None = None
     if opts.scheduler_address is None:
+        check_cache_root(opts.cache_root)
         cluster = await LocalCluster(  # type: ignore[no-untyped-call]
             n_workers=opts.workers,
             threads_per_worker=opts.slots * opts.threads_per_slot,
             processes=True,
             asynchronous=True,
             dashboard_address=None,
+            # No dashboard, and its HTTP server on a free port: 8787 may be another's.
+            scheduler_kwargs={"dashboard_address": ":0"},
             memory_limit=opts.memory_limit,
             silence_logs=logging.ERROR,
         )
@@ -106,14 +125,20 @@ async def open_cluster(opts: ClusterOptions) -> AsyncIterator[tuple[Client, list
             opts.scheduler_address, asynchronous=True
         )
     try:
+        # Registered anew by every run (not idempotent): this run's cache directory, size
+        # and throttle replace an earlier run's on a cluster that outlives it.
         plugin = CachePlugin(
             str(opts.cache_root.resolve()),
             opts.cache_bytes,
             tertiary_bytes_per_s=opts.tertiary_bytes_per_s,
+            compute_slots=opts.slots,
         )
-        registered = client.register_plugin(plugin, name=PLUGIN_NAME)
-        if registered is not None:
-            await registered
+        try:
+            registered = client.register_plugin(plugin, name=PLUGIN_NAME)
+            if registered is not None:
+                await registered
+        except CacheDirError as exc:
+            raise ClusterSetupError(f"--cache-dir: {exc}") from exc
         assert client.scheduler is not None
         info = await client.scheduler.identity()
         names = sorted(str(w.get("name")) for w in info.get("workers", {}).values())
@@ -126,6 +151,19 @@ async def open_cluster(opts: ClusterOptions) -> AsyncIterator[tuple[Client, list
             closing = cluster.close()
             if closing is not None:
                 await closing
+
+
+def check_cache_root(root: Path) -> None:
+    """The embedded cluster's workers share this machine: a cache root they cannot create is
+    found here, before any worker starts."""
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        if not os.access(root, os.W_OK | os.X_OK):
+            raise PermissionError(13, "Permission denied")
+    except OSError as exc:
+        raise ClusterSetupError(
+            f"--cache-dir: cannot create {root}: {exc.strerror or exc}"
+        ) from exc
 
 
 async def _cache_by_name(client: Client) -> dict[str, list[str]]:
@@ -143,6 +181,8 @@ class Calibration:
 
     cost: CostModel
     tertiary_bytes_per_s: float
+    measured: bool = False
+    """Whether the CPU per event was measured on a worker (else a default guess)."""
 
 
 def job_space(specs: list[JobSpec]) -> DataSpace:
@@ -153,30 +193,64 @@ def job_space(specs: list[JobSpec]) -> DataSpace:
     return space
 
 
-def calibrate(
-    specs: list[JobSpec], space: DataSpace, tertiary_bytes_per_s: float | None
+def default_calibration(
+    tertiary_bytes_per_s: float | None, cpu_s_per_event: float = DEFAULT_CPU_S_PER_EVENT
 ) -> Calibration:
-    """CPU per event by timing the first job's processor, reading included, on a slice of
-    its first file (the least of five runs); bytes come from the files, the tertiary rate
-    from the throttle."""
-    cpu = 1e-5
-    if specs and space.files:
-        spec = specs[0]
-        f = space.files[0]
-        n = min(f.n_events, 2000)
-        if n > 0:
-            proc = load_processor(spec.processor, spec.base_dir)
-            read_events(f.name, f.tree, 0, n)  # once untimed: open, page cache, imports
-            times = []
-            for _ in range(5):  # the least of five: this machine is shared and noisy
-                t0 = time.perf_counter()
-                proc.process(read_events(f.name, f.tree, 0, n))
-                times.append(time.perf_counter() - t0)
-            cpu = max(min(times) / n, 1e-7)
+    """The master's assumptions without a measurement (``--no-calibrate``)."""
     cost = CostModel(
-        cpu_s_per_event=cpu, disk_bytes_per_s=DISK_BYTES_PER_S, pipelining=Pipelining.TERTIARY
+        cpu_s_per_event=cpu_s_per_event,
+        disk_bytes_per_s=DISK_BYTES_PER_S,
+        pipelining=Pipelining.TERTIARY,
     )
     return Calibration(cost, tertiary_bytes_per_s or UNTHROTTLED_BYTES_PER_S)
+
+
+CALIBRATION_EVENTS = 2000
+
+
+async def calibrate_on_cluster(
+    client: Client,
+    specs: list[JobSpec],
+    space: DataSpace,
+    tertiary_bytes_per_s: float | None,
+    *,
+    log: Callable[[str], None] | None = None,
+) -> Calibration:
+    """CPU per event, by timing the first job's packets on a worker: open, read and process
+    a slice of its first file (read through that worker's cache, so the read is not
+    wasted), the least CPU time of three runs. Never in the master: its reads would go to
+    tertiary storage, and the user's code runs where it will run. A processor that fails
+    here is reported by the job's own packets; the master then goes on with its default
+    guess."""
+    if not specs or not space.files:
+        return default_calibration(tertiary_bytes_per_s)
+    spec = specs[0]
+    index, a, stop = spec.dataset.locate(spec.start, spec.stop)[0]
+    first = spec.dataset.files[index]
+    n = min(stop - a, CALIBRATION_EVENTS)
+    _, shipped = job_processor(spec)
+    packet = PacketSpec(
+        packet_id=-1,
+        job_id=-1,
+        url=first.url,
+        tree=first.tree,
+        local_start=a,
+        local_stop=a + n,
+        file_bytes=first.n_bytes,
+        processor=shipped,
+        read=spec.read,
+    )
+    try:
+        result: CalibrationResult = await client.submit(
+            calibrate_packet, packet, key=f"datasched-calibrate-{uuid.uuid4().hex[:8]}", pure=False
+        )
+    except PacketError as exc:
+        if log is not None:
+            log(f"calibration: job {spec.id}: {exc.kind} error: {exc} (using a default guess)")
+        return default_calibration(tertiary_bytes_per_s)
+    cpu = max(result.cpu_s_per_event, 1e-7)
+    cal = default_calibration(tertiary_bytes_per_s, cpu)
+    return Calibration(cal.cost, cal.tertiary_bytes_per_s, measured=True)
 
 
 def build_scheduler(
@@ -212,13 +286,20 @@ async def run_jobs(
     progress: ProgressSink | None = None,
     cold: bool = False,
     calibration: Calibration | None = None,
+    calibrate: bool = True,
+    log: Callable[[str], None] | None = None,
     time_scale: float = 1.0,
 ) -> RunReport:
-    """Run ``specs`` under ``policy``; ``cold`` empties the worker caches first."""
+    """Run ``specs`` under ``policy``; ``cold`` empties the worker caches first. Without a
+    ``calibration``, the CPU per event is measured on a worker (``calibrate``), or guessed."""
     space = job_space(specs)
-    if calibration is None:
-        calibration = calibrate(specs, space, opts.tertiary_bytes_per_s)
     async with open_cluster(opts) as (client, names):
+        if calibration is None:
+            calibration = (
+                await calibrate_on_cluster(client, specs, space, opts.tertiary_bytes_per_s, log=log)
+                if calibrate
+                else default_calibration(opts.tertiary_bytes_per_s)
+            )
         if cold:
             await client.run(clear_cache)
         sched = build_scheduler(
@@ -228,12 +309,13 @@ async def run_jobs(
             client,
             sched,
             names,
-            cache_root=str(opts.cache_root.resolve()),
             config=config,
             progress=progress,
             time_scale=time_scale,
         )
-        return await engine.run(specs, known_cache=await _cache_by_name(client))
+        report = await engine.run(specs, known_cache=await _cache_by_name(client))
+        report.calibration = calibration
+        return report
 
 
 async def run_dask_map(
@@ -249,16 +331,18 @@ async def run_dask_map(
     space = DataSpace()
     data = [job_events(space, s.dataset, s.start, s.stop) for s in specs]
     run_id = uuid.uuid4().hex[:8]
-    async with open_cluster(opts) as (client, _names):
+    shipped = {s.id: job_processor(s) for s in specs}
+    async with open_cluster(opts) as (client, names):
         if cold:
             await client.run(clear_cache)
         t0 = time.monotonic()
+        t0_wall = time.time()
         reports = [
             JobReport(id=s.id, events_expected=d.length, output=str(s.output))
             for s, d in zip(specs, data, strict=True)
         ]
         stats: list[PacketStat] = []
-        results: dict[str, Any] = {}
+        accumulators: dict[str, Any] = {}
         pid = 0
 
         async def one_job(i: int) -> None:
@@ -280,8 +364,8 @@ async def run_dask_map(
                     local_start=a - f.start,
                     local_stop=b - f.start,
                     file_bytes=f.n_bytes,
-                    processor=spec.processor,
-                    base_dir=str(spec.base_dir),
+                    processor=shipped[spec.id][1],
+                    read=spec.read,
                 )
                 key = f"datasched-map-{run_id}-{pid}"
                 futures.append((a, b, f.name, client.submit(run_packet, packet, key=key)))
@@ -307,15 +391,19 @@ async def run_dask_map(
                             res.bytes_from_peer,
                             res.read_s,
                             res.compute_s,
+                            res.bytes_read,
+                            res.cpu_s,
+                            max(res.started - t0_wall, 0.0),
+                            time.monotonic() - t0,
                         )
                     )
                     if progress is not None:
                         progress.advance(spec.id, b - a, res.source == "cache")
-                write_output(acc, spec.output)
-                results[spec.id] = acc
+                accumulators[spec.id] = acc
                 report.status = "completed"
             except Exception as exc:
                 report.status, report.error = "failed", str(exc)
+                report.traceback = getattr(exc, "traceback", "")
             now = time.monotonic() - t0
             report.wall_s = now - spec.submit_s
             report.wait_s = start - spec.submit_s
@@ -328,7 +416,38 @@ async def run_dask_map(
         makespan = max(
             (r.wall_s + s.submit_s for r, s in zip(reports, specs, strict=True)), default=0
         )
-        return RunReport("dask-map", makespan, reports, stats, 0.0, results)
+        results = _write_outputs(specs, reports, accumulators, shipped)
+        return RunReport("dask-map", makespan, reports, stats, 0.0, results, workers=list(names))
+
+
+def _write_outputs(
+    specs: list[JobSpec],
+    reports: list[JobReport],
+    accumulators: dict[str, Any],
+    processors: dict[str, Any],
+) -> dict[str, Any]:
+    """Each output (a fileset's datasets together) merged, post-processed and written."""
+    results: dict[str, Any] = {}
+    groups: dict[str, list[int]] = {}
+    for i, spec in enumerate(specs):
+        groups.setdefault(spec.output_of, []).append(i)
+    for out_id, members in groups.items():
+        if any(reports[i].status != "completed" for i in members):
+            continue
+        acc: Any = None
+        for i in members:
+            acc = merge(acc, accumulators[specs[i].id])
+        post = getattr(processors[specs[members[0]].id][0], "postprocess", None)
+        try:
+            if callable(post):  # coffea's rule: a postprocess returning None changes nothing
+                done = post(acc)
+                acc = acc if done is None else done
+            write_output(acc, specs[members[0]].output)
+            results[out_id] = acc
+        except Exception as exc:
+            for i in members:
+                reports[i].status, reports[i].error = "failed", f"{type(exc).__name__}: {exc}"
+    return results
 
 
 def _packets(space: DataSpace, data: IntervalSet, size: int) -> list[tuple[int, int]]:

@@ -7,6 +7,7 @@ in; what it copies is exactly the bytes counted as read from tertiary storage.
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 import time
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import fsspec
 
-__all__ = ["StorageError", "Throttle", "copy_file", "url_size"]
+__all__ = ["LocalDiskFull", "StorageError", "Throttle", "copy_file", "is_disk_full", "url_size"]
 
 CHUNK_BYTES = 1 << 20
 
@@ -32,6 +33,16 @@ class StorageError(OSError):
     def __reduce__(self) -> tuple[object, ...]:
         # Pickled across processes (worker -> master) with its fields, not only its message.
         return (_rebuild_storage_error, (self.url, self.reason, self.transient))
+
+
+class LocalDiskFull(OSError):
+    """The local disk (the cache's) is full: not a storage error, and not worth a retry. The
+    reader goes on without caching."""
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` says a local disk is full (or over its quota)."""
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 def _rebuild_storage_error(url: str, reason: str, transient: bool) -> StorageError:
@@ -82,18 +93,21 @@ def copy_file(
     retries: int = 3,
     backoff_s: float = 0.2,
     expected_bytes: int | None = None,
+    durable: bool = True,
 ) -> int:
-    """Copy ``url`` to the local path ``dest``; returns the bytes copied.
+    """Copy ``url`` to the local path ``dest``; returns the bytes copied. ``durable``: flush
+    it to disk before returning (a cache entry; not a copy staged for one reader).
 
     Transient read errors (``OSError`` other than a missing file) are retried ``retries``
     times with exponential backoff; a missing file, or one of the wrong size when
-    ``expected_bytes`` is given, fails at once. On failure ``dest`` does not exist.
+    ``expected_bytes`` is given, fails at once. A full local disk raises
+    :class:`LocalDiskFull` at once. On failure ``dest`` does not exist.
     """
     attempt = 0
     while True:
         try:
-            return _copy_once(url, dest, throttle, expected_bytes)
-        except StorageError:
+            return _copy_once(url, dest, throttle, expected_bytes, durable)
+        except (StorageError, LocalDiskFull):
             _remove(dest)
             raise
         except FileNotFoundError as exc:
@@ -109,7 +123,9 @@ def copy_file(
             attempt += 1
 
 
-def _copy_once(url: str, dest: Path, throttle: Throttle | None, expected: int | None) -> int:
+def _copy_once(
+    url: str, dest: Path, throttle: Throttle | None, expected: int | None, durable: bool
+) -> int:
     copied = 0
     with fsspec.open(url, "rb") as src, open(dest, "wb") as out:
         while True:
@@ -118,10 +134,21 @@ def _copy_once(url: str, dest: Path, throttle: Throttle | None, expected: int | 
                 break
             if throttle is not None:
                 throttle.consume(len(chunk))
-            out.write(chunk)
+            try:
+                out.write(chunk)
+            except OSError as exc:
+                if is_disk_full(exc):
+                    raise LocalDiskFull(exc.errno, f"{dest.parent}: {exc.strerror}") from exc
+                raise
             copied += len(chunk)
-        out.flush()
-        os.fsync(out.fileno())
+        try:
+            out.flush()
+            if durable:
+                os.fsync(out.fileno())
+        except OSError as exc:
+            if is_disk_full(exc):
+                raise LocalDiskFull(exc.errno, f"{dest.parent}: {exc.strerror}") from exc
+            raise
     if expected is not None and copied != expected:
         raise StorageError(url, f"expected {expected} bytes, read {copied} (file changed?)")
     return copied

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from distributed import Client, Future
@@ -17,17 +16,11 @@ from datasched.core.events import CacheChanged, Event, SubjobFinished, SubjobShr
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import Subjob
 from datasched.core.scheduler import Scheduler
-from datasched.runtime.diskcache import cache_file_name
 from datasched.runtime.jobspec import JobSpec
-from datasched.runtime.processor import merge
+from datasched.runtime.outputs import merge
+from datasched.runtime.processor import Processor, ShippedProcessor
 from datasched.runtime.reports import EngineConfig, JobReport, PacketStat, ProgressSink
-from datasched.runtime.worker import (
-    PacketError,
-    PacketResult,
-    PacketSpec,
-    node_cache_dir,
-    run_packet,
-)
+from datasched.runtime.worker import PacketError, PacketResult, PacketSpec, run_packet
 
 __all__ = ["PacketStreams"]
 
@@ -57,6 +50,8 @@ class _Slot:
     inflight: dict[int, tuple[int, int]] = field(default_factory=dict)
     stopping: bool = False
     s_per_event: float = 0.0
+    packet_s: float = 0.0
+    """A packet's time on its worker, smoothed (0: none back yet)."""
 
 
 @dataclass(slots=True)
@@ -65,6 +60,10 @@ class _JobRun:
     job_id: int
     data: IntervalSet
     report: JobReport
+    processor: Processor
+    """The master's copy (its postprocess runs here)."""
+    shipped: ShippedProcessor
+    """What the packets carry to the workers."""
     first_packet_s: float | None = None
     accumulator: Any = None
     done: IntervalSet = _EMPTY
@@ -81,7 +80,6 @@ class PacketStreams:
     scheduler: Scheduler
     space: DataSpace
     config: EngineConfig
-    cache_root: str | None
     progress: ProgressSink | None
     workers: list[_Worker]
     slots: dict[int, _Slot]
@@ -93,6 +91,8 @@ class PacketStreams:
     _scheduling_s: float
     _run_id: str
     _tasks: set[asyncio.Task[None]]
+    _t0_wall: float
+    _notes: list[str]
 
     def now(self) -> float:
         raise NotImplementedError
@@ -100,7 +100,7 @@ class PacketStreams:
     def _emit(self, event: Event) -> None:
         raise NotImplementedError
 
-    def _fail(self, jr: _JobRun, message: str) -> None:
+    def _fail(self, jr: _JobRun, message: str, traceback: str = "") -> None:
         raise NotImplementedError
 
     def _retract(self, node: int) -> None:
@@ -139,10 +139,23 @@ class PacketStreams:
         n = min(max(n, cfg.min_packet_events), cfg.max_packet_events)
         if a + 1.5 * n >= file_stop:
             n = file_stop - a
-        return n
+        # --chunksize caps a packet, as coffea's chunksize caps a chunk.
+        return min(n, cfg.chunksize) if cfg.chunksize is not None else n
+
+    def _depth(self, slot: _Slot) -> int:
+        """Packets in flight for the slot: ``packets_in_flight``, or more while its packets
+        are short (cut at the ends of small files): about ``packet_target_s`` of work queued
+        on the worker, so that it goes from one packet to the next without waiting for the
+        master's round trip (result back, next packet out), up to ``max_in_flight``."""
+        cfg = self.config
+        if slot.packet_s <= 0:
+            return cfg.packets_in_flight
+        depth = int(cfg.packet_target_s / slot.packet_s) + 1
+        return min(max(depth, cfg.packets_in_flight), cfg.max_in_flight)
 
     def _feed(self, index: int) -> None:
-        """Keep ``packets_in_flight`` packets going on a slot; close the subjob when done."""
+        """Keep the slot's packets going (:meth:`_depth` of them); close the subjob when
+        done."""
         t0 = time.perf_counter()
         slot = self.slots[index]
         sj, start = slot.subjob, slot.start
@@ -151,7 +164,7 @@ class PacketStreams:
         jr = self._jobs[sj.job_id]
         address = self.workers[slot.node].address
         while slot.todo and not slot.stopping and not jr.failed:
-            if address is None or len(slot.inflight) >= self.config.packets_in_flight:
+            if address is None or len(slot.inflight) >= self._depth(slot):
                 break
             a, b = slot.todo.ranges[0]
             f = self.space.files[self.space.file_at(a)]
@@ -159,6 +172,8 @@ class PacketStreams:
                 b = min(b, a + self._packet_events(slot, jr, a, f.stop))
             else:
                 b = min(b, f.stop)  # an Assign is one packet, cut only at file ends
+                if self.config.chunksize is not None:
+                    b = min(b, a + self.config.chunksize)
             slot.todo = slot.todo - IntervalSet.range(a, b)
             self._submit(index, jr, a, b, start, address)
         self._scheduling_s += time.perf_counter() - t0
@@ -171,9 +186,6 @@ class PacketStreams:
         slot = self.slots[index]
         f = self.space.files[self.space.file_at(a)]
         pid = self._next_id()
-        peer_path = None
-        if start.peer_reads and self.cache_root is not None:
-            peer_path = self._peer_copy(slot.node, a)
         spec = PacketSpec(
             packet_id=pid,
             job_id=jr.job_id,
@@ -182,11 +194,12 @@ class PacketStreams:
             local_start=a - f.start,
             local_stop=b - f.start,
             file_bytes=f.n_bytes,
-            processor=jr.spec.processor,
-            base_dir=str(jr.spec.base_dir),
+            processor=jr.shipped,
+            read=jr.spec.read,
             cache_fill=start.cache_fill,
-            peer_path=peer_path,
+            peer=self._peer_address(slot.node, a) if start.peer_reads else None,
             replicate=start.replicate,
+            peers=self._other_workers(slot.node) if start.peer_reads else (),
         )
         future = self.client.submit(
             run_packet,
@@ -208,16 +221,26 @@ class PacketStreams:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _peer_root(self, node: int) -> str:
-        assert self.cache_root is not None
-        return str(node_cache_dir(self.cache_root, self.workers[node].name))
+    ASK_PEERS_UP_TO = 16
+    """Clusters this size or smaller: a packet that may read from peers asks every other
+    worker before it fetches from tertiary storage (the directory may not know yet)."""
 
-    def _peer_copy(self, node: int, event: int) -> str | None:
+    def _other_workers(self, node: int) -> tuple[str, ...]:
+        others = [
+            w.address
+            for i, w in enumerate(self.workers)
+            if i != node and w.up and w.address is not None
+        ]
+        return tuple(others) if len(others) < self.ASK_PEERS_UP_TO else ()
+
+    def _peer_address(self, node: int, event: int) -> str | None:
+        """The Dask address of another worker whose cache holds (or is fetching) the file
+        of ``event``: the packet reads it from there, over the cluster's network."""
         f = self.space.files[self.space.file_at(event)]
         for _, _, holders in self.scheduler.directory.holders(f.start, f.start + 1):
-            peers = sorted(h for h in holders if h != node)
-            if peers:
-                return str(Path(self._peer_root(peers[0])) / cache_file_name(f.name))
+            for peer in sorted(h for h in holders if h != node):
+                if self.workers[peer].up and self.workers[peer].address is not None:
+                    return self.workers[peer].address
         return None
 
     async def _await(self, token: int, future: Future[Any]) -> None:
@@ -241,19 +264,48 @@ class PacketStreams:
             if payload.source == "cache" or url in payload.cache_added:
                 worker.announced.discard(url)
         jr = self._jobs[job_id]
+        skip = self.config.skip_bad_files
         if ok:
             self._book(index, jr, a, b, payload)
         elif isinstance(payload, PacketError):
-            # Not processed: the rest of the job is dropped by the core.
-            slot.todo = slot.todo | IntervalSet.range(a, b)
-            self._fail(jr, f"{payload.kind} error: {payload}")
+            if skip and payload.kind == "data":
+                self._skip_file(index, jr, a, b, payload.message)
+            else:
+                # Not processed: the rest of the job is dropped by the core.
+                slot.todo = slot.todo | IntervalSet.range(a, b)
+                self._fail(jr, f"{payload.kind} error: {payload}", payload.traceback)
         else:
             attempts = self._attempts.get((a, b), 0) + 1
             self._attempts[(a, b)] = attempts
             slot.todo = slot.todo | IntervalSet.range(a, b)
             if attempts >= self.config.max_packet_attempts:
-                self._fail(jr, f"packet {a}-{b} failed {attempts} times: {payload!r}")
+                message = f"packet {a}-{b} failed {attempts} times: {payload!r}"
+                if skip:
+                    slot.todo = slot.todo - IntervalSet.range(a, b)
+                    self._skip_file(index, jr, a, b, message)
+                else:
+                    self._fail(jr, message)
         self._feed(index)
+
+    def _skip_file(self, index: int, jr: _JobRun, a: int, b: int, reason: str) -> None:
+        """``--skip-bad-files``: the packet's file cannot be read. Its events not yet sent
+        (by any slot of the job) are dropped with the packet's, counted as done but skipped,
+        and the file is recorded in the job's report."""
+        f = self.space.files[self.space.file_at(a)]
+        gone = IntervalSet.range(a, b)
+        for slot in self.slots.values():
+            if slot.subjob is not None and slot.subjob.job_id == jr.job_id:
+                mine = slot.todo.clip(f.start, f.stop)
+                if mine:
+                    slot.todo = slot.todo - mine
+                    slot.processed = slot.processed | mine
+                    jr.done = jr.done | mine
+                    jr.report.events_skipped += mine.length
+        self.slots[index].processed = self.slots[index].processed | gone
+        jr.done = jr.done | gone
+        jr.report.events_skipped += b - a
+        if all(url != f.name for url, _ in jr.report.skipped_files):
+            jr.report.skipped_files.append((f.name, reason))
 
     def _book(self, index: int, jr: _JobRun, a: int, b: int, result: PacketResult) -> None:
         slot = self.slots[index]
@@ -272,6 +324,9 @@ class PacketStreams:
         spent = result.read_s + result.compute_s
         # The slot's time per event, smoothed: packets are sized from it.
         slot.s_per_event = 0.7 * slot.s_per_event + 0.3 * spent / max(n, 1)
+        slot.packet_s = 0.7 * slot.packet_s + 0.3 * spent if slot.packet_s else spent
+        if result.note and result.note not in self._notes:
+            self._notes.append(result.note)
         self._stats.append(
             PacketStat(
                 job=jr.spec.id,
@@ -284,6 +339,10 @@ class PacketStreams:
                 bytes_from_peer=result.bytes_from_peer,
                 read_s=result.read_s,
                 compute_s=result.compute_s,
+                bytes_read=result.bytes_read,
+                cpu_s=result.cpu_s,
+                t_start=max(result.started - self._t0_wall, 0.0),
+                t_end=self.now(),
             )
         )
         if self.progress is not None:

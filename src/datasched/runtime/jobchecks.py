@@ -1,0 +1,91 @@
+"""Checks of a job's processor, columns and output, made when its jobs file is read (before
+anything runs): each problem is one error naming the job and the field."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+import uproot
+
+from datasched.runtime.dataset import Dataset
+from datasched.runtime.outputs import OUTPUT_SUFFIXES, coffea_available
+from datasched.runtime.processor import (
+    Processor,
+    ProcessorError,
+    ShippedProcessor,
+    load_processor,
+    ship,
+)
+
+__all__ = ["COFFEA_HINT", "Err", "check_columns", "check_output", "check_processor"]
+
+COFFEA_HINT = "needs coffea: pip install 'datasched[coffea]'"
+
+
+class Err(Protocol):
+    """Makes the error for ``(field, reason)`` of the job being checked."""
+
+    def __call__(self, field: str, reason: str, traceback: str = "") -> Exception: ...
+
+
+def check_processor(
+    ref: str, base: Path, args: Mapping[str, Any], err: Err
+) -> tuple[Processor, ShippedProcessor]:
+    """The processor, loaded here (the master) with its arguments, and shipped: what the
+    job runs, whatever happens to the file afterwards."""
+    try:
+        proc = load_processor(ref, base, args)
+        return proc, ship(proc, ref)
+    except ProcessorError as exc:
+        raise err("processor", str(exc), exc.traceback) from exc
+
+
+def check_output(value: Any, default: Path, base: Path, err: Err) -> Path:
+    """The job's output path (relative to ``base``), of a suffix that can be written."""
+    raw = value if value is not None else str(default)
+    if not isinstance(raw, str) or not raw:
+        raise err("output", f"expected a path, got {raw!r}")
+    output = Path(raw)
+    if not output.is_absolute():
+        output = base / output
+    if output.suffix not in OUTPUT_SUFFIXES:
+        raise err("output", f"expected a {', '.join(OUTPUT_SUFFIXES)} file, got {output.name}")
+    if output.suffix == ".coffea" and not coffea_available():
+        raise err("output", f"a .coffea output {COFFEA_HINT}")
+    if output.exists() and output.is_dir():
+        raise err("output", f"{output} is a directory")
+    return output
+
+
+def check_columns(
+    value: Any, schema: str, datasets: Mapping[str, Dataset], err: Err
+) -> tuple[str, ...] | None:
+    """The job's ``columns`` (branch names or globs): each must match a branch of the first
+    file of every dataset, so that a typo is found now rather than on a worker. A schema
+    other than ``none`` needs coffea."""
+    if schema != "none" and not coffea_available():
+        raise err("schema", f"schema {schema!r} {COFFEA_HINT}")
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not value or not all(isinstance(c, str) and c for c in value):
+        raise err("columns", f"expected a list of branch names or globs, got {value!r}")
+    for dataset in datasets.values():
+        first = dataset.files[0]
+        if first.url.endswith(".parquet"):
+            continue
+        try:
+            with uproot.open(first.url) as f:
+                tree = f[first.tree]
+                for pattern in value:
+                    if not tree.keys(filter_name=pattern):
+                        raise err(
+                            "columns",
+                            f"{pattern!r} matches no branch of {first.url} (tree {first.tree})",
+                        )
+        except OSError as exc:
+            raise err("columns", f"cannot check them on {first.url}: {exc}") from exc
+    return tuple(value)

@@ -1,0 +1,140 @@
+"""Peer reads over the cluster's own network: a worker copies a file that another worker
+caches from that worker, through Dask's comms, so peer reads work across machines and need no
+shared filesystem (ponce-hersch §4.2: a node reads data cached on another node rather than
+from tertiary storage).
+
+Every worker serves its cache through one handler of its Dask server (:data:`PEER_OP`),
+registered by the cache plugin: ``state`` says whether a file is cached there, being fetched,
+or absent; ``read`` returns a block of a cached file (pinned while it is read, so it is not
+evicted under the reader). The reading worker calls it from a packet's or a move's thread
+through its own connection pool (``worker.rpc``), block after block, and checks the size.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from distributed.utils import sync
+
+from datasched.runtime.storage import LocalDiskFull, StorageError, is_disk_full
+
+if TYPE_CHECKING:
+    from datasched.runtime.diskcache import DiskCache
+
+__all__ = ["PEER_BLOCK_BYTES", "PEER_OP", "PEER_POLL_S", "PeerServer", "await_peer", "peer_copy"]
+
+PEER_OP = "datasched_peer"
+PEER_BLOCK_BYTES = 4 << 20
+"""Bytes per message: a file travels in blocks, so no message holds a whole large file."""
+PEER_POLL_S = 0.05
+
+
+class PeerServer:
+    """What a worker serves its cache with: :meth:`serve` is its handler
+    (``worker.handlers[PEER_OP]``)."""
+
+    def __init__(self, cache: DiskCache) -> None:
+        self.cache = cache
+
+    async def serve(
+        self, action: str = "state", url: str = "", offset: int = 0, size: int = 0
+    ) -> Any:
+        """``state`` of ``url`` here, or ``read`` a block of it (None: not cached)."""
+        if action == "state":
+            return self.cache.state(url)
+        if action == "read":
+            return await asyncio.to_thread(self._read, url, offset, size)
+        raise ValueError(f"{PEER_OP}: unknown action {action!r}")
+
+    def _read(self, url: str, offset: int, size: int) -> bytes | None:
+        """Bytes ``[offset, offset + size)`` of the cached copy of ``url``, or None when it is
+        not cached (evicted meanwhile)."""
+        if not self.cache.pin(url):
+            return None
+        try:
+            with open(self.cache.path_of(url), "rb") as fh:
+                fh.seek(offset)
+                return fh.read(size)
+        except OSError:
+            return None
+        finally:
+            self.cache.unpin(url)
+
+
+def _call(worker: Any, address: str, **kwargs: Any) -> Any:
+    """The peer handler of the worker at ``address``, called from a task's thread."""
+
+    async def call() -> Any:
+        return await getattr(worker.rpc(address), PEER_OP)(**kwargs)
+
+    return sync(worker.loop, call)
+
+
+def peer_state(worker: Any, address: str, url: str) -> str:
+    """``cached``, ``fetching`` or ``absent`` (also when the peer cannot be reached)."""
+    try:
+        return str(_call(worker, address, action="state", url=url))
+    except Exception:
+        return "absent"
+
+
+def await_peer(
+    state: Callable[[], str],
+    limit_s: float,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> bool:
+    """Whether the peer's cached copy is there to read, waiting for it while the peer is still
+    fetching it: that fetch started first, so it ends sooner than a fetch of our own would
+    (DESIGN.md: "a second reader of data being fetched waits for it rather than fetching
+    again"). The wait is bounded by ``limit_s``, the time our own fetch would take; past
+    that, or if the peer's fetch fails, the caller reads from tertiary storage. ``state()``
+    is polled every :data:`PEER_POLL_S` seconds of ``clock``, by ``sleep`` (tests pass a clock
+    that moves only when slept on)."""
+    now = state()
+    if now == "cached":
+        return True
+    deadline = clock() + limit_s
+    while now == "fetching" and clock() < deadline:
+        sleep(PEER_POLL_S)
+        now = state()
+    return now == "cached"
+
+
+def peer_copy(
+    worker: Any, address: str, url: str, dest: Path, expected_bytes: int, *, durable: bool = True
+) -> int:
+    """Copy the peer's cached ``url`` to the local ``dest`` over Dask's comms; returns the
+    bytes copied. Raises :class:`StorageError` (``dest`` removed) if the peer does not have
+    it, is gone, or the copy is not ``expected_bytes`` long."""
+    copied = 0
+    try:
+        with open(dest, "wb") as out:
+            while copied < expected_bytes:
+                size = min(PEER_BLOCK_BYTES, expected_bytes - copied)
+                block = _call(worker, address, action="read", url=url, offset=copied, size=size)
+                if not block:
+                    break
+                out.write(block)
+                copied += len(block)
+            out.flush()
+            if durable:
+                os.fsync(out.fileno())
+    except StorageError:
+        dest.unlink(missing_ok=True)
+        raise
+    except Exception as exc:
+        dest.unlink(missing_ok=True)
+        if is_disk_full(exc):
+            raise LocalDiskFull(getattr(exc, "errno", None), str(exc)) from exc
+        raise StorageError(url, f"peer {address}: {type(exc).__name__}: {exc}") from exc
+    if copied != expected_bytes:
+        dest.unlink(missing_ok=True)
+        raise StorageError(url, f"peer {address} has {copied} of {expected_bytes} bytes")
+    return copied

@@ -1,0 +1,95 @@
+"""A worker's side of a packet, tested without a cluster: a full cache disk reads on without
+caching (and says so once), a cache directory that cannot be created is one clear error, and
+a file a peer has only announced is fetched and kept here."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from datasched.runtime import worker as worker_module
+from datasched.runtime.demodata import DimuonMass
+from datasched.runtime.processor import ship
+from datasched.runtime.storage import LocalDiskFull, copy_file
+from datasched.runtime.worker import (
+    PLUGIN_NAME,
+    CacheDirError,
+    CachePlugin,
+    PacketSpec,
+    packet_on,
+)
+
+
+def fake_worker(root: Path, name: str = "n1") -> Any:
+    worker = SimpleNamespace(name=name, plugins={}, handlers={})
+    plugin = CachePlugin(str(root), 10**9)
+    plugin.setup(worker)
+    worker.plugins[PLUGIN_NAME] = plugin
+    return worker
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_a_full_disk_is_not_a_storage_error(tmp_path: Path) -> None:
+    src = tmp_path / "src.bin"
+    src.write_bytes(b"x" * 10_000)
+    full = tmp_path / "dest"
+    full.symlink_to("/dev/full")  # every write there fails with ENOSPC
+    with pytest.raises(LocalDiskFull):
+        copy_file(str(src), full, retries=3, backoff_s=10.0)  # at once: no retry, no wait
+    assert not full.exists() and os.path.exists("/dev/full")  # the link went, not the device
+
+
+def test_a_full_cache_disk_reads_on_without_caching_and_says_so_once(
+    demo_catalog: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def disk_full(*args: Any, **kwargs: Any) -> int:
+        raise LocalDiskFull(28, "No space left on device")
+
+    monkeypatch.setattr(worker_module, "copy_file", disk_full)
+    worker = fake_worker(tmp_path / "caches")
+    url = str(demo_catalog.parent / "part-000.root")
+    shipped = ship(DimuonMass(), "demo")
+    results = []
+    for a, b in ((0, 500), (500, 1000)):
+        spec = PacketSpec(1, 0, url, "Events", a, b, os.path.getsize(url), shipped)
+        results.append(packet_on(worker, spec))
+    assert [r.source for r in results] == ["direct", "direct"]
+    assert [r.n_events for r in results] == [500, 500]
+    assert results[0].accumulator["n_events"] == 500 and not results[0].cache_added
+    assert "the cache disk is full" in results[0].note and results[1].note == ""
+
+
+def test_a_cache_directory_that_cannot_be_created_is_one_clear_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    with pytest.raises(CacheDirError, match=r"worker n1: cannot create the cache directory"):
+        fake_worker(blocker / "caches")
+
+
+def test_a_file_the_peer_only_announced_is_fetched_and_kept_here(
+    demo_catalog: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The master said a peer holds the file, but the peer's fetch has not begun: this node
+    fetches it from tertiary storage and caches it (the master learns of it, and the peer
+    then reads it from here), rather than staging a copy the peer will fetch again."""
+    asked: list[str] = []
+
+    def absent(worker: Any, address: str, url: str) -> str:
+        asked.append(address)
+        return "absent"
+
+    monkeypatch.setattr(worker_module, "peer_state", absent)
+    worker = fake_worker(tmp_path / "caches")
+    url = str(demo_catalog.parent / "part-001.root")
+    shipped = ship(DimuonMass(), "demo")
+    spec = PacketSpec(1, 0, url, "Events", 0, 100, os.path.getsize(url), shipped, peer="tcp://p:1")
+    first = packet_on(worker, spec)
+    assert asked == ["tcp://p:1"]
+    assert first.source == "tertiary" and first.cache_added == [url]
+    # Cached here now: the next packet reads its own copy without asking the peer.
+    second = packet_on(worker, spec)
+    assert second.source == "cache" and asked == ["tcp://p:1"]
