@@ -62,7 +62,7 @@ async def run(
     return report, seen, engine
 
 
-@pytest.mark.parametrize("policy", ["fifo-roundrobin", "mincostflow"])
+@pytest.mark.parametrize("policy", ["fifo-roundrobin", "sjf-data", "mincostflow"])
 def test_files_are_fetched_and_pinned_before_the_packets_run(
     policy: str, demo_catalog: Path, tmp_path: Path
 ) -> None:
