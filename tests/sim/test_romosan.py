@@ -1,6 +1,6 @@
-"""The reproduction of romosan: a smoke-sized run of every experiment (every claim key, the
-figures and the report), one batch of the edges experiment, determinism; the full
-reproduction is slow."""
+"""The reproduction of romosan: the quick reproduction (``reproduce romosan --quick``: every
+experiment, every claim key, the figures and the report) runs in the default test session;
+one batch of the edges experiment, determinism; the full reproduction is slow."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from datasched.sim.claims_romosan import ROMOSAN_CLAIMS
 from datasched.sim.romosan import (
     CLUSTER,
     FULL,
+    QUICK,
     SMOKE,
     CoschedRun,
     edge_point,
@@ -34,16 +35,29 @@ ISSUE_KEYS = {
 }
 
 
+SIMULATED_AGREEMENTS = (
+    "fifo_over_lp_copies",
+    "fifo_over_sjf_copies",
+    "fifo_over_lp_utilization",
+    "sjf_over_lp_copies",
+    "sjf_over_lp_makespan",
+    "local_copies_32_over_2_servers",
+)
+"""The claims that agree in the full reproduction and come from the simulations alone
+(copies, utilization, makespan: deterministic). The scheduler-time and solve-time claims are
+wall-clock measurements on a shared machine: reported, never asserted."""
+
+
 @pytest.fixture(scope="module")
-def smoke(tmp_path_factory: pytest.TempPathFactory) -> tuple[object, Path]:
-    outcome = run_romosan(SMOKE)
+def quick(tmp_path_factory: pytest.TempPathFactory) -> tuple[object, Path]:
+    outcome = run_romosan(QUICK, processes=2)
     out_dir = tmp_path_factory.mktemp("romosan")
     write_romosan(outcome, out_dir)
     return outcome, out_dir
 
 
-def test_the_smoke_run_measures_every_claim(smoke: tuple[object, Path]) -> None:
-    outcome, _ = smoke
+def test_the_quick_run_measures_every_claim(quick: tuple[object, Path]) -> None:
+    outcome, _ = quick
     claims = {c.key: c for c in outcome.claims}  # type: ignore[attr-defined]
     assert set(claims) == {spec.key for spec in ROMOSAN_CLAIMS}
     assert set(claims) >= ISSUE_KEYS
@@ -51,13 +65,22 @@ def test_the_smoke_run_measures_every_claim(smoke: tuple[object, Path]) -> None:
         assert c.note and "{" not in c.note, c.key
         assert c.ours == c.ours and c.ours >= 0, c.key  # a number, not NaN
     for r in outcome.results:  # type: ignore[attr-defined]
-        assert r.jobs_completed == (SMOKE.zipf_jobs if r.experiment == "zipf" else SMOKE.jobs)
+        assert r.jobs_completed == (QUICK.zipf_jobs if r.experiment == "zipf" else QUICK.jobs)
         # Every file a job needs comes from the archive at least once.
         assert r.remote_copies >= 1
 
 
-def test_the_smoke_run_writes_figures_and_a_report(smoke: tuple[object, Path]) -> None:
-    _, out_dir = smoke
+def test_the_quick_run_agrees_where_the_full_one_does(quick: tuple[object, Path]) -> None:
+    """2,000 jobs instead of 10,000: the simulated claims that agree at the paper's sizes
+    agree here too (the others are explained in docs/cosched.md)."""
+    outcome, _ = quick
+    claims = {c.key: c for c in outcome.claims}  # type: ignore[attr-defined]
+    for key in SIMULATED_AGREEMENTS:
+        assert claims[key].agrees, (key, claims[key].ours, claims[key].note)
+
+
+def test_the_quick_run_writes_figures_and_a_report(quick: tuple[object, Path]) -> None:
+    _, out_dir = quick
     report = (out_dir / "report.md").read_text()
     assert "## The cluster" in report and "20 GB (the paper's)" in report
     assert "archive bandwidth" in report
@@ -117,20 +140,12 @@ def test_the_study_covers_each_experiment() -> None:
 
 @pytest.mark.slow
 def test_the_full_reproduction(tmp_path: Path) -> None:
-    """The paper's sizes (several minutes on two cores). The claims that agree here are
-    checked to keep agreeing; docs/cosched.md explains the ones that do not."""
+    """The paper's sizes (several minutes on two cores). The simulated claims that agree
+    here are checked to keep agreeing; docs/cosched.md explains the ones that do not. The
+    two timed claims are reported, not asserted (wall-clock time on a shared machine)."""
     outcome = run_romosan(FULL, processes=2)
     write_romosan(outcome, tmp_path)
     claims = {c.key: c for c in outcome.claims}
     assert set(claims) >= ISSUE_KEYS
-    for key in (
-        "fifo_over_lp_copies",
-        "fifo_over_sjf_copies",
-        "fifo_over_lp_utilization",
-        "sjf_over_lp_copies",
-        "sjf_over_lp_makespan",
-        "lp_delay_scheduler_time_ratio",
-        "local_copies_32_over_2_servers",
-        "mincostflow_solve_s_64k_files_32_servers",
-    ):
+    for key in SIMULATED_AGREEMENTS:
         assert claims[key].agrees, (key, claims[key].ours, claims[key].note)
