@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 from pathlib import Path
 
@@ -116,3 +118,23 @@ class DaskProcesses:
             except Exception:
                 proc.kill()
                 proc.wait(15)
+
+
+class KillOnFirstPacket:
+    """A progress listener that kills the process ``victim`` (a worker) with SIGKILL when the
+    first packet's events are counted, once; ``killed`` lists the pids it killed."""
+
+    def __init__(self, victim: int) -> None:
+        self.victim = victim
+        self.killed: list[int] = []
+
+    def job_started(self, job_id: str, n_events: int) -> None:
+        pass
+
+    def advance(self, job_id: str, n_events: int, from_cache: bool) -> None:
+        if not self.killed:
+            self.killed.append(self.victim)
+            os.kill(self.victim, signal.SIGKILL)
+
+    def job_done(self, job_id: str, status: str) -> None:
+        pass

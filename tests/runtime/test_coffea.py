@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import signal
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,7 @@ from datasched.runtime.session import (
     open_cluster,
     run_jobs,
 )
+from runtime_support import KillOnFirstPacket
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 NANO = DATA / "nanoAOD_2015_CMS_Open_Data_ttbar.root"
@@ -170,19 +170,8 @@ def test_with_a_worker_killed_mid_run(tmp_path: Path, files: dict[str, Any]) -> 
         async with open_cluster(opts) as (client, names):
             pids: dict[str, int] = await client.run(os.getpid)
             victim = max(pids.values())
-            killed: list[int] = []
-
-            class KillOnFirstPacket:
-                def job_started(self, job_id: str, n_events: int) -> None:
-                    pass
-
-                def advance(self, job_id: str, n_events: int, from_cache: bool) -> None:
-                    if not killed:
-                        killed.append(victim)
-                        os.kill(victim, signal.SIGKILL)
-
-                def job_done(self, job_id: str, status: str) -> None:
-                    pass
+            killer = KillOnFirstPacket(victim)
+            killed = killer.killed
 
             sched = build_scheduler(
                 len(names),
@@ -191,9 +180,7 @@ def test_with_a_worker_killed_mid_run(tmp_path: Path, files: dict[str, Any]) -> 
                 default_calibration(opts.tertiary_bytes_per_s),
                 policy="cache-splitting",
             )
-            engine = RuntimeEngine(
-                client, sched, names, config=CONFIG, progress=KillOnFirstPacket()
-            )
+            engine = RuntimeEngine(client, sched, names, config=CONFIG, progress=killer)
             report = await engine.run(specs, known_cache={})
             assert killed and engine.worker_departures >= 1
             return report

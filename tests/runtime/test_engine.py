@@ -10,7 +10,6 @@ import asyncio
 import os
 import pickle
 import shutil
-import signal
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +30,7 @@ from datasched.runtime.session import (
     run_dask_map,
     run_jobs,
 )
-from runtime_support import N_EVENTS, reference_counts
+from runtime_support import N_EVENTS, KillOnFirstPacket, reference_counts
 
 FAST = EngineConfig(packet_target_s=0.2, min_packet_events=300, poll_s=0.1)
 POLICIES = sorted(available())
@@ -148,19 +147,8 @@ def test_worker_killed_mid_job_loses_and_doubles_nothing(
         async with open_cluster(opts) as (client, names):
             pids: dict[str, int] = await client.run(os.getpid)
             victim = max(pids.values())
-            killed: list[int] = []
-
-            class KillOnFirstPacket:
-                def job_started(self, job_id: str, n_events: int) -> None:
-                    pass
-
-                def advance(self, job_id: str, n_events: int, from_cache: bool) -> None:
-                    if not killed:
-                        killed.append(victim)
-                        os.kill(victim, signal.SIGKILL)
-
-                def job_done(self, job_id: str, status: str) -> None:
-                    pass
+            killer = KillOnFirstPacket(victim)
+            killed = killer.killed
 
             sched = build_scheduler(
                 len(names), opts, space, calibration, policy=policy, policy_params=SHORT.get(policy)
@@ -170,7 +158,7 @@ def test_worker_killed_mid_job_loses_and_doubles_nothing(
                 sched,
                 names,
                 config=FAST,
-                progress=KillOnFirstPacket(),
+                progress=killer,
             )
             report = await engine.run(specs, known_cache={})
             assert killed

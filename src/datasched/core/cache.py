@@ -19,6 +19,7 @@ from typing import Protocol
 
 from datasched.core.data import CacheGrain, DataSpace
 from datasched.core.filecache import FileCache
+from datasched.core.holds import Holds
 from datasched.core.intervals import IntervalSet
 from datasched.core.replacement import LRU, Replacement
 
@@ -68,7 +69,7 @@ def new_cache(space: DataSpace, capacity_bytes: float, replacement: Replacement 
     return RangeCache(int(capacity_bytes // density), replacement, bytes_per_event=density)
 
 
-class RangeCache:
+class RangeCache(Holds):
     """The disk cache of one node holding event ranges, with replacement over them.
 
     Cached data is kept as disjoint extents ``[start, stop)`` in sorted parallel lists, each with
@@ -84,12 +85,8 @@ class RangeCache:
 
     __slots__ = (
         "_content",
-        "_fetch_ids",
-        "_fetches",
         "_heap",
         "_keys",
-        "_pin_ids",
-        "_pins",
         "_seq",
         "_seqs",
         "_starts",
@@ -121,10 +118,7 @@ class RangeCache:
         self._seq = itertools.count()
         self._content: IntervalSet | None = _EMPTY
         self._used = 0
-        self._pins: dict[int, IntervalSet] = {}
-        self._pin_ids = itertools.count()
-        self._fetches: dict[int, IntervalSet] = {}
-        self._fetch_ids = itertools.count()
+        self._init_holds()
 
     # -- reading the state ------------------------------------------------------------------
 
@@ -150,22 +144,6 @@ class RangeCache:
     @property
     def used_bytes(self) -> float:
         return self._used * self.bytes_per_event
-
-    @property
-    def pinned(self) -> IntervalSet:
-        """Events that may not be evicted now."""
-        out = _EMPTY
-        for data in self._pins.values():
-            out = out | data
-        return out
-
-    @property
-    def in_flight(self) -> IntervalSet:
-        """Events being fetched into this cache."""
-        out = _EMPTY
-        for data in self._fetches.values():
-            out = out | data
-        return out
 
     def lookup(self, data: IntervalSet) -> IntervalSet:
         """The part of ``data`` that is cached here.
@@ -216,30 +194,6 @@ class RangeCache:
     def extents(self) -> Iterator[tuple[int, int, float]]:
         """Cached extents as ``(start, stop, key)``, in event order."""
         return zip(self._starts, self._stops, self._keys, strict=True)
-
-    # -- pins and fetches ---------------------------------------------------------------------
-
-    def pin(self, data: IntervalSet) -> int:
-        """Protect ``data`` from eviction until :meth:`unpin` with the returned token."""
-        token = next(self._pin_ids)
-        self._pins[token] = data
-        return token
-
-    def unpin(self, token: int) -> None:
-        del self._pins[token]
-
-    def begin_fetch(self, data: IntervalSet) -> int:
-        """Note that ``data`` is being read into this cache; returns a token for end_fetch."""
-        token = next(self._fetch_ids)
-        self._fetches[token] = data
-        return token
-
-    def end_fetch(
-        self, token: int, completed: IntervalSet, stamp: float
-    ) -> tuple[IntervalSet, IntervalSet]:
-        """Finish a fetch: ``completed`` (of what was fetched) is inserted, the rest dropped."""
-        fetched = self._fetches.pop(token)
-        return self.insert(completed & fetched, stamp)
 
     # -- changing the content -----------------------------------------------------------------
 

@@ -12,6 +12,7 @@ import heapq
 import itertools
 
 from datasched.core.data import DataSpace
+from datasched.core.holds import Holds
 from datasched.core.intervals import IntervalSet
 from datasched.core.replacement import LRU, Replacement
 
@@ -20,7 +21,7 @@ __all__ = ["FileCache"]
 _EMPTY = IntervalSet()
 
 
-class FileCache:
+class FileCache(Holds):
     """Whole files of ``space`` within a budget of ``capacity_bytes``."""
 
     def __init__(
@@ -37,10 +38,7 @@ class FileCache:
         self._seq = itertools.count()
         self._used = 0.0
         self._content: IntervalSet | None = _EMPTY
-        self._pins: dict[int, IntervalSet] = {}
-        self._pin_ids = itertools.count()
-        self._fetches: dict[int, IntervalSet] = {}
-        self._fetch_ids = itertools.count()
+        self._init_holds()
 
     # -- reading the state ------------------------------------------------------------------
 
@@ -71,20 +69,6 @@ class FileCache:
     def free_bytes(self) -> float:
         return self._capacity - self._used
 
-    @property
-    def pinned(self) -> IntervalSet:
-        out = _EMPTY
-        for data in self._pins.values():
-            out = out | data
-        return out
-
-    @property
-    def in_flight(self) -> IntervalSet:
-        out = _EMPTY
-        for data in self._fetches.values():
-            out = out | data
-        return out
-
     def lookup(self, data: IntervalSet) -> IntervalSet:
         return data & self.content
 
@@ -97,26 +81,9 @@ class FileCache:
 
     # -- pins and fetches -------------------------------------------------------------------
 
-    def pin(self, data: IntervalSet) -> int:
-        """Protect the files ``data`` touches from eviction until :meth:`unpin`."""
-        token = next(self._pin_ids)
-        self._pins[token] = self.space.whole_files(data)
-        return token
-
-    def unpin(self, token: int) -> None:
-        del self._pins[token]
-
-    def begin_fetch(self, data: IntervalSet) -> int:
-        token = next(self._fetch_ids)
-        self._fetches[token] = self.space.whole_files(data)
-        return token
-
-    def end_fetch(
-        self, token: int, completed: IntervalSet, stamp: float
-    ) -> tuple[IntervalSet, IntervalSet]:
-        """Finish a fetch: the files ``completed`` touches (of those fetched) are inserted."""
-        fetched = self._fetches.pop(token)
-        return self.insert(completed & fetched, stamp)
+    def _held(self, data: IntervalSet) -> IntervalSet:
+        """Pins and fetches hold the whole files ``data`` touches."""
+        return self.space.whole_files(data)
 
     # -- changing the content ---------------------------------------------------------------
 

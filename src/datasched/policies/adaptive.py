@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from datasched.core.policy import JobView, Param, SchedulerView
-from datasched.policies.delayed import DelayedScheduling
+from datasched.policies.delayed import STRIPE_EVENTS, DelayedScheduling
 from datasched.policies.registry import register
 
 __all__ = ["AdaptiveDelay", "MapPoint", "PerformanceMap", "default_map", "load_map"]
@@ -171,14 +171,7 @@ class AdaptiveDelay(DelayedScheduling):
             parse=load_map,
             factory=default_map,
         ),
-        Param(
-            "stripe_events",
-            int,
-            5000,
-            "stripe size: uncached data is cut on common stripe points (Table 4)",
-            low=1,
-            unit="events",
-        ),
+        STRIPE_EVENTS,
         Param(
             "window_h",
             float,

@@ -57,6 +57,17 @@ class MetaSubjob:
     subjobs: list[Subjob] = field(default_factory=list)
 
 
+STRIPE_EVENTS = Param(
+    "stripe_events",
+    int,
+    5000,
+    "stripe size: uncached data is cut on common stripe points (Table 4)",
+    low=1,
+    unit="events",
+)
+"""Declared by delayed scheduling and by adaptive delay, which stripes the same way."""
+
+
 @register
 class DelayedScheduling(Policy):
     """Delayed scheduling (ponce-hersch Table 4), periods of ``period_h`` hours and stripes of
@@ -82,14 +93,7 @@ class DelayedScheduling(Policy):
             low=0.0,
             unit="hours",
         ),
-        Param(
-            "stripe_events",
-            int,
-            5000,
-            "stripe size: uncached data is cut on common stripe points (Table 4)",
-            low=1,
-            unit="events",
-        ),
+        STRIPE_EVENTS,
     )
 
     def __init__(self, *, period_h: float = 48.0, stripe_events: int = 5000) -> None:
