@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test lint format bench reproduce clean
+.PHONY: venv demo test lint format bench reproduce reproduce-romosan clean
 
 venv: $(STAMP)
 
@@ -32,6 +32,7 @@ format: venv
 bench: venv
 	$(BIN)/python benchmarks/run.py --repeat 3
 	$(BIN)/python benchmarks/runtime.py
+	$(BIN)/python benchmarks/cosched_solver.py
 
 # The full reproduction (about ten minutes on two cores), then its report and figures
 # copied over the committed ones in docs/.
@@ -39,6 +40,13 @@ reproduce: venv
 	$(BIN)/datasched reproduce ponce --out out/reproduce
 	cp out/reproduce/report.md docs/reproduction-ponce.md
 	cp out/reproduce/figures/*.csv out/reproduce/figures/*.png docs/figures/
+
+# The reproduction of romosan's co-scheduling (a few minutes on two cores), likewise.
+reproduce-romosan: venv
+	$(BIN)/datasched reproduce romosan --out out/romosan
+	sed 's|(figures/|(figures/romosan/|g' out/romosan/report.md > docs/reproduction-romosan.md
+	mkdir -p docs/figures/romosan
+	cp out/romosan/figures/*.csv out/romosan/figures/*.png docs/figures/romosan/
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist

@@ -1,18 +1,20 @@
 """Small clusters for tests of the core and the simulator (importable: ``tests`` is on the
 path): a scheduler over a uniform data space of ponce-hersch events, built the way the
-simulator builds one."""
+simulator builds one; and a cluster of romosan's model (servers of several slots sharing one
+archive link, files cached whole)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from datasched.core.data import DataSpace, FileSpec
-from datasched.core.model import CostModel, Node, Pipelining, Topology, node_endpoint
+from datasched.core.model import CostModel, Link, Node, Pipelining, Topology, node_endpoint
 from datasched.core.scheduler import Scheduler
 from datasched.policies import build_policy
 
 __all__ = [
     "EVENT_BYTES",
+    "cosched_scheduler",
     "file_space",
     "placed_space",
     "scheduler",
@@ -94,3 +96,26 @@ def servers_and_workers(
             for i in range(workers + servers)
         )
     )
+
+
+def cosched_scheduler(
+    policy: str,
+    nodes: int,
+    *,
+    slots: int = 2,
+    cache_files: float = 4,
+    n_files: int = 10,
+    file_events: int = 100,
+    archive_bytes_per_s: float = 100e6,
+    params: dict[str, Any] | None = None,
+) -> Scheduler:
+    """``nodes`` servers of ``slots`` slots caching ``cache_files`` files each, reading
+    ``n_files`` files of ``file_events`` events through one shared archive link."""
+    space = DataSpace.uniform(n_files * file_events, EVENT_BYTES, file_events=file_events)
+    file_bytes = file_events * EVENT_BYTES
+    servers = tuple(
+        Node(i, cache_files * file_bytes, slots=slots, tertiary_bytes_per_s=None)
+        for i in range(nodes)
+    )
+    topology = Topology(servers, links=(Link("site:site0", "tertiary", archive_bytes_per_s),))
+    return Scheduler(topology, space, build_policy(policy, **(params or {})), cost=CostModel())

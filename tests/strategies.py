@@ -1,18 +1,22 @@
-"""Hypothesis strategies, all in one module: event sets over a small data space, and small
-simulated scenarios (jobs over it)."""
+"""Hypothesis strategies, all in one module: event sets over a small data space, small
+simulated scenarios (jobs over it), and batches of romosan's file-to-server network."""
 
 from __future__ import annotations
 
+import numpy as np
 from hypothesis import strategies as st
 
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import Job
+from datasched.policies.mincostflow import Batch
 
 __all__ = [
     "dense_event_sets",
     "event_sets",
+    "flow_batches",
     "interval_sets",
     "job_lists",
+    "multi_file_jobs",
     "placements",
     "raw_ranges",
 ]
@@ -88,3 +92,53 @@ def placements(draw: st.DrawFn, n_nodes: int, max_files: int = 12) -> list[int]:
     n = draw(st.integers(1, max_files))
     favourites = draw(st.lists(st.integers(0, n_nodes - 1), min_size=1, max_size=n_nodes))
     return [draw(st.sampled_from(favourites)) for _ in range(n)]
+
+
+@st.composite
+def flow_batches(
+    draw: st.DrawFn, max_files: int = 4, max_servers: int = 3, max_units: int = 4
+) -> Batch:
+    """A batch of romosan's network: popularities and free slots (zeros included: unpopular
+    files and full servers), the servers where each file costs nothing, whether some server
+    holds it (a holder may have no free slot, and a file may be on its way to a server that
+    nobody holds it on yet), and the costs l and r (l may be 0, or above r)."""
+    n_f = draw(st.integers(1, max_files))
+    n_s = draw(st.integers(1, max_servers))
+    pop = draw(st.lists(st.integers(0, max_units), min_size=n_f, max_size=n_f))
+    free = draw(st.lists(st.integers(0, max_units), min_size=n_s, max_size=n_s))
+    ptr = [0]
+    idx: list[int] = []
+    has_copy = []
+    for _ in range(n_f):
+        zero = draw(st.sets(st.integers(0, n_s - 1), max_size=n_s))
+        idx += sorted(zero)
+        ptr.append(len(idx))
+        has_copy.append(bool(zero) or draw(st.booleans()))
+    local = draw(st.sampled_from([0.0, 1.0, 2.5, 7.0]))
+    remote = draw(st.sampled_from([1.0, 3.0, 10.0]))
+    return Batch(
+        popularity=np.array(pop, dtype=np.int64),
+        free=np.array(free, dtype=np.int64),
+        zero_ptr=np.array(ptr, dtype=np.int64),
+        zero_idx=np.array(idx, dtype=np.int64),
+        has_copy=np.array(has_copy, dtype=np.bool_),
+        local_cost=local,
+        remote_cost=remote,
+    )
+
+
+@st.composite
+def multi_file_jobs(
+    draw: st.DrawFn, n_files: int, file_events: int, max_jobs: int = 12, max_files: int = 3
+) -> list[Job]:
+    """Jobs each needing one to ``max_files`` whole files of a space of ``n_files`` files of
+    ``file_events`` events, arriving together or a little apart."""
+    n = draw(st.integers(1, max_jobs))
+    jobs = []
+    t = 0.0
+    for i in range(n):
+        t += draw(st.sampled_from([0.0, 0.0, 5.0, 60.0, 600.0]))
+        files = draw(st.sets(st.integers(0, n_files - 1), min_size=1, max_size=max_files))
+        data = IntervalSet((f * file_events, (f + 1) * file_events) for f in files)
+        jobs.append(Job(job_id=i, submit_s=t, data=data, files_local=True))
+    return jobs

@@ -9,6 +9,7 @@ registers one group of commands on it.
 
 from __future__ import annotations
 
+import datasched.cli.cosched
 import datasched.cli.demo
 import datasched.cli.info
 import datasched.cli.proof

@@ -230,7 +230,11 @@ def reproduce_ponce(
     shown = [(f.spec.title, f.png_path) for f in figs.values() if f.png_path is not None]
     with user_errors():
         _, md_path = write_report(
-            claims, out_dir, title="Reproduction of ponce-hersch", figures=shown
+            claims,
+            out_dir,
+            title="Reproduction of ponce-hersch",
+            figures=shown,
+            command="datasched reproduce ponce",
         )
     table = Table(title="ponce-hersch: paper vs datasched")
     for col in ("claim", "paper", "ours", "agrees"):

@@ -29,6 +29,8 @@ _BUILTIN_MODULES = (
     "datasched.policies.delayed",
     "datasched.policies.adaptive",
     "datasched.policies.proof",
+    "datasched.policies.cosched_greedy",
+    "datasched.policies.cosched_flow",
 )
 
 _registry: dict[str, type[Policy]] = {}

@@ -13,9 +13,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-__all__ = ["Bound", "Claim", "ClaimSpec", "Measured", "fill_claims"]
+__all__ = ["BOUND_SIGNS", "Bound", "Claim", "ClaimSpec", "Measured", "fill_claims"]
 
-Bound = Literal["about", "at_most", "at_least"]
+Bound = Literal["about", "at_most", "at_least", "below", "above"]
+BOUND_SIGNS = {"at_most": "≤ ", "at_least": "≥ ", "below": "< ", "above": "> "}
+"""How a report writes each bound before the paper's value."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +34,8 @@ class Claim:
     note: str = ""
     bound: str = "about"
     """``about``: ours within ``rel_tol`` of the paper's; ``at_most`` / ``at_least``: the
-    paper states a bound ("under 0.5 %", "higher")."""
+    paper states a bound ("under 0.5 %", "higher"); ``below`` / ``above``: a strict one
+    ("fewer", "more"), by more than ``rel_tol`` (a ratio within it of 1 is "the same")."""
 
     @property
     def agrees(self) -> bool:
@@ -40,6 +43,10 @@ class Claim:
             return self.ours <= self.paper * (1 + self.rel_tol)
         if self.bound == "at_least":
             return self.ours >= self.paper * (1 - self.rel_tol)
+        if self.bound == "below":
+            return self.ours < self.paper * (1 - self.rel_tol)
+        if self.bound == "above":
+            return self.ours > self.paper * (1 + self.rel_tol)
         return math.isclose(self.ours, self.paper, rel_tol=self.rel_tol)
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import IO
 
 from datasched._files import atomic_write_text
-from datasched.sim.claims import Claim
+from datasched.sim.claims import BOUND_SIGNS, Claim
 
 __all__ = ["write_report"]
 
@@ -23,11 +23,12 @@ def write_report(
     figures: Sequence[tuple[str, Path]] = (),
     command: str = "datasched reproduce",
     intro: str = "the simulator with the paper's parameters, nothing fitted.",
+    sections: Sequence[str] = (),
 ) -> tuple[Path, Path]:
     """Write ``claims.csv`` and ``report.md`` into ``out_dir`` (atomically, file by file);
     the report opens with the ``command`` that made it, and ``intro`` ends the opening
-    sentence (where our values come from); ``figures`` (title, PNG path) are listed and shown
-    after the claims."""
+    sentence (where our values come from); ``sections`` (Markdown) follow the claims;
+    ``figures`` (title, PNG path) are listed and shown after them."""
     out_dir.mkdir(parents=True, exist_ok=True)
     csv_path = out_dir / "claims.csv"
     md_path = out_dir / "report.md"
@@ -44,7 +45,7 @@ def write_report(
     ]
     for c in claims:
         unit = f" {c.unit}" if c.unit else ""
-        paper = {"at_most": "≤ ", "at_least": "≥ "}.get(c.bound, "") + _num(c.paper)
+        paper = BOUND_SIGNS.get(c.bound, "") + _num(c.paper)
         if math.isnan(c.ours):  # a claim the reproduction could not measure (its note says)
             ours, agrees = "not measured", "-"
         else:
@@ -56,6 +57,8 @@ def write_report(
     if len(measured) < len(claims):
         lines.append(f"{len(claims) - len(measured)} not measured (its note says why).")
     lines.append("")
+    for section in sections:
+        lines += [section.rstrip("\n"), ""]
     if figures:
         lines += ["## Figures", ""]
         for fig_title, png in figures:

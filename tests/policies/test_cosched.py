@@ -1,0 +1,314 @@
+"""romosan's co-scheduling policies in the simulator: a job starts only with all its files
+cached and pinned on its server, and they stay there while it runs; a pinned file is never
+evicted; one transfer a file and server, and a file on its way is copied from where it goes,
+not fetched again; each policy's own rule (servers in turn, cheapest data first, batches of
+the min-cost flow, which are optima of the LP)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from clusters import cosched_scheduler
+from datasched.core.actions import Action, Assign, Fetch, Replicate, Start
+from datasched.core.events import (
+    CacheChanged,
+    Event,
+    FetchDone,
+    SubjobFinished,
+    SubjobStopped,
+    TransferDone,
+)
+from datasched.core.intervals import IntervalSet
+from datasched.core.model import Job
+from datasched.core.scheduler import Scheduler
+from datasched.policies import cosched_flow
+from datasched.policies.mincostflow import Batch, BatchFlow, Network, solve_lp
+from datasched.sim.engine import SimEngine
+from strategies import multi_file_jobs
+
+POLICIES = ("fifo-roundrobin", "sjf-data", "mincostflow")
+FILE = 100
+"""Events a file in these tests (the cluster helper's default)."""
+
+
+def files(*indices: int) -> IntervalSet:
+    return IntervalSet((f * FILE, (f + 1) * FILE) for f in indices)
+
+
+class CheckingEngine(SimEngine):
+    """The simulator, checking romosan's rule at every start and end of a subjob and every
+    cache change, and keeping the actions the scheduler sent."""
+
+    def __init__(self, sched: Scheduler) -> None:
+        super().__init__(sched)
+        self.actions: list[tuple[float, Action]] = []
+        self.staged: set[int] = set()
+        """Subjobs started with all their files staged."""
+        handle = sched.handle
+
+        def checked(ev: Event) -> list[Action]:
+            self._no_pinned_file_evicted(ev)
+            out = handle(ev)
+            self.actions += [(ev.time, a) for a in out]
+            return out
+
+        sched.handle = checked  # type: ignore[method-assign]
+
+    def _no_pinned_file_evicted(self, ev: Event) -> None:
+        if isinstance(ev, FetchDone | TransferDone | CacheChanged):
+            node, evicted = ev.node, ev.evicted
+        elif isinstance(ev, SubjobFinished | SubjobStopped):
+            node, evicted = self._slot_node[ev.slot], ev.cache_evicted
+        else:
+            return
+        assert not evicted.overlaps(self.caches[node].pinned), "a pinned file was evicted"
+
+    def _start(self, action: Start | Assign) -> None:
+        if action.cache_fill:  # every file of the job was staged
+            cache = self.caches[self._slot_node[action.slot]]
+            whole = self.space.whole_files(action.subjob.data)
+            assert whole.issubset(cache.content), "a job started before its files were in"
+            assert whole.issubset(cache.pinned), "a job started with files not pinned"
+            self.staged.add(action.subjob.subjob_id)
+        super()._start(action)
+
+    def _leave(self, slot: int, *, finished: bool) -> SubjobFinished | SubjobStopped:
+        run = self._runs[slot]
+        assert run is not None
+        if run.subjob.subjob_id in self.staged:
+            cache = self.caches[self._slot_node[slot]]
+            whole = self.space.whole_files(run.subjob.data)
+            assert whole.issubset(cache.content), "a file of a running job left its cache"
+        return super()._leave(slot, finished=finished)
+
+    def moves(self) -> list[Fetch | Replicate]:
+        return [a for _, a in self.actions if isinstance(a, Fetch | Replicate)]
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@settings(max_examples=40, deadline=None)
+@given(
+    jobs=multi_file_jobs(n_files=8, file_events=FILE, max_jobs=10, max_files=3),
+    nodes=st.integers(1, 3),
+    slots=st.integers(1, 2),
+    roomy=st.booleans(),
+)
+def test_jobs_start_with_their_files_pinned_and_pinned_files_stay(
+    policy: str, jobs: list[Job], nodes: int, slots: int, roomy: bool
+) -> None:
+    """Caches just large enough for the files every slot's job pins (three a job), or room
+    for everything: every job starts with all its files cached and pinned on its server, they
+    stay there while it runs, and no pinned file is ever evicted."""
+    cache_files = 40 if roomy else 3 * slots
+    sched = cosched_scheduler(policy, nodes, slots=slots, cache_files=cache_files, n_files=8)
+    engine = CheckingEngine(sched)
+    run = engine.run(jobs)
+    assert run.jobs_completed == len(jobs)
+    assert len(engine.staged) == len(jobs)  # no job ran without its files
+    counters = run.policy_counters
+    assert counters["local_copies"] + counters["remote_copies"] == run.transfers
+    if roomy:
+        # Nothing is evicted: each file comes from the archive once, whoever needs it.
+        wanted = {f for j in jobs for f in sched.space.files_in(j.data)}
+        assert counters["remote_copies"] == len(wanted)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_one_transfer_a_file_and_server_and_copies_from_where_it_goes(policy: str) -> None:
+    """Four jobs of file 3 arrive together on two servers of two slots: one remote copy to
+    the first server; the second server's copy waits for it to land and comes from there."""
+    sched = cosched_scheduler(policy, 2, slots=2)
+    engine = CheckingEngine(sched)
+    engine.run([Job(i, 0.0, files(3)) for i in range(4)])
+    moves = engine.moves()
+    assert [type(m).__name__ for m in moves] == ["Fetch", "Replicate"], moves
+    fetch, copy = moves
+    assert isinstance(copy, Replicate) and copy.source == fetch.node != copy.node
+    (copied,) = [t for t, a in engine.actions if isinstance(a, Replicate)]
+    assert copied > 0  # once the remote copy had landed
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_a_cached_file_is_copied_from_its_holder(policy: str) -> None:
+    """Three servers of one slot: jobs of file 1 and of files 0, 2, 4 take two of them; a job
+    of file 1 arriving while both run goes to the third, with a local copy of file 1 from the
+    server that fetched it, not a remote one."""
+    sched = cosched_scheduler(policy, 3, slots=1)
+    engine = CheckingEngine(sched)
+    jobs = [Job(0, 0.0, files(1)), Job(1, 0.0, files(0, 2, 4)), Job(2, 10.0, files(1))]
+    engine.run(jobs)
+    moves = engine.moves()
+    (fetched,) = [m for m in moves if isinstance(m, Fetch) and m.data == files(1)]
+    (copy,) = [m for m in moves if isinstance(m, Replicate)]
+    assert copy.data == files(1) and copy.source == fetched.node != copy.node
+
+
+def test_fifo_roundrobin_takes_servers_in_turn() -> None:
+    sched = cosched_scheduler("fifo-roundrobin", 3, slots=2)
+    engine = CheckingEngine(sched)
+    engine.run([Job(i, 0.0, files(i)) for i in range(5)])
+    starts = [a for _, a in engine.actions if isinstance(a, Fetch)]
+    assert [a.node for a in starts] == [0, 1, 2, 0, 1]
+
+
+def test_sjf_runs_the_job_whose_file_is_cached_first() -> None:
+    """One server, one slot, caching file 2. Jobs of files 5, 6 and 2 queue behind a running
+    job; when it ends, the job of file 2 moves nothing and goes first (the early exit), then
+    the others in arrival order."""
+    sched = cosched_scheduler("sjf-data", 1, slots=1)
+    sched.handle(CacheChanged(0.0, 0, added=files(2)))
+    engine = CheckingEngine(sched)
+    engine.caches[0].insert(files(2), 0.0)
+    jobs = [Job(0, 0.0, files(7)), Job(1, 1.0, files(5)), Job(2, 2.0, files(6))]
+    jobs.append(Job(3, 3.0, files(2)))
+    engine.run(jobs)
+    order = [a.subjob.job_id for _, a in engine.actions if isinstance(a, Start)]
+    assert order == [0, 3, 1, 2]
+
+
+def test_fifo_keeps_arrival_order_where_sjf_would_not() -> None:
+    sched = cosched_scheduler("fifo-roundrobin", 1, slots=1)
+    sched.handle(CacheChanged(0.0, 0, added=files(2)))
+    engine = CheckingEngine(sched)
+    engine.caches[0].insert(files(2), 0.0)
+    jobs = [Job(0, 0.0, files(7)), Job(1, 1.0, files(5)), Job(2, 2.0, files(6))]
+    jobs.append(Job(3, 3.0, files(2)))
+    engine.run(jobs)
+    order = [a.subjob.job_id for _, a in engine.actions if isinstance(a, Start)]
+    assert order == [0, 1, 2, 3]
+
+
+def test_mincostflow_places_jobs_in_batches_every_period() -> None:
+    """With a period of 100 s, jobs arriving at 0, 10 and 20 s all wait for the batch at
+    100 s; one more arriving later waits for the next."""
+    sched = cosched_scheduler("mincostflow", 2, slots=2, params={"lp_period_s": 100.0})
+    engine = CheckingEngine(sched)
+    jobs = [Job(i, 10.0 * i, files(i)) for i in range(3)] + [Job(3, 150.0, files(3))]
+    run = engine.run(jobs)
+    placed = [t for t, a in engine.actions if isinstance(a, Fetch)]
+    assert placed == [100.0, 100.0, 100.0, 250.0]
+    assert run.policy_counters["batches"] == 2
+
+
+def test_mincostflow_batches_are_optima_of_the_lp(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every batch the policy solves during a run is checked against HiGHS."""
+    solve = cosched_flow.solve
+    checked: list[int] = []
+
+    def both(batch: Batch, network: Network = "grouped") -> BatchFlow:
+        result = solve(batch, network)
+        lp_objective, _ = solve_lp(batch)
+        assert result.objective == pytest.approx(lp_objective, rel=1e-9, abs=1e-9)
+        checked.append(batch.n_files)
+        return result
+
+    monkeypatch.setattr(cosched_flow, "solve", both)
+    sched = cosched_scheduler(
+        "mincostflow", 3, slots=2, cache_files=3, params={"lp_period_s": 30.0}
+    )
+    jobs = [Job(i, 7.0 * i, files(i % 7, (3 * i) % 10)) for i in range(40)]
+    run = CheckingEngine(sched).run(jobs)
+    assert run.jobs_completed == 40
+    assert len(checked) == run.policy_counters["batches"] > 3
+    assert max(checked) > 3
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_policies_declare_their_costs(policy: str) -> None:
+    from datasched.policies import describe
+
+    params: dict[str, Any] = {p["name"]: p for p in describe(policy)["params"]}
+    if policy != "fifo-roundrobin":
+        assert params["local_cost"]["default"] == 1.0
+        assert params["remote_cost"]["default"] == 10.0
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    cached=st.lists(st.tuples(st.integers(0, 2), st.integers(0, 9), st.booleans()), max_size=25),
+    wanted=st.sets(st.integers(0, 9), min_size=1),
+)
+def test_holders_of_many_files_is_holders_of_each(
+    cached: list[tuple[int, int, bool]], wanted: set[int]
+) -> None:
+    """The batch's one walk over the directory finds what a lookup per file finds."""
+    sched = cosched_scheduler("mincostflow", 3)
+    for node, f, add in cached:
+        if add:
+            sched.handle(CacheChanged(0.0, node, added=files(f)))
+        else:
+            sched.handle(CacheChanged(0.0, node, evicted=files(f)))
+    policy = sched.policy
+    assert isinstance(policy, cosched_flow.MinCostFlow)
+    order = sorted(wanted)
+    assert policy.holders_of(sched, order) == [policy.holders(sched, f) for f in order]
+
+
+GOLDEN = Path(__file__).parent.parent / "golden"
+
+
+def cosched_trace(policy: str) -> str:
+    """Two servers of two slots caching three files each; jobs of one to three files, some
+    sharing files, arriving close together: placements, copies, pins, starts, releases."""
+    sched = cosched_scheduler(policy, 2, slots=2, cache_files=3, n_files=6)
+    lines: list[str] = []
+    handle = sched.handle
+
+    def traced(ev: Event) -> list[Action]:
+        actions = handle(ev)
+        lines.append(f"{ev.time:9.2f} {type(ev).__name__} {_brief(ev)}")
+        lines.extend(f"    -> {type(a).__name__} {_brief(a)}" for a in actions)
+        return actions
+
+    sched.handle = traced  # type: ignore[method-assign]
+    jobs = [
+        Job(0, 0.0, files(0)),
+        Job(1, 0.0, files(1, 2)),
+        Job(2, 5.0, files(0)),
+        Job(3, 5.0, files(0, 3)),
+        Job(4, 10.0, files(2)),
+        Job(5, 400.0, files(4, 5, 1)),
+        Job(6, 400.0, files(1)),
+    ]
+    SimEngine(sched).run(jobs)
+    return "\n".join(lines) + "\n"
+
+
+def _brief(x: object) -> str:
+    """The fields a trace shows: ids, nodes, slots, files (not event ranges)."""
+    out = []
+    for name in ("job", "subjob", "slot", "node", "source", "data", "token", "added", "evicted"):
+        value = getattr(x, name, None)
+        if value is None:
+            continue
+        if name == "job":
+            value = value.job_id
+        elif name == "subjob":
+            value = f"{value.subjob_id} of job {value.job_id} files {_files(value.data)}"
+        elif isinstance(value, IntervalSet):
+            value = _files(value)
+        out.append(f"{name}={value}")
+    return " ".join(out)
+
+
+def _files(data: IntervalSet) -> str:
+    """The files ``data`` covers (the files of these tests are ``FILE`` events each)."""
+    return "[" + ",".join(str(f) for a, b in data for f in range(a // FILE, b // FILE)) + "]"
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_cosched_golden_trace(policy: str) -> None:
+    """Like tests/core/test_golden.py, over whole files: regenerate with
+    ``DATASCHED_REGEN_GOLDEN=1`` and review the diff."""
+    path = GOLDEN / f"cosched-{policy}.txt"
+    got = cosched_trace(policy)
+    if os.environ.get("DATASCHED_REGEN_GOLDEN"):
+        path.write_text(got)
+    assert path.exists(), f"no golden trace for {policy}: regenerate (see the docstring)"
+    assert got == path.read_text()
