@@ -79,6 +79,18 @@ def test_the_quick_run_agrees_where_the_full_one_does(quick: tuple[object, Path]
         assert claims[key].agrees, (key, claims[key].ours, claims[key].note)
 
 
+def test_the_delay_note_says_what_the_ratio_shows(quick: tuple[object, Path]) -> None:
+    """The note on local copies under LP delays follows our value, not the full run's."""
+    outcome, _ = quick
+    claim = {c.key: c for c in outcome.claims}["lp_delay_local_copies_ratio"]  # type: ignore[attr-defined]
+    if claim.ours > 1.02:
+        assert "More with the delay" in claim.note
+    elif claim.ours < 0.98:
+        assert "Fewer with the delay" in claim.note
+    else:
+        assert "About as many either way" in claim.note
+
+
 def test_the_quick_run_writes_figures_and_a_report(quick: tuple[object, Path]) -> None:
     _, out_dir = quick
     report = (out_dir / "report.md").read_text()
