@@ -13,6 +13,7 @@ import yaml
 
 from datasched.core.actions import Action, Fetch, Pin, Replicate, Start
 from datasched.core.events import Event
+from datasched.core.packets import PacketSizing
 from datasched.runtime.engine import RuntimeEngine
 from datasched.runtime.jobspec import JobSpec, load_jobs
 from datasched.runtime.reports import EngineConfig, RunReport
@@ -25,7 +26,8 @@ from datasched.runtime.session import (
 )
 from runtime_support import reference_counts
 
-FAST = EngineConfig(packet_target_s=0.2, min_packet_events=300, poll_s=0.1)
+FAST = EngineConfig(queue_s=0.2, poll_s=0.1)
+PACKETS = PacketSizing(target_s=0.2, min_events=300)
 
 
 def write_jobs(tmp_path: Path, catalog: Path, jobs: list[dict[str, Any]]) -> list[JobSpec]:
@@ -47,7 +49,9 @@ async def run(
     # The demo processor's cost on this kind of machine (a fixed figure: no timing here).
     calibration = default_calibration(None, 1e-5)
     async with open_cluster(opts) as (client, names):
-        sched = build_scheduler(len(names), opts, space, calibration, policy=policy)
+        sched = build_scheduler(
+            len(names), opts, space, calibration, policy=policy, packets=PACKETS
+        )
         seen: list[tuple[Event, list[Action]]] = []
         handle = sched.handle
 
