@@ -1,7 +1,7 @@
 """A worker's side of a packet, tested without a cluster: a full cache disk reads on without
 caching (and says so once), a cache directory that cannot be created is one clear error, and
 a file a peer has only announced is fetched and kept here; a cached file is read from the
-cache even by packets that may not fill it."""
+cache even by packets that may not fill it, but not by those of a policy without caches."""
 
 from __future__ import annotations
 
@@ -117,3 +117,21 @@ def test_a_packet_that_may_not_fill_the_cache_still_reads_the_cached_copy(
     )
     result = packet_on(worker, spec)
     assert result.source == "tertiary" and not result.cache_added
+
+
+def test_a_packet_of_a_policy_without_caches_ignores_a_cached_copy(
+    demo_catalog: Path, tmp_path: Path
+) -> None:
+    """The processing farm's packets (``use_cache`` off) read tertiary storage even where
+    the calibration or an earlier run left a copy in the node's cache, and keep nothing."""
+    worker = fake_worker(tmp_path / "caches")
+    url = str(demo_catalog.parent / "part-002.root")
+    shipped = ship(DimuonMass(), "demo")
+    size = os.path.getsize(url)
+    assert packet_on(worker, PacketSpec(1, 0, url, "Events", 0, 100, size, shipped)).cache_added
+    farm = PacketSpec(
+        2, 0, url, "Events", 100, 200, size, shipped, cache_fill=False, use_cache=False
+    )
+    result = packet_on(worker, farm)
+    assert result.source == "tertiary" and result.bytes_from_tertiary > 0
+    assert not result.cache_added

@@ -199,6 +199,7 @@ class PacketStreams:
             peer=self._peer_address(slot.node, a) if start.peer_reads else None,
             replicate=start.replicate,
             peers=self._other_workers(slot.node) if start.peer_reads else (),
+            use_cache=start.cache_fill or start.peer_reads,
             nice=self.scheduler.policy.packet_nice(jr.job_id),
         )
         future = self.client.submit(

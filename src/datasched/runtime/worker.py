@@ -147,6 +147,11 @@ class PacketSpec:
     peers: tuple[str, ...] = ()
     """Other workers to ask before fetching from tertiary storage (peer reads allowed): one
     of them may have the file, or be fetching it, by now."""
+    use_cache: bool = True
+    """Read the node's own cached copy when it has one: for every policy that uses the
+    caches (fills them, or reads where data lies); a policy without caches (the processing
+    farm, plain splitting) reads tertiary storage even where an earlier run or the
+    calibration left a copy."""
     nice: int | None = None
     """The OS priority to compute it at (its session's, ``Policy.packet_nice``), or None."""
 
@@ -288,16 +293,16 @@ def _acquire(
     """The packet's file made readable: ``(acquired, kept in the cache, fetch info, note)``;
     ``acquired`` is None when the local disk is full and the file is to be read where it is.
 
-    A file in the node's own cache is read from there, whether the packet may fill the
-    cache or not (a packet of a pull policy reads data where it lies: here, its own disk)
-    and whether a peer holds it too. If the peer has it only announced (its subjob will
-    read it, its fetch has not begun), this node fetches it from tertiary storage and keeps
-    it, when it may cache: the master learns of it, and the peer then reads it from here
-    instead of fetching it too."""
+    A file in the node's own cache is read from there when the packet uses the caches
+    (``use_cache``), whether it may fill the cache or not (a packet of a pull policy reads
+    data where it lies: here, its own disk) and whether a peer holds it too. If the peer has
+    it only announced (its subjob will read it, its fetch has not begun), this node fetches
+    it from tertiary storage and keeps it, when it may cache: the master learns of it, and
+    the peer then reads it from here instead of fetching it too."""
     cache, staging = plugin.cache, plugin.staging
     assert cache is not None and staging is not None
     peer, keep = spec.peer, spec.cache_fill and (spec.peer is None or spec.replicate)
-    if cache.state(spec.url) == "cached" or (
+    if (spec.use_cache and cache.state(spec.url) == "cached") or (
         peer is not None and spec.cache_fill and peer_state(worker, peer, spec.url) == "absent"
     ):
         peer, keep = None, True
