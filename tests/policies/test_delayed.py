@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from clusters import scheduler
 from datasched.core.actions import Start, WakeAt
-from datasched.core.events import JobArrived, Tick
+from datasched.core.events import JobArrived, JobCancelled, NodeJoined, NodeLost, Tick
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import Job
 from datasched.policies.delayed import stripe_points
@@ -61,3 +61,17 @@ def test_waiting_time_is_reported_with_and_without_the_period_delay() -> None:
         assert r.released_s % (12 * 3600) == 0
     farm, _ = simulate(SimConfig(policy="farm", load_jobs_per_h=0.3, n_jobs=150))
     assert farm.mean_wait_excl_delay_s == farm.mean_wait_s
+
+
+def test_a_cancelled_jobs_empty_stripe_does_not_hold_up_the_next_job() -> None:
+    """Found by the no-stranded-work machine: with every node lost, a job released at once
+    (no delay) and then cancelled left an empty stripe at the head of the queue; the node
+    that came back took it, ran nothing, and the next job waited for ever."""
+    s = scheduler("delayed", 1, params={"period_h": 0.0, "stripe_events": 100})
+    node = s.topology.nodes[0]
+    s.handle(NodeLost(0.0, 0))
+    s.handle(JobArrived(0.0, Job(0, 0.0, IntervalSet.range(0, 50))))
+    s.handle(JobCancelled(0.0, 0))
+    s.handle(JobArrived(0.0, Job(1, 0.0, IntervalSet.range(0, 50))))
+    started = [a for a in s.handle(NodeJoined(1.0, node)) if isinstance(a, Start)]
+    assert [a.subjob.job_id for a in started] == [1]

@@ -142,6 +142,9 @@ class DelayedScheduling(Policy):
             queue.extend(kept)
         for meta in self.meta:
             meta.subjobs = [sj for sj in meta.subjobs if sj.job_id != js.job_id]
+        # A stripe left with no subjob is dropped: an empty one taken by a free slot would
+        # leave that slot idle while later stripes wait.
+        self.meta = deque(meta for meta in self.meta if meta.subjobs)
 
     def job_arrived(self, sched: SchedulerView, js: JobView) -> None:
         self.pending.append(js)
@@ -218,10 +221,8 @@ class DelayedScheduling(Policy):
 
     def work_requested(self, sched: SchedulerView, slot: int, ended: JobView | None) -> None:
         queue = self.node_queues[sched.node_of(slot)]
-        if not queue and self.meta:
-            meta = self.meta.popleft()
-            for sj in meta.subjobs:
-                queue.append(sj)
+        while not queue and self.meta:
+            queue.extend(self.meta.popleft().subjobs)
         if queue:
             sched.start(queue.popleft(), slot)
 
