@@ -70,6 +70,7 @@ def test_a_sweep_in_two_processes_equals_one_in_one() -> None:
     assert sorted(arrived) == sorted(c.policy for c in configs)
 
 
+@pytest.mark.slow  # 23 s; the default run keeps the same check on a Dask cluster (below)
 def test_a_performance_map_in_two_processes_equals_one_in_one() -> None:
     base = SimConfig(policy="delayed", n_jobs=60)
     grid = {"periods_h": [0.0], "stripes": [200, 5000], "caches_gb": [50.0]}
