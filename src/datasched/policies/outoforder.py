@@ -200,6 +200,10 @@ class OutOfOrder(Policy):
             if slot is not None:
                 sched.start(sj, slot)
                 return
+        if sj.cached_on is not None and sj.cached_on not in sched.nodes:
+            # Its node is lost: its queue is served by no slot, so it waits with uncached work.
+            self.nocache.appendleft(sj)
+            return
         self._queue_of(sj).appendleft(sj)
         if sj.cached_on is not None:
             self._push_load(sched, sj.cached_on)
