@@ -23,7 +23,7 @@ from datasched.cli.common import (
     user_errors,
     where_to_run,
 )
-from datasched.cli.options import JsonOpt, ProcessesOpt, SchedulerOpt
+from datasched.cli.options import JsonOpt, ProcessesOpt, ReportDirOpt, SchedulerOpt
 from datasched.policies.mincostflow import NETWORKS, InstanceError, parse_instance, solve_instance
 
 __all__: list[str] = []
@@ -93,12 +93,7 @@ def cosched_solve(
 
 @reproduce_app.command("romosan")
 def reproduce_romosan(
-    out_dir: Annotated[
-        Path,
-        typer.Option(
-            "--out", metavar="DIR", help="Directory for report.md, claims.csv and figures/."
-        ),
-    ],
+    out_dir: ReportDirOpt,
     quick: Annotated[
         bool,
         typer.Option(

@@ -144,6 +144,11 @@ TraceOpt = Annotated[
         "the trace. Default: generate the paper's workload.",
     ),
 ]
+ReportDirOpt = Annotated[
+    Path,
+    typer.Option("--out", metavar="DIR", help="Directory for report.md, claims.csv and figures/."),
+]
+"""``--out`` of every ``reproduce`` command."""
 JsonOpt = Annotated[
     bool,
     typer.Option(

@@ -15,7 +15,7 @@ from rich.table import Table
 
 from datasched.cli.app import app, reproduce_app
 from datasched.cli.common import check_out_dir, err, fail, out, print_json, user_errors
-from datasched.cli.options import ParamOpt, policy_params_of
+from datasched.cli.options import ParamOpt, ReportDirOpt, policy_params_of
 
 if TYPE_CHECKING:
     from datasched.sim.claims import Measured
@@ -36,12 +36,7 @@ JsonFlag = Annotated[
 
 @reproduce_app.command("proof")
 def reproduce_proof(
-    out_dir: Annotated[
-        Path,
-        typer.Option(
-            "--out", metavar="DIR", help="Directory for report.md, claims.csv and figures/."
-        ),
-    ],
+    out_dir: ReportDirOpt,
     quick: Annotated[
         bool,
         typer.Option(

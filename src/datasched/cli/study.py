@@ -35,6 +35,7 @@ from datasched.cli.options import (
     ParamOpt,
     PolicyOpt,
     ProcessesOpt,
+    ReportDirOpt,
     SchedulerOpt,
     SeedOpt,
     make_config,
@@ -194,12 +195,7 @@ def perf_map(
 
 @reproduce_app.command("ponce")
 def reproduce_ponce(
-    out_dir: Annotated[
-        Path,
-        typer.Option(
-            "--out", metavar="DIR", help="Directory for report.md, claims.csv and figures/."
-        ),
-    ],
+    out_dir: ReportDirOpt,
     quick: Annotated[
         bool,
         typer.Option("--quick", metavar="", help="Fewer jobs and loads (under 3 minutes)."),
