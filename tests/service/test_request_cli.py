@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from datasched.cli import app
@@ -40,3 +41,43 @@ def test_check_lists_every_error_with_exit_code_2(tmp_path: Path) -> None:
     result = runner.invoke(app, ["request", "check", str(req), "--roots", str(tmp_path)])
     assert result.exit_code == 2
     assert "error: input[0].path:" in result.stderr and "error: command:" in result.stderr
+
+
+CATALOG = """datasets:
+  auau2004:
+    tree: Events
+    metadata: {year: 2004, system: AuAu, keywords: [minbias]}
+    files:
+      - {url: auau/0.root, n_events: 100, n_bytes: 1000}
+      - {url: auau/1.root, n_events: 50, n_bytes: 500}
+  cucu2005:
+    tree: Events
+    metadata: {year: 2005, system: CuCu}
+    files: [{url: cucu/0.root, n_events: 10, n_bytes: 100}]
+"""
+
+
+def test_catalog_queries_from_a_catalog_file(tmp_path: Path) -> None:
+    from datasched.runtime.dataset import load_catalog
+    from datasched.service.request import DatasetsCatalog
+
+    (tmp_path / "catalog.yaml").write_text(CATALOG)
+    catalog = DatasetsCatalog(load_catalog(tmp_path / "catalog.yaml"))
+    assert [f.n_events for f in catalog.query("year=2004 system=AuAu")] == [100, 50]
+    assert [f.dataset for f in catalog.query("minbias")] == ["auau2004", "auau2004"]
+    assert catalog.query("dataset=cucu2005")[0].url == str(tmp_path / "cucu/0.root")
+    assert catalog.query("year=2004 system=CuCu") == []
+    assert catalog.file(str(tmp_path / "auau/1.root")) is not None
+    with pytest.raises(ValueError, match="colour"):
+        catalog.query("colour=red")
+
+    req = tmp_path / "req.yaml"
+    req.write_text(
+        "processor: {name: 'ana:run', tree: Events}\n"
+        "inputs: [{dataset: {query: year=2004 system=AuAu}}, {dataset: {query: colour=red}}]\n"
+    )
+    args = ["request", "check", str(req), "--catalog", str(tmp_path / "catalog.yaml"), "--json"]
+    result = runner.invoke(app, [*args, "--roots", str(tmp_path)])
+    assert result.exit_code == 2
+    fields = [e["field"] for e in json.loads(result.stdout)["errors"]]
+    assert fields == ["input[1].catalog", "processor"]  # and no module 'ana'

@@ -269,3 +269,30 @@ def test_content_type_and_size() -> None:
 def test_the_published_schema_is_the_one_validating() -> None:
     doc = Path(__file__).parents[2] / "docs" / "service-requests.xsd"
     assert doc.read_text(encoding="utf-8") == schema_text()
+
+
+def test_schema_location_hints_are_not_followed(tmp_path: Path) -> None:
+    strict = tmp_path / "strict.xsd"
+    strict.write_text(
+        '<xs:schema xmlns:xs="http://www.w3.org/2001/XMLSchema">'
+        '<xs:element name="other"/></xs:schema>'
+    )
+    xml = (
+        '<job xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance" '
+        f'xsi:noNamespaceSchemaLocation="{strict.as_uri()}">'
+        '<command>ls</command><input catalog="a=b"/></job>'
+    )
+    assert parse_request(xml, XML).inputs[0].catalog == "a=b"
+
+
+def test_the_documented_examples_parse_and_agree() -> None:
+    doc = (Path(__file__).parents[2] / "docs" / "service-requests.md").read_text()
+    blocks = doc.split("```")
+    xml = [b.removeprefix("xml\n") for b in blocks if b.startswith("xml\n")]
+    yaml_blocks = [b.removeprefix("yaml\n") for b in blocks if b.startswith("yaml\n")]
+    assert len(xml) == 3 and len(yaml_blocks) == 2
+    parsed_xml = [parse_request(x, XML) for x in xml]
+    parsed_yaml = [parse_request(y, YAML) for y in yaml_blocks]
+    # The <job> example and the first YAML one are the same request; so are the processors.
+    assert parsed_xml[1] == parsed_yaml[0]
+    assert parsed_xml[2] == parsed_yaml[1]

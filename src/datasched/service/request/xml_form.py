@@ -120,7 +120,8 @@ def _validate(root: Element, errs: Errors) -> None:
         errs.add("body", f"the root element is <process> or <job>, got <{root.tag}>")
         return
     names = _fields(root)
-    for error in schema().iter_errors(root):
+    # Location hints (xsi:schemaLocation) in a request are never followed: only our schema.
+    for error in schema().iter_errors(root, use_location_hints=False):
         elem = error.elem
         field = names.get(id(elem), root.tag) if elem is not None else root.tag
         reason = " ".join(str(error.reason or error.message).split())
