@@ -81,3 +81,21 @@ def test_catalog_queries_from_a_catalog_file(tmp_path: Path) -> None:
     assert result.exit_code == 2
     fields = [e["field"] for e in json.loads(result.stdout)["errors"]]
     assert fields == ["input[1].catalog", "processor"]  # and no module 'ana'
+
+
+def test_a_processor_request_counts_events_and_loads_on_demand(tmp_path: Path) -> None:
+    data = Path(__file__).parents[1] / "data"
+    (tmp_path / "proc.py").write_text("def processor(events):\n    return len(events)\n")
+    req = tmp_path / "req.xml"
+    req.write_text(
+        '<job><processor name="proc.py" tree="events"/>'
+        f'<input URL="file:{data}/uproot-HZZ.root"/></job>'
+    )
+    args = ["request", "check", str(req), "--roots", str(tmp_path), "--roots", str(data)]
+    result = runner.invoke(app, [*args, "--load", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["jobs"][0]["n_events"] == 2421
+    req.write_text(req.read_text().replace('tree="events"', 'tree="nope"'))
+    result = runner.invoke(app, [*args, "--json"])
+    assert result.exit_code == 2
+    assert "no tree 'nope'" in json.loads(result.stdout)["errors"][0]["reason"]

@@ -87,10 +87,13 @@ def check(
     ] = None,
     load: Annotated[
         bool,
-        typer.Option("--load", help="Load the processor (runs its module's code, here)."),
+        typer.Option(
+            "--load", metavar="", help="Load the processor (runs its module's code, here)."
+        ),
     ] = False,
     allow_shell: Annotated[
-        bool, typer.Option("--allow-shell", help="Allow shell operators in the command.")
+        bool,
+        typer.Option("--allow-shell", metavar="", help="Allow shell operators in the command."),
     ] = False,
     as_json: JsonOpt = False,
 ) -> None:
