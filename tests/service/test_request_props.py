@@ -25,7 +25,10 @@ FEW = settings(max_examples=25, deadline=None, suppress_health_check=[HealthChec
 names = st.text(string.ascii_letters + string.digits + "_-.", min_size=1, max_size=12)
 idents = st.from_regex(r"[a-z_][a-z0-9_]{0,8}", fullmatch=True)
 free_text = st.text(
-    st.characters(codec="utf-8", categories=("L", "N", "P", "Zs")), max_size=30
+    st.characters(
+        codec="utf-8", exclude_categories=("Cc", "Cs"), exclude_characters="\ufffe\uffff"
+    ),
+    max_size=30,
 ).map(str.strip)
 paths = st.lists(names, min_size=1, max_size=4).map(lambda p: "/" + "/".join(p))
 queries = st.lists(

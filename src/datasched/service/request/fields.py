@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import posixpath
 import re
+import unicodedata
 from collections.abc import Mapping
 from typing import Any
 
@@ -15,6 +16,7 @@ __all__ = [
     "ARG_TYPES",
     "FILELIST",
     "Errors",
+    "is_control",
     "join_location",
     "parse_catalog_url",
     "processor_ref_problem",
@@ -29,6 +31,14 @@ ARG_TYPES: Mapping[str, type] = {"str": str, "int": int, "float": float, "bool":
 """The types a processor argument may have (XML's ``<arg type=...>``; YAML scalars)."""
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def is_control(c: str, *, allowed: str = "") -> bool:
+    """A control character, a lone surrogate or a non-character (none of which XML can
+    hold), unless in ``allowed``."""
+    if c in allowed:
+        return False
+    return unicodedata.category(c) in ("Cc", "Cs") or c in "\ufffe\uffff"
 
 
 class Errors:
@@ -89,7 +99,7 @@ class Errors:
         if len(value) > limit:
             self.add(field, f"at most {limit} characters, got {len(value)}")
             return ""
-        if any(not c.isprintable() and c not in "\n\t" for c in value):
+        if any(is_control(c, allowed="\n\t") for c in value):
             self.add(field, "holds control characters")
             return ""
         return value
@@ -99,7 +109,7 @@ class Errors:
         if not isinstance(value, str) or not value.strip():
             self.add(field, f"expected a path or URL, got {value!r}")
             return None
-        if len(value) > 4096 or any(not c.isprintable() for c in value):
+        if len(value) > 4096 or any(is_control(c) for c in value):
             self.add(field, "a path or URL of at most 4096 printable characters")
             return None
         return value.strip()
@@ -117,6 +127,9 @@ class Errors:
     def arg(self, field: str, value: Any) -> Any:
         """A processor argument: a string, an int, a float or a bool (the XML form has no
         other types, and the two forms must mean the same)."""
+        if isinstance(value, str) and any(is_control(c, allowed="\n\t") for c in value):
+            self.add(field, "holds control characters")
+            return None
         if isinstance(value, str | int | float | bool):
             return value
         self.add(field, f"expected a string, number or boolean, got {type(value).__name__}")
@@ -140,7 +153,7 @@ def processor_ref_problem(ref: str) -> str | None:
         return f"{target!r} is not a module name"
     if not all(_IDENT.match(p) for p in attr.split(".")):
         return f"{attr!r} is not an attribute name"
-    if any(not c.isprintable() for c in target):
+    if any(is_control(c) for c in target):
         return "the file name holds control characters"
     return None
 
