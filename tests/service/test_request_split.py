@@ -4,6 +4,7 @@ the core's policy; every file in exactly one job, the cap on files per job respe
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -15,9 +16,10 @@ from datasched.service.contracts import (
     FileRef,
     InputSpec,
     MetaJobRequest,
+    RequestInvalid,
     SplitStrategy,
 )
-from datasched.service.request import split_request
+from datasched.service.request import accept_request, split_request
 
 
 def mjr(max_files: int | None = None) -> MetaJobRequest:
@@ -115,3 +117,22 @@ def test_every_file_in_exactly_one_job_and_deterministic(
             sources = holders if strategy is SplitStrategy.BY_CACHE else {}
             assert all(j.node in sources.get(x.url, x.cached_on) for x in j.files)
     assert split_request("r", mjr(cap), files, strategy, cache_holders=holders) == jobs
+
+
+def test_accepting_a_request_parses_checks_and_splits(tmp_path: Path) -> None:
+    for name in ("a", "b", "c"):
+        (tmp_path / f"{name}.root").write_bytes(b"x")
+    text = (
+        '<job maxFilesPerProcess="2"><command>ls $FILELIST</command>'
+        '<input URL="file:*.root"/></job>'
+    )
+    mjr, jobs = accept_request("r7", text, "text/xml", None, user="alice", roots=[tmp_path])
+    assert mjr.username == "alice"
+    assert [(j.id, j.node, len(j.files), j.user) for j in jobs] == [
+        ("r7.0", None, 2, "alice"),
+        ("r7.1", None, 1, "alice"),
+    ]
+    other = text.replace("<job ", '<job username="bob" ').replace("*.root", "none.root")
+    with pytest.raises(RequestInvalid) as info:
+        accept_request("r8", other, "text/xml", None, user="alice", roots=[tmp_path])
+    assert [e.field for e in info.value.errors] == ["username", "input[0].path"]
