@@ -296,3 +296,10 @@ def test_the_documented_examples_parse_and_agree() -> None:
     # The <job> example and the first YAML one are the same request; so are the processors.
     assert parsed_xml[1] == parsed_yaml[0]
     assert parsed_xml[2] == parsed_yaml[1]
+
+
+def test_xml_text_and_bytes_in_any_declared_encoding() -> None:
+    doc = '<?xml version="1.0" encoding="ISO-8859-1"?><job name="Réaction"><command>ls</command>'
+    doc += '<input catalog="a=b"/></job>'
+    assert parse_request(doc, XML).title == "Réaction"
+    assert parse_request(doc.encode("latin-1"), XML).title == "Réaction"

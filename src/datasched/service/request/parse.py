@@ -43,7 +43,7 @@ def parse_request(
     if len(data) > max_bytes:
         raise RequestInvalid([FieldError("body", f"at most {max_bytes} bytes, got {len(data)}")])
     if form == "xml":
-        return parse_xml(data)
+        return parse_xml(text if isinstance(text, str) else data)
     try:
         decoded = data.decode("utf-8")
     except UnicodeDecodeError as exc:

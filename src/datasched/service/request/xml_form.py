@@ -48,6 +48,7 @@ MAX_ELEMENTS = 10_000
 # The paper prints its declaration as ``<? Xml version="1.0" ...?>``, which no XML parser
 # takes; only that declaration, at the very start, is read as the one it means.
 _PAPER_DECL = re.compile(rb"\A(\xef\xbb\xbf)?\s*<\?\s*xml(?=\s)", re.IGNORECASE)
+_PAPER_DECL_TEXT = re.compile(r"\A(\ufeff)?\s*<\?\s*xml(?=\s)", re.IGNORECASE)
 _UNEXPECTED = re.compile(r"Unexpected child with tag '([^']+)'")
 _ATTR_NAMED = (
     re.compile(r"attribute '?([A-Za-z_][\w.-]*)'?\s*="),
@@ -67,8 +68,13 @@ def schema() -> xmlschema.XMLSchema10:
     return xmlschema.XMLSchema10(schema_text())
 
 
-def _read(data: bytes, errs: Errors) -> Element | None:
-    data = _PAPER_DECL.sub(b"<?xml", data, count=1)
+def _read(data: str | bytes, errs: Errors) -> Element | None:
+    # Text is given to the parser as text: its declared encoding is then moot, as it should
+    # be (the text is already decoded); bytes are decoded by their declaration.
+    if isinstance(data, str):
+        data = _PAPER_DECL_TEXT.sub("<?xml", data, count=1)
+    else:
+        data = _PAPER_DECL.sub(b"<?xml", data, count=1)
     try:
         root = SafeET.fromstring(data, forbid_dtd=True, forbid_entities=True)
     except DTDForbidden:
@@ -136,7 +142,7 @@ def _validate(root: Element, errs: Errors) -> None:
         errs.add(field, reason)
 
 
-def parse_xml(data: bytes) -> MetaJobRequest:
+def parse_xml(data: str | bytes) -> MetaJobRequest:
     """The request in ``data`` (an XML document); :class:`RequestInvalid` with every
     problem found otherwise."""
     errs = Errors()
