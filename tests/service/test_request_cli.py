@@ -99,3 +99,15 @@ def test_a_processor_request_counts_events_and_loads_on_demand(tmp_path: Path) -
     result = runner.invoke(app, [*args, "--json"])
     assert result.exit_code == 2
     assert "no tree 'nope'" in json.loads(result.stdout)["errors"][0]["reason"]
+
+
+def test_help_and_bad_options(tmp_path: Path) -> None:
+    for command in (["request"], ["request", "check"]):
+        result = runner.invoke(app, [*command, "--help"])
+        assert result.exit_code == 0 and "request" in result.stdout
+    req = tmp_path / "r.yaml"
+    req.write_text("command: ls\ninputs: [/a]\n")
+    result = runner.invoke(app, ["request", "check", str(req), "--split", "sideways"])
+    assert result.exit_code == 2 and "--split" in result.stderr
+    result = runner.invoke(app, ["request", "check", str(tmp_path / "none.xml")])
+    assert result.exit_code == 1 and "none.xml" in result.stderr
