@@ -17,6 +17,7 @@ import os
 import re
 import shlex
 import shutil
+import stat
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -32,7 +33,14 @@ from datasched.service.contracts import (
     ProcessorWork,
 )
 from datasched.service.request.fields import FILELIST, processor_ref_problem
-from datasched.service.request.paths import Outside, confine, expand, is_remote, writable_problem
+from datasched.service.request.paths import (
+    Outside,
+    confine,
+    expand,
+    is_remote,
+    resolve_roots,
+    writable_problem,
+)
 
 __all__ = ["COMMAND_VARIABLES", "EventCounter", "ProcessorCheck", "check_request"]
 
@@ -169,7 +177,11 @@ class _Check:
         known = self.catalog.file(str(path)) if self.catalog is not None else None
         if known is not None:
             return known
-        if not path.is_file():
+        try:
+            info = path.stat()
+        except OSError:
+            info = None
+        if info is None or not stat.S_ISREG(info.st_mode):
             self.add(field, f"{where}no such file {path} (neither in the catalog nor on storage)")
             return None
         n_events = 0
@@ -186,7 +198,7 @@ class _Check:
             except ValueError as exc:
                 self.add(field, f"{where}{exc}")
                 return None
-        return FileRef(str(path), n_events, path.stat().st_size, self.tree)
+        return FileRef(str(path), n_events, info.st_size, self.tree)
 
     # -- work -----------------------------------------------------------------------------
 
@@ -336,7 +348,7 @@ def check_request(
     know (None: such a file is refused); a command's files need no count (0)."""
     tree = mjr.work.tree if isinstance(mjr.work, ProcessorWork) else None
     needs_events = isinstance(mjr.work, ProcessorWork)
-    check = _Check(catalog, [Path(r) for r in roots], count_events, tree, max_files, needs_events)
+    check = _Check(catalog, resolve_roots(roots), count_events, tree, max_files, needs_events)
     files: list[FileRef] = []
     seen: set[str] = set()
     for i, spec in enumerate(mjr.inputs):

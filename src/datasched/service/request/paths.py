@@ -10,7 +10,7 @@ from pathlib import Path
 
 from datasched.service.request.fields import strip_file_scheme
 
-__all__ = ["Outside", "confine", "expand", "is_remote", "writable_problem"]
+__all__ = ["Outside", "confine", "expand", "is_remote", "resolve_roots", "writable_problem"]
 
 
 class Outside(ValueError):
@@ -24,20 +24,27 @@ def is_remote(url: str) -> bool:
 
 def confine(path: str, roots: Sequence[Path]) -> Path:
     """``path`` (absolute, or relative to the first root) resolved, if it lies under one of
-    the ``roots``; :class:`Outside` naming the reason otherwise."""
+    the ``roots`` (themselves resolved: :func:`resolve_roots`); :class:`Outside` naming the
+    reason otherwise."""
     if not roots:
         raise Outside("no storage roots are configured, so no local path is allowed")
-    raw = Path(strip_file_scheme(path))
-    full = raw if raw.is_absolute() else roots[0] / raw
+    raw = strip_file_scheme(path)
+    full = raw if os.path.isabs(raw) else os.path.join(roots[0], raw)
     try:
-        resolved = full.resolve()
-    except (OSError, RuntimeError) as exc:  # a loop of links
+        resolved = os.path.realpath(full, strict=False)
+    except (OSError, ValueError) as exc:  # a loop of links, a NUL byte
         raise Outside(f"cannot be resolved: {exc}") from exc
     for root in roots:
-        if resolved.is_relative_to(root.resolve()):
-            return resolved
+        top = str(root)
+        if resolved == top or resolved.startswith(top.rstrip(os.sep) + os.sep):
+            return Path(resolved)
     where = ", ".join(str(r) for r in roots)
     raise Outside(f"{resolved} is outside the configured roots ({where})")
+
+
+def resolve_roots(roots: Sequence[Path | str]) -> list[Path]:
+    """The roots as :func:`confine` compares with them: absolute, links resolved."""
+    return [Path(os.path.realpath(r)) for r in roots]
 
 
 def expand(pattern: str, roots: Sequence[Path], *, limit: int) -> list[Path]:
