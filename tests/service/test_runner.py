@@ -306,3 +306,45 @@ def test_command_job_gets_local_copies_and_fails_with_its_log(
     assert final is not None and final[1] == JobState.FAILED
     assert "exited with code 3" in final[3] and "done" in final[3]
     assert rec.packets(bad.id) == []
+
+
+def test_jobs_that_cannot_run_fail_at_once_naming_the_field(
+    data: tuple[Path, list[FileRef]], scheduler_address: str, tmp_path: Path
+) -> None:
+    _, files = data
+    rec = Recorder()
+    f = files[0]
+    demo = ProcessorWork("datasched.runtime.demodata:DimuonMass")
+    jobs: list[tuple[ElementaryJob, dict[str, list[tuple[int, int]]]]] = [
+        (ElementaryJob("b", 0, (f,), ProcessorWork("nowhere.py:P")), {}),
+        (ElementaryJob("b", 1, (f,), demo), {f.url: [(0, f.n_events + 1)]}),
+        (ElementaryJob("b", 2, (f,), demo), {"elsewhere.root": [(0, 1)]}),
+        (ElementaryJob("b", 3, (f,), CommandWork("true", stdout="../x.log")), {}),
+        (ElementaryJob("b", 4, (f,), CommandWork("'unclosed")), {}),
+    ]
+    done_already = ElementaryJob("b", 5, (f,), CommandWork("false"))
+
+    async def main() -> None:
+        runner = make_runner(rec, scheduler_address, tmp_path)
+        await runner.start()
+        try:
+            for job, done in jobs:
+                runner.submit(job, done)
+            runner.submit(done_already, {f.url: [(0, 10), (10, f.n_events)]})
+            assert runner.cancel("b.0") is False
+        finally:
+            await runner.stop()
+
+    asyncio.run(main())
+    logs = []
+    for job, _ in jobs:
+        assert rec.states(job.id) == [JobState.FAILED]
+        final = rec.final(job.id)
+        assert final is not None
+        logs.append(final[3])
+    assert "processor" in logs[0] and "nowhere.py" in logs[0]
+    assert f"outside [0, {f.n_events})" in logs[1]
+    assert "not a file of job" in logs[2]
+    assert "process.stdout" in logs[3] and "outside the output root" in logs[3]
+    assert "command" in logs[4]
+    assert rec.states("b.5") == [JobState.QUEUED, JobState.COMPLETED]
