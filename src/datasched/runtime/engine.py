@@ -212,7 +212,9 @@ class RuntimeEngine(Serving, PacketStreams, DataMoves):
         )
         proc: Processor | None = None
         shipped: ShippedProcessor | None = None
-        if command is None:
+        if command is None and spec.loaded is not None:
+            proc, shipped = spec.loaded  # as it was when the job was read or submitted
+        elif command is None:
             # Loaded and pickled once per processor and arguments: the packets carry it.
             key = json.dumps(
                 [spec.processor, str(spec.base_dir), dict(spec.processor_args)],
@@ -258,7 +260,8 @@ class RuntimeEngine(Serving, PacketStreams, DataMoves):
                 jr.report.status = "running"
                 if self.progress is not None:
                     self.progress.job_started(jr.spec.id, jr.data.length)
-                self._emit(JobArrived(now, Job(jr.job_id, now, jr.data)))
+                job = Job(jr.job_id, now, jr.data, user=jr.user, group=jr.group)
+                self._emit(JobArrived(now, job))
             self._ticks.sort()
             while self._ticks and self._ticks[0] <= now:
                 self._ticks.pop(0)

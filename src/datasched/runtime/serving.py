@@ -54,6 +54,7 @@ class Serving:
     _arrivals: deque[_JobRun]
     _results: asyncio.Queue[tuple[int, Any, bool]]
     _packets: dict[int, tuple[int, int, int, int, Future[Any]]]
+    _moves: dict[int, tuple[Any, Future[Any]]]
     _tasks: set[asyncio.Task[None]]
     ready: asyncio.Event
     _serving: bool
@@ -96,7 +97,9 @@ class Serving:
             await self._loop()
         finally:
             futures = [entry[4] for entry in self._packets.values()]
+            futures += [future for _, future in self._moves.values()]
             self._packets.clear()
+            self._moves.clear()
             for task in list(self._tasks):
                 task.cancel()
             if futures:
@@ -114,16 +117,20 @@ class Serving:
         *,
         done: Mapping[str, Sequence[tuple[int, int]]] | None = None,
         command: CommandSpec | None = None,
+        user: str = "user",
+        group: str = "default",
     ) -> int:
         """Add a job while serving: it arrives now, and runs what of its events is not in
         ``done`` (per file URL, entry ranges ``[start, stop)`` within the file, already
-        processed); ``command``: a command job. Returns the events it will run. Raises
+        processed); ``command``: a command job; ``user`` and ``group``: whose it is (the
+        core's). Returns the events it will run. Raises
         ``ValueError`` naming the problem (an id already running, a range outside its
         file, a file not of the job)."""
         if any(j.spec.id == spec.id for j in self._jobs.values()):
             raise ValueError(f"job {spec.id!r}: already submitted")
         skip = self._done_events(spec, done or {})
         jr = self._add_job(replace(spec, submit_s=self.now()), done=skip, command=command)
+        jr.user, jr.group = user, group
         for f in jr.spec.dataset.files:
             for node in self._uncharted.pop(f.url, []):
                 self._emit(CacheChanged(self.now(), node, added=self.space.events_of([f.url])))

@@ -83,6 +83,9 @@ class _JobRun:
     """Cancelled by its owner (a failed job is cancelled by the engine)."""
     command: CommandSpec | None = None
     """A command job: its one packet runs this (:mod:`~datasched.runtime.commands`)."""
+    user: str = "user"
+    group: str = "default"
+    """Whose job it is (the core's fair shares, PROOF's groups)."""
 
 
 class PacketStreams:

@@ -183,6 +183,7 @@ class Runner:
         if job.id in self._jobs:
             raise ValueError(f"job {job.id!r}: already submitted")
         done = dict(done or {})
+        user, group = job.user or "user", job.group or "default"
         try:
             if isinstance(job.work, CommandWork):
                 spec, command = self._command_job(job)
@@ -190,9 +191,10 @@ class Runner:
                     self._accepted(job)
                     self._finish(job.id, JobState.COMPLETED, "all of its files were done already")
                     return
-                engine.submit(spec, command=command)
+                engine.submit(spec, command=command, user=user, group=group)
             else:
-                engine.submit(self._processor_job(job, job.work), done=done)
+                spec = self._processor_job(job, job.work)
+                engine.submit(spec, done=done, user=user, group=group)
         except ValueError as exc:
             self.listener.job_state(job.id, JobState.FAILED, log=str(exc))
             return
@@ -243,7 +245,8 @@ class Runner:
             if not tree:
                 raise ValueError(f"files[{i}].tree: {f.url} names no tree (and the work none)")
             files.append(FileEntry(f.url, tree, f.n_events, f.n_bytes))
-        dataset = Dataset(job.id, tuple(files), {"dataset": job.files[0].dataset or job.id})
+        name = next((f.dataset for f in job.files if f.dataset), job.id)
+        dataset = Dataset(job.id, tuple(files), {"dataset": name})
         spec = JobSpec(
             id=job.id,
             dataset=dataset,
@@ -317,10 +320,13 @@ class Runner:
             return
         stat = packet.stat
         if isinstance(job.work, CommandWork):
-            # One packet over all its files: each file is done whole.
+            # One packet over all its files: each file is done whole (the command's CPU
+            # time shared among them by size).
+            total = sum(f.n_bytes for f in job.files) or 1
             for f in job.files:
+                cpu = stat.cpu_s * f.n_bytes / total
                 self.listener.packet_done(
-                    PacketDone(job.id, f.url, 0, f.n_events, stat.node, f.n_bytes, stat.cpu_s)
+                    PacketDone(job.id, f.url, 0, f.n_events, stat.node, f.n_bytes, cpu)
                 )
             outcome = packet.accumulator
             self._logs[job.id] = outcome.log if isinstance(outcome, CommandOutcome) else ""
