@@ -237,8 +237,9 @@ class RuntimeEngine(Serving, PacketStreams, DataMoves):
             node = self._by_name.get(name)
             if node is not None and urls:
                 self._emit(CacheChanged(self.now(), node, added=self.space.events_of(urls)))
-                for url in urls:
-                    if not self.space.events_of([url]):
+                if self._serving:  # files of jobs to come: told when a job names them
+                    placed = {f.name for f in self.space.files}
+                    for url in set(urls) - placed:
                         self._uncharted.setdefault(url, []).append(node)
         for index, slot in self.slots.items():  # every slot asks for work (a pull)
             if self.workers[slot.node].up:
