@@ -279,6 +279,9 @@ def test_command_job_gets_local_copies_and_fails_with_its_log(
         CommandWork(f"{sys.executable} {script} 0", stdin="filelist", stdout="logs/c1.out"),
     )
     bad = ElementaryJob("c1", 1, tuple(files[2:]), CommandWork(f"{sys.executable} {script} 3"))
+    # Resumed with its first file reported done: it runs again whole (one unit), and only
+    # the second file is reported.
+    part = ElementaryJob("c1", 2, tuple(files[:2]), CommandWork(f"{sys.executable} {script} 0"))
 
     async def main() -> None:
         runner = make_runner(rec, scheduler_address, tmp_path)
@@ -286,8 +289,9 @@ def test_command_job_gets_local_copies_and_fails_with_its_log(
         try:
             runner.submit(ok)
             runner.submit(bad)
-            await rec.wait_final(ok.id)
-            await rec.wait_final(bad.id)
+            runner.submit(part, {files[0].url: [(0, files[0].n_events)]})
+            for job in (ok, bad, part):
+                await rec.wait_final(job.id)
         finally:
             await runner.stop()
 
@@ -306,6 +310,8 @@ def test_command_job_gets_local_copies_and_fails_with_its_log(
     assert final is not None and final[1] == JobState.FAILED
     assert "exited with code 3" in final[3] and "done" in final[3]
     assert rec.packets(bad.id) == []
+    assert [p.url for p in rec.packets(part.id)] == [files[1].url]
+    assert rec.states(part.id)[-1] == JobState.COMPLETED
 
 
 def test_jobs_that_cannot_run_fail_at_once_naming_the_field(

@@ -51,6 +51,7 @@ from datasched.runtime.session import (
 from datasched.service.contracts import (
     CommandWork,
     ElementaryJob,
+    FileRef,
     JobState,
     PacketDone,
     ProcessorWork,
@@ -106,6 +107,8 @@ class Runner:
         self._preferred: dict[str, str] = {}
         self._logs: dict[str, str] = {}
         """A command's log, from its packet to its end."""
+        self._whole: dict[str, set[str]] = {}
+        """A command job's files reported done before it was resumed: not reported again."""
         self.error: BaseException | None = None
         """What stopped the engine, if it stopped by itself."""
 
@@ -192,6 +195,7 @@ class Runner:
                     self._finish(job.id, JobState.COMPLETED, "all of its files were done already")
                     return
                 engine.submit(spec, command=command, user=user, group=group)
+                self._whole[job.id] = {f.url for f in job.files if _all_done_file(f, done)}
             else:
                 spec = self._processor_job(job, job.work)
                 engine.submit(spec, done=done, user=user, group=group)
@@ -233,6 +237,7 @@ class Runner:
 
     def _finish(self, job_id: str, state: JobState, log_text: str = "", **kw: Any) -> None:
         self._jobs.pop(job_id, None)
+        self._whole.pop(job_id, None)
         self._preferred.pop(job_id, None)
         self.listener.job_state(job_id, state, log=log_text, **kw)
 
@@ -323,7 +328,10 @@ class Runner:
             # One packet over all its files: each file is done whole (the command's CPU
             # time shared among them by size).
             total = sum(f.n_bytes for f in job.files) or 1
+            already = self._whole.get(job.id, set())
             for f in job.files:
+                if f.url in already:
+                    continue
                 cpu = stat.cpu_s * f.n_bytes / total
                 self.listener.packet_done(
                     PacketDone(job.id, f.url, 0, f.n_events, stat.node, f.n_bytes, cpu)
@@ -364,16 +372,17 @@ class Runner:
 
 def _all_done(job: ElementaryJob, done: Mapping[str, Sequence[tuple[int, int]]]) -> bool:
     """Whether ``done`` covers every entry of every file of ``job``."""
-    for f in job.files:
-        covered = sorted(done.get(f.url, ()))
-        at = 0
-        for a, b in covered:
-            if a > at:
-                return False
-            at = max(at, b)
-        if at < f.n_events:
+    return all(_all_done_file(f, done) for f in job.files)
+
+
+def _all_done_file(f: FileRef, done: Mapping[str, Sequence[tuple[int, int]]]) -> bool:
+    """Whether ``done`` covers every entry of ``f``."""
+    at = 0
+    for a, b in sorted(done.get(f.url, ())):
+        if a > at:
             return False
-    return True
+        at = max(at, b)
+    return at >= f.n_events
 
 
 class _Relay:
