@@ -9,6 +9,7 @@ histogram computed directly.
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -188,6 +189,8 @@ def test_processor_job_reports_every_event_once(
     assert all(p.node in {n["name"] for n in cluster["nodes"]} for p in packets)
     assert [len(n["slots"]) for n in cluster["nodes"]] == [1, 1]
     assert sum(n["cached_bytes"] for n in cluster["nodes"]) > 0
+    assert cluster["nodes"][0]["cache_capacity_bytes"] == 50 * 10**6
+    assert json.loads(json.dumps(cluster)) == cluster
 
 
 def test_cancel_mid_job_reports_nothing_after_abort(

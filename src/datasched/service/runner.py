@@ -160,7 +160,8 @@ class Runner:
                 await task
         if stack is not None:
             await stack.aclose()
-        self._jobs.clear()
+        for kept in (self._jobs, self._preferred, self._logs, self._whole):
+            kept.clear()
 
     def _ended(self, task: asyncio.Task[Any]) -> None:
         if task.cancelled() or task.exception() is None:
