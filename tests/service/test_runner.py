@@ -268,7 +268,7 @@ sys.exit(int(sys.argv[1]))
 """
 
 
-def test_command_job_gets_local_copies_and_fails_with_its_log(
+def test_commands_get_local_copies_and_failures_their_log_and_file(
     data: tuple[Path, list[FileRef]], scheduler_address: str, tmp_path: Path
 ) -> None:
     _, files = data
@@ -285,6 +285,8 @@ def test_command_job_gets_local_copies_and_fails_with_its_log(
     # Resumed with its first file reported done: it runs again whole (one unit), and only
     # the second file is reported.
     part = ElementaryJob("c1", 2, tuple(files[:2]), CommandWork(f"{sys.executable} {script} 0"))
+    missing = FileRef(str(tmp_path / "missing.root"), 100, 1000, tree="Events")
+    unreadable = processor_job([files[0], missing], index=9)
 
     async def main() -> None:
         runner = make_runner(rec, scheduler_address, tmp_path)
@@ -293,7 +295,8 @@ def test_command_job_gets_local_copies_and_fails_with_its_log(
             runner.submit(ok)
             runner.submit(bad)
             runner.submit(part, {files[0].url: [(0, files[0].n_events)]})
-            for job in (ok, bad, part):
+            runner.submit(unreadable)
+            for job in (ok, bad, part, unreadable):
                 await rec.wait_final(job.id)
         finally:
             await runner.stop()
@@ -315,6 +318,9 @@ def test_command_job_gets_local_copies_and_fails_with_its_log(
     assert rec.packets(bad.id) == []
     assert [p.url for p in rec.packets(part.id)] == [files[1].url]
     assert rec.states(part.id)[-1] == JobState.COMPLETED
+    final = rec.final(unreadable.id)
+    assert final is not None and final[1] == JobState.FAILED
+    assert final[4] == missing.url and "data error" in final[3]
 
 
 def test_jobs_that_cannot_run_fail_at_once_naming_the_field(
