@@ -6,7 +6,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-__all__ = ["EngineConfig", "JobReport", "PacketStat", "ProgressSink", "RunReport"]
+__all__ = [
+    "EngineConfig",
+    "EngineListener",
+    "JobReport",
+    "PacketReport",
+    "PacketStat",
+    "ProgressSink",
+    "RunReport",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,3 +185,33 @@ class ProgressSink(Protocol):
     def advance(self, job_id: str, n_events: int, from_cache: bool) -> None: ...
 
     def job_done(self, job_id: str, status: str) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class PacketReport:
+    """A packet whose result is in, as a long-lived engine reports it: entries ``[start,
+    stop)`` of the file at ``url`` (numbered within the file), its statistics and the
+    packet's own accumulator (not merged with any other)."""
+
+    job: str
+    url: str
+    start: int
+    stop: int
+    stat: PacketStat
+    accumulator: Any
+
+
+class EngineListener(Protocol):
+    """What a long-lived engine (:meth:`~datasched.runtime.engine.RuntimeEngine.serve`)
+    tells its owner, from the engine's loop, in order. No packet of a job is reported after
+    the job is cancelled or failed, nor after its ``job_done``."""
+
+    def job_running(self, job: str, node: str) -> None:
+        """The job's first packet was sent to ``node``."""
+        ...
+
+    def packet_done(self, packet: PacketReport) -> None: ...
+
+    def job_done(self, job: str, status: str, error: str, traceback: str) -> None:
+        """The job is over: ``completed``, ``failed`` (``error`` says why) or ``aborted``."""
+        ...

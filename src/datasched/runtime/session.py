@@ -53,6 +53,7 @@ __all__ = [
     "ClusterOptions",
     "ClusterSetupError",
     "build_scheduler",
+    "cache_by_name",
     "calibrate_on_cluster",
     "check_cache_root",
     "default_calibration",
@@ -167,7 +168,8 @@ def check_cache_root(root: Path) -> None:
         ) from exc
 
 
-async def _cache_by_name(client: Client) -> dict[str, list[str]]:
+async def cache_by_name(client: Client) -> dict[str, list[str]]:
+    """What each worker caches: worker name -> URLs."""
     assert client.scheduler is not None
     info = await client.scheduler.identity()
     names = {addr: str(w.get("name")) for addr, w in info.get("workers", {}).items()}
@@ -324,7 +326,7 @@ async def run_jobs(
             progress=progress,
             time_scale=time_scale,
         )
-        report = await engine.run(specs, known_cache=await _cache_by_name(client))
+        report = await engine.run(specs, known_cache=await cache_by_name(client))
         report.calibration = calibration
         return report
 
