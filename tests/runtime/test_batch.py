@@ -95,8 +95,11 @@ def test_cluster_kwargs_one_worker_a_job_with_stable_names() -> None:
         "memory": "1GiB",
         "processes": 1,
         "scheduler_options": {"dashboard_address": ":0", "host": "127.0.0.1"},
-        "job_script_prologue": ["a", "export DATASCHED_CACHE_DIR='/scratch/$USER/c'"],
+        "job_script_prologue": ["a", 'export DATASCHED_CACHE_DIR="/scratch/$USER/c"'],
     }
+    odd = parse_jobqueue_args("pbs", ["""worker_cache_dir='/s/a"b`c'"""])
+    (line,) = cluster_kwargs(odd, threads=1, memory="1GiB", cache_bytes=1)["job_script_prologue"]
+    assert line == r'export DATASCHED_CACHE_DIR="/s/a\"b\`c"'
     # HTCondor needs a disk request: the worker's cache, unless given.
     condor = cluster_kwargs(
         JobqueueSpec("htcondor"), threads=1, memory="1GiB", cache_bytes=5 * 10**9
@@ -141,7 +144,9 @@ def test_job_script_of_each_batch_system(kind: str) -> None:
     worker = f"distributed.cli.dask_worker tcp://10.0.0.1:8786 --name datasched-{kind}-0"
     assert worker in script
     assert "--nthreads 2 --memory-limit 4.00GiB" in script
-    assert "DATASCHED_CACHE_DIR=/tmp/w" in script
+    export = 'export DATASCHED_CACHE_DIR="/tmp/w"'
+    # HTCondor's submit file doubles the quotes inside its Arguments.
+    assert (export.replace('"', '""') if kind == "htcondor" else export) in script
 
 
 def test_missing_submit_command_and_missing_dask_jobqueue_are_named(

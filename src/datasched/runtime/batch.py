@@ -13,6 +13,7 @@ checking the arguments need nothing but this module.
 from __future__ import annotations
 
 import importlib
+import re
 import shlex
 import shutil
 from collections.abc import Callable, Iterable, Mapping
@@ -320,7 +321,9 @@ def cluster_kwargs(
     }
     if cache_dir is not None:
         prologue = list(kwargs.get("job_script_prologue", []))
-        prologue.append(f"export DATASCHED_CACHE_DIR={shlex.quote(cache_dir)}")
+        # In double quotes: $TMPDIR or $USER are expanded on the node, nothing else is.
+        quoted = re.sub(r'(["\\`])', r"\\\1", cache_dir)
+        prologue.append(f'export DATASCHED_CACHE_DIR="{quoted}"')
         kwargs["job_script_prologue"] = prologue
     if spec.kind == "htcondor" and "disk" not in kwargs:
         # HTCondor needs a disk request; the worker's cache is what it writes.
