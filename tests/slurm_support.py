@@ -19,7 +19,7 @@ from pathlib import Path
 
 from runtime_support import free_port
 
-DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "sinfo")
+DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "sinfo", "squeue")
 
 
 def slurm_unavailable() -> str | None:
@@ -136,6 +136,27 @@ class LoopbackSlurm:
             check=False,
         )
         return done.stdout.strip() if done.returncode == 0 else ""
+
+    def jobs(self) -> list[str]:
+        """``squeue``'s jobs, each as ``NAME STATE`` (``datasched-worker RUNNING``, ...)."""
+        done = subprocess.run(
+            ["squeue", "-h", "-o", "%j %T"],
+            env={**os.environ, **self.env},
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        )
+        return done.stdout.splitlines()
+
+    def wait_until(self, ready: Callable[[], bool], timeout_s: float) -> bool:
+        """Whether ``ready()`` came true within ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while not ready():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.2)
+        return True
 
     def _wait(self, ready: Callable[[], bool], timeout_s: float, what: str) -> None:
         deadline = time.monotonic() + timeout_s

@@ -161,9 +161,14 @@ def test_missing_submit_command_and_missing_dask_jobqueue_are_named(
 
 
 def _fake_submitter(directory: Path) -> None:
-    """``sbatch`` that accepts a job which never starts, and ``scancel``."""
+    """``sbatch`` that accepts a job which never starts, and ``scancel`` that notes what it
+    was asked to cancel."""
     directory.mkdir()
-    for name, body in (("sbatch", "echo 'Submitted batch job 42'"), ("scancel", "true")):
+    cancelled = directory / "cancelled"
+    for name, body in (
+        ("sbatch", "echo 'Submitted batch job 42'"),
+        ("scancel", f'echo "$@" >> {cancelled}'),
+    ):
         path = directory / name
         path.write_text(f"#!/bin/sh\n{body}\n")
         path.chmod(0o755)
@@ -183,6 +188,8 @@ def test_workers_that_never_start_are_an_error_after_wait_s(
 
     with pytest.raises(JobqueueError, match="0 of 2 workers started within 1 s"):
         asyncio.run(start())
+    # Both jobs submitted, and cancelled when the cluster closed.
+    assert (tmp_path / "bin" / "cancelled").read_text().split() == ["42", "42"]
 
 
 @pytest.mark.parametrize(
@@ -199,6 +206,7 @@ def test_cli_errors(
     args: list[str], message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
     result = runner.invoke(app, ["run", str(tmp_path / "jobs.yaml"), *args])
     assert result.exit_code == 2
     assert message in result.stderr

@@ -75,7 +75,7 @@ def test_slurm_workers_give_the_local_clusters_results(
     slurm: LoopbackSlurm, demo_catalog: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    assert slurm.sinfo() == "idle"
+    assert slurm.sinfo() == "idle" and slurm.jobs() == []
     local_jobs = _jobs(tmp_path, demo_catalog, "local")
     local = _run(
         ["run", str(local_jobs), "--workers", "2", "--cache-dir", str(tmp_path / "local-cache")]
@@ -105,3 +105,5 @@ def test_slurm_workers_give_the_local_clusters_results(
     logs = list((tmp_path / "logs").glob("datasched-worker-*.err"))
     assert len(logs) == 2
     assert all("Starting Worker" in log.read_text() for log in logs)
+    # The run cancelled its jobs when it closed the cluster.
+    assert slurm.wait_until(lambda: not slurm.jobs(), timeout_s=30), slurm.jobs()
