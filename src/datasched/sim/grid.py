@@ -239,8 +239,11 @@ class GridSim:
 
         return min(self._holders[dataset], key=cost)
 
-    def _transfer(self, dataset: int, to: int, why: str) -> None:
-        path = self.tree.path(self._source(dataset, to), to)
+    def _transfer(self, dataset: int, to: int, why: str, source: int | None = None) -> None:
+        """Move ``dataset`` to site ``to``: from ``source`` (a replica the site's dataset
+        scheduler pushes) or else from the nearest replica (a fetch)."""
+        src = self._source(dataset, to) if source is None else source
+        path = self.tree.path(src, to)
         size = self.grid.size_bytes[dataset]
         if why == "fetch":
             self.fetch_bytes += size
@@ -314,7 +317,7 @@ class GridSim:
         self._push(end, _END, job_id)
         target = self.data.on_access(site, job.dataset, self, self.rng)
         if target is not None and job.dataset not in self.sites[target].incoming:
-            self._transfer(job.dataset, target, "replica")
+            self._transfer(job.dataset, target, "replica", source=site)
 
     def _end(self, job_id: int) -> None:
         site = self.site_of[job_id]
