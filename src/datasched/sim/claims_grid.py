@@ -233,5 +233,7 @@ def _worst_note(worst: str, at: dict[tuple[str, str], Summary]) -> str:
     other = at[worst, DATA_DO_NOTHING]
     return (
         f"JobDataPresent idles {dp.idle_pct:.0f} % of processor time and moves no data; "
-        f"{worst} idles {other.idle_pct:.0f} % and moves {_fmt(other.mb_per_job)} MB/job."
+        f"{worst} idles {other.idle_pct:.0f} % and moves {_fmt(other.mb_per_job)} MB/job: "
+        "at this bandwidth fetching costs more than the hot spots do. The sensitivity table "
+        "shows the settings where the paper's ranking appears."
     )
