@@ -61,7 +61,7 @@ FULL = GridStudy(seeds=(0, 1, 2), jobs=6000)
 QUICK = GridStudy(seeds=(0,), jobs=1800, sensitivity=False)
 
 VARIANTS: tuple[tuple[str, dict[str, object], int], ...] = (
-    ("ours (table below)", {}, THRESHOLD),
+    ("ours (the grid above)", {}, THRESHOLD),
     ("4-8 processors per site", {"procs": (4, 8)}, THRESHOLD),
     ("5 GB of cache per site", {"cache_gb": 5.0}, THRESHOLD),
     ("40 GB of cache per site", {"cache_gb": 40.0}, THRESHOLD),
