@@ -70,3 +70,9 @@ def test_reproduce_grid_full(tmp_path: Path) -> None:
     claims = reproduce(tmp_path)
     assert claims["best_pair"]["agrees"] is True
     assert "Sensitivity" in (tmp_path / "grid" / "report.md").read_text()
+
+
+def test_reproduce_grid_explains_itself() -> None:
+    result = runner.invoke(app, ["reproduce", "grid", "--help"])
+    assert result.exit_code == 0
+    assert "--quick" in result.output and "ranganathan-foster" in result.output
