@@ -265,6 +265,7 @@ def _settings(study: GridStudy) -> list[tuple[str, str, str]]:
         "procs": 'Table 1 ("2-5")',
         "size_mb": "§5.1",
         "compute_s_per_gb": "§5.1 (300·D s)",
+        "local": "§4 (FIFO)",
     }
     rows = []
     for f in fields(BASE):
