@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test lint format bench reproduce reproduce-romosan clean
+.PHONY: venv demo test lint format bench reproduce reproduce-romosan reproduce-grid clean
 
 venv: $(STAMP)
 
@@ -47,6 +47,13 @@ reproduce-romosan: venv
 	sed 's|(figures/|(figures/romosan/|g' out/romosan/report.md > docs/reproduction-romosan.md
 	mkdir -p docs/figures/romosan
 	cp out/romosan/figures/*.csv out/romosan/figures/*.png docs/figures/romosan/
+
+# The reproduction of Ranganathan & Foster's data grid (a few minutes on one core), likewise.
+reproduce-grid: venv
+	$(BIN)/datasched reproduce grid --out out/grid
+	sed 's|(figures/|(figures/grid/|g' out/grid/report.md > docs/reproduction-grid.md
+	mkdir -p docs/figures/grid
+	cp out/grid/figures/*.csv out/grid/figures/*.png docs/figures/grid/
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist

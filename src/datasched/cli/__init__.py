@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datasched.cli.cosched
 import datasched.cli.demo
+import datasched.cli.grid
 import datasched.cli.info
 import datasched.cli.proof
 import datasched.cli.request

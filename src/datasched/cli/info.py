@@ -14,6 +14,7 @@ from datasched.cli.app import app, trace_app
 from datasched.cli.common import fail, out, print_json, user_errors
 from datasched.cli.options import JsonOpt, LoadOpt, SeedOpt, trace_rate_jobs_per_h
 from datasched.policies import available, describe
+from datasched.policies.grid import describe_grid_scheduler, grid_schedulers
 from datasched.sim.workload import WorkloadSpec, generate, load_trace, save_trace
 
 __all__: list[str] = []
@@ -24,9 +25,16 @@ def policies(as_json: JsonOpt = False) -> None:
     """List the scheduling policies: name (for `--policy`), the paper section each implements,
     what it does, and its parameters (for `-P NAME=VALUE`, and the named options shown by
     `datasched sim --help`). With `--json`, every policy's declaration: each parameter's name,
-    type, default, bounds, choices and help."""
+    type, default, bounds, choices and help. The data grid's external and dataset schedulers
+    (`datasched reproduce grid`) follow, in a table (and a JSON list, `grid_schedulers`) of
+    their own: they pick sites of a grid, not nodes of a cluster."""
     if as_json:
-        print_json({"policies": [describe(name) for name in available()]})
+        print_json(
+            {
+                "policies": [describe(name) for name in available()],
+                "grid_schedulers": [describe_grid_scheduler(name) for name in grid_schedulers()],
+            }
+        )
         return
     table = Table(title="scheduling policies", box=box.SIMPLE_HEAD)
     table.add_column("name", style="bold")
@@ -37,6 +45,13 @@ def policies(as_json: JsonOpt = False) -> None:
         params = ", ".join(f"{p.name}={_shown(p.default)}" for p in cls.params) or "-"
         table.add_row(name, cls.section, cls.summary, params)
     out.print(table)
+    grid = Table(title="data-grid schedulers (datasched reproduce grid)", box=box.SIMPLE_HEAD)
+    for col in ("name", "role", "source", "what it does", "parameters"):
+        grid.add_column(col, style="bold" if col == "name" else None)
+    for name, gcls in grid_schedulers().items():
+        params = ", ".join(f"{p.name}={_shown(p.default)}" for p in gcls.params) or "-"
+        grid.add_row(name, gcls.role, gcls.section, gcls.summary, params)
+    out.print(grid)
 
 
 def _shown(value: object) -> str:

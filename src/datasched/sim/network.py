@@ -80,6 +80,10 @@ class Network:
         """The bandwidth the transfers crossing ``link`` use now."""
         return sum(self.transfers[i].rate for i in self._on_link.get(link, ()))
 
+    def count_on(self, link: Link) -> int:
+        """How many transfers cross ``link`` now."""
+        return len(self._on_link.get(link, ()))
+
     def _sharing(self, path: tuple[Link, ...]) -> list[Transfer]:
         ids: set[int] = set()
         for link in path:
