@@ -124,8 +124,17 @@ class FakeRunner:
     (skipping the ranges done), each reported with the pickled result ``{"events": n}``;
     ``die_after`` packets in all, it stops reporting (a crash mid-way)."""
 
-    def __init__(self, *, packet: int = 10, die_after: int | None = None, delay_s: float = 0.0):
+    def __init__(
+        self,
+        *,
+        packet: int = 10,
+        die_after: int | None = None,
+        delay_s: float = 0.0,
+        replay: bool = False,
+    ):
         self.packet, self.die_after, self.delay_s = packet, die_after, delay_s
+        self.replay = replay
+        """Run the ranges done again too (a runner that replays after a crash)."""
         self.listener: RunnerListener | None = None
         self.submitted: list[tuple[str, list[tuple[str, int, int]]]] = []
         self.cancelled: list[str] = []
@@ -164,7 +173,7 @@ class FakeRunner:
                     if job.id in self.cancelled:
                         self.listener.job_state(job.id, JobState.ABORTED)
                         return
-                    if (f.url, a) in done_starts:
+                    if (f.url, a) in done_starts and not self.replay:
                         continue
                     b = min(a + self.packet, f.n_events)
                     time.sleep(self.delay_s)

@@ -126,7 +126,7 @@ class Dispatcher:
             return requeue_unfinished(s)
 
     def dispatch_once(self) -> int:
-        """Hand every pending job to the runner; how many."""
+        """Hand every pending job to the runner; how many it took."""
         with self.store.session() as s:
             handed = [(elementary_job(j), done_ranges(s, j.id)) for j in pending_jobs(s)]
             for job, _ in handed:
@@ -134,9 +134,19 @@ class Dispatcher:
                 assert row is not None
                 row.state = JobState.SUBMITTED.value
                 refresh_request_state(s, job.request_id)
+        n = 0
         for job, done in handed:
-            self.runner.submit(job, done)
-        return len(handed)
+            try:
+                self.runner.submit(job, done)
+                n += 1
+            except Exception:  # the runner refused it: back to the queue, tried again later
+                log.exception("the runner refused elementary job %s", job.id)
+                with self.store.session() as s:
+                    row = s.get(Job, job.id)
+                    if row is not None and row.state == JobState.SUBMITTED.value:
+                        row.state = JobState.PENDING.value
+                        refresh_request_state(s, job.request_id)
+        return n
 
     def wake(self) -> None:
         """Dispatch now (a request was just accepted)."""
