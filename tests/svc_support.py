@@ -131,7 +131,10 @@ class FakeRunner:
         die_after: int | None = None,
         delay_s: float = 0.0,
         replay: bool = False,
+        hold_users: frozenset[str] = frozenset(),
     ):
+        self.hold_users = hold_users
+        """Whose jobs wait, running, until cancelled."""
         self.packet, self.die_after, self.delay_s = packet, die_after, delay_s
         self.replay = replay
         """Run the ranges done again too (a runner that replays after a crash)."""
@@ -167,6 +170,8 @@ class FakeRunner:
         assert self.listener is not None
         try:
             self.listener.job_state(job.id, JobState.RUNNING, node="node-0")
+            while job.user in self.hold_users and job.id not in self.cancelled:
+                time.sleep(0.01)
             done_starts = {(u, a) for u, a, _ in done}
             for f in job.files:
                 for a in range(0, f.n_events, self.packet):
@@ -202,3 +207,11 @@ class FakeRunner:
         deadline = time.monotonic() + timeout
         for t in list(self._threads):
             t.join(timeout=max(0.0, deadline - time.monotonic()))
+
+
+def make_fake_runner(**options: Any) -> FakeRunner:
+    """``datasched serve --runner svc_support:make_fake_runner``: packets of 5 entries,
+    one every ``DATASCHED_FAKE_DELAY_S`` seconds (default 0.05)."""
+    import os
+
+    return FakeRunner(packet=5, delay_s=float(os.environ.get("DATASCHED_FAKE_DELAY_S", "0.05")))

@@ -74,7 +74,10 @@ async def submit(http: HttpRequest, svc: StateDep, caller: CallerDep) -> JSONRes
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
         return _errors(422, FieldError("body", f"not UTF-8 text: {exc.reason}"))
-    status, answer = _accept(svc, caller, text, ctype)
+    try:
+        status, answer = _accept(svc, caller, text, ctype)
+    except ModuleNotFoundError as exc:  # the request language is a part of its own
+        return _errors(503, FieldError("server", f"cannot read requests: {exc}"))
     svc.metrics.submitted.labels(answer["state"]).inc()
     if status == 201 and svc.dispatcher is not None:
         svc.dispatcher.wake()
