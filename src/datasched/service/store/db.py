@@ -46,8 +46,8 @@ def database_url(url_or_path: str) -> str:
 
 def make_engine(url_or_path: str) -> Engine:
     """An engine for the store at ``url_or_path``. SQLite files get WAL mode (readers do not
-    block the writer) and a busy timeout, since the API and the runner's reports write from
-    different threads."""
+    block the writer), transactions that take the write lock when they begin, and a busy
+    timeout, since the API and the runner's reports write from different threads."""
     url = database_url(url_or_path)
     try:
         parsed = make_url(url)
@@ -64,11 +64,19 @@ def make_engine(url_or_path: str) -> Engine:
 
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+            dbapi_conn.isolation_level = None  # transactions begun below, not by the driver
             cur = dbapi_conn.cursor()
             cur.execute("PRAGMA journal_mode=WAL")
             cur.execute("PRAGMA foreign_keys=ON")
             cur.execute("PRAGMA busy_timeout=30000")
             cur.close()
+
+        @event.listens_for(engine, "begin")
+        def _begin_immediate(conn: Any) -> None:
+            # Take the write lock when a transaction begins: a transaction that read first
+            # and writes later fails at once (SQLITE_BUSY, no waiting) if another wrote
+            # meanwhile; taken up front, writers wait their turn (busy_timeout).
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
 
         return engine
     return create_engine(url, pool_pre_ping=True)
