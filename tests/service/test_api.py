@@ -147,7 +147,7 @@ def test_another_users_request_is_404_and_an_admin_sees_all(api: Api) -> None:
 
 
 def test_cancel_aborts_a_running_request(sqlite_store: Store) -> None:
-    runner = FakeRunner(packet=1, delay_s=0.01)
+    runner = FakeRunner(packet=1, hold_users=frozenset({"ann"}))
     tokens = seed(sqlite_store)
     state = build_state(sqlite_store, FakeLanguage(), runner=runner, period_s=0.05)
     with TestClient(create_app(state)) as client:

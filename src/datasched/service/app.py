@@ -61,7 +61,7 @@ def build_state(
 
 def _store_counts(svc: ServiceState) -> Callable[[], dict[str, dict[str, float]]]:
     def read() -> dict[str, dict[str, float]]:
-        with svc.store.session() as s:
+        with svc.store.reading() as s:
             jobs = dict(s.execute(select(Job.state, func.count()).group_by(Job.state)).all())
             events, packets = s.execute(
                 select(func.sum(Packet.stop - Packet.start), func.count())

@@ -186,19 +186,19 @@ class Catalog:
     def datasets(self, query: str = "") -> list[DatasetInfo]:
         """The datasets matching ``query`` (all for an empty one), by name."""
         terms = parse_query(query)
-        with self.store.session() as s:
+        with self.store.reading() as s:
             rows = s.scalars(select(CatalogDataset).order_by(CatalogDataset.name))
             return [_info(d) for d in rows if _matches(d, terms)]
 
     def query(self, query: str) -> list[FileRef]:
         """The files of the datasets matching ``query``, dataset by dataset, in order."""
         terms = parse_query(query)
-        with self.store.session() as s:
+        with self.store.reading() as s:
             rows = s.scalars(select(CatalogDataset).order_by(CatalogDataset.name))
             return [_ref(f) for d in rows if _matches(d, terms) for f in d.files]
 
     def file(self, url: str) -> FileRef | None:
-        with self.store.session() as s:
+        with self.store.reading() as s:
             f = s.scalar(select(CatalogFile).where(CatalogFile.url == url))
             return _ref(f) if f is not None else None
 

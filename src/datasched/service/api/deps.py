@@ -97,7 +97,7 @@ def current_caller(request: HttpRequest, svc: StateDep) -> Caller:
     scheme, _, token = header.partition(" ")
     caller = None
     if scheme.lower() == "bearer" and token.strip():
-        with svc.store.session() as s:
+        with svc.store.reading() as s:
             caller = authenticate(s, token.strip())
     if caller is None:
         raise HTTPException(

@@ -33,7 +33,7 @@ def datasets(svc: StateDep, caller: CallerDep, query: str = "") -> dict[str, Any
 @router.get("/cluster", tags=["cluster"])
 def cluster(svc: StateDep, caller: CallerDep) -> dict[str, Any]:
     """The cluster as the runner sees it, and the elementary jobs by state."""
-    with svc.store.session() as s:
+    with svc.store.reading() as s:
         counts = dict(s.execute(select(Job.state, func.count()).group_by(Job.state)).all())
     view = dict(svc.runner.cluster()) if svc.runner is not None else {"nodes": []}
     return {**view, "jobs": {str(k): int(v) for k, v in counts.items()}}

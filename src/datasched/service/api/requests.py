@@ -8,6 +8,7 @@ from typing import Any
 
 from fastapi import APIRouter, HTTPException, Response
 from fastapi import Request as HttpRequest
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
 from datasched.service.api.deps import CallerDep, ServiceState, StateDep, not_found
@@ -75,7 +76,8 @@ async def submit(http: HttpRequest, svc: StateDep, caller: CallerDep) -> JSONRes
     except UnicodeDecodeError as exc:
         return _errors(422, FieldError("body", f"not UTF-8 text: {exc.reason}"))
     try:
-        status, answer = _accept(svc, caller, text, ctype)
+        # Parsing, checking and storing block: off the event loop, as sync routes are.
+        status, answer = await run_in_threadpool(_accept, svc, caller, text, ctype)
     except ModuleNotFoundError as exc:  # the request language is a part of its own
         return _errors(503, FieldError("server", f"cannot read requests: {exc}"))
     svc.metrics.submitted.labels(answer["state"]).inc()
@@ -115,7 +117,7 @@ def _accept(svc: ServiceState, caller: Caller, text: str, ctype: str) -> tuple[i
 @router.get("")
 def list_requests(svc: StateDep, caller: CallerDep) -> dict[str, Any]:
     """The caller's requests (an administrator's: everyone's), newest first."""
-    with svc.store.session() as s:
+    with svc.store.reading() as s:
         return {"requests": [summary(r) for r in ops.list_requests(s, caller)]}
 
 
@@ -123,7 +125,7 @@ def list_requests(svc: StateDep, caller: CallerDep) -> dict[str, Any]:
 def get_request(request_id: str, svc: StateDep, caller: CallerDep) -> dict[str, Any]:
     """A request: its state, its elementary jobs (node, state, files, progress), its
     progress (events, bytes, packets) and, if refused, its errors."""
-    with svc.store.session() as s:
+    with svc.store.reading() as s:
         req = ops.find_request(s, caller, request_id)
         if req is None:
             raise not_found(request_id)
@@ -172,7 +174,7 @@ def cancel(request_id: str, svc: StateDep, caller: CallerDep) -> dict[str, Any]:
 @router.get("/{request_id}/logs")
 def logs(request_id: str, svc: StateDep, caller: CallerDep) -> dict[str, Any]:
     """Each elementary job's log, and the file that failed, if one did."""
-    with svc.store.session() as s:
+    with svc.store.reading() as s:
         req = ops.find_request(s, caller, request_id)
         if req is None:
             raise not_found(request_id)
@@ -198,7 +200,7 @@ def result(request_id: str, svc: StateDep, caller: CallerDep, packets: bool = Fa
     """The merged result, pickled (``application/octet-stream``). With ``packets=true``, or
     when the result holds classes the daemon does not unpickle (409), the packets' own
     pickles: a pickled list of bytes, merged by the client."""
-    with svc.store.session() as s:
+    with svc.store.reading() as s:
         req = ops.find_request(s, caller, request_id)
         if req is None:
             raise not_found(request_id)

@@ -44,10 +44,11 @@ def database_url(url_or_path: str) -> str:
     return url_or_path
 
 
-def make_engine(url_or_path: str) -> Engine:
+def make_engine(url_or_path: str, *, immediate: bool = True) -> Engine:
     """An engine for the store at ``url_or_path``. SQLite files get WAL mode (readers do not
     block the writer), transactions that take the write lock when they begin, and a busy
-    timeout, since the API and the runner's reports write from different threads."""
+    timeout, since the API and the runner's reports write from different threads. With
+    ``immediate`` false, SQLite transactions begin without the lock (for reading only)."""
     url = database_url(url_or_path)
     try:
         parsed = make_url(url)
@@ -72,11 +73,11 @@ def make_engine(url_or_path: str) -> Engine:
             cur.close()
 
         @event.listens_for(engine, "begin")
-        def _begin_immediate(conn: Any) -> None:
+        def _begin(conn: Any) -> None:
             # Take the write lock when a transaction begins: a transaction that read first
             # and writes later fails at once (SQLITE_BUSY, no waiting) if another wrote
             # meanwhile; taken up front, writers wait their turn (busy_timeout).
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
+            conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
         return engine
     return create_engine(url, pool_pre_ping=True)
@@ -107,11 +108,26 @@ class Store:
         if migrate:
             upgrade(self.engine)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self._reader: Engine | None = None
+        readers = self._sessions
+        if self.engine.dialect.name == "sqlite":
+            # Readers need no write lock; on SQLite they get an engine of their own.
+            self._reader = make_engine(url_or_path, immediate=False)
+            readers = sessionmaker(self._reader, expire_on_commit=False)
+        self._readers = readers
 
     @contextmanager
     def session(self) -> Iterator[Session]:
         with self._sessions() as s, s.begin():
             yield s
 
+    @contextmanager
+    def reading(self) -> Iterator[Session]:
+        """A transaction that only reads (on SQLite it does not wait for the writers)."""
+        with self._readers() as s, s.begin():
+            yield s
+
     def close(self) -> None:
         self.engine.dispose()
+        if self._reader is not None:
+            self._reader.dispose()
