@@ -9,8 +9,6 @@ registers one group of commands on it.
 
 from __future__ import annotations
 
-import datasched.cli.catalog
-import datasched.cli.client
 import datasched.cli.cosched
 import datasched.cli.demo
 import datasched.cli.info
@@ -19,9 +17,14 @@ import datasched.cli.runtime
 
 # The command modules register their commands on ``app`` when imported, in the order
 # ``--help`` lists them: the simulator's first, then the runtime's.
-import datasched.cli.serve
 import datasched.cli.sim
-import datasched.cli.study  # noqa: F401
+import datasched.cli.study
+
+# isort: split
+# The service's commands come last: the client's, then the daemon and its administration.
+import datasched.cli.catalog
+import datasched.cli.client
+import datasched.cli.serve  # noqa: F401
 from datasched.cli.app import app
 
 __all__ = ["app"]
