@@ -16,6 +16,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
 from datasched.service.contracts import ElementaryJob, JobState, PacketDone, RunnerListener
@@ -146,6 +147,19 @@ class Dispatcher:
                     if row is not None and row.state == JobState.SUBMITTED.value:
                         row.state = JobState.PENDING.value
                         refresh_request_state(s, job.request_id)
+        if handed:
+            # A request cancelled while its jobs were being handed over: the cancel may
+            # have reached the runner before the job did, so cancel those jobs again.
+            with self.store.reading() as s:
+                ids = [job.id for job, _ in handed]
+                aborted = [
+                    job_id
+                    for (job_id,) in s.execute(
+                        select(Job.id).where(Job.id.in_(ids), Job.state == JobState.ABORTED.value)
+                    )
+                ]
+            for job_id in aborted:
+                self.runner.cancel(job_id)
         return n
 
     def wake(self) -> None:
