@@ -57,7 +57,7 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TestClien
     store.close()
 
 
-@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=30, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     body=st.one_of(st.binary(max_size=300), YAMLISH.map(lambda d: str(d).encode())),
     ctype=CONTENT_TYPES,
@@ -76,7 +76,7 @@ def test_any_submission_gets_an_answer_with_errors_not_a_crash(
         assert all({"field", "reason"} <= set(e) for e in r.json()["errors"])
 
 
-@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=30, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     path=st.sampled_from(["/requests/{}", "/requests/{}/logs", "/requests/{}/result"]),
     rid=st.text(PRINTABLE.filter(lambda c: c not in "/?#% "), min_size=1, max_size=30),
