@@ -167,3 +167,14 @@ def test_jobs_held_by_the_runner_are_requeued_with_their_files_and_work(store: S
     assert ej.id == f"{rid}.0" and ej.user == "ann" and ej.group == "g"
     assert ej.files == (FileRef("/d/ann0.root", 25, 1000),)
     assert ej.work == ProcessorWork("proc.py:P")
+
+
+def test_pending_jobs_come_by_group_priority_then_age(store: Store) -> None:
+    old = _request(store, "ann", n_jobs=2)
+    new = _request(store, "bob", n_jobs=1)
+    with store.session() as s:
+        assert [j.id for j in ops.pending_jobs(s)] == [f"{old}.0", f"{old}.1", f"{new}.0"]
+        add_user(s, "bob", "urgent", new_token=True, group_priority=5.0)
+    with store.session() as s:
+        assert [j.id for j in ops.pending_jobs(s)] == [f"{new}.0", f"{old}.0", f"{old}.1"]
+        assert ops.elementary_job(ops.pending_jobs(s)[0]).priority == 5.0

@@ -272,13 +272,16 @@ def elementary_job(job: Job) -> ElementaryJob:
 
 
 def pending_jobs(s: Session, limit: int = 100) -> list[Job]:
-    """Jobs waiting to be handed to the runner, oldest request first."""
+    """Jobs waiting to be handed to the runner: those of the groups of highest priority
+    first (PROOF §3's group priorities), then the oldest request's first."""
     q = (
         select(Job)
-        .join(Request)
+        .join(Request, Job.request_id == Request.id)
+        .join(User, Request.owner_id == User.id)
+        .join(Group, User.group_id == Group.id)
         .where(Job.state == JobState.PENDING.value)
         .where(Request.state.not_in([JobState.ABORTED.value, JobState.REFUSED.value]))
-        .order_by(Request.created, Job.index)
+        .order_by(Group.priority.desc(), Request.created, Request.id, Job.index)
         .limit(limit)
     )
     return list(s.scalars(q))
