@@ -134,3 +134,17 @@ def test_the_client_commands_against_a_daemon(
     rid2 = cli.invoke(app, ["submit", str(req), "--token", tokens["bob"]]).stdout.strip()
     r = cli.invoke(app, ["cancel", rid2, "--token", tokens["bob"]])
     assert r.exit_code == 0 and f"{rid2}: aborted" in r.stdout
+
+
+def test_serve_refuses_bad_options_before_touching_the_store(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    for args, field in (
+        (["--workers", "2", "--scheduler", "tcp://127.0.0.1:1"], "--workers and --scheduler"),
+        (["--split", "by-moon"], "--split: 'by-moon' is not one of"),
+        (["--runner", "no_such_module:make"], "--runner: cannot load"),
+        (["--runner", "svc_support:make_fake_runner", "--db", "mysql://h/d"], "--db: 'mysql'"),
+    ):
+        r = cli.invoke(app, ["serve", "--db", str(db), *args])
+        assert r.exit_code == 2, r.output
+        assert field in r.stderr
+    assert not db.exists()

@@ -72,11 +72,6 @@ def _load(spec: str, option: str) -> Any:
         fail(f"{option}: cannot load {spec!r}: {exc}")
 
 
-def _load_runner(spec: str, **options: Any) -> Runner:
-    runner: Runner = _load(spec, "--runner")(**options)
-    return runner
-
-
 @app.command("serve")
 def serve(
     db: DbOpt = None,
@@ -127,12 +122,13 @@ def serve(
         strategy = SplitStrategy(split)
     except ValueError:
         fail(f"--split: {split!r} is not one of {', '.join(s.value for s in SplitStrategy)}")
-    store = open_store(db)
     roots = [r.resolve() for r in roots or []]
-    the_runner = _load_runner(
-        runner, workers=workers, scheduler=scheduler, cache_dir=cache_dir, roots=roots
-    )
+    runner_factory = _load(runner, "--runner")
     lang = ContractLanguage(roots) if language is None else _load(language, "--language")()
+    store = open_store(db)
+    the_runner: Runner = runner_factory(
+        workers=workers, scheduler=scheduler, cache_dir=cache_dir, roots=roots
+    )
     state = build_state(
         store,
         lang,
