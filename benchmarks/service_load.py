@@ -5,7 +5,8 @@ request language and runner (tests/svc_support.py: each elementary job "runs" in
 packet), makes ``--users`` users, and has each submit ``--requests`` requests from a thread
 of its own, all at once. Checks that every request was accepted (201) and stored, and that
 every one completed; prints the latency percentiles of the submissions and of the reads,
-and the submissions per second. Figures only; nothing is asserted on time.
+and the submissions per second; exits 1 unless every request was accepted, stored and
+completed. Figures only; nothing is asserted on time.
 
     python benchmarks/service_load.py [--users 20] [--requests 10] [--db URL] [--json]
 """
@@ -141,7 +142,8 @@ def main() -> None:
         q = report[what]
         print(f"  {what:6s} p50 {q['p50_ms']:.1f} ms  p90 {q['p90_ms']:.1f} ms  "
               f"p99 {q['p99_ms']:.1f} ms  max {q['max_ms']:.1f} ms")  # fmt: skip
-    if report["accepted"] != report["users"] * report["requests_each"]:
+    n = report["users"] * report["requests_each"]
+    if not report["accepted"] == report["stored"] == report["completed"] == n:
         sys.exit(1)
 
 

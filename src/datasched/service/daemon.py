@@ -25,6 +25,7 @@ from datasched.service.store.models import Job, Packet
 from datasched.service.store.ops import (
     done_ranges,
     elementary_job,
+    lock_request,
     pending_jobs,
     refresh_request_state,
     requeue_unfinished,
@@ -76,6 +77,8 @@ class StoreListener:
             job = s.get(Job, job_id)
             if job is None:
                 return
+            lock_request(s, job.request_id)
+            s.refresh(job)
             if JobState(job.state).final:
                 return
             job.state = JobState(state).value
@@ -129,6 +132,8 @@ class Dispatcher:
     def dispatch_once(self) -> int:
         """Hand every pending job to the runner; how many it took."""
         with self.store.session() as s:
+            for request_id in sorted({j.request_id for j in pending_jobs(s)}):
+                lock_request(s, request_id)
             handed = [(elementary_job(j), done_ranges(s, j.id)) for j in pending_jobs(s)]
             for job, _ in handed:
                 row = s.get(Job, job.id)

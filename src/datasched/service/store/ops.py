@@ -35,6 +35,7 @@ __all__ = [
     "elementary_job",
     "find_request",
     "list_requests",
+    "lock_request",
     "new_request_id",
     "pending_jobs",
     "progress",
@@ -164,9 +165,26 @@ def list_requests(s: Session, caller: Caller, *, limit: int = 1000) -> list[Requ
     return list(s.scalars(q))
 
 
+def lock_request(s: Session, request_id: str) -> Request | None:
+    """The request, read afresh and locked until the transaction ends (PostgreSQL's ``FOR
+    UPDATE``; SQLite's transactions hold the write lock already). Every change of a
+    request's jobs locks the request first, so that two transactions changing two jobs of
+    one request cannot both miss the other's change when they derive its state, and so that
+    they take their locks in one order (request, then jobs), which cannot deadlock."""
+    q = (
+        select(Request)
+        .where(Request.id == request_id)
+        .with_for_update(of=Request)
+        .execution_options(populate_existing=True)
+    )
+    return s.scalars(q).one_or_none()
+
+
 def cancel_request(s: Session, req: Request) -> list[str]:
     """Abort the request and its unfinished jobs; the ids of those the runner holds (to
     cancel there)."""
+    lock_request(s, req.id)
+    s.refresh(req, ["jobs"])
     handed = []
     for job in req.jobs:
         if not JobState(job.state).final:
@@ -283,6 +301,7 @@ def pending_jobs(s: Session, limit: int = 100) -> list[Job]:
         .where(Request.state.not_in([JobState.ABORTED.value, JobState.REFUSED.value]))
         .order_by(Group.priority.desc(), Request.created, Request.id, Job.index)
         .limit(limit)
+        .execution_options(populate_existing=True)
     )
     return list(s.scalars(q))
 
