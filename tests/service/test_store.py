@@ -178,3 +178,27 @@ def test_pending_jobs_come_by_group_priority_then_age(store: Store) -> None:
     with store.session() as s:
         assert [j.id for j in ops.pending_jobs(s)] == [f"{new}.0", f"{old}.0", f"{old}.1"]
         assert ops.elementary_job(ops.pending_jobs(s)[0]).priority == 5.0
+
+
+def test_jobs_ending_at_once_leave_their_request_completed(store: Store) -> None:
+    """Each report is a transaction of its own: without locking the request, two jobs
+    completing at once each see the other still running (PostgreSQL's read committed)."""
+    import threading
+
+    listener = StoreListener(store)
+    for _ in range(3):
+        rid = _request(store, "ann", n_jobs=6)
+        barrier = threading.Barrier(6)
+
+        def complete(i: int, rid: str = rid, barrier: threading.Barrier = barrier) -> None:
+            barrier.wait()
+            listener.job_state(f"{rid}.{i}", JobState.COMPLETED)
+
+        threads = [threading.Thread(target=complete, args=(i,)) for i in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        with store.reading() as s:
+            req = ops.find_request(s, list_users(s)[0], rid)
+            assert req is not None and req.state == "completed"
