@@ -41,7 +41,10 @@ class RequestLanguage(Protocol):
 
 class ContractLanguage:
     """:class:`RequestLanguage` by :mod:`datasched.service.request`'s functions; ``roots``
-    are the directories paths in requests are confined to."""
+    are the directories paths in requests are confined to. The calls made:
+    ``parse_request(text, content_type="xml" | "yaml", username=...)``,
+    ``check_request(request, catalog=..., roots=...)`` and ``split_request(request,
+    request_id=..., catalog=..., strategy=...)``; each raises ``RequestInvalid``."""
 
     def __init__(self, roots: Sequence[Path] = ()) -> None:
         self.roots = tuple(roots)
