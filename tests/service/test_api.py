@@ -230,3 +230,29 @@ def test_catalog_cluster_metrics_and_the_openapi_schema(api: Api) -> None:
     assert (
         "application/xml" in schema["paths"]["/api/v1/requests"]["post"]["requestBody"]["content"]
     )
+
+
+class Accumulator:
+    """A user's own accumulator class: the daemon does not unpickle it."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+
+def test_a_result_of_user_classes_is_refused_by_name_and_served_as_packets(api: Api) -> None:
+    from datasched.service.contracts import JobState, PacketDone
+    from datasched.service.daemon import StoreListener
+
+    rid = api.submit("ann", "processor: p\ninput: [/star/pp/0.root]\n").json()["id"]
+    api.wait("ann", rid, "completed")
+    listener = StoreListener(api.client.app.state.service.store)  # type: ignore[attr-defined]
+    job = f"{rid}.0"
+    listener.job_state(job, JobState.COMPLETED)
+    blob = pickle.dumps(Accumulator(3))
+    listener.packet_done(PacketDone(job, "/star/pp/0.root", 100, 101, "n", 1, 0.0, blob))
+    r = api.client.get(f"/api/v1/requests/{rid}/result", headers=api.h("ann"))
+    assert r.status_code == 409
+    (error,) = r.json()["errors"]
+    assert error["field"] == "result" and "test_api.Accumulator" in error["reason"]
+    r = api.client.get(f"/api/v1/requests/{rid}/result?packets=true", headers=api.h("ann"))
+    assert blob in pickle.loads(r.content)
