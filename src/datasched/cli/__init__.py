@@ -20,7 +20,13 @@ import datasched.cli.runtime
 # The command modules register their commands on ``app`` when imported, in the order
 # ``--help`` lists them: the simulator's first, then the runtime's.
 import datasched.cli.sim
-import datasched.cli.study  # noqa: F401
+import datasched.cli.study
+
+# isort: split
+# The service's commands come last: the client's, then the daemon and its administration.
+import datasched.cli.catalog
+import datasched.cli.client
+import datasched.cli.serve  # noqa: F401
 from datasched.cli.app import app
 
 __all__ = ["app"]

@@ -1,0 +1,5 @@
+"""``python -m datasched``: the command line."""
+
+from datasched.cli import app
+
+app()

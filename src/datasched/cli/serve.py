@@ -1,0 +1,189 @@
+"""The service's administration commands: ``datasched serve`` (the daemon), ``users``
+(users, groups, tokens) and ``catalog`` (scan storage, import a YAML catalog, query, locally
+or through a server).
+
+The service's packages (FastAPI, SQLAlchemy, Alembic) are imported when a command runs, so
+the rest of the command line works without the ``service`` extra.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from datasched.cli.app import app
+from datasched.cli.common import err, fail, out
+
+if TYPE_CHECKING:
+    from datasched.service.daemon import Runner
+    from datasched.service.store.db import Store
+
+__all__ = ["catalog_app", "open_store", "users_app"]
+
+DEFAULT_DB = "datasched-service.db"
+DEFAULT_RUNNER = "datasched.service.runner:make_runner"
+
+users_app = typer.Typer(
+    help="Users of the service: each has a token (shown once) and a group.",
+    no_args_is_help=True,
+)
+catalog_app = typer.Typer(
+    help="The file catalog: datasets with metadata and their files.", no_args_is_help=True
+)
+app.add_typer(users_app, name="users")
+app.add_typer(catalog_app, name="catalog")
+
+DbOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--db",
+        help=f"The store: a database URL (sqlite:///..., postgresql://...) or a SQLite file "
+        f"path. Default: $DATASCHED_DB, else ./{DEFAULT_DB}.",
+        show_default=False,
+    ),
+]
+
+
+def open_store(db: str | None) -> Store:
+    """The store named by ``--db`` (or the default), at the newest schema."""
+    try:
+        from datasched.service.store.db import Store, StoreError
+    except ModuleNotFoundError as exc:
+        fail(f"the service is not installed ({exc.name}): pip install 'datasched[service]'")
+    url = db or os.environ.get("DATASCHED_DB") or DEFAULT_DB
+    try:
+        return Store(url)
+    except StoreError as exc:
+        fail(str(exc))
+    except Exception as exc:  # a database that cannot be reached or upgraded
+        fail(f"--db: cannot open the store {url!r}: {type(exc).__name__}: {exc}", code=1)
+
+
+def _load(spec: str, option: str) -> Any:
+    """The object ``module:attr`` names (the runner's and the language's factories)."""
+    module, _, attr = spec.partition(":")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ModuleNotFoundError, AttributeError) as exc:
+        fail(f"{option}: cannot load {spec!r}: {exc}")
+
+
+@app.command("serve")
+def serve(
+    db: DbOpt = None,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on.")] = 8765,
+    workers: Annotated[
+        int | None, typer.Option(min=1, help="Local Dask workers to start (or --scheduler).")
+    ] = None,
+    scheduler: Annotated[
+        str | None, typer.Option(help="A running Dask scheduler (tcp://host:port).")
+    ] = None,
+    cache_dir: Annotated[
+        Path | None, typer.Option(help="Where workers keep their node caches.")
+    ] = None,
+    roots: Annotated[
+        list[Path] | None,
+        typer.Option("--roots", help="Directories that paths in requests must lie under."),
+    ] = None,
+    split: Annotated[
+        str, typer.Option(help="How requests become elementary jobs by default.")
+    ] = "by-policy",
+    runner: Annotated[
+        str, typer.Option(help="The runner's factory, module:attr.", hidden=True)
+    ] = DEFAULT_RUNNER,
+    language: Annotated[
+        str | None,
+        typer.Option(help="The request language's factory, module:attr.", hidden=True),
+    ] = None,
+    max_request_kb: Annotated[int, typer.Option(min=1, help="Largest request body.")] = 1000,
+    rate: Annotated[float, typer.Option(min=0.0, help="API calls a second per user.")] = 20.0,
+    burst: Annotated[int, typer.Option(min=1, help="API calls at once per user.")] = 40,
+) -> None:
+    """Run the service's daemon: the API (/api/v1) and the loop handing requests' elementary
+    jobs to the runner. The store is upgraded to the newest schema first; what was running
+    before a restart is resumed from the event ranges already done."""
+    if workers is not None and scheduler is not None:
+        fail("--workers and --scheduler: give one or the other")
+    try:
+        import uvicorn
+
+        from datasched.service.api.deps import Limits
+        from datasched.service.app import build_state, create_app
+        from datasched.service.contracts import SplitStrategy
+        from datasched.service.ports import ContractLanguage
+    except ModuleNotFoundError as exc:
+        fail(f"the service is not installed ({exc.name}): pip install 'datasched[service]'")
+    try:
+        strategy = SplitStrategy(split)
+    except ValueError:
+        fail(f"--split: {split!r} is not one of {', '.join(s.value for s in SplitStrategy)}")
+    roots = [r.resolve() for r in roots or []]
+    runner_factory = _load(runner, "--runner")
+    lang = ContractLanguage(roots) if language is None else _load(language, "--language")()
+    store = open_store(db)
+    the_runner: Runner = runner_factory(
+        workers=workers, scheduler=scheduler, cache_dir=cache_dir, roots=roots
+    )
+    state = build_state(
+        store,
+        lang,
+        runner=the_runner,
+        split=strategy,
+        limits=Limits(max_request_kb * 1000, rate, burst),
+    )
+    err.print(f"datasched serve: http://{host}:{port}/api/v1 (store {store.engine.url!r})")
+    uvicorn.run(create_app(state), host=host, port=port, log_level="warning")
+    store.close()
+
+
+@users_app.command("add")
+def users_add(
+    name: Annotated[str, typer.Argument(help="The user's name.")],
+    group: Annotated[str, typer.Option(help="The user's group (made if new).")],
+    admin: Annotated[
+        bool, typer.Option("--admin", help="May see and cancel all requests.")
+    ] = False,
+    new_token: Annotated[
+        bool, typer.Option("--new-token", help="Replace an existing user's token.")
+    ] = False,
+    priority: Annotated[
+        float | None, typer.Option(help="The group's priority (PROOF §3's group priorities).")
+    ] = None,
+    db: DbOpt = None,
+) -> None:
+    """Add a user (or give one a new token) and print the token: it is shown only now."""
+    from datasched.service.users import UserError, add_user
+
+    store = open_store(db)
+    try:
+        with store.session() as s:
+            token = add_user(
+                s, name, group, admin=admin, new_token=new_token, group_priority=priority
+            )
+    except UserError as exc:
+        fail(str(exc))
+    finally:
+        store.close()
+    out.print(token, highlight=False, soft_wrap=True)
+
+
+@users_app.command("list")
+def users_list(db: DbOpt = None) -> None:
+    """List the users: name, group, group priority, administrator or not."""
+    from rich.table import Table
+
+    from datasched.service.users import list_users
+
+    store = open_store(db)
+    with store.session() as s:
+        users = list_users(s)
+    store.close()
+    table = Table("user", "group", "priority", "admin")
+    for u in users:
+        table.add_row(u.name, u.group, f"{u.priority:g}", "yes" if u.admin else "")
+    out.print(table)

@@ -1,0 +1,128 @@
+"""What every route of the API shares: the service's state, the caller (a bearer token),
+the per-user rate limit (a token bucket) and the error answers."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+from fastapi import Depends, HTTPException
+from fastapi import Request as HttpRequest
+
+from datasched.service.catalog import Catalog
+from datasched.service.contracts import SplitStrategy
+from datasched.service.daemon import Dispatcher, Runner
+from datasched.service.metrics import Metrics
+from datasched.service.ports import RequestLanguage
+from datasched.service.store.db import Store
+from datasched.service.users import Caller, authenticate
+
+__all__ = [
+    "CallerDep",
+    "Limits",
+    "ServiceState",
+    "StateDep",
+    "TokenBucket",
+    "current_caller",
+    "not_found",
+    "service_state",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """The API's limits: the largest request body, and each user's rate (calls a second,
+    sustained) and burst (calls at once)."""
+
+    max_request_bytes: int = 1_000_000
+    rate_per_s: float = 20.0
+    burst: int = 40
+
+
+class TokenBucket:
+    """Per-user token buckets: each holds up to ``burst`` tokens, refilled at ``rate`` a
+    second; a call takes one, or is refused with the seconds to wait."""
+
+    def __init__(self, rate: float, burst: int, clock: Any = time.monotonic) -> None:
+        self.rate, self.burst, self.clock = rate, burst, clock
+        self._buckets: dict[str, tuple[float, float]] = {}
+        self._lock = threading.Lock()
+
+    def take(self, key: str) -> float:
+        """0 if a token was taken, else the seconds until one is there."""
+        with self._lock:
+            now = self.clock()
+            tokens, last = self._buckets.get(key, (float(self.burst), now))
+            tokens = min(float(self.burst), tokens + (now - last) * self.rate)
+            if tokens >= 1.0:
+                self._buckets[key] = (tokens - 1.0, now)
+                return 0.0
+            self._buckets[key] = (tokens, now)
+            return (1.0 - tokens) / self.rate if self.rate > 0 else 3600.0
+
+
+@dataclass
+class ServiceState:
+    """What the API works with: the store, the catalog, the request language, the runner
+    and its dispatcher (None: requests are stored and wait), limits, metrics."""
+
+    store: Store
+    catalog: Catalog
+    language: RequestLanguage
+    limits: Limits = field(default_factory=Limits)
+    split: SplitStrategy = SplitStrategy.BY_POLICY
+    runner: Runner | None = None
+    dispatcher: Dispatcher | None = None
+    metrics: Metrics = field(default_factory=Metrics)
+    bucket: TokenBucket = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.bucket = TokenBucket(self.limits.rate_per_s, self.limits.burst)
+
+
+def service_state(request: HttpRequest) -> ServiceState:
+    state: ServiceState = request.app.state.service
+    return state
+
+
+StateDep = Annotated[ServiceState, Depends(service_state)]
+
+
+def current_caller(request: HttpRequest, svc: StateDep) -> Caller:
+    """The caller, from ``Authorization: Bearer TOKEN``: 401 without a valid token, 429
+    past the caller's rate."""
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    caller = None
+    if scheme.lower() == "bearer" and token.strip():
+        with svc.store.reading() as s:
+            caller = authenticate(s, token.strip())
+    if caller is None:
+        raise HTTPException(
+            401,
+            detail={"errors": [{"field": "Authorization", "reason": "a valid token is needed"}]},
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+    wait = svc.bucket.take(caller.name)
+    if wait > 0:
+        svc.metrics.rate_limited.inc()
+        raise HTTPException(
+            429,
+            detail={
+                "errors": [{"field": "rate", "reason": f"too many calls; retry in {wait:.1f} s"}]
+            },
+            headers={"Retry-After": str(max(1, round(wait)))},
+        )
+    return caller
+
+
+CallerDep = Annotated[Caller, Depends(current_caller)]
+
+
+def not_found(request_id: str) -> HTTPException:
+    """404 for a request that does not exist or is another user's (the same answer)."""
+    return HTTPException(
+        404, detail={"errors": [{"field": "id", "reason": f"no request {request_id!r}"}]}
+    )

@@ -1,0 +1,39 @@
+"""``/api/v1/catalog`` (datasets by query) and ``/api/v1/cluster`` (the runner's view:
+nodes, slots, cache fill, what runs where; and the store's queue)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from fastapi import APIRouter, HTTPException
+from sqlalchemy import func, select
+
+from datasched.service.api.deps import CallerDep, StateDep
+from datasched.service.catalog import CatalogQueryError
+from datasched.service.store.models import Job
+
+__all__ = ["router"]
+
+router = APIRouter()
+
+
+@router.get("/catalog/datasets", tags=["catalog"])
+def datasets(svc: StateDep, caller: CallerDep, query: str = "") -> dict[str, Any]:
+    """The datasets matching ``query`` (``year=2004 system=AuAu energy>=100 keyword``)."""
+    try:
+        found = svc.catalog.datasets(query)
+    except CatalogQueryError as exc:
+        raise HTTPException(
+            422, detail={"errors": [{"field": "query", "reason": str(exc)}]}
+        ) from exc
+    return {"datasets": [asdict(d) for d in found]}
+
+
+@router.get("/cluster", tags=["cluster"])
+def cluster(svc: StateDep, caller: CallerDep) -> dict[str, Any]:
+    """The cluster as the runner sees it, and the elementary jobs by state."""
+    with svc.store.reading() as s:
+        counts = dict(s.execute(select(Job.state, func.count()).group_by(Job.state)).all())
+    view = dict(svc.runner.cluster()) if svc.runner is not None else {"nodes": []}
+    return {**view, "jobs": {str(k): int(v) for k, v in counts.items()}}

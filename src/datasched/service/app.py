@@ -1,0 +1,135 @@
+"""The service's web application (FastAPI): the API under ``/api/v1`` (its OpenAPI schema at
+``/api/v1/openapi.json``), Prometheus metrics at ``/metrics``, and the daemon's dispatcher
+started and stopped with the application.
+
+Errors are ``{"errors": [{"field", "reason"}]}`` with the status: 401 (no valid token), 404
+(no such request, or another user's: the same answer), 413 (too large), 415 (not XML or
+YAML), 422 (invalid), 429 (rate limit, with ``Retry-After``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi import Request as HttpRequest
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from sqlalchemy import func, select
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from datasched import __version__
+from datasched.service.api import misc, requests
+from datasched.service.api.deps import Limits, ServiceState
+from datasched.service.catalog import Catalog
+from datasched.service.contracts import SplitStrategy
+from datasched.service.daemon import Dispatcher, Runner
+from datasched.service.ports import RequestLanguage
+from datasched.service.store.db import Store
+from datasched.service.store.models import Job, Packet
+
+__all__ = ["API_PREFIX", "build_state", "create_app"]
+
+API_PREFIX = "/api/v1"
+
+
+def build_state(
+    store: Store,
+    language: RequestLanguage,
+    *,
+    runner: Runner | None = None,
+    limits: Limits | None = None,
+    split: SplitStrategy = SplitStrategy.BY_POLICY,
+    period_s: float = 0.5,
+) -> ServiceState:
+    """The service over ``store``: with a ``runner``, a dispatcher hands it the jobs."""
+    dispatcher = Dispatcher(store, runner, period_s=period_s) if runner is not None else None
+    return ServiceState(
+        store=store,
+        catalog=Catalog(store),
+        language=language,
+        limits=limits or Limits(),
+        split=split,
+        runner=runner,
+        dispatcher=dispatcher,
+    )
+
+
+def _store_counts(svc: ServiceState) -> Callable[[], dict[str, dict[str, float]]]:
+    def read() -> dict[str, dict[str, float]]:
+        with svc.store.reading() as s:
+            jobs = dict(s.execute(select(Job.state, func.count()).group_by(Job.state)).all())
+            events, packets = s.execute(
+                select(func.sum(Packet.stop - Packet.start), func.count())
+            ).one()
+        return {
+            "jobs": {str(k): float(v) for k, v in jobs.items()},
+            "done": {"events": float(events or 0), "packets": float(packets or 0)},
+        }
+
+    return read
+
+
+def create_app(svc: ServiceState) -> FastAPI:
+    """The application serving ``svc``; its lifespan starts and stops the dispatcher."""
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if svc.dispatcher is not None:
+            svc.dispatcher.start()
+        try:
+            yield
+        finally:
+            if svc.dispatcher is not None:
+                svc.dispatcher.stop()
+
+    app = FastAPI(
+        title="datasched service",
+        version=__version__,
+        openapi_url=f"{API_PREFIX}/openapi.json",
+        docs_url=f"{API_PREFIX}/docs",
+        redoc_url=None,
+        lifespan=lifespan,
+    )
+    app.state.service = svc
+    svc.metrics.watch_store(_store_counts(svc))
+    app.include_router(requests.router, prefix=API_PREFIX)
+    app.include_router(misc.router, prefix=API_PREFIX)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: HttpRequest, exc: StarletteHTTPException) -> JSONResponse:
+        detail: Any = exc.detail
+        body = (
+            detail
+            if isinstance(detail, dict)
+            else {"errors": [{"field": "", "reason": str(detail)}]}
+        )
+        return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: HttpRequest, exc: RequestValidationError) -> JSONResponse:
+        errors = [
+            {"field": ".".join(str(p) for p in e.get("loc", ())), "reason": str(e.get("msg"))}
+            for e in exc.errors()
+        ]
+        return JSONResponse({"errors": errors}, status_code=422)
+
+    @app.middleware("http")
+    async def measure(
+        request: HttpRequest, call_next: Callable[[HttpRequest], Awaitable[Response]]
+    ) -> Response:
+        t0 = time.perf_counter()
+        response = await call_next(request)
+        svc.metrics.latency.observe(time.perf_counter() - t0)
+        svc.metrics.calls.labels(request.method, str(response.status_code)).inc()
+        return response
+
+    @app.get("/metrics", include_in_schema=False)
+    def metrics() -> Response:
+        return Response(generate_latest(svc.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    return app

@@ -1,0 +1,317 @@
+"""What the API and the daemon do with the store: store a request (accepted with its
+elementary jobs, or refused with its errors), find one as its owner (or an administrator)
+may, cancel it, read its state and progress, and the runner's side: jobs to hand over, the
+ranges already done, jobs requeued after a restart.
+
+Each function works in the caller's session (one transaction); none commits.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any
+
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
+
+from datasched.service.contracts import (
+    CommandWork,
+    ElementaryJob,
+    FieldError,
+    FileRef,
+    JobState,
+    MetaJobRequest,
+    ProcessorWork,
+)
+from datasched.service.store.models import Group, Job, Packet, Request, User, utcnow
+from datasched.service.users import Caller
+
+__all__ = [
+    "HANDED_OVER",
+    "cancel_request",
+    "done_ranges",
+    "elementary_job",
+    "find_request",
+    "list_requests",
+    "lock_request",
+    "new_request_id",
+    "pending_jobs",
+    "progress",
+    "refresh_request_state",
+    "requeue_unfinished",
+    "store_accepted",
+    "store_refused",
+    "work_from_json",
+    "work_to_json",
+]
+
+HANDED_OVER = (JobState.SUBMITTED, JobState.QUEUED, JobState.RUNNING)
+"""Job states in which the runner holds the job (requeued after a restart)."""
+
+
+def new_request_id() -> str:
+    """A request's id: 12 random hex digits (unguessable enough that ids say nothing of
+    other users' requests; access is checked anyway)."""
+    return secrets.token_hex(6)
+
+
+def work_to_json(work: ProcessorWork | CommandWork) -> dict[str, Any]:
+    """A job's work as JSON (``kind``: ``processor`` or ``command``)."""
+    data = asdict(work)
+    data["kind"] = "processor" if isinstance(work, ProcessorWork) else "command"
+    if isinstance(work, ProcessorWork):
+        data["processor_args"] = dict(work.processor_args)
+        data["columns"] = list(work.columns) if work.columns is not None else None
+    return data
+
+
+def work_from_json(data: dict[str, Any]) -> ProcessorWork | CommandWork:
+    """The inverse of :func:`work_to_json`."""
+    fields = {k: v for k, v in data.items() if k != "kind"}
+    if data.get("kind") == "command":
+        return CommandWork(**fields)
+    if fields.get("columns") is not None:
+        fields["columns"] = tuple(fields["columns"])
+    return ProcessorWork(**fields)
+
+
+def _file_json(f: FileRef) -> dict[str, Any]:
+    data = asdict(f)
+    data["cached_on"] = list(f.cached_on)
+    return data
+
+
+def store_refused(
+    s: Session,
+    caller: Caller,
+    raw: str,
+    content_type: str,
+    errors: Sequence[FieldError],
+    *,
+    title: str = "",
+) -> Request:
+    """Keep a refused request with its errors, so that its owner can read why."""
+    req = Request(
+        id=new_request_id(),
+        owner_id=caller.id,
+        state=JobState.REFUSED.value,
+        raw=raw,
+        content_type=content_type,
+        title=title[:256],
+        errors=[e.as_dict() for e in errors],
+    )
+    s.add(req)
+    s.flush()
+    return req
+
+
+def store_accepted(
+    s: Session,
+    caller: Caller,
+    request_id: str,
+    raw: str,
+    content_type: str,
+    mjr: MetaJobRequest,
+    jobs: Sequence[ElementaryJob],
+) -> Request:
+    """Keep an accepted request and its elementary jobs, all ``pending`` (the daemon's loop
+    hands them to the runner)."""
+    req = Request(
+        id=request_id,
+        owner_id=caller.id,
+        state=JobState.PENDING.value,
+        raw=raw,
+        content_type=content_type,
+        title=mjr.title[:256],
+        errors=[],
+        policy=mjr.policy,
+        split=mjr.split.value if mjr.split is not None else None,
+    )
+    s.add(req)
+    for job in jobs:
+        s.add(
+            Job(
+                id=job.id,
+                request=req,
+                index=job.index,
+                node=job.node,
+                state=JobState.PENDING.value,
+                files=[_file_json(f) for f in job.files],
+                work=work_to_json(job.work),
+                priority=job.priority,
+                log="",
+            )
+        )
+    s.flush()
+    return req
+
+
+def find_request(s: Session, caller: Caller, request_id: str) -> Request | None:
+    """The request, if ``caller`` owns it or is an administrator; None otherwise (another
+    user's request is as unknown as one that does not exist)."""
+    req = s.get(Request, request_id)
+    if req is None or (req.owner_id != caller.id and not caller.admin):
+        return None
+    return req
+
+
+def list_requests(s: Session, caller: Caller, *, limit: int = 1000) -> list[Request]:
+    """The caller's requests (an administrator's: everyone's), newest first."""
+    q = select(Request).order_by(Request.created.desc(), Request.id).limit(limit)
+    if not caller.admin:
+        q = q.where(Request.owner_id == caller.id)
+    return list(s.scalars(q))
+
+
+def lock_request(s: Session, request_id: str) -> Request | None:
+    """The request, read afresh and locked until the transaction ends (PostgreSQL's ``FOR
+    UPDATE``; SQLite's transactions hold the write lock already). Every change of a
+    request's jobs locks the request first, so that two transactions changing two jobs of
+    one request cannot both miss the other's change when they derive its state, and so that
+    they take their locks in one order (request, then jobs), which cannot deadlock."""
+    q = (
+        select(Request)
+        .where(Request.id == request_id)
+        .with_for_update(of=Request)
+        .execution_options(populate_existing=True)
+    )
+    return s.scalars(q).one_or_none()
+
+
+def cancel_request(s: Session, req: Request) -> list[str]:
+    """Abort the request and its unfinished jobs; the ids of those the runner holds (to
+    cancel there)."""
+    lock_request(s, req.id)
+    s.refresh(req, ["jobs"])
+    handed = []
+    for job in req.jobs:
+        if not JobState(job.state).final:
+            if JobState(job.state) in HANDED_OVER:
+                handed.append(job.id)
+            job.state = JobState.ABORTED.value
+    if not JobState(req.state).final:
+        req.state = JobState.ABORTED.value
+        req.updated = utcnow()
+    return handed
+
+
+def refresh_request_state(s: Session, request_id: str) -> None:
+    """The request's state from its jobs' (an aborted or refused request stays so): all
+    completed → completed; all final with one failed → failed; one running → running; one
+    handed over → queued; else pending."""
+    req = s.get(Request, request_id)
+    if req is None or JobState(req.state) in (JobState.ABORTED, JobState.REFUSED):
+        return
+    states = {JobState(j.state) for j in req.jobs}
+    if not states:
+        return
+    if all(st.final for st in states):
+        if states == {JobState.COMPLETED}:
+            new = JobState.COMPLETED
+        elif JobState.FAILED in states:
+            new = JobState.FAILED
+        else:
+            new = JobState.ABORTED
+    elif JobState.RUNNING in states:
+        new = JobState.RUNNING
+    elif states & {JobState.SUBMITTED, JobState.QUEUED}:
+        new = JobState.QUEUED
+    else:
+        new = JobState.PENDING
+    if req.state != new.value:
+        req.state = new.value
+        req.updated = utcnow()
+
+
+def progress(s: Session, job_ids: Sequence[str]) -> dict[str, dict[str, float]]:
+    """Per job: events, bytes and packets done, and CPU seconds."""
+    out = {j: {"events": 0, "bytes": 0, "packets": 0, "cpu_s": 0.0} for j in job_ids}
+    if not job_ids:
+        return out
+    rows = s.execute(
+        select(
+            Packet.job_id,
+            func.sum(Packet.stop - Packet.start),
+            func.sum(Packet.n_bytes),
+            func.count(),
+            func.sum(Packet.cpu_s),
+        )
+        .where(Packet.job_id.in_(job_ids))
+        .group_by(Packet.job_id)
+    )
+    for job_id, events, n_bytes, count, cpu in rows:
+        out[job_id] = {
+            "events": int(events or 0),
+            "bytes": int(n_bytes or 0),
+            "packets": int(count),
+            "cpu_s": float(cpu or 0.0),
+        }
+    return out
+
+
+def done_ranges(s: Session, job_id: str) -> list[tuple[str, int, int]]:
+    """The ranges ``(url, start, stop)`` of a job whose results are stored."""
+    rows = s.execute(
+        select(Packet.url, Packet.start, Packet.stop)
+        .where(Packet.job_id == job_id)
+        .order_by(Packet.url, Packet.start)
+    )
+    return [(u, int(a), int(b)) for u, a, b in rows]
+
+
+def elementary_job(job: Job) -> ElementaryJob:
+    """A stored job as the runner takes it."""
+    req = job.request
+    user: User = req.owner
+    group: Group = user.group
+    files = tuple(
+        FileRef(
+            url=f["url"],
+            n_events=int(f["n_events"]),
+            n_bytes=int(f["n_bytes"]),
+            tree=f.get("tree"),
+            dataset=f.get("dataset"),
+            cached_on=tuple(f.get("cached_on") or ()),
+        )
+        for f in job.files
+    )
+    return ElementaryJob(
+        request_id=req.id,
+        index=job.index,
+        files=files,
+        work=work_from_json(job.work),
+        node=job.node,
+        user=user.name,
+        group=group.name,
+        priority=group.priority,
+    )
+
+
+def pending_jobs(s: Session, limit: int = 100) -> list[Job]:
+    """Jobs waiting to be handed to the runner: those of the groups of highest priority
+    first (PROOF §3's group priorities), then the oldest request's first."""
+    q = (
+        select(Job)
+        .join(Request, Job.request_id == Request.id)
+        .join(User, Request.owner_id == User.id)
+        .join(Group, User.group_id == Group.id)
+        .where(Job.state == JobState.PENDING.value)
+        .where(Request.state.not_in([JobState.ABORTED.value, JobState.REFUSED.value]))
+        .order_by(Group.priority.desc(), Request.created, Request.id, Job.index)
+        .limit(limit)
+        .execution_options(populate_existing=True)
+    )
+    return list(s.scalars(q))
+
+
+def requeue_unfinished(s: Session) -> int:
+    """After a restart: every job the runner held (submitted, queued, running) back to
+    pending, to be handed over again with its ranges done. Returns how many."""
+    result = s.execute(
+        update(Job)
+        .where(Job.state.in_([st.value for st in HANDED_OVER]))
+        .values(state=JobState.PENDING.value)
+    )
+    return int(getattr(result, "rowcount", 0) or 0)

@@ -1,0 +1,121 @@
+"""Users, groups and their tokens.
+
+A token is ``ds_<id>_<secret>``: ``id`` is 8 random bytes kept in clear to find the user,
+``secret`` 32 random bytes (256 bits) from :mod:`secrets`. The store keeps only
+``sha256(salt + secret)`` with a per-user random salt, compared in constant time. A fast
+hash is enough here, unlike for passwords: a slow one (scrypt, bcrypt) exists to make
+guessing a low-entropy password expensive, and no amount of guessing finds a 256-bit random
+secret; a fast hash also keeps checking a token on every API call cheap. The token is shown
+once, when made; a lost token is replaced (``users add NAME --new-token``), never recovered.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import secrets
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from datasched.service.store.models import Group, User
+
+__all__ = [
+    "Caller",
+    "UserError",
+    "add_user",
+    "authenticate",
+    "list_users",
+]
+
+NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
+
+
+class UserError(ValueError):
+    """A user or group that cannot be made; the message names the field and the reason."""
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who calls the API: the user's name, id, group and whether an administrator."""
+
+    id: int
+    name: str
+    group: str
+    admin: bool
+    priority: float = 1.0
+
+
+def _digest(salt: str, secret: str) -> str:
+    return hashlib.sha256((salt + secret).encode()).hexdigest()
+
+
+def _new_token() -> tuple[str, str, str, str]:
+    """A new token and what the store keeps of it: ``(token, id, salt, hash)``."""
+    token_id = secrets.token_hex(8)
+    secret = secrets.token_urlsafe(32)
+    salt = secrets.token_hex(16)
+    return f"ds_{token_id}_{secret}", token_id, salt, _digest(salt, secret)
+
+
+def add_user(
+    s: Session,
+    name: str,
+    group: str,
+    *,
+    admin: bool = False,
+    new_token: bool = False,
+    group_priority: float | None = None,
+) -> str:
+    """Make user ``name`` in ``group`` (made too if new) and return its token. With
+    ``new_token`` an existing user gets a new token instead (the old one stops working)."""
+    for field, value in (("NAME", name), ("--group", group)):
+        if not NAME.match(value):
+            raise UserError(
+                f"{field}: {value!r} is not a name (letters, digits, '_', '.', '-'; at most 64)"
+            )
+    if group_priority is not None and not group_priority > 0:
+        raise UserError(f"--priority: expected a number > 0, got {group_priority}")
+    g = s.scalar(select(Group).where(Group.name == group))
+    if g is None:
+        g = Group(name=group, priority=group_priority or 1.0, quota=1.0)
+        s.add(g)
+        s.flush()
+    elif group_priority is not None:
+        g.priority = group_priority
+    token, token_id, salt, digest = _new_token()
+    user = s.scalar(select(User).where(User.name == name))
+    if user is not None and not new_token:
+        raise UserError(f"NAME: user {name!r} exists (give --new-token to replace its token)")
+    if user is None:
+        user = User(name=name, group=g, admin=admin)
+        s.add(user)
+    else:
+        user.group = g
+        user.admin = admin or user.admin
+    user.token_id, user.token_salt, user.token_hash = token_id, salt, digest
+    s.flush()
+    return token
+
+
+def list_users(s: Session) -> list[Caller]:
+    """Every user, by name."""
+    return [
+        Caller(u.id, u.name, u.group.name, u.admin, u.group.priority)
+        for u in s.scalars(select(User).order_by(User.name))
+    ]
+
+
+def authenticate(s: Session, token: str) -> Caller | None:
+    """The user whose token this is, or None."""
+    parts = token.split("_", 2)
+    if len(parts) != 3 or parts[0] != "ds":
+        return None
+    user = s.scalar(select(User).where(User.token_id == parts[1]))
+    if user is None:
+        return None
+    if not hmac.compare_digest(_digest(user.token_salt, parts[2]), user.token_hash):
+        return None
+    return Caller(user.id, user.name, user.group.name, user.admin, user.group.priority)

@@ -1,0 +1,258 @@
+"""The API with FastAPI's TestClient: submission (accepted, refused and kept), tokens,
+cross-user isolation (404), cancel, progress, logs, merged results, catalog, cluster,
+limits and metrics. The request language and the runner are the stand-ins of
+tests/svc_support.py."""
+
+from __future__ import annotations
+
+import pickle
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from datasched.service.api.deps import Limits, TokenBucket
+from datasched.service.app import build_state, create_app
+from datasched.service.contracts import FileRef
+from datasched.service.store.db import Store
+from datasched.service.users import add_user
+from svc_support import FakeLanguage, FakeRunner
+
+YAML = "application/yaml"
+
+
+@dataclass
+class Api:
+    client: TestClient
+    tokens: dict[str, str]
+    runner: FakeRunner
+
+    def h(self, who: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.tokens[who]}"}
+
+    def submit(self, who: str, body: str, ctype: str = YAML) -> Any:
+        return self.client.post(
+            "/api/v1/requests", content=body, headers={**self.h(who), "Content-Type": ctype}
+        )
+
+    def wait(self, who: str, rid: str, state: str, timeout: float = 10.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            got: dict[str, Any] = self.client.get(
+                f"/api/v1/requests/{rid}", headers=self.h(who)
+            ).json()
+            if got["state"] == state or time.monotonic() > deadline:
+                return got
+            time.sleep(0.02)
+
+
+def seed(store: Store) -> dict[str, str]:
+    """Users ann and bob (group physics), root (admin), and a catalog of two datasets."""
+    with store.session() as s:
+        tokens = {
+            "ann": add_user(s, "ann", "physics"),
+            "bob": add_user(s, "bob", "physics"),
+            "root": add_user(s, "root", "admins", admin=True),
+        }
+    from datasched.service.catalog import Catalog
+
+    cat = Catalog(store)
+    cat.put(
+        "auau200",
+        [FileRef(f"/star/auau/{i}.root", 30, 3000, "T") for i in range(3)],
+        {"year": 2004, "system": "AuAu", "energy": 200, "keywords": ["minbias"]},
+    )
+    cat.put("pp", [FileRef("/star/pp/0.root", 15, 1500, "T")], {"year": 2005, "system": "pp"})
+    return tokens
+
+
+@pytest.fixture
+def api(sqlite_store: Store) -> Iterator[Api]:
+    runner = FakeRunner(packet=10)
+    tokens = seed(sqlite_store)
+    state = build_state(
+        sqlite_store,
+        FakeLanguage(),
+        runner=runner,
+        period_s=0.05,
+        limits=Limits(max_request_bytes=4000, rate_per_s=1000, burst=1000),
+    )
+    with TestClient(create_app(state)) as client:
+        yield Api(client, tokens, runner)
+    runner.wait()
+
+
+def test_a_request_runs_to_completion_with_its_progress_and_merged_result(api: Api) -> None:
+    r = api.submit("ann", "title: zz\nprocessor: p.py:P\ninput: [{catalog: year=2004}]\n")
+    assert r.status_code == 201, r.text
+    rid = r.json()["id"]
+    got = api.wait("ann", rid, "completed")
+    assert got["state"] == "completed" and got["owner"] == "ann" and got["title"] == "zz"
+    assert [j["state"] for j in got["jobs"]] == ["completed"] * 3
+    assert {j["node"] for j in got["jobs"]} == {"node-0"}
+    assert got["jobs"][0]["files"] == ["/star/auau/0.root"]
+    assert got["progress"] == {"events": 90, "bytes": 9000, "packets": 9, "events_total": 90}
+    res = api.client.get(f"/api/v1/requests/{rid}/result", headers=api.h("ann"))
+    assert res.status_code == 200
+    assert pickle.loads(res.content) == {"events": 90}
+    raw = api.client.get(f"/api/v1/requests/{rid}/result?packets=true", headers=api.h("ann"))
+    assert sorted(pickle.loads(b)["events"] for b in pickle.loads(raw.content)) == [10] * 9
+    logs = api.client.get(f"/api/v1/requests/{rid}/logs", headers=api.h("ann")).json()
+    assert [j["log"] for j in logs["jobs"]] == ["done\n"] * 3
+
+
+def test_an_invalid_request_is_refused_with_every_error_and_kept(api: Api) -> None:
+    r = api.submit("ann", "title: bad\ninput: [/nowhere.root, 7]\n")
+    assert r.status_code == 422
+    body = r.json()
+    assert body["state"] == "refused"
+    assert {e["field"] for e in body["errors"]} == {"process", "input[1]"}
+    got = api.client.get(f"/api/v1/requests/{body['id']}", headers=api.h("ann")).json()
+    assert got["state"] == "refused" and got["errors"] == body["errors"]
+    r = api.submit("ann", "processor: p\ninput: [{catalog: colour=red}]\n")
+    assert r.status_code == 422
+    assert "unknown key 'colour'" in r.json()["errors"][0]["reason"]
+
+
+def test_a_request_in_another_users_name_is_refused(api: Api) -> None:
+    r = api.submit("ann", "username: bob\nprocessor: p\ninput: [/star/pp/0.root]\n")
+    assert r.status_code == 422
+    assert r.json()["errors"][0]["field"] == "username"
+
+
+def test_without_a_valid_token_every_call_is_401(api: Api) -> None:
+    for headers in ({}, {"Authorization": "Bearer ds_x_y"}, {"Authorization": "Basic abc"}):
+        r = api.client.get("/api/v1/requests", headers=headers)
+        assert r.status_code == 401
+        assert r.json()["errors"][0]["field"] == "Authorization"
+
+
+def test_another_users_request_is_404_and_an_admin_sees_all(api: Api) -> None:
+    rid = api.submit("ann", "processor: p\ninput: [/star/pp/0.root]\n").json()["id"]
+    for path in ("", "/logs", "/result"):
+        assert (
+            api.client.get(f"/api/v1/requests/{rid}{path}", headers=api.h("bob")).status_code == 404
+        )
+    assert api.client.delete(f"/api/v1/requests/{rid}", headers=api.h("bob")).status_code == 404
+    assert api.client.get("/api/v1/requests", headers=api.h("bob")).json()["requests"] == []
+    mine = api.client.get("/api/v1/requests", headers=api.h("ann")).json()["requests"]
+    assert [r["id"] for r in mine] == [rid]
+    every = api.client.get("/api/v1/requests", headers=api.h("root")).json()["requests"]
+    assert [r["id"] for r in every] == [rid]
+    assert api.client.get(f"/api/v1/requests/{rid}", headers=api.h("root")).status_code == 200
+    assert api.client.get("/api/v1/requests/nope", headers=api.h("ann")).status_code == 404
+
+
+def test_cancel_aborts_a_running_request(sqlite_store: Store) -> None:
+    runner = FakeRunner(packet=1, hold_users=frozenset({"ann"}))
+    tokens = seed(sqlite_store)
+    state = build_state(sqlite_store, FakeLanguage(), runner=runner, period_s=0.05)
+    with TestClient(create_app(state)) as client:
+        h = {"Authorization": f"Bearer {tokens['ann']}", "Content-Type": YAML}
+        rid = client.post(
+            "/api/v1/requests", content="processor: p\ninput: [{catalog: year=2004}]", headers=h
+        ).json()["id"]
+        deadline = time.monotonic() + 10
+        while client.get(f"/api/v1/requests/{rid}", headers=h).json()["state"] != "running":
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        r = client.delete(f"/api/v1/requests/{rid}", headers=h)
+        assert r.json() == {"id": rid, "state": "aborted"}
+        runner.wait()
+        got = client.get(f"/api/v1/requests/{rid}", headers=h).json()
+        assert got["state"] == "aborted"
+        assert {j["state"] for j in got["jobs"]} == {"aborted"}
+        assert set(runner.cancelled) == {j["id"] for j in got["jobs"]}
+        assert got["progress"]["events"] < 90
+        r = client.get(f"/api/v1/requests/{rid}/result", headers=h)
+        assert r.status_code == 409
+
+
+def test_size_content_type_and_body_limits(api: Api) -> None:
+    r = api.submit("ann", "x" * 5000)
+    assert r.status_code == 413 and r.json()["errors"][0]["field"] == "body"
+    r = api.submit("ann", "{}", ctype="application/json")
+    assert r.status_code == 415 and r.json()["errors"][0]["field"] == "Content-Type"
+    r = api.client.post(
+        "/api/v1/requests", content=b"\xff\xfe", headers={**api.h("ann"), "Content-Type": YAML}
+    )
+    assert r.status_code == 422 and r.json()["errors"][0]["field"] == "body"
+
+
+def test_the_rate_limit_is_per_user_with_retry_after(sqlite_store: Store) -> None:
+    tokens = seed(sqlite_store)
+    state = build_state(sqlite_store, FakeLanguage(), limits=Limits(rate_per_s=0.001, burst=3))
+    with TestClient(create_app(state)) as client:
+        ann = {"Authorization": f"Bearer {tokens['ann']}"}
+        codes = [client.get("/api/v1/requests", headers=ann).status_code for _ in range(5)]
+        assert codes == [200, 200, 200, 429, 429]
+        r = client.get("/api/v1/requests", headers=ann)
+        assert int(r.headers["Retry-After"]) >= 1
+        bob = {"Authorization": f"Bearer {tokens['bob']}"}
+        assert client.get("/api/v1/requests", headers=bob).status_code == 200
+
+
+def test_a_token_bucket_refills_at_its_rate() -> None:
+    now = [0.0]
+    bucket = TokenBucket(rate=2.0, burst=2, clock=lambda: now[0])
+    assert [bucket.take("a"), bucket.take("a")] == [0.0, 0.0]
+    assert bucket.take("a") == pytest.approx(0.5)
+    now[0] = 0.5
+    assert bucket.take("a") == 0.0
+    assert bucket.take("b") == 0.0
+
+
+def test_catalog_cluster_metrics_and_the_openapi_schema(api: Api) -> None:
+    r = api.client.get(
+        "/api/v1/catalog/datasets", params={"query": "energy>=100 minbias"}, headers=api.h("bob")
+    )
+    assert [d["name"] for d in r.json()["datasets"]] == ["auau200"]
+    assert r.json()["datasets"][0]["n_events"] == 90
+    r = api.client.get(
+        "/api/v1/catalog/datasets", params={"query": "colour=red"}, headers=api.h("bob")
+    )
+    assert r.status_code == 422 and "colour" in r.json()["errors"][0]["reason"]
+    cl = api.client.get("/api/v1/cluster", headers=api.h("bob")).json()
+    assert cl["nodes"][0]["name"] == "node-0" and cl["jobs"] == {}
+    rid = api.submit("ann", "processor: p\ninput: [/star/pp/0.root]\n").json()["id"]
+    api.wait("ann", rid, "completed")
+    text = api.client.get("/metrics").text
+    assert 'datasched_requests_submitted_total{state="pending"} 1.0' in text
+    assert 'datasched_jobs{state="completed"} 1.0' in text
+    assert "datasched_events_done 15.0" in text
+    schema = api.client.get("/api/v1/openapi.json").json()
+    assert {"/api/v1/requests", "/api/v1/requests/{request_id}", "/api/v1/cluster"} <= set(
+        schema["paths"]
+    )
+    assert (
+        "application/xml" in schema["paths"]["/api/v1/requests"]["post"]["requestBody"]["content"]
+    )
+
+
+class Accumulator:
+    """A user's own accumulator class: the daemon does not unpickle it."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+
+def test_a_result_of_user_classes_is_refused_by_name_and_served_as_packets(api: Api) -> None:
+    from datasched.service.contracts import JobState, PacketDone
+    from datasched.service.daemon import StoreListener
+
+    rid = api.submit("ann", "processor: p\ninput: [/star/pp/0.root]\n").json()["id"]
+    api.wait("ann", rid, "completed")
+    listener = StoreListener(api.client.app.state.service.store)  # type: ignore[attr-defined]
+    job = f"{rid}.0"
+    listener.job_state(job, JobState.COMPLETED)
+    blob = pickle.dumps(Accumulator(3))
+    listener.packet_done(PacketDone(job, "/star/pp/0.root", 100, 101, "n", 1, 0.0, blob))
+    r = api.client.get(f"/api/v1/requests/{rid}/result", headers=api.h("ann"))
+    assert r.status_code == 409
+    (error,) = r.json()["errors"]
+    assert error["field"] == "result" and "test_api.Accumulator" in error["reason"]
+    r = api.client.get(f"/api/v1/requests/{rid}/result?packets=true", headers=api.h("ann"))
+    assert blob in pickle.loads(r.content)

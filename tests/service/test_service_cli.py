@@ -1,0 +1,150 @@
+"""The service's command line: users and catalog on a local store, and the client
+commands (submit, status, cancel, logs, result, catalog query --server) against a daemon
+on loopback (uvicorn in a thread, with the stand-in language and runner)."""
+
+from __future__ import annotations
+
+import pickle
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import uvicorn
+from typer.testing import CliRunner
+
+from datasched.cli import app
+from datasched.service.app import build_state, create_app
+from datasched.service.catalog import Catalog
+from datasched.service.contracts import FileRef
+from datasched.service.store.db import Store
+from datasched.service.users import add_user
+from svc_support import FakeLanguage, FakeRunner
+
+DATA = Path(__file__).parents[1] / "data"
+cli = CliRunner()
+
+
+def test_users_add_prints_a_token_once_and_list_shows_the_users(tmp_path: Path) -> None:
+    db = str(tmp_path / "s.db")
+    r = cli.invoke(app, ["users", "add", "ann", "--group", "physics", "--admin", "--db", db])
+    assert r.exit_code == 0, r.output
+    assert r.stdout.strip().startswith("ds_")
+    r = cli.invoke(app, ["users", "add", "ann", "--group", "physics", "--db", db])
+    assert r.exit_code == 2 and "error: NAME: user 'ann' exists" in r.stderr
+    r = cli.invoke(app, ["users", "add", "bob", "--group", "a b", "--db", db])
+    assert r.exit_code == 2 and "--group" in r.stderr
+    r = cli.invoke(app, ["users", "list", "--db", db])
+    assert r.exit_code == 0 and "ann" in r.stdout and "physics" in r.stdout and "yes" in r.stdout
+
+
+def test_catalog_scan_import_and_query(tmp_path: Path) -> None:
+    db = str(tmp_path / "s.db")
+    r = cli.invoke(
+        app,
+        ["catalog", "scan", str(DATA / "uproot-HZZ.root"), "--dataset", "hzz", "--db", db,
+         "--meta", "year=2012", "--meta", "system=pp", "--meta", "keywords=higgs,mc"],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert "hzz: 1 files" in r.stdout
+    (tmp_path / "cat.yaml").write_text(
+        "datasets:\n  auau:\n    tree: T\n"
+        "    files: [{url: /star/a.root, n_events: 5, n_bytes: 50}]\n"
+        "    metadata: {year: 2004, system: AuAu, energy: 200}\n"
+    )
+    r = cli.invoke(app, ["catalog", "import", str(tmp_path / "cat.yaml"), "--db", db])
+    assert r.exit_code == 0 and "imported 1 datasets: auau" in r.stdout
+    r = cli.invoke(app, ["catalog", "query", "higgs year>=2010", "--files", "--db", db])
+    assert r.exit_code == 0
+    assert r.stdout.split("\t")[1:] == ["2421", f"{(DATA / 'uproot-HZZ.root').stat().st_size}\n"]
+    r = cli.invoke(app, ["catalog", "query", "system=auau", "--db", db])
+    assert "auau" in r.stdout and "hzz" not in r.stdout
+    r = cli.invoke(app, ["catalog", "query", "run=3", "--db", db])
+    assert r.exit_code == 2 and "unknown key 'run'" in r.stderr
+    r = cli.invoke(app, ["catalog", "scan", str(tmp_path / "none"), "--db", db])
+    assert r.exit_code == 2 and "no ROOT file found" in r.stderr
+
+
+@pytest.fixture
+def server(sqlite_store: Store) -> Iterator[tuple[str, dict[str, str]]]:
+    with sqlite_store.session() as s:
+        tokens = {"ann": add_user(s, "ann", "g"), "bob": add_user(s, "bob", "g")}
+    Catalog(sqlite_store).put(
+        "d", [FileRef(f"/d/{i}.root", 20, 200) for i in range(2)], {"year": 2004}
+    )
+    state = build_state(
+        sqlite_store,
+        FakeLanguage(),
+        runner=FakeRunner(packet=5, hold_users=frozenset({"bob"})),
+        period_s=0.05,
+    )
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    srv = uvicorn.Server(
+        uvicorn.Config(create_app(state), host="127.0.0.1", port=port, log_level="warning")
+    )
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not srv.started:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    yield f"http://127.0.0.1:{port}", tokens
+    srv.should_exit = True
+    thread.join(timeout=10)
+
+
+def test_the_client_commands_against_a_daemon(
+    server: tuple[str, dict[str, str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url, tokens = server
+    monkeypatch.setenv("DATASCHED_SERVER", url)
+    monkeypatch.setenv("DATASCHED_TOKEN", tokens["ann"])
+    req = tmp_path / "r.yaml"
+    req.write_text("title: first\nprocessor: p.py:P\ninput: [{catalog: year=2004}]\n")
+    r = cli.invoke(app, ["submit", str(req)])
+    assert r.exit_code == 0, r.output
+    rid = r.stdout.strip()
+    r = cli.invoke(app, ["status", rid, "--watch", "--interval", "0.1"])
+    assert r.exit_code == 0 and "completed" in r.stdout and "40/40 events" in r.stdout
+    r = cli.invoke(app, ["status"])
+    assert rid in r.stdout and "first" in r.stdout
+    r = cli.invoke(app, ["logs", rid])
+    assert f"== {rid}.0 (completed, node-0)" in r.stdout
+    r = cli.invoke(app, ["result", rid, "--out", str(tmp_path / "res")])
+    assert r.exit_code == 0, r.output
+    assert pickle.loads((tmp_path / "res" / "result.pkl").read_bytes()) == {"events": 40}
+    r = cli.invoke(app, ["catalog", "query", "year=2004", "--server", url])
+    assert r.exit_code == 0 and "d" in r.stdout
+    # Errors from the server: one field: reason line each, exit 1.
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("title: bad\ninput: [7]\n")
+    r = cli.invoke(app, ["submit", str(bad)])
+    assert r.exit_code == 1
+    assert "process: give processor or command" in r.stderr
+    assert "input[0]: expected a path or {catalog: query}" in r.stderr
+    r = cli.invoke(app, ["cancel", rid, "--token", tokens["bob"]])
+    assert r.exit_code == 1 and f"id: no request '{rid}'" in r.stderr
+    r = cli.invoke(app, ["status", "--token", "ds_bad_token"])
+    assert r.exit_code == 1 and "Authorization: a valid token is needed" in r.stderr
+    # bob's jobs run until cancelled.
+    rid2 = cli.invoke(app, ["submit", str(req), "--token", tokens["bob"]]).stdout.strip()
+    r = cli.invoke(app, ["cancel", rid2, "--token", tokens["bob"]])
+    assert r.exit_code == 0 and f"{rid2}: aborted" in r.stdout
+
+
+def test_serve_refuses_bad_options_before_touching_the_store(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    for args, field in (
+        (["--workers", "2", "--scheduler", "tcp://127.0.0.1:1"], "--workers and --scheduler"),
+        (["--split", "by-moon"], "--split: 'by-moon' is not one of"),
+        (["--runner", "no_such_module:make"], "--runner: cannot load"),
+        (["--runner", "svc_support:make_fake_runner", "--db", "mysql://h/d"], "--db: 'mysql'"),
+    ):
+        r = cli.invoke(app, ["serve", "--db", str(db), *args])
+        assert r.exit_code == 2, r.output
+        assert field in r.stderr
+    assert not db.exists()

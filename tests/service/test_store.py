@@ -1,0 +1,204 @@
+"""The store on SQLite and PostgreSQL: the migrations build the ORM's schema, tokens,
+requests and their visibility, the runner's reports (a replayed packet stored once), and
+requeueing after a restart."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from sqlalchemy import func, select
+
+from datasched.service.contracts import (
+    ElementaryJob,
+    FieldError,
+    FileRef,
+    JobState,
+    MetaJobRequest,
+    PacketDone,
+    ProcessorWork,
+)
+from datasched.service.daemon import StoreListener
+from datasched.service.store import ops
+from datasched.service.store.db import Store, database_url
+from datasched.service.store.models import Base, Packet
+from datasched.service.users import UserError, add_user, authenticate, list_users
+
+
+def test_the_migrations_build_exactly_the_orm_schema_and_run_once(empty_db_url: str) -> None:
+    store = Store(empty_db_url)
+    with store.engine.connect() as conn:
+        assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
+    store.close()
+    store = Store(empty_db_url)  # at head already: nothing to do
+    with store.engine.connect() as conn:
+        assert MigrationContext.configure(conn).get_current_revision() == "0001"
+    store.close()
+
+
+def test_a_path_is_a_sqlite_file_and_postgres_urls_use_psycopg() -> None:
+    assert database_url("x.db").startswith("sqlite:////")
+    assert database_url("postgresql://u@h/d") == "postgresql+psycopg://u@h/d"
+
+
+def test_a_token_names_its_user_and_only_the_newest_works(store: Store) -> None:
+    with store.session() as s:
+        token = add_user(s, "ann", "physics", admin=True)
+        other = add_user(s, "bob", "physics")
+    with store.session() as s:
+        ann = authenticate(s, token)
+        assert ann is not None and ann.name == "ann" and ann.admin and ann.group == "physics"
+        bob = authenticate(s, other)
+        assert bob is not None and bob.name == "bob" and not bob.admin
+        assert authenticate(s, token[:-1] + ("A" if token[-1] != "A" else "B")) is None
+        assert authenticate(s, "nonsense") is None
+        # The secret is not stored: no column holds the token or its secret part.
+        secret = token.split("_", 2)[2]
+        assert all(secret not in (u.name + u.group) for u in list_users(s))
+    with store.session() as s:
+        with pytest.raises(UserError, match="exists"):
+            add_user(s, "ann", "physics")
+        newer = add_user(s, "ann", "physics", new_token=True)
+    with store.session() as s:
+        assert authenticate(s, token) is None
+        assert authenticate(s, newer) is not None
+
+
+def test_bad_user_names_are_refused(store: Store) -> None:
+    with store.session() as s, pytest.raises(UserError, match="NAME"):
+        add_user(s, "a b", "g")
+
+
+def _request(store: Store, owner: str, n_jobs: int = 2, events: int = 25) -> str:
+    with store.session() as s:
+        caller = authenticate(s, add_user(s, owner, "g", new_token=True))
+        assert caller is not None
+        work = ProcessorWork("proc.py:P")
+        rid = ops.new_request_id()
+        jobs = [
+            ElementaryJob(rid, i, (FileRef(f"/d/{owner}{i}.root", events, 1000),), work)
+            for i in range(n_jobs)
+        ]
+        mjr = MetaJobRequest(owner, work, (), title="t")
+        ops.store_accepted(s, caller, rid, "raw", "application/yaml", mjr, jobs)
+        return rid
+
+
+def test_owners_see_their_requests_and_admins_all(store: Store) -> None:
+    with store.session() as s:
+        add_user(s, "root", "admins", admin=True)
+    rid = _request(store, "ann")
+    _request(store, "bob")
+    with store.session() as s:
+        users = {u.name: u for u in list_users(s)}
+        assert ops.find_request(s, users["ann"], rid) is not None
+        assert ops.find_request(s, users["bob"], rid) is None
+        assert ops.find_request(s, users["root"], rid) is not None
+        assert len(ops.list_requests(s, users["ann"])) == 1
+        assert len(ops.list_requests(s, users["root"])) == 2
+
+
+def test_a_refused_request_is_kept_with_its_errors(store: Store) -> None:
+    with store.session() as s:
+        add_user(s, "ann", "g")
+        ann = list_users(s)[0]
+        req = ops.store_refused(s, ann, "<x/>", "application/xml", [FieldError("a.b", "bad")])
+        rid = req.id
+    with store.session() as s:
+        req2 = ops.find_request(s, ann, rid)
+        assert req2 is not None
+        assert req2.state == "refused" and req2.errors == [{"field": "a.b", "reason": "bad"}]
+
+
+def test_a_replayed_packet_is_stored_once_and_states_follow_the_jobs(store: Store) -> None:
+    rid = _request(store, "ann", n_jobs=2)
+    listener = StoreListener(store)
+    packet = PacketDone(f"{rid}.0", "/d/ann0.root", 0, 10, "n1", 100, 0.5, pickle.dumps(1))
+    listener.job_state(f"{rid}.0", JobState.RUNNING, node="n1")
+    listener.packet_done(packet)
+    listener.packet_done(packet)
+    assert listener.replays == 1
+    with store.session() as s:
+        assert s.scalar(select(func.count()).select_from(Packet)) == 1
+        assert ops.done_ranges(s, f"{rid}.0") == [("/d/ann0.root", 0, 10)]
+        assert ops.progress(s, [f"{rid}.0"])[f"{rid}.0"]["events"] == 10
+        assert ops.find_request(s, list_users(s)[0], rid).state == "running"  # type: ignore[union-attr]
+    listener.job_state(f"{rid}.0", JobState.COMPLETED)
+    listener.job_state(f"{rid}.1", JobState.FAILED, log="boom", failed_file="/d/ann1.root")
+    with store.session() as s:
+        req = ops.find_request(s, list_users(s)[0], rid)
+        assert req is not None and req.state == "failed"
+        assert req.jobs[1].failed_file == "/d/ann1.root" and req.jobs[1].log == "boom"
+    # A final job keeps its state whatever comes late.
+    listener.job_state(f"{rid}.0", JobState.RUNNING)
+    with store.session() as s:
+        req = ops.find_request(s, list_users(s)[0], rid)
+        assert req is not None and req.jobs[0].state == "completed"
+
+
+def test_cancel_aborts_unfinished_jobs_and_names_those_the_runner_holds(store: Store) -> None:
+    rid = _request(store, "ann", n_jobs=3)
+    listener = StoreListener(store)
+    listener.job_state(f"{rid}.0", JobState.COMPLETED)
+    listener.job_state(f"{rid}.1", JobState.RUNNING)
+    with store.session() as s:
+        req = ops.find_request(s, list_users(s)[0], rid)
+        assert req is not None
+        assert ops.cancel_request(s, req) == [f"{rid}.1"]
+    with store.session() as s:
+        req = ops.find_request(s, list_users(s)[0], rid)
+        assert req is not None and req.state == "aborted"
+        assert [j.state for j in req.jobs] == ["completed", "aborted", "aborted"]
+        assert ops.pending_jobs(s) == []
+
+
+def test_jobs_held_by_the_runner_are_requeued_with_their_files_and_work(store: Store) -> None:
+    rid = _request(store, "ann", n_jobs=2)
+    listener = StoreListener(store)
+    listener.job_state(f"{rid}.0", JobState.RUNNING)
+    listener.job_state(f"{rid}.1", JobState.COMPLETED)
+    with store.session() as s:
+        assert ops.requeue_unfinished(s) == 1
+    with store.session() as s:
+        (job,) = ops.pending_jobs(s)
+        ej = ops.elementary_job(job)
+    assert ej.id == f"{rid}.0" and ej.user == "ann" and ej.group == "g"
+    assert ej.files == (FileRef("/d/ann0.root", 25, 1000),)
+    assert ej.work == ProcessorWork("proc.py:P")
+
+
+def test_pending_jobs_come_by_group_priority_then_age(store: Store) -> None:
+    old = _request(store, "ann", n_jobs=2)
+    new = _request(store, "bob", n_jobs=1)
+    with store.session() as s:
+        assert [j.id for j in ops.pending_jobs(s)] == [f"{old}.0", f"{old}.1", f"{new}.0"]
+        add_user(s, "bob", "urgent", new_token=True, group_priority=5.0)
+    with store.session() as s:
+        assert [j.id for j in ops.pending_jobs(s)] == [f"{new}.0", f"{old}.0", f"{old}.1"]
+        assert ops.elementary_job(ops.pending_jobs(s)[0]).priority == 5.0
+
+
+def test_jobs_ending_at_once_leave_their_request_completed(store: Store) -> None:
+    """Each report is a transaction of its own: without locking the request, two jobs
+    completing at once each see the other still running (PostgreSQL's read committed)."""
+    import threading
+
+    listener = StoreListener(store)
+    for _ in range(3):
+        rid = _request(store, "ann", n_jobs=6)
+        barrier = threading.Barrier(6)
+
+        def complete(i: int, rid: str = rid, barrier: threading.Barrier = barrier) -> None:
+            barrier.wait()
+            listener.job_state(f"{rid}.{i}", JobState.COMPLETED)
+
+        threads = [threading.Thread(target=complete, args=(i,)) for i in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        with store.reading() as s:
+            req = ops.find_request(s, list_users(s)[0], rid)
+            assert req is not None and req.state == "completed"
