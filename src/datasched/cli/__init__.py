@@ -19,7 +19,8 @@ import datasched.cli.runtime
 # The command modules register their commands on ``app`` when imported, in the order
 # ``--help`` lists them: the simulator's first, then the runtime's.
 import datasched.cli.sim
-import datasched.cli.study  # noqa: F401
+import datasched.cli.study
+import datasched.cli.whatif  # noqa: F401
 from datasched.cli.app import app
 
 __all__ = ["app"]
