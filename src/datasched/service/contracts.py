@@ -19,24 +19,31 @@ Nothing here imports FastAPI, SQLAlchemy or Dask.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
 
 __all__ = [
     "CatalogLookup",
+    "ClusterSnapshot",
     "CommandWork",
     "ElementaryJob",
     "FieldError",
     "FileRef",
+    "FileTodo",
     "InputSpec",
+    "JobSnapshot",
     "JobState",
     "MetaJobRequest",
+    "NodeRates",
+    "NodeSnapshot",
     "PacketDone",
     "ProcessorWork",
     "RequestInvalid",
     "RunnerListener",
+    "SnapshotError",
     "SplitStrategy",
 ]
 
@@ -230,3 +237,259 @@ class RunnerListener(Protocol):
     ) -> None: ...
 
     def packet_done(self, packet: PacketDone) -> None: ...
+
+
+# -- the daemon's live state, for predictions (ETA, what-if) -----------------------------------
+
+
+class SnapshotError(ValueError):
+    """A cluster snapshot is malformed: ``field`` is a path into it (``jobs[3].files[0].todo``),
+    ``reason`` says what is wrong."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        self.field = field
+        self.reason = reason
+        super().__init__(f"{field}: {reason}")
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRates:
+    """What a node was measured to do, per slot; None: not measured yet (the predictor then
+    takes the mean of the nodes that were, else its defaults)."""
+
+    cached_events_per_s: float | None = None
+    """Events a slot processes per second reading the node's own cache."""
+    peer_events_per_s: float | None = None
+    """The same, reading another node's cache."""
+    tertiary_events_per_s: float | None = None
+    """The same, reading central storage."""
+    tertiary_bytes_per_s: float | None = None
+    """Bytes per second the node fetches from central storage."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSnapshot:
+    """A node (a Dask worker) now: its slots, its cache's capacity and content (URLs)."""
+
+    name: str
+    slots: int = 1
+    cache_bytes: int = 0
+    cached: tuple[str, ...] = ()
+    rates: NodeRates = field(default_factory=NodeRates)
+
+
+@dataclass(frozen=True, slots=True)
+class FileTodo:
+    """A file of an elementary job: its events and bytes, and the entry ranges
+    ``[start, stop)`` still to process (None: all of it; empty: none left)."""
+
+    url: str
+    n_events: int
+    n_bytes: int
+    todo: tuple[tuple[int, int], ...] | None = None
+
+    @property
+    def events_left(self) -> int:
+        if self.todo is None:
+            return self.n_events
+        return sum(b - a for a, b in self.todo)
+
+
+@dataclass(frozen=True, slots=True)
+class JobSnapshot:
+    """An elementary job queued or running: ``submitted_s`` is when it was submitted (the
+    same clock as the snapshot's time), ``node`` where it runs (None: queued)."""
+
+    id: str
+    request_id: str
+    files: tuple[FileTodo, ...]
+    submitted_s: float
+    user: str = ""
+    group: str = ""
+    priority: float = 1.0
+    cpu_s_per_event: float | None = None
+    """Measured on its packets so far (None: not yet)."""
+    node: str | None = None
+
+    @property
+    def events_left(self) -> int:
+        return sum(f.events_left for f in self.files)
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSnapshot:
+    """The daemon's live state at ``time_s`` (seconds, the daemon's clock): the nodes, their
+    caches and measured rates, and the elementary jobs queued or running with what is left of
+    them. What the simulator predicts from (:mod:`datasched.service.whatif`)."""
+
+    time_s: float
+    nodes: tuple[NodeSnapshot, ...]
+    jobs: tuple[JobSnapshot, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-able dict; :meth:`from_dict` reads it back."""
+        plain: dict[str, Any] = _plain(asdict(self))
+        return plain
+
+    @classmethod
+    def from_dict(cls, data: Any) -> ClusterSnapshot:
+        """The snapshot of :meth:`as_dict`'s form, checked (:meth:`check`); a
+        :class:`SnapshotError` names the first bad field."""
+        d = _obj(data, "snapshot")
+        nodes = tuple(_node(n, f"nodes[{i}]") for i, n in enumerate(_list(d, "nodes", "")))
+        jobs = tuple(_job(j, f"jobs[{i}]") for i, j in enumerate(_list(d, "jobs", "", True)))
+        snap = cls(_num(d, "time_s", ""), nodes, jobs)
+        snap.check()
+        return snap
+
+    def check(self) -> None:
+        """Raise :class:`SnapshotError` unless the snapshot is consistent: node names
+        unique, jobs naming known nodes, ranges within their files, a file the same
+        everywhere it is named, ids unique."""
+        if not self.nodes:
+            raise SnapshotError("nodes", "a snapshot needs at least one node")
+        names: set[str] = set()
+        for i, n in enumerate(self.nodes):
+            if n.name in names:
+                raise SnapshotError(f"nodes[{i}].name", f"{n.name!r} is named twice")
+            names.add(n.name)
+        ids: set[str] = set()
+        sizes: dict[str, tuple[int, int]] = {}
+        for i, j in enumerate(self.jobs):
+            if j.id in ids:
+                raise SnapshotError(f"jobs[{i}].id", f"{j.id!r} is named twice")
+            ids.add(j.id)
+            if j.node is not None and j.node not in names:
+                raise SnapshotError(f"jobs[{i}].node", f"{j.node!r} is not a node of the snapshot")
+            for k, f in enumerate(j.files):
+                where = f"jobs[{i}].files[{k}]"
+                if sizes.setdefault(f.url, (f.n_events, f.n_bytes)) != (f.n_events, f.n_bytes):
+                    raise SnapshotError(where, f"{f.url} has other sizes in another job")
+                for r, (a, b) in enumerate(f.todo or ()):
+                    if not 0 <= a < b <= f.n_events:
+                        raise SnapshotError(
+                            f"{where}.todo[{r}]",
+                            f"[{a}, {b}) is not a non-empty range within 0..{f.n_events}",
+                        )
+
+
+_RATE_FIELDS = (
+    "cached_events_per_s",
+    "peer_events_per_s",
+    "tertiary_events_per_s",
+    "tertiary_bytes_per_s",
+)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _at(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _obj(value: Any, path: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise SnapshotError(path, f"expected an object, got {type(value).__name__}")
+    return value
+
+
+def _list(d: dict[str, Any], key: str, path: str, optional: bool = False) -> list[Any]:
+    value = d.get(key, [] if optional else None)
+    if not isinstance(value, list):
+        why = "missing" if value is None else f"expected a list, got {type(value).__name__}"
+        raise SnapshotError(_at(path, key), why)
+    return value
+
+
+def _num(d: dict[str, Any], key: str, path: str, *, default: Any = ..., whole: bool = False) -> Any:
+    value = d.get(key, default)
+    if value is ...:
+        raise SnapshotError(_at(path, key), "missing")
+    if value is None and default is None:
+        return None
+    kinds: tuple[type[int] | type[float], ...] = (int,) if whole else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds) or not math.isfinite(value):
+        kind = "a whole number" if whole else "a finite number"
+        raise SnapshotError(_at(path, key), f"expected {kind}, got {value!r}")
+    if float(value) < 0:
+        raise SnapshotError(_at(path, key), f"must not be negative, got {value!r}")
+    return value
+
+
+def _text(d: dict[str, Any], key: str, path: str, default: Any = ...) -> Any:
+    value = d.get(key, default)
+    if value is ...:
+        raise SnapshotError(_at(path, key), "missing")
+    if value is None and default is None:
+        return None
+    if not isinstance(value, str) or (default is ... and not value):
+        raise SnapshotError(_at(path, key), f"expected a non-empty string, got {value!r}")
+    return value
+
+
+def _node(data: Any, path: str) -> NodeSnapshot:
+    d = _obj(data, path)
+    rates = _obj(d.get("rates", {}), _at(path, "rates"))
+    rate_path = _at(path, "rates")
+    values = {k: _num(rates, k, rate_path, default=None) for k in _RATE_FIELDS}
+    for k, v in values.items():
+        if v == 0:
+            raise SnapshotError(_at(rate_path, k), "must be positive (or null: not measured)")
+    cached = _list(d, "cached", path, True)
+    for i, url in enumerate(cached):
+        if not isinstance(url, str) or not url:
+            raise SnapshotError(f"{path}.cached[{i}]", f"expected a URL, got {url!r}")
+    return NodeSnapshot(
+        name=_text(d, "name", path),
+        slots=_num(d, "slots", path, default=1, whole=True),
+        cache_bytes=_num(d, "cache_bytes", path, default=0, whole=True),
+        cached=tuple(cached),
+        rates=NodeRates(**values),
+    )
+
+
+def _file(data: Any, path: str) -> FileTodo:
+    d = _obj(data, path)
+    todo_raw = d.get("todo")
+    todo: tuple[tuple[int, int], ...] | None = None
+    if todo_raw is not None:
+        ranges = _list(d, "todo", path)
+        for r, pair in enumerate(ranges):
+            ok = isinstance(pair, list) and len(pair) == 2
+            if not ok or any(isinstance(x, bool) or not isinstance(x, int) for x in pair):
+                raise SnapshotError(f"{path}.todo[{r}]", f"expected [start, stop], got {pair!r}")
+        todo = tuple((a, b) for a, b in ranges)
+    return FileTodo(
+        url=_text(d, "url", path),
+        n_events=_num(d, "n_events", path, whole=True),
+        n_bytes=_num(d, "n_bytes", path, whole=True),
+        todo=todo,
+    )
+
+
+def _job(data: Any, path: str) -> JobSnapshot:
+    d = _obj(data, path)
+    files = tuple(_file(f, f"{path}.files[{k}]") for k, f in enumerate(_list(d, "files", path)))
+    cpu = _num(d, "cpu_s_per_event", path, default=None)
+    if cpu == 0:
+        raise SnapshotError(_at(path, "cpu_s_per_event"), "must be positive (or null)")
+    priority = d.get("priority", 1.0)
+    if isinstance(priority, bool) or not isinstance(priority, int | float):
+        raise SnapshotError(_at(path, "priority"), f"expected a number, got {priority!r}")
+    return JobSnapshot(
+        id=_text(d, "id", path),
+        request_id=_text(d, "request_id", path),
+        files=files,
+        submitted_s=_num(d, "submitted_s", path),
+        user=_text(d, "user", path, ""),
+        group=_text(d, "group", path, ""),
+        priority=float(priority),
+        cpu_s_per_event=cpu,
+        node=_text(d, "node", path, None),
+    )

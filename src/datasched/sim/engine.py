@@ -27,7 +27,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from datasched.core.actions import (
@@ -104,8 +104,11 @@ class SimEngine(SubjobRuns):
         check_conservation: bool = False,
         faults: NodeFaults | None = None,
         record_packets: bool = False,
+        warm: Mapping[int, IntervalSet] | None = None,
     ) -> None:
         self.scheduler = scheduler
+        self._warm = dict(warm or {})
+        """Node -> what its cache holds at the start (not pinned: a live cluster's caches)."""
         self.space = scheduler.space
         self.cost = scheduler.cost
         self.replacement = replacement
@@ -160,7 +163,8 @@ class SimEngine(SubjobRuns):
         ``follow_up`` makes the workload closed: each completed job may bring its user's next
         one (PROOF's users, who run one query after another); those jobs are not measured.
         Files whose replicas name a node (``node:ID``) lie on that node's disk from the start
-        (pinned there: a file server's own data), and the scheduler hears of them first.
+        (pinned there: a file server's own data), and the scheduler hears of them first; then
+        what ``warm`` puts in each node's cache (unpinned, as a live cluster's caches are).
         """
         order = sorted(range(len(jobs)), key=lambda i: (jobs[i].submit_s, i))
         jobs = [jobs[i] for i in order]
@@ -327,6 +331,12 @@ class SimEngine(SubjobRuns):
             if self._world is not None:
                 self._world.add(node, added)
             self._dispatch(CacheChanged(self.now, node, added=added))
+        for node in sorted(self._warm):
+            added, _ = self.caches[node].insert(self._warm[node], self.now)
+            if added:
+                if self._world is not None:
+                    self._world.add(node, added)
+                self._dispatch(CacheChanged(self.now, node, added=added))
 
     def _log_packet(
         self, run: _Run, slot: int, processed: IntervalSet, by_source: tuple[int, int, int]

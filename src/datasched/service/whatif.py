@@ -1,0 +1,253 @@
+"""Predictions from the live cluster: each job's and request's finish time (ETA) under a
+policy, by the simulator run from the daemon's snapshot; and what-if across policies.
+
+The snapshot (:class:`~datasched.service.contracts.ClusterSnapshot`) becomes what the
+runtime would build: a file-grained data space of the jobs' files, a topology of the nodes
+(their slots and cache sizes), the caches holding what the nodes hold now, and costs from
+the measured rates. The scheduling core is built under the policy asked, and the simulated
+engine (:class:`~datasched.sim.engine.SimEngine`) runs what is left of every job from "now"
+(time 0 is the snapshot's time): every job queued or running arrives at once, running ones
+first, then by submission. Deterministic: the same snapshot and policy give the same answer.
+
+How the measured rates (per slot) become the core's cost model:
+
+* **cached**: a job's CPU time per event is its own measured one, else the inverse of the
+  nodes' mean cached rate (reads from the local cache are taken as free beside it);
+* **peer**: the node's network rate is set so that a read from a peer's cache goes at the
+  measured peer rate (at the mean event size);
+* **tertiary**: the node's fetch rate from central storage is the measured bytes per
+  second, else the one its tertiary events per second imply, else the nodes' mean.
+
+A node not measured yet takes the mean of those that were, else the defaults below. The
+core's cost model has one CPU time per event per job, not per node: nodes of different
+speeds are averaged.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from datasched.core.data import CacheGrain, DataSpace, FileSpec
+from datasched.core.intervals import IntervalSet
+from datasched.core.model import CostModel, Job, Node, Pipelining, Topology
+from datasched.core.scheduler import Scheduler
+from datasched.policies import build_policy
+from datasched.service.contracts import ClusterSnapshot, JobSnapshot, NodeSnapshot, SnapshotError
+from datasched.sim.engine import SimEngine
+
+__all__ = [
+    "DEFAULT_CPU_S_PER_EVENT",
+    "DEFAULT_TERTIARY_BYTES_PER_S",
+    "Comparison",
+    "Prediction",
+    "compare",
+    "predict",
+]
+
+DEFAULT_CPU_S_PER_EVENT = 1e-4
+"""CPU seconds per event when nothing was measured (the runtime's own guess)."""
+DEFAULT_TERTIARY_BYTES_PER_S = 200e6
+"""Fetch rate from central storage when nothing was measured (the runtime's)."""
+DEFAULT_NETWORK_BYTES_PER_S = 125e6
+"""A node's network when its peer rate was not measured (a Gigabit link)."""
+_FREE = 1e15
+"""A rate so high that its time vanishes beside the others (bytes per second)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    """What the simulator predicts under ``policy``: each job's and request's finish, in
+    seconds from the snapshot's time (None: the job fails in the simulation), and when the
+    last job ends."""
+
+    policy: str
+    time_s: float
+    """The snapshot's time: add it to an ETA for a finish on the daemon's clock."""
+    makespan_s: float
+    jobs: dict[str, float | None]
+    requests: dict[str, float | None]
+    simulate_s: float = field(default=0.0, compare=False)
+    """Wall-clock seconds the prediction took."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "policy": self.policy,
+            "time_s": self.time_s,
+            "makespan_s": self.makespan_s,
+            "jobs": dict(self.jobs),
+            "requests": dict(self.requests),
+        }
+
+
+def _mean(values: Sequence[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.fmean(known) if known else None
+
+
+def _node_model(
+    snapshot: ClusterSnapshot, bytes_per_event: float
+) -> tuple[tuple[Node, ...], float]:
+    """The nodes of the topology and the default CPU time per event."""
+    rates = [n.rates for n in snapshot.nodes]
+    cached = _mean([r.cached_events_per_s for r in rates])
+    cpu = 1.0 / cached if cached else DEFAULT_CPU_S_PER_EVENT
+
+    def tertiary_bps(n: NodeSnapshot) -> float | None:
+        r = n.rates
+        if r.tertiary_bytes_per_s is not None:
+            return r.tertiary_bytes_per_s
+        if r.tertiary_events_per_s is not None and bytes_per_event > 0:
+            extra = 1.0 / r.tertiary_events_per_s - cpu
+            return bytes_per_event / extra if extra > 0 else _FREE
+        return None
+
+    mean_tertiary = _mean([tertiary_bps(n) for n in snapshot.nodes])
+    peer = _mean([r.peer_events_per_s for r in rates])
+    nodes = []
+    for i, n in enumerate(snapshot.nodes):
+        peer_rate = n.rates.peer_events_per_s or peer
+        network = DEFAULT_NETWORK_BYTES_PER_S
+        if peer_rate is not None and bytes_per_event > 0:
+            extra = 1.0 / peer_rate - cpu
+            network = bytes_per_event / extra if extra > 0 else _FREE
+        tertiary = tertiary_bps(n) or mean_tertiary or DEFAULT_TERTIARY_BYTES_PER_S
+        nodes.append(
+            Node(
+                node_id=i,
+                cache_bytes=n.cache_bytes,
+                slots=n.slots,
+                tertiary_bytes_per_s=tertiary,
+                network_bytes_per_s=network,
+            )
+        )
+    return tuple(nodes), cpu
+
+
+def _order(snapshot: ClusterSnapshot) -> list[JobSnapshot]:
+    """Running jobs first, then queued ones by submission (ties: by id)."""
+    return sorted(snapshot.jobs, key=lambda j: (j.node is None, j.submitted_s, j.id))
+
+
+def _space(jobs: Sequence[JobSnapshot]) -> tuple[DataSpace, dict[str, int]]:
+    space = DataSpace(CacheGrain.FILE)
+    index: dict[str, int] = {}
+    for j in jobs:
+        for f in j.files:
+            if f.url not in index:
+                index[f.url] = space.add_file(FileSpec(f.url, f.n_events, f.n_bytes))
+    return space, index
+
+
+def _job_data(space: DataSpace, index: Mapping[str, int], job: JobSnapshot) -> IntervalSet:
+    ranges: list[tuple[int, int]] = []
+    for f in job.files:
+        base = space.files[index[f.url]].start
+        todo = ((0, f.n_events),) if f.todo is None else f.todo
+        ranges.extend((base + a, base + b) for a, b in todo if b > a)
+    return IntervalSet(ranges)
+
+
+def predict(
+    snapshot: ClusterSnapshot,
+    policy: str,
+    policy_params: Mapping[str, Any] | None = None,
+) -> Prediction:
+    """The finish of every job and request of ``snapshot`` under ``policy`` (built from its
+    declared ``policy_params``), predicted by the simulator. Raises
+    :class:`~datasched.service.contracts.SnapshotError` for an inconsistent snapshot, and
+    the registry's errors for an unknown policy or a bad parameter."""
+    import time
+
+    started = time.perf_counter()
+    snapshot.check()
+    if not any(n.slots for n in snapshot.nodes):
+        raise SnapshotError("nodes", "no node has a slot to run jobs")
+    ordered = _order(snapshot)
+    space, index = _space(ordered)
+    nodes, cpu = _node_model(snapshot, space.bytes_per_event)
+    built = build_policy(policy, **dict(policy_params or {}))
+    cost = CostModel(cpu_s_per_event=cpu, disk_bytes_per_s=_FREE, pipelining=Pipelining.TERTIARY)
+    sched = Scheduler(Topology(nodes=nodes), space, built, cost=cost)
+    warm: dict[int, IntervalSet] = {}
+    for i, n in enumerate(snapshot.nodes):
+        held = space.events_of(n.cached)
+        if held:
+            warm[i] = held
+    jobs: list[Job] = []
+    ids: list[str] = []
+    eta: dict[str, float | None] = {}
+    for j in ordered:
+        data = _job_data(space, index, j)
+        if not data:
+            eta[j.id] = 0.0  # nothing left: it ends as soon as its last packet is in
+            continue
+        jobs.append(
+            Job(
+                len(jobs),
+                0.0,
+                data,
+                user=j.user or "user",
+                group=j.group or "default",
+                priority=j.priority,
+                cpu_s_per_event=j.cpu_s_per_event,
+            )
+        )
+        ids.append(j.id)
+    run = SimEngine(sched, warm=warm).run(jobs)
+    for rec in run.jobs:
+        eta[ids[rec.job_id]] = None if rec.failed or rec.end_s < 0 else rec.end_s
+    requests: dict[str, float | None] = {}
+    for j in snapshot.jobs:
+        mine, known = eta[j.id], requests.get(j.request_id, 0.0)
+        requests[j.request_id] = None if mine is None or known is None else max(mine, known)
+    makespan = max((v for v in eta.values() if v is not None), default=0.0)
+    return Prediction(
+        policy=policy,
+        time_s=snapshot.time_s,
+        makespan_s=makespan,
+        jobs={j.id: eta[j.id] for j in snapshot.jobs},
+        requests=requests,
+        simulate_s=time.perf_counter() - started,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    """What-if: the same snapshot predicted under several policies."""
+
+    predictions: tuple[Prediction, ...]
+
+    @property
+    def policies(self) -> list[str]:
+        return [p.policy for p in self.predictions]
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON of ``datasched whatif --json`` and of ``GET /api/v1/whatif``."""
+        first = self.predictions[0] if self.predictions else None
+        requests = list(first.requests) if first else []
+        jobs = list(first.jobs) if first else []
+        return {
+            "time_s": first.time_s if first else None,
+            "policies": self.policies,
+            "makespan_s": {p.policy: p.makespan_s for p in self.predictions},
+            "requests": [
+                {"request": r, "eta_s": {p.policy: p.requests[r] for p in self.predictions}}
+                for r in requests
+            ],
+            "jobs": [
+                {"job": j, "eta_s": {p.policy: p.jobs[j] for p in self.predictions}} for j in jobs
+            ],
+        }
+
+
+def compare(
+    snapshot: ClusterSnapshot,
+    policies: Sequence[str],
+    policy_params: Mapping[str, Mapping[str, Any]] | None = None,
+) -> Comparison:
+    """:func:`predict` under each of ``policies`` (``policy_params``: by policy name)."""
+    params = policy_params or {}
+    return Comparison(tuple(predict(snapshot, p, params.get(p)) for p in policies))

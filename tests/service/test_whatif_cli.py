@@ -1,0 +1,67 @@
+"""``datasched whatif --snapshot``: a table or JSON per policy; bad input named, exit 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+from whatif_support import cached_on_second_node, mixed
+
+from datasched.cli import app
+
+runner = CliRunner()
+
+
+def _file(tmp_path: Path, data: object) -> str:
+    path = tmp_path / "snap.json"
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+def test_whatif_json_from_a_snapshot(tmp_path: Path) -> None:
+    path = _file(tmp_path, cached_on_second_node().as_dict())
+    args = ["whatif", "--policy", "farm", "-p", "out-of-order", "--snapshot", path]
+    result = runner.invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    eta = doc["requests"][0]["eta_s"]
+    assert eta["out-of-order"] < eta["farm"]
+    table = runner.invoke(app, args)
+    assert table.exit_code == 0, table.output
+    assert "makespan" in table.stdout and "out-of-order" in table.stdout and "r1" in table.stdout
+
+
+def test_whatif_table_names_every_request(tmp_path: Path) -> None:
+    path = _file(tmp_path, mixed().as_dict())
+    result = runner.invoke(app, ["whatif", "--policy", "farm", "--snapshot", path])
+    assert result.exit_code == 0, result.output
+    assert all(r in result.stdout for r in ("r1", "r2", "r3"))
+
+
+def test_whatif_bad_input_exits_2_naming_it(tmp_path: Path) -> None:
+    data = mixed().as_dict()
+    data["jobs"][1]["node"] = "w9"
+    path = _file(tmp_path, data)
+    result = runner.invoke(app, ["whatif", "--policy", "farm", "--snapshot", path])
+    assert result.exit_code == 2
+    assert "jobs[1].node" in result.stderr
+    good = _file(tmp_path, mixed().as_dict())
+    result = runner.invoke(app, ["whatif", "--policy", "nope", "--snapshot", good])
+    assert result.exit_code == 2 and "--policy" in result.stderr
+    result = runner.invoke(app, ["whatif", "--policy", "farm"])
+    assert result.exit_code == 2 and "--snapshot or --server" in result.stderr
+    missing = str(tmp_path / "none.json")
+    result = runner.invoke(app, ["whatif", "--policy", "farm", "--snapshot", missing])
+    assert result.exit_code == 2 and "cannot read" in result.stderr
+    (tmp_path / "junk.json").write_text("{")
+    result = runner.invoke(app, ["whatif", "-p", "farm", "--snapshot", str(tmp_path / "junk.json")])
+    assert result.exit_code == 2 and "not JSON" in result.stderr
+    result = runner.invoke(app, ["whatif", "-p", "farm", "--server", "ftp://x"])
+    assert result.exit_code == 2 and "--server" in result.stderr
+
+
+def test_whatif_server_unreachable_exits_1() -> None:
+    result = runner.invoke(app, ["whatif", "-p", "farm", "--server", "http://127.0.0.1:9"])
+    assert result.exit_code == 1
+    assert "cannot reach" in result.stderr
