@@ -28,6 +28,7 @@ from datasched.service.api.deps import Limits, ServiceState
 from datasched.service.catalog import Catalog
 from datasched.service.contracts import SplitStrategy
 from datasched.service.daemon import Dispatcher, Runner
+from datasched.service.dashboard import router as dashboard_router
 from datasched.service.ports import RequestLanguage
 from datasched.service.store.db import Store
 from datasched.service.store.models import Job, Packet
@@ -99,6 +100,7 @@ def create_app(svc: ServiceState) -> FastAPI:
     svc.metrics.watch_store(_store_counts(svc))
     app.include_router(requests.router, prefix=API_PREFIX)
     app.include_router(misc.router, prefix=API_PREFIX)
+    app.include_router(dashboard_router)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: HttpRequest, exc: StarletteHTTPException) -> JSONResponse:
