@@ -74,6 +74,8 @@ def test_page_and_static_files_need_no_token_and_forbid_other_origins(dash: Dash
     assert js.status_code == 200 and js.headers["content-type"].startswith("text/javascript")
     assert "sessionStorage" in js.text
     assert dash.client.get("/dashboard/static/dashboard.css").status_code == 200
+    icon = dash.client.get("/dashboard/static/favicon.svg")
+    assert icon.headers["content-type"].startswith("image/svg+xml")
     missing = dash.client.get("/dashboard/static/..%2Fviews.py")
     assert missing.status_code == 404
 

@@ -36,7 +36,11 @@ REQUESTS_SHOWN = 50
 PACKETS_SHOWN = 200
 """The newest packets a request's table shows (its statistics and plot take them all)."""
 
-_STATIC = {"dashboard.js": "text/javascript", "dashboard.css": "text/css"}
+_STATIC = {
+    "dashboard.js": "text/javascript",
+    "dashboard.css": "text/css",
+    "favicon.svg": "image/svg+xml",
+}
 _CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
     "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
@@ -91,7 +95,7 @@ def page() -> HTMLResponse:
 
 @router.get("/dashboard/static/{name}")
 def static(name: str) -> Response:
-    """The page's script and style sheet (package data; nothing fetched from elsewhere)."""
+    """The page's script, style sheet and icon (package data; nothing from elsewhere)."""
     if name not in _STATIC:
         raise HTTPException(404, detail={"errors": [{"field": "name", "reason": "no such file"}]})
     data = resources.files("datasched.service.dashboard").joinpath("static", name).read_bytes()
