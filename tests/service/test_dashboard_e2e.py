@@ -84,8 +84,9 @@ def served(sqlite_store: Store) -> Iterator[tuple[str, dict[str, str], GatedRunn
 
 
 def _submit(page: Any, body: str) -> str:
-    page.fill("#request-text", body)
-    page.click("#submit-form button[type=submit]")
+    # By the controls' accessible names: the labels and buttons a screen reader announces.
+    page.get_by_role("textbox", name="Request").fill(body)
+    page.get_by_role("button", name="Submit").click()
     link = page.wait_for_selector("#submit-result p.ok a")
     rid: str = link.inner_text()
     page.wait_for_selector(f"#request .request-detail[data-request='{rid}']")
@@ -121,8 +122,8 @@ def test_log_in_submit_watch_it_complete_and_cancel_another(
 
             # A wrong token is refused and says so.
             page.goto(f"{base}/dashboard?period_ms={PERIOD_MS}")
-            page.fill("#token", "ds_0000_nothing")
-            page.click("#login-form button[type=submit]")
+            page.get_by_label("Token").fill("ds_0000_nothing")
+            page.get_by_role("button", name="Log in").click()
             page.wait_for_selector("#login-error:has-text('That token is not valid.')")
             # The browser logs the refused call itself; nothing else may be there.
             assert len(problems) == 1 and "status of 401" in problems[0], problems
@@ -149,9 +150,17 @@ def test_log_in_submit_watch_it_complete_and_cancel_another(
             assert page.query_selector(f"#requests button[data-cancel='{rid}']") is None
 
             # Bob (whose jobs the runner holds) submits and cancels from the request's page.
-            page.click("#logout")
+            page.get_by_role("button", name="Log out").click()
             page.wait_for_selector("#login-section:visible")
             login(page, base, tokens["bob"], period_ms=PERIOD_MS)
+            # A request without input is refused, with the field and the reason.
+            page.get_by_role("textbox", name="Request").fill("title: empty\nprocessor: p\n")
+            page.get_by_role("button", name="Submit").click()
+            page.wait_for_selector("#submit-result p.error:has-text('Refused: request')")
+            assert page.inner_text("#submit-result li") == "input: missing"
+            # The browser logs the refused submission's 422 itself; nothing else.
+            assert len(problems) == 1 and "status of 422" in problems[0], problems
+            problems.clear()
             other = _submit(page, REQUEST)
             assert page.query_selector(f"#requests tr[data-request='{rid}']") is None
             page.wait_for_selector("#request .request-detail[data-state='running']")
