@@ -127,8 +127,11 @@ def test_a_running_request_offers_cancel_and_the_queue_counts_its_jobs(dash: Das
     dash.wait("bob", rid, "running")
     assert f'data-cancel="{rid}"' in dash.get("bob", "requests").text
     assert f'data-cancel="{rid}"' in dash.get("bob", f"requests/{rid}").text
-    cluster = dash.get("bob", "cluster").text
-    assert '<td data-state="running">2</td>' in cluster
+    # The request runs as soon as one of its jobs does; wait for both.
+    deadline = time.monotonic() + 10
+    while '<td data-state="running">2</td>' not in (cluster := dash.get("bob", "cluster").text):
+        assert time.monotonic() < deadline, cluster
+        time.sleep(0.02)
     assert '<tr data-node="node-0">' in cluster and "50%" in cluster
     assert dash.client.delete(f"/api/v1/requests/{rid}", headers=dash.h("bob")).status_code == 200
     dash.wait("bob", rid, "aborted")
@@ -180,3 +183,21 @@ def test_the_plot_steps_up_to_the_events_done() -> None:
     assert points[-1][1] == pytest.approx((plot.top + plot.bottom) / 2, abs=0.1)
     assert plot.total_y == pytest.approx(plot.top, abs=0.1)
     assert [t.label for t in plot.y_ticks] == ["0", "10", "20", "30", "40"]
+
+
+def test_each_request_in_the_list_shows_its_own_progress(dash: Dash) -> None:
+    done = dash.submit("ann")["id"]
+    dash.wait("ann", done, "completed")
+    held = dash.submit("bob")["id"]  # bob's jobs are held running, nothing done
+    dash.wait("bob", held, "running")
+    refused = dash.submit("ann", "processor: p\n")["id"]
+    listing = dash.get("root", "requests").text
+    rows = {
+        rid: listing.split(f'<tr data-request="{rid}"', 1)[1].split("</tr>", 1)[0]
+        for rid in (done, held, refused)
+    }
+    assert "80 / 80 events (100%)" in rows[done] and "completed" in rows[done]
+    assert "0 / 80 events (0%)" in rows[held] and "running" in rows[held]
+    assert "— (refused)" in rows[refused] and "<progress" not in rows[refused]
+    # Newest first.
+    assert listing.index(refused) < listing.index(held) < listing.index(done)

@@ -23,7 +23,7 @@ from datasched.service.dashboard.views import (
     packet_stats,
     queue_counts,
     request_progress,
-    request_row,
+    request_rows,
 )
 from datasched.service.store import ops
 
@@ -132,7 +132,7 @@ def requests(svc: StateDep, caller: CallerDep) -> HTMLResponse:
     """The caller's newest requests (an administrator's: everyone's), with progress."""
     with svc.store.reading() as s:
         found = ops.list_requests(s, caller, limit=REQUESTS_SHOWN)
-        rows = [request_row(s, r) for r in found]
+        rows = request_rows(s, found)
     return _fragment("requests.html", requests=rows, caller=caller, shown=REQUESTS_SHOWN)
 
 

@@ -30,7 +30,7 @@ __all__ = [
     "packet_stats",
     "queue_counts",
     "request_progress",
-    "request_row",
+    "request_rows",
 ]
 
 QUEUE_ORDER = tuple(JobState)
@@ -175,9 +175,8 @@ def _events_total(job: Job) -> int:
     return sum(int(f["n_events"]) for f in job.files)
 
 
-def job_rows(s: Session, req: Request) -> list[JobRow]:
-    """The request's elementary jobs, in order, with their progress."""
-    done = ops.progress(s, [j.id for j in req.jobs])
+def _job_rows(s: Session, jobs: Sequence[Job]) -> list[JobRow]:
+    done = ops.progress(s, [j.id for j in jobs])
     return [
         JobRow(
             id=j.id,
@@ -194,8 +193,13 @@ def job_rows(s: Session, req: Request) -> list[JobRow]:
                 cpu_s=float(done[j.id]["cpu_s"]),
             ),
         )
-        for j in req.jobs
+        for j in jobs
     ]
+
+
+def job_rows(s: Session, req: Request) -> list[JobRow]:
+    """The request's elementary jobs, in order, with their progress."""
+    return _job_rows(s, req.jobs)
 
 
 def request_progress(jobs: Sequence[JobRow]) -> Progress:
@@ -209,17 +213,27 @@ def request_progress(jobs: Sequence[JobRow]) -> Progress:
     )
 
 
-def request_row(s: Session, req: Request) -> RequestRow:
-    """A request with its progress."""
-    return RequestRow(
-        id=req.id,
-        owner=req.owner.name,
-        title=req.title,
-        state=req.state,
-        final=JobState(req.state).final,
-        created=req.created,
-        progress=request_progress(job_rows(s, req)),
-    )
+def request_rows(s: Session, requests: Sequence[Request]) -> list[RequestRow]:
+    """The requests with their progress, read in two queries whatever their number (the
+    list is refreshed every second)."""
+    ids = [r.id for r in requests]
+    jobs: dict[str, list[Job]] = {i: [] for i in ids}
+    if ids:
+        for job in s.scalars(select(Job).where(Job.request_id.in_(ids)).order_by(Job.index)):
+            jobs[job.request_id].append(job)
+    rows = {j.id: j for j in _job_rows(s, [j for group in jobs.values() for j in group])}
+    return [
+        RequestRow(
+            id=r.id,
+            owner=r.owner.name,
+            title=r.title,
+            state=r.state,
+            final=JobState(r.state).final,
+            created=r.created,
+            progress=request_progress([rows[j.id] for j in jobs[r.id]]),
+        )
+        for r in requests
+    ]
 
 
 def packet_rows(s: Session, req: Request) -> list[PacketRow]:
