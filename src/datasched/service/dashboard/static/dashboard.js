@@ -56,7 +56,7 @@ async function fill(id, path) {
 }
 
 async function refresh() {
-  if (busy || !token()) return;
+  if (busy || !token() || document.hidden) return;  // a tab in the background waits
   busy = true;
   try {
     await fill("cluster", "/dashboard/fragments/cluster");
@@ -179,6 +179,7 @@ document.addEventListener("DOMContentLoaded", () => {
     if (button) cancel(button);
   });
   window.addEventListener("hashchange", refresh);
+  document.addEventListener("visibilitychange", refresh);
   if (token()) {
     call("/dashboard/fragments/whoami").then(async (r) => {
       if (r.ok) start(await r.text());
