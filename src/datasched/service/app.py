@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from fastapi import Request as HttpRequest
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
@@ -23,11 +23,13 @@ from sqlalchemy import func, select
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from datasched import __version__
+from datasched.service import api_whatif
 from datasched.service.api import misc, requests
-from datasched.service.api.deps import Limits, ServiceState
+from datasched.service.api.deps import Limits, ServiceState, current_caller
 from datasched.service.catalog import Catalog
 from datasched.service.contracts import SplitStrategy
 from datasched.service.daemon import Dispatcher, Runner
+from datasched.service.live import live_snapshot
 from datasched.service.ports import RequestLanguage
 from datasched.service.store.db import Store
 from datasched.service.store.models import Job, Packet
@@ -99,6 +101,13 @@ def create_app(svc: ServiceState) -> FastAPI:
     svc.metrics.watch_store(_store_counts(svc))
     app.include_router(requests.router, prefix=API_PREFIX)
     app.include_router(misc.router, prefix=API_PREFIX)
+    # What-if: the simulator over the live state, for any user with a token.
+    app.include_router(api_whatif.router, dependencies=[Depends(current_caller)])
+    if svc.runner is not None:
+        runner = svc.runner
+        app.dependency_overrides[api_whatif.get_snapshot] = lambda: live_snapshot(
+            svc.store, runner.cluster()
+        )
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: HttpRequest, exc: StarletteHTTPException) -> JSONResponse:

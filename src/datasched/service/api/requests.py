@@ -100,9 +100,9 @@ def _accept(svc: ServiceState, caller: Caller, text: str, ctype: str) -> tuple[i
             raise RequestInvalid(
                 [FieldError("username", f"{mjr.username!r} is not you ({caller.name!r})")]
             )
-        lang.check(mjr, svc.catalog)
+        files = lang.check(mjr, svc.catalog)
         request_id = ops.new_request_id()
-        jobs = lang.split(mjr, request_id, svc.catalog, mjr.split or svc.split)
+        jobs = lang.split(mjr, request_id, files, mjr.split or svc.split)
         if not jobs:
             raise RequestInvalid([FieldError("input", "selects no file")])
     except RequestInvalid as exc:
