@@ -153,6 +153,7 @@ def serve(
         runner=the_runner,
         split=strategy,
         limits=Limits(max_request_kb * 1000, rate, burst),
+        policy=policy,
     )
     err.print(f"datasched serve: http://{host}:{port}/api/v1 (store {store.engine.url!r})")
     uvicorn.run(create_app(state), host=host, port=port, log_level="warning")

@@ -29,6 +29,7 @@ from datasched.service.api.deps import Limits, ServiceState, current_caller
 from datasched.service.catalog import Catalog
 from datasched.service.contracts import SplitStrategy
 from datasched.service.daemon import Dispatcher, Runner
+from datasched.service.eta_watch import EtaWatch
 from datasched.service.live import live_snapshot
 from datasched.service.ports import RequestLanguage
 from datasched.service.store.db import Store
@@ -47,9 +48,16 @@ def build_state(
     limits: Limits | None = None,
     split: SplitStrategy = SplitStrategy.BY_POLICY,
     period_s: float = 0.5,
+    policy: str = "out-of-order",
+    eta_period_s: float | None = 5.0,
 ) -> ServiceState:
-    """The service over ``store``: with a ``runner``, a dispatcher hands it the jobs."""
+    """The service over ``store``: with a ``runner``, a dispatcher hands it the jobs, and
+    every ``eta_period_s`` the simulator predicts each open request's finish under
+    ``policy`` (None: no ETAs)."""
     dispatcher = Dispatcher(store, runner, period_s=period_s) if runner is not None else None
+    eta = None
+    if runner is not None and eta_period_s is not None:
+        eta = EtaWatch(store, runner.cluster, policy=policy, period_s=eta_period_s)
     return ServiceState(
         store=store,
         catalog=Catalog(store),
@@ -58,6 +66,7 @@ def build_state(
         split=split,
         runner=runner,
         dispatcher=dispatcher,
+        eta=eta,
     )
 
 
@@ -83,9 +92,13 @@ def create_app(svc: ServiceState) -> FastAPI:
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         if svc.dispatcher is not None:
             svc.dispatcher.start()
+        if svc.eta is not None:
+            svc.eta.start()
         try:
             yield
         finally:
+            if svc.eta is not None:
+                svc.eta.stop()
             if svc.dispatcher is not None:
                 svc.dispatcher.stop()
 

@@ -153,6 +153,7 @@ def get_request(request_id: str, svc: StateDep, caller: CallerDep) -> dict[str, 
             "errors": req.errors,
             "jobs": jobs,
             "progress": total_progress,
+            "eta": svc.eta.eta(req.id) if svc.eta is not None else None,
         }
 
 
