@@ -118,6 +118,7 @@ def make_runner(
     policy: str = "out-of-order",
     jobqueue: Any = None,
     cache_gb: float | None = None,
+    tertiary_mb_s: float | None = None,
 ) -> ThreadedRunner:
     """The daemon's runner: ``workers`` local Dask workers (default 4), or the cluster at
     ``scheduler``, or ``workers`` batch jobs (``jobqueue``); processors and commands are
@@ -130,6 +131,8 @@ def make_runner(
         kw["cache_root"] = cache_dir
     if cache_gb is not None:
         kw["cache_bytes"] = int(cache_gb * 1e9)
+    if tertiary_mb_s is not None:  # storage throttled per worker (demos, tests)
+        kw["tertiary_bytes_per_s"] = tertiary_mb_s * 1e6
     root = Path(roots[0]) if roots else Path(".").resolve()
     return ThreadedRunner(
         policy=policy,
