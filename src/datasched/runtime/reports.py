@@ -4,9 +4,17 @@ packet (PROOF keeps the same per packet), and the run as a whole."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["EngineConfig", "JobReport", "PacketStat", "ProgressSink", "RunReport"]
+__all__ = [
+    "EngineConfig",
+    "JobReport",
+    "PacketSink",
+    "PacketStat",
+    "ProgressSink",
+    "RunReport",
+    "tell_packet",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,3 +185,17 @@ class ProgressSink(Protocol):
     def advance(self, job_id: str, n_events: int, from_cache: bool) -> None: ...
 
     def job_done(self, job_id: str, status: str) -> None: ...
+
+
+@runtime_checkable
+class PacketSink(Protocol):
+    """A progress sink that also wants each packet's statistics as its result arrives (the
+    live monitor of ``datasched run``)."""
+
+    def packet_done(self, stat: PacketStat) -> None: ...
+
+
+def tell_packet(sink: ProgressSink | None, stat: PacketStat) -> None:
+    """Hand ``stat`` to ``sink`` if it takes packets (a plain progress sink does not)."""
+    if isinstance(sink, PacketSink):
+        sink.packet_done(stat)

@@ -20,7 +20,13 @@ from datasched.core.scheduler import Scheduler
 from datasched.runtime.jobspec import JobSpec
 from datasched.runtime.outputs import merge
 from datasched.runtime.processor import Processor, ShippedProcessor
-from datasched.runtime.reports import EngineConfig, JobReport, PacketStat, ProgressSink
+from datasched.runtime.reports import (
+    EngineConfig,
+    JobReport,
+    PacketStat,
+    ProgressSink,
+    tell_packet,
+)
 from datasched.runtime.worker import PacketError, PacketResult, PacketSpec, run_packet
 
 __all__ = ["PacketStreams"]
@@ -328,27 +334,27 @@ class PacketStreams:
         slot.packet_s = 0.7 * slot.packet_s + 0.3 * spent if slot.packet_s else spent
         if result.note and result.note not in self._notes:
             self._notes.append(result.note)
-        self._stats.append(
-            PacketStat(
-                job=jr.spec.id,
-                node=self.workers[slot.node].name,
-                url=self.space.files[self.space.file_at(a)].name,
-                start=a,
-                stop=b,
-                source=result.source,
-                bytes_from_tertiary=result.bytes_from_tertiary,
-                bytes_from_peer=result.bytes_from_peer,
-                read_s=result.read_s,
-                compute_s=result.compute_s,
-                bytes_read=result.bytes_read,
-                cpu_s=result.cpu_s,
-                nice=result.nice,
-                t_start=max(result.started - self._t0_wall, 0.0),
-                t_end=self.now(),
-            )
+        stat = PacketStat(
+            job=jr.spec.id,
+            node=self.workers[slot.node].name,
+            url=self.space.files[self.space.file_at(a)].name,
+            start=a,
+            stop=b,
+            source=result.source,
+            bytes_from_tertiary=result.bytes_from_tertiary,
+            bytes_from_peer=result.bytes_from_peer,
+            read_s=result.read_s,
+            compute_s=result.compute_s,
+            bytes_read=result.bytes_read,
+            cpu_s=result.cpu_s,
+            nice=result.nice,
+            t_start=max(result.started - self._t0_wall, 0.0),
+            t_end=self.now(),
         )
+        self._stats.append(stat)
         if self.progress is not None:
             self.progress.advance(jr.spec.id, n, result.source == "cache")
+            tell_packet(self.progress, stat)
         if result.cache_added or result.cache_evicted:
             self._emit(
                 CacheChanged(
