@@ -201,7 +201,9 @@ class RuntimeEngine(PacketStreams, DataMoves):
                 jr.report.status = "running"
                 if self.progress is not None:
                     self.progress.job_started(jr.spec.id, jr.data.length)
-                self._emit(JobArrived(now, Job(jr.job_id, now, jr.data)))
+                spec = jr.spec
+                job = Job(jr.job_id, now, jr.data, spec.user, spec.user_group, spec.priority)
+                self._emit(JobArrived(now, job))
             self._ticks.sort()
             while self._ticks and self._ticks[0] <= now:
                 self._ticks.pop(0)
