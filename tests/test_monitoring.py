@@ -82,3 +82,33 @@ def test_runtime_packets_become_rows() -> None:
     assert first.category == "local" and first.n_bytes == 5000 and first.cpu_s == 1.5
     assert other.latency_s == 0.0 and second.category == "peer"
     assert second.latency_s == pytest.approx(0.5)
+
+
+def test_the_live_view_draws_the_monitor_under_the_bars() -> None:
+    """What ``datasched run`` shows: the bars, then a row per job and one for all jobs."""
+    pytest.importorskip("distributed")
+    from rich.console import Console
+
+    from datasched.cli.live import BarProgress, MonitoredProgress, progress_bars
+    from datasched.runtime.reports import PacketStat
+
+    bars = progress_bars(quiet=False)
+    assert isinstance(bars, MonitoredProgress)
+    sink = BarProgress(bars, total_events=400)
+    for job, t0 in (("a", 0.0), ("b", 1.0)):
+        sink.job_started(job, 200)
+        stat = PacketStat(
+            job, "n1", "f.root", 0, 200, "cache", 0, 0, 0.5, 1.5,
+            bytes_read=2_000_000, cpu_s=1.0, t_start=t0, t_end=t0 + 2.5,
+        )  # fmt: skip
+        sink.advance(job, 200, True)
+        sink.packet_done(stat)
+    console = Console(width=120, record=True)
+    for part in bars.get_renderables():
+        console.print(part)
+    text = console.export_text()
+    assert "all jobs" in text and "events/s" in text and "active workers" in text
+    rows = [line.split() for line in text.splitlines() if line.split()[:1] in (["a"], ["b"])]
+    # a: 200 events over [0, 2] of the 3 s seen so far; b: 200 over [1, 3].
+    assert [r[1] for r in rows if len(r) > 5] == ["200", "200"]
+    assert sink.monitor.rates("a").events_per_s == pytest.approx(200 / 3)

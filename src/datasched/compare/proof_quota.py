@@ -155,6 +155,15 @@ class QuotaResult:
         total = sum(cpu.values())
         return {g: c / total if total else 0.0 for g, c in cpu.items()}
 
+    def slot_shares(self) -> dict[str, float]:
+        """Each group's share of the workers' processing time (wall seconds of its packets,
+        what the policy's usage counts), beside :meth:`shares`' CPU."""
+        out = {g: 0.0 for g, _ in self.setup.quotas}
+        for r in self.rows:
+            out[self.group_of[r.job]] += r.processing_s
+        total = sum(out.values())
+        return {g: s / total if total else 0.0 for g, s in out.items()}
+
     def max_error_pp(self, lo: float = 0.0) -> float:
         """The largest gap, in percentage points, between a group's share of the CPU from
         ``lo`` to the end and its target."""
@@ -339,8 +348,10 @@ def measure_quota_runtime(quick: bool, figures: Path | None = None) -> Measured:
         f"analysis per group burning {setup.cpu_ms_per_event:g} ms of CPU an event; "
         f"{len(result.rows)} packets, {result.cpu_s:,.0f} CPU s in all; shares "
         + ", ".join(f"{g} {100 * got[g]:.1f} %" for g in setup.targets)
+        + "; of the workers' processing time "
+        + ", ".join(f"{g} {100 * s:.1f} %" for g, s in result.slot_shares().items())
         + f". Over the second half only the largest gap is {result.max_error_pp(half):.1f} pp "
-        f"(the controller starts from equal priorities; usage half-life "
+        f"(the first packets go out before any usage is known; usage half-life "
         f"{setup.usage_half_life_s:g} s, priorities recomputed every "
         f"{setup.quota_period_s:g} s)" + (f"; {'; '.join(result.notes)}" if result.notes else "")
     )
