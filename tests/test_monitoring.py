@@ -102,7 +102,7 @@ def test_the_live_view_draws_the_monitor_under_the_bars() -> None:
             bytes_read=2_000_000, cpu_s=1.0, t_start=t0, t_end=t0 + 2.5,
         )  # fmt: skip
         sink.advance(job, 200, True)
-        sink.packet_done(stat)
+        sink.packet_stat(stat)
     console = Console(width=120, record=True)
     for part in bars.get_renderables():
         console.print(part)

@@ -13,6 +13,7 @@ import datasched.cli.cosched
 import datasched.cli.demo
 import datasched.cli.info
 import datasched.cli.proof
+import datasched.cli.request
 import datasched.cli.runtime
 
 # The command modules register their commands on ``app`` when imported, in the order

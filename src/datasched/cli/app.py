@@ -16,7 +16,7 @@ from typer.core import TyperGroup
 from datasched import __version__
 from datasched.cli.common import err, out
 
-__all__ = ["RootGroup", "app", "reproduce_app", "trace_app"]
+__all__ = ["RootGroup", "app", "reproduce_app", "request_app", "trace_app"]
 
 
 def _usage_error_line(exc: Exception) -> str:
@@ -94,8 +94,14 @@ reproduce_app = typer.Typer(
     no_args_is_help=True,
     rich_markup_mode="markdown",
 )
+request_app = typer.Typer(
+    help="Meta-job requests of the service (XML or YAML): check one offline.",
+    no_args_is_help=True,
+    rich_markup_mode="markdown",
+)
 app.add_typer(trace_app, name="trace")
 app.add_typer(reproduce_app, name="reproduce")
+app.add_typer(request_app, name="request")
 
 
 def version_callback(value: bool) -> None:

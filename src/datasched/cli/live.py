@@ -98,7 +98,7 @@ class BarProgress:
         if self.total is not None:
             self.progress.update(self.total, advance=n_events, hits=note)
 
-    def packet_done(self, stat: PacketStat) -> None:
+    def packet_stat(self, stat: PacketStat) -> None:
         from datasched.runtime.monitor import packet_row
 
         row = packet_row(stat, self._last_end.get(stat.node))

@@ -27,6 +27,7 @@ from datasched.sim.workload import JobRecord, load_trace
 
 __all__ = [
     "check_named",
+    "jobqueue_spec",
     "make_config",
     "policy_params_of",
     "trace_rate_jobs_per_h",
@@ -192,6 +193,58 @@ SchedulerOpt = Annotated[
         show_default=False,
     ),
 ]
+
+JobqueueOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--jobqueue",
+        metavar="KIND",
+        help="Start the workers as batch jobs through dask-jobqueue, one worker a job: "
+        "slurm, htcondor, pbs or lsf (the submit command must be on PATH). Not with "
+        "--scheduler. See docs/batch.md.",
+        show_default=False,
+    ),
+]
+JobqueueArgsOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--jobqueue-args",
+        metavar="KEY=VALUE ...",
+        help="The batch jobs' settings with --jobqueue, e.g. \"queue=debug account=physics "
+        'walltime=01:00:00 cores=2 memory=4GiB job_extra_directives=--exclusive" '
+        "(repeatable; dask-jobqueue's names, plus host, wait_s and worker_cache_dir).",
+        show_default=False,
+    ),
+]
+
+
+def jobqueue_spec(kind: str | None, args: Sequence[str] | None, scheduler: str | None) -> Any:
+    """``--jobqueue`` and ``--jobqueue-args`` checked (kind, keys and values, dask-jobqueue
+    installed, the submit command on PATH), or ``None`` without ``--jobqueue``; a bad one
+    exits with one line naming it. Returns a :class:`~datasched.runtime.batch.JobqueueSpec`."""
+    if kind is None:
+        if args:
+            fail("--jobqueue-args: needs --jobqueue (slurm, htcondor, pbs or lsf)")
+        return None
+    if scheduler is not None:
+        fail(
+            "--jobqueue: not with --scheduler (the batch jobs' workers join a scheduler "
+            "started here)"
+        )
+    from datasched.runtime.batch import (
+        JobqueueError,
+        check_submit_command,
+        parse_jobqueue_args,
+        require_jobqueue,
+    )
+
+    try:
+        spec = parse_jobqueue_args(kind, args or ())
+        require_jobqueue()
+        check_submit_command(spec)
+    except JobqueueError as exc:
+        fail(str(exc))
+    return spec
 
 
 # -- the policies' own options ------------------------------------------------------------

@@ -18,7 +18,15 @@ from rich.table import Table
 from datasched.cli.app import app
 from datasched.cli.common import err, fail, out, print_json, size
 from datasched.cli.live import BarProgress, progress_bars
-from datasched.cli.options import ParamOpt, SlotsOpt, policy_params_of, with_policy_options
+from datasched.cli.options import (
+    JobqueueArgsOpt,
+    JobqueueOpt,
+    ParamOpt,
+    SlotsOpt,
+    jobqueue_spec,
+    policy_params_of,
+    with_policy_options,
+)
 from datasched.policies import UnknownPolicyError, get_policy
 
 if TYPE_CHECKING:
@@ -33,6 +41,7 @@ INSTALL_HINT = "the runtime needs its extra: pip install 'datasched[runtime]'"
 def runtime_errors() -> Iterator[None]:
     """Bad input of the runtime commands as one ``error:`` line (exit 2)."""
     try:
+        from datasched.runtime.batch import JobqueueError
         from datasched.runtime.dataset import CatalogError, DatasetError
         from datasched.runtime.jobspec import JobSpecError
         from datasched.runtime.processor import ProcessorError
@@ -47,7 +56,7 @@ def runtime_errors() -> Iterator[None]:
             show_traceback(exc.traceback)
             raise typer.Exit(2) from None
         fail(str(exc))
-    except (CatalogError, DatasetError, ClusterSetupError) as exc:
+    except (CatalogError, DatasetError, ClusterSetupError, JobqueueError) as exc:
         fail(str(exc))
     except UnknownPolicyError as exc:
         fail(f"--policy: {exc}")
@@ -119,7 +128,10 @@ def cluster_options(
     scheduler: str | None,
     tertiary_mb_s: float | None,
     slots: int = 1,
+    jobqueue: Any = None,
 ) -> Any:
+    """The cluster's options from the command line's; ``jobqueue``: a checked
+    :func:`~datasched.cli.options.jobqueue_spec`."""
     from datasched.runtime.session import ClusterOptions
 
     if workers < 1:
@@ -137,6 +149,7 @@ def cluster_options(
         cache_root=cache_dir,
         scheduler_address=scheduler,
         tertiary_bytes_per_s=tertiary_mb_s * 1e6 if tertiary_mb_s else None,
+        jobqueue=jobqueue,
     )
 
 
@@ -150,7 +163,10 @@ PolicyOption = Annotated[
     ),
 ]
 WorkersOption = Annotated[
-    int, typer.Option("--workers", "-w", help="Worker processes of the embedded cluster.")
+    int,
+    typer.Option(
+        "--workers", "-w", help="Worker processes of the embedded cluster (or batch jobs)."
+    ),
 ]
 CacheGbOption = Annotated[float, typer.Option("--cache-gb", help="Disk cache per worker, GB.")]
 CacheDirOption = Annotated[
@@ -192,6 +208,8 @@ def run(
     cache_gb: CacheGbOption = 2.0,
     cache_dir: CacheDirOption = Path(".datasched-cache"),
     scheduler: SchedulerOption = None,
+    jobqueue: JobqueueOpt = None,
+    jobqueue_args: JobqueueArgsOpt = None,
     tertiary_mb_s: TertiaryOption = None,
     packet_s: Annotated[
         float, typer.Option("--packet-s", help="Aimed seconds of work per packet.")
@@ -269,8 +287,11 @@ def run(
             fail(f"--maxchunks: must be at least 1, got {maxchunks}")
         if report_dir is not None and report_dir.exists() and not report_dir.is_dir():
             fail(f"--report: {report_dir} exists and is not a directory")
-        opts = cluster_options(workers, cache_gb, cache_dir, scheduler, tertiary_mb_s, slots)
-        if scheduler is None:  # the embedded cluster's caches are on this machine: check now
+        batch = jobqueue_spec(jobqueue, jobqueue_args, scheduler)
+        opts = cluster_options(
+            workers, cache_gb, cache_dir, scheduler, tertiary_mb_s, slots, jobqueue=batch
+        )
+        if scheduler is None and batch is None:  # the embedded cluster's caches are here
             from datasched.runtime.session import check_cache_root
 
             check_cache_root(opts.cache_root)

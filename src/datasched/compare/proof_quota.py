@@ -197,7 +197,7 @@ class _Collect:
     def advance(self, job_id: str, n_events: int, from_cache: bool) -> None:
         pass
 
-    def packet_done(self, stat: PacketStat) -> None:
+    def packet_stat(self, stat: PacketStat) -> None:
         self.packets.append(stat)
 
     def job_done(self, job_id: str, status: str) -> None:

@@ -79,12 +79,21 @@ from datasched.core.events import (
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import Job
 from datasched.core.scheduler import Scheduler
+from datasched.runtime.commands import CommandSpec
 from datasched.runtime.datamoves import evict_files, pin_files, unpin_files
 from datasched.runtime.jobspec import JobSpec, job_processor
 from datasched.runtime.moves import DataMoves
 from datasched.runtime.outputs import merge, write_output
 from datasched.runtime.processor import Processor, ShippedProcessor, user_traceback
-from datasched.runtime.reports import EngineConfig, JobReport, PacketStat, ProgressSink, RunReport
+from datasched.runtime.reports import (
+    EngineConfig,
+    EngineListener,
+    JobReport,
+    PacketStat,
+    ProgressSink,
+    RunReport,
+)
+from datasched.runtime.serving import Serving
 from datasched.runtime.space import job_events
 from datasched.runtime.streams import PacketStreams, _JobRun, _Slot, _Worker
 from datasched.runtime.worker import cache_contents
@@ -94,9 +103,10 @@ __all__ = ["RuntimeEngine"]
 _EMPTY = IntervalSet()
 
 
-class RuntimeEngine(PacketStreams, DataMoves):
+class RuntimeEngine(Serving, PacketStreams, DataMoves):
     """Runs :class:`JobSpec` s on the workers of a Dask ``client``, one worker a node of
-    ``scheduler``'s topology (``worker_names[i]`` is node ``i``)."""
+    ``scheduler``'s topology (``worker_names[i]`` is node ``i``): a batch (:meth:`run`), or
+    jobs submitted and cancelled while it runs (:meth:`serve`, :class:`Serving`)."""
 
     def __init__(
         self,
@@ -107,6 +117,7 @@ class RuntimeEngine(PacketStreams, DataMoves):
         config: EngineConfig | None = None,
         progress: ProgressSink | None = None,
         time_scale: float = 1.0,
+        listener: EngineListener | None = None,
     ) -> None:
         if not time_scale > 0:
             raise ValueError(f"time_scale: must be positive, got {time_scale!r}")
@@ -118,13 +129,19 @@ class RuntimeEngine(PacketStreams, DataMoves):
         self.config = config or EngineConfig()
         self.policy_name = scheduler.policy.name
         self.progress = progress
+        self.listener = listener
+        """Told of each job's first packet, each packet's result and each job's end."""
         self.time_scale = time_scale
         """Seconds of the core's time per second of real time: above 1, periods of hours
         (delayed scheduling's, adaptive delay's) pass in seconds (tests, demos). Arrival and
         wake-up times are in the core's time; packets run at their own pace."""
         self.workers: list[_Worker] = [_Worker(name) for name in worker_names]
         self._by_name = {name: i for i, name in enumerate(worker_names)}
-        first_guess = scheduler.s_per_event_on(0, IntervalSet.range(0, 1))
+        first_guess = (  # an engine that serves may start with no data yet
+            scheduler.s_per_event_on(0, IntervalSet.range(0, 1))
+            if self.space.n_events
+            else scheduler.cost.cpu_s_per_event
+        )
         self.slots = {
             slot: _Slot(node, s_per_event=first_guess)
             for node in range(len(worker_names))
@@ -151,6 +168,18 @@ class RuntimeEngine(PacketStreams, DataMoves):
         self._to_cancel: list[Future[Any]] = []
         self.worker_departures = 0
         """Times a worker vanished (its packets written off)."""
+        self._job_ids = itertools.count()
+        self._arrivals: deque[_JobRun] = deque()
+        self._processors: dict[str, tuple[Processor, ShippedProcessor]] = {}
+        self._serving = False
+        """Open-ended (:meth:`serve`): no outputs written, no per-packet statistics kept,
+        finished jobs forgotten."""
+        self._keep_stats = True
+        self._stopping = False
+        self.ready = asyncio.Event()
+        """Set once :meth:`serve` has started: jobs may be submitted."""
+        self._uncharted: dict[str, list[int]] = {}
+        """Files the workers cache that no job has named yet: url -> nodes."""
 
     # -- the loop -----------------------------------------------------------------------------
 
@@ -163,25 +192,54 @@ class RuntimeEngine(PacketStreams, DataMoves):
     async def run(self, specs: list[JobSpec], *, known_cache: dict[str, list[str]]) -> RunReport:
         """Run every job to completion (or failure); ``known_cache`` is each worker's cache
         content at the start (worker name -> URLs), so the directory starts out true."""
-        processors: dict[str, tuple[Processor, ShippedProcessor]] = {}
-        for i, spec in enumerate(specs):
-            data = job_events(self.space, spec.dataset, spec.start, spec.stop)
-            report = JobReport(
-                id=spec.id,
-                events_expected=data.length,
-                output=str(spec.output),
-                skipped_files=list(spec.skipped),
-            )
+        for spec in specs:
+            self._add_job(spec)
+        await self._begin(known_cache)
+        await self._loop()
+        return self._report()
+
+    def _add_job(
+        self, spec: JobSpec, *, done: IntervalSet = _EMPTY, command: CommandSpec | None = None
+    ) -> _JobRun:
+        """A job to run (from its submission time): its events less ``done``; a command
+        job runs ``command`` once instead of a processor per packet."""
+        data = job_events(self.space, spec.dataset, spec.start, spec.stop) - done
+        report = JobReport(
+            id=spec.id,
+            events_expected=data.length,
+            output=str(spec.output),
+            skipped_files=list(spec.skipped),
+        )
+        proc: Processor | None = None
+        shipped: ShippedProcessor | None = None
+        if command is None and spec.loaded is not None:
+            proc, shipped = spec.loaded  # as it was when the job was read or submitted
+        elif command is None:
             # Loaded and pickled once per processor and arguments: the packets carry it.
             key = json.dumps(
                 [spec.processor, str(spec.base_dir), dict(spec.processor_args)],
                 sort_keys=True,
                 default=repr,
             )
-            if key not in processors:
-                processors[key] = job_processor(spec)
-            proc, shipped = processors[key]
-            self._jobs[i] = _JobRun(spec, i, data, report, proc, shipped)
+            if key not in self._processors:
+                self._processors[key] = job_processor(spec)
+            proc, shipped = self._processors[key]
+        jr = _JobRun(
+            spec,
+            next(self._job_ids),
+            data,
+            report,
+            proc,
+            shipped,
+            command=command,
+            user=spec.user,
+            group=spec.user_group,
+        )
+        self._jobs[jr.job_id] = jr
+        self._arrivals.append(jr)
+        return jr
+
+    async def _begin(self, known_cache: dict[str, list[str]]) -> None:
         self._t0 = time.monotonic()
         self._t0_wall = time.time()
         await self._refresh_workers(initial=True)
@@ -189,20 +247,33 @@ class RuntimeEngine(PacketStreams, DataMoves):
             node = self._by_name.get(name)
             if node is not None and urls:
                 self._emit(CacheChanged(self.now(), node, added=self.space.events_of(urls)))
+                if self._serving:  # files of jobs to come: told when a job names them
+                    placed = {f.name for f in self.space.files}
+                    for url in set(urls) - placed:
+                        self._uncharted.setdefault(url, []).append(node)
         for index, slot in self.slots.items():  # every slot asks for work (a pull)
             if self.workers[slot.node].up:
                 self._emit(WorkRequested(self.now(), index))
-        arrivals = deque(sorted(self._jobs.values(), key=lambda j: (j.spec.submit_s, j.job_id)))
+        self._arrivals = deque(sorted(self._arrivals, key=lambda j: (j.spec.submit_s, j.job_id)))
+
+    def _open(self) -> bool:
+        if self._serving:
+            return not self._stopping
+        return any(j.report.status in ("pending", "running") for j in self._jobs.values())
+
+    async def _loop(self) -> None:
+        arrivals = self._arrivals
         next_poll = 0.0
-        while any(j.report.status in ("pending", "running") for j in self._jobs.values()):
+        while self._open():
             now = self.now()
             while arrivals and arrivals[0].spec.submit_s <= now:
                 jr = arrivals.popleft()
                 jr.report.status = "running"
                 if self.progress is not None:
                     self.progress.job_started(jr.spec.id, jr.data.length)
-                spec = jr.spec
-                job = Job(jr.job_id, now, jr.data, spec.user, spec.user_group, spec.priority)
+                job = Job(
+                    jr.job_id, now, jr.data, user=jr.user, group=jr.group, priority=jr.spec.priority
+                )
                 self._emit(JobArrived(now, job))
             self._ticks.sort()
             while self._ticks and self._ticks[0] <= now:
@@ -227,6 +298,8 @@ class RuntimeEngine(PacketStreams, DataMoves):
             while not self._results.empty():
                 self._on_result(*self._results.get_nowait())
             self._pump()
+
+    def _report(self) -> RunReport:
         makespan = max((j.report.wall_s + j.spec.submit_s for j in self._jobs.values()), default=0)
         return RunReport(
             policy=self.policy_name,
@@ -240,7 +313,9 @@ class RuntimeEngine(PacketStreams, DataMoves):
         )
 
     def _on_result(self, token: int, payload: Any, ok: bool) -> None:
-        """A task came back: a data move, or a packet."""
+        """A task came back: a data move, or a packet (or the loop was woken: a job came)."""
+        if token == self.WAKE:
+            return
         if token in self._moves:
             self._on_move(token, payload, ok)
         else:
@@ -309,15 +384,20 @@ class RuntimeEngine(PacketStreams, DataMoves):
         report.wall_s = now - jr.spec.submit_s
         report.wait_s = (jr.first_packet_s or now) - jr.spec.submit_s
         report.cache_hit_ratio = jr.hits / report.events_processed if report.events_processed else 0
-        report.status = "failed" if jr.failed else "completed"
+        report.status = "aborted" if jr.aborted else "failed" if jr.failed else "completed"
         if jr.failed:
             jr.accumulator = None
-        # A fileset's datasets write one output, once the last of them is over.
-        group = [j for j in self._jobs.values() if j.spec.output_of == jr.spec.output_of]
-        if all(j.report.status in ("completed", "failed") for j in group):
-            self._finish_output(group)
+        if self._serving:
+            self._forget(jr)
+        else:
+            # A fileset's datasets write one output, once the last of them is over.
+            group = [j for j in self._jobs.values() if j.spec.output_of == jr.spec.output_of]
+            if all(j.report.status in ("completed", "failed") for j in group):
+                self._finish_output(group)
         if self.progress is not None:
             self.progress.job_done(jr.spec.id, report.status)
+        if self.listener is not None:
+            self.listener.job_done(jr.spec.id, report.status, report.error, report.traceback)
 
     def _finish_output(self, group: list[_JobRun]) -> None:
         """Merge the group's results (coffea's accumulate: types kept), post-process once and
@@ -393,33 +473,6 @@ class RuntimeEngine(PacketStreams, DataMoves):
         if self._to_cancel:
             futures, self._to_cancel = self._to_cancel, []
             await self.client.cancel(futures)  # type: ignore[no-untyped-call]
-
-    def _announce(self, node: int, start: Start | Assign) -> None:
-        """Tell the core at once that the subjob's files will be in this node's cache: jobs
-        arriving meanwhile are then sent here instead of fetching the same files elsewhere
-        (fetches in flight, which the simulator's caches model too). What is not fetched
-        after all is retracted when the node's subjobs end."""
-        worker = self.workers[node]
-        if not start.cache_fill or start.peer_reads:
-            return
-        directory = self.scheduler.directory
-        added = []
-        for i in self.space.files_in(start.subjob.data):
-            f = self.space.files[i]
-            if directory.cached_length(node, f.events) < f.n_events:
-                added.append((f.start, f.stop))
-                worker.announced.add(f.name)
-        if added:
-            self._emit(CacheChanged(self.now(), node, added=IntervalSet(added)))
-
-    def _retract(self, node: int) -> None:
-        """Announced files the node did not fetch after all (once none of its slots runs)."""
-        worker = self.workers[node]
-        busy = any(s.subjob is not None for s in self.slots.values() if s.node == node)
-        if worker.announced and not busy:
-            gone = self.space.events_of(sorted(worker.announced))
-            worker.announced.clear()
-            self._emit(CacheChanged(self.now(), node, evicted=gone))
 
     def _lose(self, node: int) -> None:
         """The node's worker went away: its packets in flight are written off (their results

@@ -8,7 +8,9 @@ from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
     "EngineConfig",
+    "EngineListener",
     "JobReport",
+    "PacketReport",
     "PacketSink",
     "PacketStat",
     "ProgressSink",
@@ -187,15 +189,45 @@ class ProgressSink(Protocol):
     def job_done(self, job_id: str, status: str) -> None: ...
 
 
+@dataclass(frozen=True, slots=True)
+class PacketReport:
+    """A packet whose result is in, as a long-lived engine reports it: entries ``[start,
+    stop)`` of the file at ``url`` (numbered within the file), its statistics and the
+    packet's own accumulator (not merged with any other)."""
+
+    job: str
+    url: str
+    start: int
+    stop: int
+    stat: PacketStat
+    accumulator: Any
+
+
+class EngineListener(Protocol):
+    """What a long-lived engine (:meth:`~datasched.runtime.engine.RuntimeEngine.serve`)
+    tells its owner, from the engine's loop, in order. No packet of a job is reported after
+    the job is cancelled or failed, nor after its ``job_done``."""
+
+    def job_running(self, job: str, node: str) -> None:
+        """The job's first packet was sent to ``node``."""
+        ...
+
+    def packet_done(self, packet: PacketReport) -> None: ...
+
+    def job_done(self, job: str, status: str, error: str, traceback: str) -> None:
+        """The job is over: ``completed``, ``failed`` (``error`` says why) or ``aborted``."""
+        ...
+
+
 @runtime_checkable
 class PacketSink(Protocol):
     """A progress sink that also wants each packet's statistics as its result arrives (the
     live monitor of ``datasched run``)."""
 
-    def packet_done(self, stat: PacketStat) -> None: ...
+    def packet_stat(self, stat: PacketStat) -> None: ...
 
 
 def tell_packet(sink: ProgressSink | None, stat: PacketStat) -> None:
     """Hand ``stat`` to ``sink`` if it takes packets (a plain progress sink does not)."""
     if isinstance(sink, PacketSink):
-        sink.packet_done(stat)
+        sink.packet_stat(stat)

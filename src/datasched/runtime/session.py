@@ -1,4 +1,5 @@
-"""Running jobs on a cluster: the embedded ``LocalCluster`` or an existing Dask scheduler.
+"""Running jobs on a cluster: the embedded ``LocalCluster``, an existing Dask scheduler, or
+workers started as batch jobs (:mod:`~datasched.runtime.batch`).
 
 :func:`run_jobs` is what ``datasched run`` and ``datasched demo`` call: it opens (or joins) the
 cluster, registers the cache plugin, builds the scheduling core for its workers (one node a
@@ -29,6 +30,7 @@ from datasched.core.model import CostModel, Pipelining, Topology
 from datasched.core.packets import PacketSizing
 from datasched.core.scheduler import Scheduler
 from datasched.policies import build_policy
+from datasched.runtime.batch import JobqueueSpec, open_batch_cluster, wait_for_jobs
 from datasched.runtime.engine import RuntimeEngine
 from datasched.runtime.jobspec import JobSpec, job_processor
 from datasched.runtime.outputs import merge, write_output
@@ -60,6 +62,7 @@ __all__ = [
     "ClusterOptions",
     "ClusterSetupError",
     "build_scheduler",
+    "cache_by_name",
     "calibrate_on_cluster",
     "check_cache_root",
     "default_calibration",
@@ -97,8 +100,12 @@ class ClusterOptions:
     scheduler_address: str | None = None
     tertiary_bytes_per_s: float | None = None
     memory_limit: str = "2GiB"
+    jobqueue: JobqueueSpec | None = None
+    """Start the workers as batch jobs (one worker a job) instead of on this machine."""
 
     def __post_init__(self) -> None:
+        if self.jobqueue is not None and self.scheduler_address is not None:
+            raise ValueError("jobqueue: not with a scheduler address (--scheduler)")
         if self.workers < 1:
             raise ValueError(f"workers: must be at least 1, got {self.workers!r}")
         if self.slots < 1:
@@ -113,8 +120,16 @@ class ClusterOptions:
 async def open_cluster(opts: ClusterOptions) -> AsyncIterator[tuple[Client, list[str]]]:
     """A client and the worker names (node ids follow their sorted order), with the cache
     plugin registered on every worker (and on workers that join or restart later)."""
-    cluster: LocalCluster | None = None
-    if opts.scheduler_address is None:
+    cluster: Any = None  # a LocalCluster or a dask-jobqueue cluster, closed here
+    if opts.jobqueue is not None:
+        cluster = await open_batch_cluster(
+            opts.jobqueue,
+            workers=opts.workers,
+            threads=opts.slots,
+            memory=opts.memory_limit,
+            cache_bytes=opts.cache_bytes,
+        )
+    elif opts.scheduler_address is None:
         check_cache_root(opts.cache_root)
         cluster = await LocalCluster(  # type: ignore[no-untyped-call]
             n_workers=opts.workers,
@@ -127,11 +142,13 @@ async def open_cluster(opts: ClusterOptions) -> AsyncIterator[tuple[Client, list
             memory_limit=opts.memory_limit,
             silence_logs=logging.ERROR,
         )
-        client = await Client(cluster, asynchronous=True)  # type: ignore[no-untyped-call]
-    else:
+    try:
         client = await Client(  # type: ignore[no-untyped-call]
-            opts.scheduler_address, asynchronous=True
+            cluster if cluster is not None else opts.scheduler_address, asynchronous=True
         )
+    except BaseException:
+        await _close(cluster)
+        raise
     try:
         # Registered anew by every run (not idempotent): this run's cache directory, size
         # and throttle replace an earlier run's on a cluster that outlives it.
@@ -147,6 +164,8 @@ async def open_cluster(opts: ClusterOptions) -> AsyncIterator[tuple[Client, list
                 await registered
         except CacheDirError as exc:
             raise ClusterSetupError(f"--cache-dir: {exc}") from exc
+        if opts.jobqueue is not None:
+            await wait_for_jobs(client, opts.workers, opts.jobqueue)
         assert client.scheduler is not None
         info = await client.scheduler.identity()
         names = sorted(str(w.get("name")) for w in info.get("workers", {}).values())
@@ -155,10 +174,14 @@ async def open_cluster(opts: ClusterOptions) -> AsyncIterator[tuple[Client, list
         yield client, names
     finally:
         await client.close()
-        if cluster is not None:
-            closing = cluster.close()
-            if closing is not None:
-                await closing
+        await _close(cluster)
+
+
+async def _close(cluster: Any) -> None:
+    if cluster is not None:
+        closing = cluster.close()
+        if closing is not None:
+            await closing
 
 
 def check_cache_root(root: Path) -> None:
@@ -174,7 +197,8 @@ def check_cache_root(root: Path) -> None:
         ) from exc
 
 
-async def _cache_by_name(client: Client) -> dict[str, list[str]]:
+async def cache_by_name(client: Client) -> dict[str, list[str]]:
+    """What each worker caches: worker name -> URLs."""
     assert client.scheduler is not None
     info = await client.scheduler.identity()
     names = {addr: str(w.get("name")) for addr, w in info.get("workers", {}).items()}
@@ -331,7 +355,7 @@ async def run_jobs(
             progress=progress,
             time_scale=time_scale,
         )
-        report = await engine.run(specs, known_cache=await _cache_by_name(client))
+        report = await engine.run(specs, known_cache=await cache_by_name(client))
         report.calibration = calibration
         return report
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from distributed import Client, Future
@@ -17,12 +17,15 @@ from datasched.core.intervals import IntervalSet
 from datasched.core.model import Subjob
 from datasched.core.packets import PacketRequest
 from datasched.core.scheduler import Scheduler
+from datasched.runtime.commands import CommandSpec, run_command
 from datasched.runtime.jobspec import JobSpec
 from datasched.runtime.outputs import merge
 from datasched.runtime.processor import Processor, ShippedProcessor
 from datasched.runtime.reports import (
     EngineConfig,
+    EngineListener,
     JobReport,
+    PacketReport,
     PacketStat,
     ProgressSink,
     tell_packet,
@@ -67,16 +70,23 @@ class _JobRun:
     job_id: int
     data: IntervalSet
     report: JobReport
-    processor: Processor
-    """The master's copy (its postprocess runs here)."""
-    shipped: ShippedProcessor
-    """What the packets carry to the workers."""
+    processor: Processor | None
+    """The master's copy (its postprocess runs here); None for a command job."""
+    shipped: ShippedProcessor | None
+    """What the packets carry to the workers; None for a command job."""
     first_packet_s: float | None = None
     accumulator: Any = None
     done: IntervalSet = _EMPTY
     """Events whose packets returned."""
     hits: int = 0
     failed: bool = False
+    aborted: bool = False
+    """Cancelled by its owner (a failed job is cancelled by the engine)."""
+    command: CommandSpec | None = None
+    """A command job: its one packet runs this (:mod:`~datasched.runtime.commands`)."""
+    user: str = "user"
+    group: str = "default"
+    """Whose job it is (the core's fair shares, PROOF's groups)."""
 
 
 class PacketStreams:
@@ -88,6 +98,8 @@ class PacketStreams:
     space: DataSpace
     config: EngineConfig
     progress: ProgressSink | None
+    listener: EngineListener | None
+    _keep_stats: bool
     workers: list[_Worker]
     slots: dict[int, _Slot]
     _jobs: dict[int, _JobRun]
@@ -110,10 +122,10 @@ class PacketStreams:
     def _fail(self, jr: _JobRun, message: str, traceback: str = "") -> None:
         raise NotImplementedError
 
-    def _retract(self, node: int) -> None:
+    def _next_id(self) -> int:
         raise NotImplementedError
 
-    def _next_id(self) -> int:
+    def _chart(self, node: int, urls: list[str]) -> None:
         raise NotImplementedError
 
     def _shrink(self, action: Shrink) -> SubjobShrunk:
@@ -191,6 +203,13 @@ class PacketStreams:
         slot = self.slots[index]
         f = self.space.files[self.space.file_at(a)]
         pid = self._next_id()
+        if jr.first_packet_s is None and self.listener is not None:
+            self.listener.job_running(jr.spec.id, self.workers[slot.node].name)
+        if jr.command is not None:
+            command = self._command_spec(index, jr, pid, start)
+            self._submit_task(index, jr, a, b, pid, address, run_command, command)
+            return
+        assert jr.shipped is not None
         spec = PacketSpec(
             packet_id=pid,
             job_id=jr.job_id,
@@ -208,8 +227,36 @@ class PacketStreams:
             use_cache=start.cache_fill or start.peer_reads,
             nice=self.scheduler.policy.packet_nice(jr.job_id),
         )
+        self._submit_task(index, jr, a, b, pid, address, run_packet, spec)
+
+    def _command_spec(
+        self, index: int, jr: _JobRun, pid: int, start: Start | Assign
+    ) -> CommandSpec:
+        """The command job's one packet: every file of it, through this node's cache."""
+        assert jr.command is not None
+        return replace(
+            jr.command,
+            packet_id=pid,
+            job_id=jr.job_id,
+            cache_fill=start.cache_fill,
+            use_cache=start.cache_fill or start.peer_reads,
+            peers=self._other_workers(self.slots[index].node) if start.peer_reads else (),
+        )
+
+    def _submit_task(
+        self,
+        index: int,
+        jr: _JobRun,
+        a: int,
+        b: int,
+        pid: int,
+        address: str,
+        task: Any,
+        spec: Any,
+    ) -> None:
+        slot = self.slots[index]
         future = self.client.submit(
-            run_packet,
+            task,
             spec,
             key=f"datasched-packet-{self._run_id}-{pid}",
             pure=False,
@@ -334,10 +381,11 @@ class PacketStreams:
         slot.packet_s = 0.7 * slot.packet_s + 0.3 * spent if slot.packet_s else spent
         if result.note and result.note not in self._notes:
             self._notes.append(result.note)
+        f = self.space.files[self.space.file_at(a)]
         stat = PacketStat(
             job=jr.spec.id,
             node=self.workers[slot.node].name,
-            url=self.space.files[self.space.file_at(a)].name,
+            url=f.name,
             start=a,
             stop=b,
             source=result.source,
@@ -351,10 +399,18 @@ class PacketStreams:
             t_start=max(result.started - self._t0_wall, 0.0),
             t_end=self.now(),
         )
-        self._stats.append(stat)
+        if self._keep_stats:
+            self._stats.append(stat)
+        if self.listener is not None and not jr.failed:
+            report = PacketReport(
+                jr.spec.id, f.name, a - f.start, b - f.start, stat, result.accumulator
+            )
+            self.listener.packet_done(report)
         if self.progress is not None:
             self.progress.advance(jr.spec.id, n, result.source == "cache")
             tell_packet(self.progress, stat)
+        if jr.command is not None and result.cache_added:
+            self._chart(slot.node, result.cache_added)
         if result.cache_added or result.cache_evicted:
             self._emit(
                 CacheChanged(
@@ -364,6 +420,33 @@ class PacketStreams:
                     evicted=self.space.events_of(result.cache_evicted),
                 )
             )
+
+    def _announce(self, node: int, start: Start | Assign) -> None:
+        """Tell the core at once that the subjob's files will be in this node's cache: jobs
+        arriving meanwhile are then sent here instead of fetching the same files elsewhere
+        (fetches in flight, which the simulator's caches model too). What is not fetched
+        after all is retracted when the node's subjobs end."""
+        worker = self.workers[node]
+        if not start.cache_fill or start.peer_reads:
+            return
+        directory = self.scheduler.directory
+        added = []
+        for i in self.space.files_in(start.subjob.data):
+            f = self.space.files[i]
+            if directory.cached_length(node, f.events) < f.n_events:
+                added.append((f.start, f.stop))
+                worker.announced.add(f.name)
+        if added:
+            self._emit(CacheChanged(self.now(), node, added=IntervalSet(added)))
+
+    def _retract(self, node: int) -> None:
+        """Announced files the node did not fetch after all (once none of its slots runs)."""
+        worker = self.workers[node]
+        busy = any(s.subjob is not None for s in self.slots.values() if s.node == node)
+        if worker.announced and not busy:
+            gone = self.space.events_of(sorted(worker.announced))
+            worker.announced.clear()
+            self._emit(CacheChanged(self.now(), node, evicted=gone))
 
     def _close(self, index: int) -> None:
         """The slot's subjob is over: finished, or stopped with its exact remainder."""

@@ -1,0 +1,374 @@
+"""The semantic checks of a parsed request (the paper's "semantic rules"): every input
+resolves to files (in the catalog or on storage under the configured roots), the command or
+the processor resolves, and every location written lies under the roots and can be written.
+
+User code is never run here. The daemon checks a processor by looking: a ``file.py`` must
+exist under a root, a module must be found on the import path (found, not imported: its
+parent packages are searched as directories), and the attribute must be a name. Loading it
+(``processors="import"``) is what ``datasched run`` does on the user's own machine, and
+what ``datasched request check --load`` does; in the service, the worker loads it.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import os
+import re
+import shlex
+import shutil
+import stat
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Literal
+
+from datasched.service.contracts import (
+    CatalogLookup,
+    CommandWork,
+    FieldError,
+    FileRef,
+    InputSpec,
+    MetaJobRequest,
+    ProcessorWork,
+)
+from datasched.service.request.fields import FILELIST, processor_ref_problem
+from datasched.service.request.paths import (
+    Outside,
+    confine,
+    expand,
+    is_remote,
+    resolve_roots,
+    writable_problem,
+)
+
+__all__ = ["COMMAND_VARIABLES", "EventCounter", "ProcessorCheck", "check_request"]
+
+ProcessorCheck = Literal["exists", "import"]
+EventCounter = Callable[[str, str | None], int]
+"""Counts the events of a file on storage that the catalog does not know: ``(url, tree)``;
+raises ``ValueError`` saying why it cannot."""
+
+COMMAND_VARIABLES = re.compile(
+    r"\$(?:\{(?:FILELIST|JOBID|INPUTFILE\d+)\}|FILELIST|JOBID|INPUTFILE\d+)"
+)
+"""The scheduler's variables a command's arguments may hold (STAR's): the runner puts in the
+file list's path, the elementary job's id and its input files."""
+_OPERATORS = frozenset("();<>|&")
+MAX_FILELIST_BYTES = 4 << 20
+
+
+class _Check:
+    def __init__(
+        self,
+        catalog: CatalogLookup | None,
+        roots: Sequence[Path],
+        count_events: EventCounter | None,
+        tree: str | None,
+        max_files: int,
+        needs_events: bool,
+    ) -> None:
+        self.catalog = catalog
+        self.roots = roots
+        self.count_events = count_events
+        self.tree = tree
+        self.max_files = max_files
+        self.needs_events = needs_events
+        self.errors: list[FieldError] = []
+
+    def add(self, field: str, reason: str) -> None:
+        self.errors.append(FieldError(field, reason))
+
+    # -- inputs ---------------------------------------------------------------------------
+
+    def input(self, spec: InputSpec, field: str) -> list[FileRef]:
+        if spec.catalog is not None:
+            files = self.query(spec.catalog, f"{field}.catalog")
+        elif spec.path is not None and spec.path.startswith(FILELIST):
+            files = self.filelist(spec.path[len(FILELIST) :], f"{field}.path")
+        elif spec.path is not None:
+            files = self.path(spec.path, f"{field}.path")
+        else:
+            self.add(field, "names no file: expected a path or a catalog query")
+            return []
+        if spec.n_files is not None:
+            files = files[: spec.n_files]
+        if spec.machine is not None:
+            # The paper's machine: the node whose disk holds these files.
+            files = [
+                FileRef(
+                    f.url,
+                    f.n_events,
+                    f.n_bytes,
+                    f.tree,
+                    f.dataset,
+                    (spec.machine, *(n for n in f.cached_on if n != spec.machine)),
+                )
+                for f in files
+            ]
+        return files
+
+    def query(self, query: str, field: str) -> list[FileRef]:
+        if self.catalog is None:
+            self.add(field, "no catalog is configured to answer a query")
+            return []
+        try:
+            files = self.catalog.query(query)
+        except ValueError as exc:
+            self.add(field, str(exc))
+            return []
+        if not files:
+            self.add(field, f"no file in the catalog matches {query!r}")
+        return list(files)
+
+    def filelist(self, path: str, field: str) -> list[FileRef]:
+        try:
+            listing = confine(path, self.roots)
+        except Outside as exc:
+            self.add(field, f"file list: {exc}")
+            return []
+        if not listing.is_file():
+            self.add(field, f"file list: no such file {listing}")
+            return []
+        try:
+            if listing.stat().st_size > MAX_FILELIST_BYTES:
+                self.add(field, f"file list: larger than {MAX_FILELIST_BYTES} bytes")
+                return []
+            lines = listing.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeError) as exc:
+            self.add(field, f"file list: cannot read {listing}: {exc}")
+            return []
+        files: list[FileRef] = []
+        for n, line in enumerate(lines, start=1):
+            entry = line.strip()
+            if entry and not entry.startswith("#"):
+                files.extend(self.path(entry, field, where=f"{listing} line {n}: "))
+        if not files and not any(e.field == field for e in self.errors):
+            self.add(field, f"file list {listing} names no file")
+        return files
+
+    def path(self, path: str, field: str, *, where: str = "") -> list[FileRef]:
+        if is_remote(path):
+            known = self.catalog.file(path) if self.catalog is not None else None
+            if known is None:
+                self.add(
+                    field, f"{where}{path} is not in the catalog (storage URLs are catalogued)"
+                )
+                return []
+            return [known]
+        try:
+            if any(c in path for c in "*?["):
+                found = expand(path, self.roots, limit=self.max_files)
+                if not found:
+                    self.add(field, f"{where}no file matches {path}")
+            else:
+                found = [confine(path, self.roots)]
+        except Outside as exc:
+            self.add(field, f"{where}{exc}")
+            return []
+        files = []
+        for p in found:
+            ref = self.file(p, field, where)
+            if ref is not None:
+                files.append(ref)
+        return files
+
+    def file(self, path: Path, field: str, where: str) -> FileRef | None:
+        known = self.catalog.file(str(path)) if self.catalog is not None else None
+        if known is not None:
+            return known
+        try:
+            info = path.stat()
+        except OSError:
+            info = None
+        if info is None or not stat.S_ISREG(info.st_mode):
+            self.add(field, f"{where}no such file {path} (neither in the catalog nor on storage)")
+            return None
+        n_events = 0
+        if self.count_events is None and self.needs_events:
+            self.add(
+                field,
+                f"{where}{path} is not in the catalog, and a processor needs its events "
+                "counted: catalog it first",
+            )
+            return None
+        if self.count_events is not None and self.needs_events:
+            try:
+                n_events = self.count_events(str(path), self.tree)
+            except ValueError as exc:
+                self.add(field, f"{where}{exc}")
+                return None
+        return FileRef(str(path), n_events, info.st_size, self.tree)
+
+    # -- work -----------------------------------------------------------------------------
+
+    def processor(self, work: ProcessorWork, mode: ProcessorCheck) -> None:
+        ref = work.processor
+        problem = processor_ref_problem(ref)
+        if problem:
+            self.add("processor", problem)
+            return
+        target, sep, _attr = ref.strip().rpartition(":")
+        if not sep:
+            target = ref.strip()
+        base = self.roots[0] if self.roots else Path.cwd()
+        if target.endswith(".py"):
+            found = self.processor_file(target)
+            if found is None:
+                return
+            base = found.parent
+        elif mode == "exists" and not _module_found(target, self.roots):
+            self.add("processor", f"no module {target!r} on the import path or under the roots")
+            return
+        if mode == "import":
+            from datasched.runtime.processor import ProcessorError, load_processor
+
+            try:
+                load_processor(ref, base, work.processor_args)
+            except ProcessorError as exc:
+                self.add("processor", str(exc))
+
+    def processor_file(self, target: str) -> Path | None:
+        candidates = (
+            [target] if Path(target).is_absolute() else [str(r / target) for r in self.roots]
+        )
+        for candidate in candidates or [target]:
+            try:
+                path = confine(candidate, self.roots)
+            except Outside as exc:
+                self.add("processor", f"{target}: {exc}")
+                return None
+            if path.is_file():
+                return path
+        self.add("processor", f"no file {target} under the configured roots")
+        return None
+
+    def command(self, work: CommandWork, allow_shell: bool, search_path: str | None) -> None:
+        command = work.command
+        if "\n" in command or "\r" in command:
+            self.add("command", "one command line (put a script in a file under a root)")
+            return
+        try:
+            lexer = shlex.shlex(command, posix=True, punctuation_chars="();<>|&")
+            lexer.whitespace_split = True
+            tokens = list(lexer)
+        except ValueError as exc:
+            self.add("command", f"cannot be split into words: {exc}")
+            return
+        if not tokens:
+            self.add("command", "an empty command")
+            return
+        if not allow_shell:
+            ops = sorted({t for t in tokens if t and set(t) <= _OPERATORS})
+            if ops or any("`" in t for t in tokens):
+                shown = " ".join(ops) or "`"
+                self.add("command", f"shell operators ({shown}) are not allowed: no shell runs it")
+            elif any("$" in COMMAND_VARIABLES.sub("", t) for t in tokens):
+                self.add(
+                    "command",
+                    "only the variables $FILELIST, $INPUTFILEn and $JOBID are filled in "
+                    "(no shell runs it)",
+                )
+        exe = shlex.split(command)[0] if allow_shell else tokens[0]
+        if "/" in exe:
+            try:
+                path = confine(exe, self.roots)
+            except Outside as exc:
+                self.add("command", f"{exe}: {exc}")
+                return
+            if not path.is_file() or not os.access(path, os.X_OK):
+                self.add("command", f"{path} is not an executable file")
+        elif shutil.which(exe, path=search_path) is None:
+            self.add("command", f"{exe!r} is not found on the PATH")
+
+    # -- locations ------------------------------------------------------------------------
+
+    def readable(self, where: str, field: str) -> None:
+        try:
+            path = confine(where, self.roots)
+        except Outside as exc:
+            self.add(field, str(exc))
+            return
+        if not path.is_file() or not os.access(path, os.R_OK):
+            self.add(field, f"{path} is not a readable file")
+
+    def writable(self, where: str, field: str) -> None:
+        if is_remote(where):
+            self.add(field, f"{where}: outputs go to a local path under the configured roots")
+            return
+        try:
+            path = confine(where, self.roots)
+        except Outside as exc:
+            self.add(field, str(exc))
+            return
+        problem = writable_problem(path)
+        if problem:
+            self.add(field, problem)
+
+
+def _module_found(dotted: str, roots: Sequence[Path]) -> bool:
+    """Whether ``dotted`` is a module on the import path or under a root, found without
+    importing anything (not even its parent packages)."""
+    parts = dotted.split(".")
+    try:
+        spec = importlib.util.find_spec(parts[0]) if parts[0] not in sys.modules else None
+        if spec is None and parts[0] in sys.modules:
+            spec = sys.modules[parts[0]].__spec__
+        if spec is None:
+            spec = importlib.machinery.PathFinder.find_spec(parts[0], [str(r) for r in roots])
+        for i in range(1, len(parts)):
+            locations = spec.submodule_search_locations if spec is not None else None
+            if not locations:
+                return False
+            spec = importlib.machinery.PathFinder.find_spec(
+                ".".join(parts[: i + 1]), list(locations)
+            )
+    except (ImportError, ValueError):
+        return False
+    return spec is not None
+
+
+def check_request(
+    mjr: MetaJobRequest,
+    catalog: CatalogLookup | None,
+    *,
+    roots: Sequence[Path],
+    processors: ProcessorCheck = "exists",
+    allow_shell: bool = False,
+    search_path: str | None = None,
+    count_events: EventCounter | None = None,
+    max_files: int = 100_000,
+) -> tuple[list[FileRef], list[FieldError]]:
+    """The request's files (each once, in the order its inputs name them) and every problem
+    found. ``roots``: the directories a request may read and write under (the first is where
+    relative paths start). ``processors``: ``"exists"`` (the daemon: look, never import) or
+    ``"import"`` (load it, as ``datasched run``). ``allow_shell``: commands may be shell
+    lines. ``search_path``: the PATH commands are looked up on (None: this process's).
+    ``count_events``: counts the events of a processor's file that the catalog does not
+    know (None: such a file is refused); a command's files need no count (0)."""
+    tree = mjr.work.tree if isinstance(mjr.work, ProcessorWork) else None
+    needs_events = isinstance(mjr.work, ProcessorWork)
+    check = _Check(catalog, resolve_roots(roots), count_events, tree, max_files, needs_events)
+    files: list[FileRef] = []
+    seen: set[str] = set()
+    for i, spec in enumerate(mjr.inputs):
+        for ref in check.input(spec, f"input[{i}]"):
+            if ref.url not in seen:
+                seen.add(ref.url)
+                files.append(ref)
+    if len(files) > max_files:
+        check.add("input", f"at most {max_files} files, got {len(files)}")
+    work = mjr.work
+    if isinstance(work, ProcessorWork):
+        check.processor(work, processors)
+    else:
+        check.command(work, allow_shell, search_path)
+        if work.stdin is not None:
+            check.readable(work.stdin, "stdin")
+        for key in ("stdout", "stderr"):
+            where = getattr(work, key)
+            if where is not None:
+                check.writable(where, key)
+    if mjr.output is not None:
+        check.writable(mjr.output, "output")
+    return files, check.errors

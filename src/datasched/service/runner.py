@@ -1,0 +1,402 @@
+"""The runner: elementary jobs run on the Dask cluster while the daemon runs.
+
+A :class:`Runner` owns (or joins, by scheduler address) the Dask cluster, the scheduling core
+(a :class:`~datasched.core.scheduler.Scheduler` under a policy built by name) and a
+long-lived :class:`~datasched.runtime.engine.RuntimeEngine` (its
+:meth:`~datasched.runtime.serving.Serving.serve` mode). It turns each
+:class:`~datasched.service.contracts.ElementaryJob` into a job of the engine and tells a
+:class:`~datasched.service.contracts.RunnerListener` everything that happens, from the
+engine's loop, in order: ``queued`` when it is accepted, ``running`` when its first packet
+is sent (with the node), every packet whose result is in (:class:`PacketDone`: the file's
+entry range and the packet's accumulator, pickled with cloudpickle), and at the end
+``completed``, ``failed`` (with the log) or ``aborted``. No packet of a job is reported
+after its ``aborted`` or ``failed``, nor after :meth:`Runner.stop`.
+
+A job handed back with the entry ranges already done (what a daemon killed and restarted
+read from its store) runs only the rest: the core's job is its events less those ranges, so
+every event's result is reported exactly once over the two runs.
+
+Processor work runs as ``datasched run`` runs it (packets cut by the policy, each through
+the node's cache). Command work (STAR's) is one unit: see :mod:`datasched.runtime.commands`
+for what the command gets, and docs/service-runner.md for how the core sees it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import cloudpickle
+
+from datasched.core.data import DataSpace
+from datasched.core.packets import PacketSizing
+from datasched.runtime.commands import STDIN_FILELIST, CommandOutcome, CommandSpec, split_command
+from datasched.runtime.dataset import Dataset, FileEntry
+from datasched.runtime.engine import RuntimeEngine
+from datasched.runtime.jobspec import JobSpec, job_processor
+from datasched.runtime.reports import EngineConfig, PacketReport
+from datasched.runtime.session import (
+    Calibration,
+    ClusterOptions,
+    build_scheduler,
+    cache_by_name,
+    default_calibration,
+    open_cluster,
+)
+from datasched.service.contracts import (
+    CommandWork,
+    ElementaryJob,
+    FileRef,
+    JobState,
+    PacketDone,
+    ProcessorWork,
+    RunnerListener,
+)
+
+__all__ = ["COMMAND_SCHEME", "Runner", "RunnerError"]
+
+log = logging.getLogger("datasched.runner")
+
+COMMAND_SCHEME = "command:"
+"""A command job's one pseudo-file in the data space: ``command:<job id>``."""
+
+
+class RunnerError(RuntimeError):
+    """The runner cannot do what was asked (not started, stopped)."""
+
+
+class Runner:
+    """Runs elementary jobs on a cluster (see the module docstring).
+
+    ``processor_root``: where processor files (``file.py:attr``) and relative command
+    executables are found; ``output_root``: where a command's ``stdout``/``stderr``/``stdin``
+    paths lie (None: commands may not name any; their output is kept in the log)."""
+
+    def __init__(
+        self,
+        listener: RunnerListener,
+        *,
+        policy: str,
+        cluster: ClusterOptions | None = None,
+        policy_params: dict[str, Any] | None = None,
+        processor_root: Path = Path("."),
+        output_root: Path | None = None,
+        config: EngineConfig | None = None,
+        packets: PacketSizing | None = None,
+        calibration: Calibration | None = None,
+    ) -> None:
+        self.listener = listener
+        self.policy = policy
+        self.opts = cluster or ClusterOptions()
+        self.policy_params = policy_params
+        self.processor_root = processor_root
+        self.output_root = output_root
+        self.config = config
+        self.packets = packets
+        self.calibration = calibration
+        self._engine: RuntimeEngine | None = None
+        self._task: asyncio.Task[Any] | None = None
+        self._stack: contextlib.AsyncExitStack | None = None
+        self._jobs: dict[str, ElementaryJob] = {}
+        """Jobs accepted and not over."""
+        self._preferred: dict[str, str] = {}
+        self._logs: dict[str, str] = {}
+        """A command's log, from its packet to its end."""
+        self._whole: dict[str, set[str]] = {}
+        """A command job's files reported done before it was resumed: not reported again."""
+        self.error: BaseException | None = None
+        """What stopped the engine, if it stopped by itself."""
+
+    # -- life --------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Open (or join) the cluster, build the core and start the engine."""
+        if self._engine is not None:
+            raise RunnerError("runner: already started")
+        stack = contextlib.AsyncExitStack()
+        try:
+            client, names = await stack.enter_async_context(open_cluster(self.opts))
+            calibration = self.calibration or default_calibration(self.opts.tertiary_bytes_per_s)
+            scheduler = build_scheduler(
+                len(names),
+                self.opts,
+                DataSpace(),
+                calibration,
+                policy=self.policy,
+                policy_params=self.policy_params,
+                packets=self.packets,
+            )
+            engine = RuntimeEngine(
+                client, scheduler, names, config=self.config, listener=_Relay(self)
+            )
+            known = await cache_by_name(client)
+        except BaseException:
+            await stack.aclose()
+            raise
+        self._stack, self._engine = stack, engine
+        self._task = asyncio.create_task(engine.serve(known_cache=known))
+        self._task.add_done_callback(self._ended)
+        ready = asyncio.create_task(engine.ready.wait())
+        await asyncio.wait({ready, self._task}, return_when=asyncio.FIRST_COMPLETED)
+        if not ready.done():
+            ready.cancel()
+            await self.stop()
+            raise RunnerError(f"runner: the engine did not start: {self.error!r}")
+
+    async def stop(self) -> None:
+        """Stop at once: jobs not over stay as they are (nothing more is reported about
+        them); the cluster is closed if this runner started it."""
+        engine, task, stack = self._engine, self._task, self._stack
+        self._engine = self._task = self._stack = None
+        if engine is not None:
+            engine.stop()
+        if task is not None:
+            with contextlib.suppress(Exception):
+                await task
+        if stack is not None:
+            await stack.aclose()
+        for kept in (self._jobs, self._preferred, self._logs, self._whole):
+            kept.clear()
+
+    def _ended(self, task: asyncio.Task[Any]) -> None:
+        if task.cancelled() or task.exception() is None:
+            return
+        self.error = task.exception()
+        log.error("runner: the engine stopped: %r", self.error)
+
+    def _live(self) -> RuntimeEngine:
+        engine = self._engine
+        if engine is None or self._task is None or self._task.done():
+            raise RunnerError(f"runner: not running{f' ({self.error!r})' if self.error else ''}")
+        return engine
+
+    # -- jobs --------------------------------------------------------------------------------
+
+    def submit(
+        self, job: ElementaryJob, done: Mapping[str, Sequence[tuple[int, int]]] | None = None
+    ) -> None:
+        """Accept ``job`` (``queued``); ``done``: per file URL, the entry ranges whose
+        results are stored already (they are not run again). A job that cannot run (its
+        processor does not load, a bad command) is reported ``failed`` with the reason."""
+        engine = self._live()
+        if job.id in self._jobs:
+            raise ValueError(f"job {job.id!r}: already submitted")
+        done = dict(done or {})
+        user, group = job.user or "user", job.group or "default"
+        try:
+            if isinstance(job.work, CommandWork):
+                spec, command = self._command_job(job)
+                if job.files and _all_done(job, done):
+                    self._accepted(job)
+                    self._finish(job.id, JobState.COMPLETED, "all of its files were done already")
+                    return
+                engine.submit(spec, command=command, user=user, group=group)
+                self._whole[job.id] = {f.url for f in job.files if _all_done_file(f, done)}
+            else:
+                spec = self._processor_job(job, job.work)
+                engine.submit(spec, done=done, user=user, group=group)
+        except ValueError as exc:
+            self.listener.job_state(job.id, JobState.FAILED, log=str(exc))
+            return
+        self._accepted(job)
+
+    def cancel(self, job_id: str) -> bool:
+        """Abort a job: ``aborted`` is reported once its packets in flight are back (their
+        results are not reported). False if it is not running here."""
+        if job_id not in self._jobs:
+            return False
+        return self._live().cancel(job_id)
+
+    def cluster(self) -> dict[str, Any]:
+        """The cluster (JSON-able): nodes with their slots and what they run, what their
+        caches hold (as the core knows it) against their capacity, and the jobs."""
+        engine = self._engine
+        if engine is None:
+            return {"running": False, "policy": self.policy, "nodes": [], "jobs": []}
+        snap = engine.snapshot()
+        for node in snap["nodes"]:
+            node["cache_capacity_bytes"] = self.opts.cache_bytes
+            node["slots_total"] = self.opts.slots
+        for j in snap["jobs"]:
+            j["preferred_node"] = self._preferred.get(j["id"])
+        return {
+            "running": self._task is not None and not self._task.done(),
+            "policy": self.policy,
+            **snap,
+        }
+
+    def _accepted(self, job: ElementaryJob) -> None:
+        self._jobs[job.id] = job
+        if job.node is not None:
+            self._preferred[job.id] = job.node
+        self.listener.job_state(job.id, JobState.QUEUED, node=job.node)
+
+    def _finish(self, job_id: str, state: JobState, log_text: str = "", **kw: Any) -> None:
+        self._jobs.pop(job_id, None)
+        self._whole.pop(job_id, None)
+        self._preferred.pop(job_id, None)
+        self.listener.job_state(job_id, state, log=log_text, **kw)
+
+    # -- elementary jobs as engine jobs -------------------------------------------------------
+
+    def _processor_job(self, job: ElementaryJob, work: ProcessorWork) -> JobSpec:
+        files = []
+        for i, f in enumerate(job.files):
+            tree = f.tree or work.tree
+            if not tree:
+                raise ValueError(f"files[{i}].tree: {f.url} names no tree (and the work none)")
+            files.append(FileEntry(f.url, tree, f.n_events, f.n_bytes))
+        name = next((f.dataset for f in job.files if f.dataset), job.id)
+        dataset = Dataset(job.id, tuple(files), {"dataset": name})
+        spec = JobSpec(
+            id=job.id,
+            dataset=dataset,
+            start=0,
+            stop=dataset.n_events,
+            processor=work.processor,
+            output=Path("-"),
+            base_dir=self.processor_root,
+            processor_args=dict(work.processor_args),
+            schema=work.schema,
+            columns=work.columns,
+        )
+        try:
+            loaded = job_processor(spec)
+        except Exception as exc:
+            raise ValueError(f"processor: {exc}") from exc
+        return replace(spec, loaded=loaded)
+
+    def _command_job(self, job: ElementaryJob) -> tuple[JobSpec, CommandSpec]:
+        """The core sees a command job as one event of a pseudo-file of its own (it cannot
+        be split; its bytes are its files'), run as one packet on one slot."""
+        work = job.work
+        assert isinstance(work, CommandWork)
+        argv = list(split_command(work.command))
+        exe = Path(argv[0])
+        if not exe.is_absolute() and "/" in argv[0]:
+            argv[0] = str((self.processor_root / exe).resolve())
+        stdin = work.stdin
+        if stdin is not None and stdin not in (STDIN_FILELIST, "$FILELIST"):
+            stdin = self._on_root("stdin", stdin)
+        command = CommandSpec(
+            packet_id=-1,
+            job_id=-1,
+            argv=tuple(argv),
+            files=tuple((f.url, f.n_bytes) for f in job.files),
+            stdin=stdin,
+            stdout=self._on_root("stdout", work.stdout) if work.stdout else None,
+            stderr=self._on_root("stderr", work.stderr) if work.stderr else None,
+        )
+        n_bytes = sum(f.n_bytes for f in job.files)
+        pseudo = FileEntry(f"{COMMAND_SCHEME}{job.id}", "", 1, n_bytes)
+        spec = JobSpec(
+            id=job.id,
+            dataset=Dataset(job.id, (pseudo,)),
+            start=0,
+            stop=1,
+            processor=work.command,
+            output=Path("-"),
+        )
+        return spec, command
+
+    def _on_root(self, field: str, path: str) -> str:
+        """``path`` on the output root (relative to it, or inside it)."""
+        if self.output_root is None:
+            raise ValueError(f"process.{field}: {path!r}: no output root is configured")
+        root = self.output_root.resolve()
+        target = (root / path).resolve()
+        if not target.is_relative_to(root):
+            raise ValueError(f"process.{field}: {path!r} is outside the output root {root}")
+        return str(target)
+
+    # -- what the engine tells -----------------------------------------------------------------
+
+    def _running(self, job_id: str, node: str) -> None:
+        if job_id in self._jobs:
+            self.listener.job_state(job_id, JobState.RUNNING, node=node)
+
+    def _packet(self, packet: PacketReport) -> None:
+        job = self._jobs.get(packet.job)
+        if job is None:
+            return
+        stat = packet.stat
+        if isinstance(job.work, CommandWork):
+            # One packet over all its files: each file is done whole (the command's CPU
+            # time shared among them by size).
+            total = sum(f.n_bytes for f in job.files) or 1
+            already = self._whole.get(job.id, set())
+            for f in job.files:
+                if f.url in already:
+                    continue
+                cpu = stat.cpu_s * f.n_bytes / total
+                self.listener.packet_done(
+                    PacketDone(job.id, f.url, 0, f.n_events, stat.node, f.n_bytes, cpu)
+                )
+            outcome = packet.accumulator
+            self._logs[job.id] = outcome.log if isinstance(outcome, CommandOutcome) else ""
+            return
+        self.listener.packet_done(
+            PacketDone(
+                job_id=job.id,
+                url=packet.url,
+                start=packet.start,
+                stop=packet.stop,
+                node=stat.node,
+                n_bytes=stat.bytes_read,
+                cpu_s=stat.cpu_s,
+                result=cloudpickle.dumps(packet.accumulator),
+            )
+        )
+
+    def _done(self, job_id: str, status: str, error: str, traceback: str) -> None:
+        if job_id not in self._jobs:
+            return
+        if status == "completed":
+            self._finish(job_id, JobState.COMPLETED, self._logs.pop(job_id, ""))
+            return
+        self._logs.pop(job_id, None)
+        if status == "aborted":
+            self._finish(job_id, JobState.ABORTED, error)
+            return
+        text = error + (f"\n{traceback}" if traceback else "")
+        failed = error.split(": ", 2)[1] if error.count(": ") >= 2 else None
+        job = self._jobs[job_id]
+        if failed not in {f.url for f in job.files}:
+            failed = None
+        self._finish(job_id, JobState.FAILED, text, failed_file=failed)
+
+
+def _all_done(job: ElementaryJob, done: Mapping[str, Sequence[tuple[int, int]]]) -> bool:
+    """Whether ``done`` covers every entry of every file of ``job``."""
+    return all(_all_done_file(f, done) for f in job.files)
+
+
+def _all_done_file(f: FileRef, done: Mapping[str, Sequence[tuple[int, int]]]) -> bool:
+    """Whether ``done`` covers every entry of ``f``."""
+    at = 0
+    for a, b in sorted(done.get(f.url, ())):
+        if a > at:
+            return False
+        at = max(at, b)
+    return at >= f.n_events
+
+
+class _Relay:
+    """The engine's listener: forwards to the runner."""
+
+    def __init__(self, runner: Runner) -> None:
+        self.runner = runner
+
+    def job_running(self, job: str, node: str) -> None:
+        self.runner._running(job, node)
+
+    def packet_done(self, packet: PacketReport) -> None:
+        self.runner._packet(packet)
+
+    def job_done(self, job: str, status: str, error: str, traceback: str) -> None:
+        self.runner._done(job, status, error, traceback)

@@ -1,0 +1,223 @@
+"""The semantic checks: inputs resolve, paths stay under the roots (``..`` and symbolic
+links included), the command and the processor resolve without running user code."""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+from datasched.service.contracts import (
+    CommandWork,
+    FileRef,
+    InputSpec,
+    MetaJobRequest,
+    ProcessorWork,
+)
+from datasched.service.request import check_request
+
+
+class FakeCatalog:
+    """Two datasets by metadata; ``query`` raises on an unknown keyword as the contract says."""
+
+    def __init__(self) -> None:
+        self.files = {
+            "root://x//auau/0.root": FileRef("root://x//auau/0.root", 100, 1000, "Events", "auau"),
+            "root://x//auau/1.root": FileRef("root://x//auau/1.root", 50, 500, "Events", "auau"),
+        }
+
+    def query(self, query: str) -> list[FileRef]:
+        if "colour" in query:
+            raise ValueError("'colour': no dataset has this keyword")
+        return list(self.files.values()) if "AuAu" in query else []
+
+    def file(self, url: str) -> FileRef | None:
+        return self.files.get(url)
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    (tmp_path / "data").mkdir()
+    for name in ("a.root", "b.root", "c.txt"):
+        (tmp_path / "data" / name).write_bytes(b"x" * 10)
+    (tmp_path / "out").mkdir()
+    exe = tmp_path / "bin" / "analyse"
+    exe.parent.mkdir()
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+    return tmp_path
+
+
+def request(*inputs: InputSpec, command: str = "ls -l $FILELIST", **kw: str) -> MetaJobRequest:
+    work = CommandWork(command, stdout=kw.pop("stdout", None), stderr=kw.pop("stderr", None))
+    return MetaJobRequest(username="u", work=work, inputs=inputs, **kw)  # type: ignore[arg-type]
+
+
+def fields(mjr: MetaJobRequest, root: Path, **kw: object) -> dict[str, str]:
+    _, errors = check_request(mjr, FakeCatalog(), roots=[root], **kw)  # type: ignore[arg-type]
+    return {e.field: e.reason for e in errors}
+
+
+def test_inputs_resolve_to_files_each_once(root: Path) -> None:
+    listing = root / "files.list"
+    listing.write_text(f"# the data\n{root}/data/b.root\ndata/a.root\n\n")
+    mjr = request(
+        InputSpec(path="data/*.root", machine="node1"),
+        InputSpec(path="filelist:files.list"),
+        InputSpec(catalog="year=2004 system=AuAu", n_files=1),
+        InputSpec(path="root://x//auau/1.root"),
+    )
+    files, errors = check_request(mjr, FakeCatalog(), roots=[root])
+    assert errors == []
+    assert [f.url for f in files] == [
+        str(root / "data/a.root"),
+        str(root / "data/b.root"),
+        "root://x//auau/0.root",
+        "root://x//auau/1.root",
+    ]
+    assert files[0].cached_on == ("node1",) and files[0].n_bytes == 10
+
+
+def test_unresolvable_inputs_are_named(root: Path) -> None:
+    mjr = request(
+        InputSpec(path="data/*.nothing"),
+        InputSpec(path="data/missing.root"),
+        InputSpec(catalog="year=1999"),
+        InputSpec(catalog="colour=red"),
+        InputSpec(path="root://elsewhere//f.root"),
+        InputSpec(path="filelist:none.list"),
+    )
+    errors = fields(mjr, root)
+    assert set(errors) == {
+        f"input[{i}].{k}" for i, k in enumerate(["path"] * 2 + ["catalog"] * 2 + ["path"] * 2)
+    }
+    assert "colour" in errors["input[3].catalog"]
+
+
+def test_paths_are_confined_to_the_roots(
+    root: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    outside = tmp_path_factory.mktemp("outside")
+    (outside / "secret.root").write_bytes(b"s")
+    (root / "data" / "link.root").symlink_to(outside / "secret.root")
+    (root / "escape").symlink_to(outside)
+    mjr = request(
+        InputSpec(path="../" + outside.name + "/secret.root"),
+        InputSpec(path="data/link.root"),
+        InputSpec(path="data/*.root"),  # the link is among the matches
+        InputSpec(path="escape/*.root"),
+        InputSpec(path="/etc/passwd"),
+        stdout="../out.log",
+        stderr="escape/err.log",
+        output="/tmp/elsewhere/result.pkl",
+    )
+    errors = fields(mjr, root)
+    for field in (
+        "input[0].path",
+        "input[1].path",
+        "input[2].path",
+        "input[3].path",
+        "input[4].path",
+        "stdout",
+        "stderr",
+        "output",
+    ):
+        assert "outside the configured roots" in errors[field], field
+    _, errors = check_request(request(InputSpec(path="/d/a.root")), None, roots=[])
+    assert "no storage roots" in errors[0].reason
+
+
+def test_outputs_must_be_writable(root: Path) -> None:
+    ok = request(InputSpec(path="data/a.root"), stdout="out/new/dir/job.log", output="out/r.pkl")
+    assert fields(ok, root) == {}
+    bad = request(InputSpec(path="data/a.root"), stdout="out", output="root://x//r.pkl")
+    errors = fields(bad, root)
+    assert "is a directory" in errors["stdout"]
+    assert "local path" in errors["output"]
+    if os.geteuid() != 0:  # root writes anywhere
+        (root / "ro").mkdir(mode=0o500)
+        errors = fields(request(InputSpec(path="data/a.root"), stdout="ro/log"), root)
+        assert "not writable" in errors["stdout"]
+
+
+@pytest.mark.parametrize(
+    ("command", "problem"),
+    [
+        ("ls -l $FILELIST $INPUTFILE0 ${JOBID}", None),
+        ("bin/analyse --in $FILELIST", None),
+        ('root4star -q -b myMacro.C\\(\\"$FILELIST\\"\\)', "not found"),  # escaped: no operator
+        ("ls; rm -rf /", "shell operators"),
+        ("ls | wc", "shell operators"),
+        ("ls > out", "shell operators"),
+        ("echo `id`", "shell operators"),
+        ("echo $(id)", "shell operators"),
+        ("echo $HOME", "variables"),
+        ("ls 'unclosed", "words"),
+        ("no-such-program-here", "not found"),
+        ("/bin/ls", "outside the configured roots"),
+        ("data/c.txt", "not an executable"),
+        ("ls\nrm x", "one command line"),
+    ],
+)
+def test_the_command_is_one_executable_without_a_shell(
+    root: Path, command: str, problem: str | None
+) -> None:
+    errors = fields(request(InputSpec(path="data/a.root"), command=command), root)
+    if problem is None:
+        assert errors == {}
+    else:
+        assert problem in errors["command"]
+
+
+def test_shell_lines_only_where_allowed(root: Path) -> None:
+    mjr = request(InputSpec(path="data/a.root"), command="ls | wc -l")
+    assert fields(mjr, root, allow_shell=True) == {}
+
+
+def processor_request(ref: str) -> MetaJobRequest:
+    return MetaJobRequest(
+        username="u",
+        work=ProcessorWork(ref, tree="Events"),
+        inputs=(InputSpec(catalog="system=AuAu"),),
+    )
+
+
+def test_a_processor_is_found_without_running_it(root: Path) -> None:
+    marker = root / "ran"
+    (root / "proc.py").write_text(f"open({str(marker)!r}, 'w').close()\ndef processor(e): pass\n")
+    (root / "pkg").mkdir()
+    (root / "pkg" / "__init__.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    (root / "pkg" / "mod.py").write_text("def f(e): pass\n")
+    for ref in ("proc.py", "proc.py:processor", "pkg.mod:f", "datasched.runtime.processor:ship"):
+        assert fields(processor_request(ref), root) == {}, ref
+    assert not marker.exists()  # nothing of the user's ran
+    assert "datasched_user" not in " ".join(sys.modules)
+    for ref, problem in (
+        ("missing.py:f", "no file"),
+        ("../outside.py:f", "outside"),
+        ("pkg.nomod:f", "no module"),
+        ("no_such_package_xyz:f", "no module"),
+    ):
+        assert problem in fields(processor_request(ref), root)["processor"], ref
+
+
+def test_loading_a_processor_is_asked_for(root: Path) -> None:
+    (root / "proc.py").write_text("def processor(e): pass\n")
+    assert fields(processor_request("proc.py"), root, processors="import") == {}
+    errors = fields(processor_request("proc.py:nothing"), root, processors="import")
+    assert "not found" in errors["processor"]
+
+
+def test_a_processor_needs_event_counts(root: Path) -> None:
+    mjr = MetaJobRequest(
+        username="u",
+        work=ProcessorWork("proc.py", tree="T"),
+        inputs=(InputSpec(path="data/a.root"),),
+    )
+    (root / "proc.py").write_text("def processor(e): pass\n")
+    assert "catalog it first" in fields(mjr, root)["input[0].path"]
+    files, errors = check_request(mjr, None, roots=[root], count_events=lambda url, tree: 7)
+    assert errors == [] and files[0].n_events == 7 and files[0].tree == "T"
