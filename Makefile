@@ -16,6 +16,7 @@ $(STAMP): pyproject.toml
 
 demo: venv
 	$(BIN)/datasched demo
+	$(BIN)/datasched demo-service
 
 test: venv lint
 	$(BIN)/python -m pytest

@@ -16,11 +16,13 @@ from typing import Any
 
 import yaml
 
+from datasched.service.catalog import Catalog
 from datasched.service.contracts import (
     CatalogLookup,
     CommandWork,
     ElementaryJob,
     FieldError,
+    FileRef,
     InputSpec,
     JobState,
     MetaJobRequest,
@@ -30,6 +32,8 @@ from datasched.service.contracts import (
     RunnerListener,
     SplitStrategy,
 )
+from datasched.service.store.db import Store
+from datasched.service.users import add_user
 
 
 class FakeLanguage:
@@ -73,8 +77,9 @@ class FakeLanguage:
             max_files_per_job=int(doc.get("files_per_job", 1)),
         )
 
-    def _files(self, request: MetaJobRequest, catalog: CatalogLookup) -> list[Any]:
-        files, errors = [], []
+    def _files(self, request: MetaJobRequest, catalog: CatalogLookup) -> list[FileRef]:
+        files: list[FileRef] = []
+        errors = []
         for i, spec in enumerate(request.inputs):
             if spec.catalog is not None:
                 try:
@@ -95,17 +100,16 @@ class FakeLanguage:
             raise RequestInvalid(errors)
         return files
 
-    def check(self, request: MetaJobRequest, catalog: CatalogLookup) -> None:
-        self._files(request, catalog)
+    def check(self, request: MetaJobRequest, catalog: CatalogLookup) -> list[FileRef]:
+        return self._files(request, catalog)
 
     def split(
         self,
         request: MetaJobRequest,
         request_id: str,
-        catalog: CatalogLookup,
+        files: Sequence[FileRef],
         strategy: SplitStrategy,
     ) -> list[ElementaryJob]:
-        files = self._files(request, catalog)
         n = request.max_files_per_job or 1
         return [
             ElementaryJob(
@@ -215,3 +219,21 @@ def make_fake_runner(**options: Any) -> FakeRunner:
     import os
 
     return FakeRunner(packet=5, delay_s=float(os.environ.get("DATASCHED_FAKE_DELAY_S", "0.05")))
+
+
+def seed(store: Store) -> dict[str, str]:
+    """Users ann and bob (group physics), root (admin), and a catalog of two datasets."""
+    with store.session() as s:
+        tokens = {
+            "ann": add_user(s, "ann", "physics"),
+            "bob": add_user(s, "bob", "physics"),
+            "root": add_user(s, "root", "admins", admin=True),
+        }
+    cat = Catalog(store)
+    cat.put(
+        "auau200",
+        [FileRef(f"/star/auau/{i}.root", 30, 3000, "T") for i in range(3)],
+        {"year": 2004, "system": "AuAu", "energy": 200, "keywords": ["minbias"]},
+    )
+    cat.put("pp", [FileRef("/star/pp/0.root", 15, 1500, "T")], {"year": 2005, "system": "pp"})
+    return tokens

@@ -77,6 +77,19 @@ def test_the_engines_never_import_each_other(package: str) -> None:
         assert not bad, f"{package}/{path.name} imports {sorted(bad)}"
 
 
+SHARED_MONITOR = ("monitoring.py", "monitoring_plots.py")
+"""Top-level modules both engines import (PROOF's monitor): no engine, no Dask, no clock."""
+
+
+@pytest.mark.parametrize("name", SHARED_MONITOR)
+def test_the_shared_monitor_imports_no_engine(name: str) -> None:
+    path = PACKAGE / name
+    bad = matching(imported_modules(path), FORBIDDEN)
+    assert not bad, f"{name} imports {sorted(bad)}"
+    if name == "monitoring.py":  # plotting lives beside it, not in it
+        assert not matching(imported_modules(path), ("matplotlib",))
+
+
 def test_no_module_imports_one_that_imports_it_back() -> None:
     graph: dict[str, set[str]] = defaultdict(set)
     for name, path in MODULES.items():

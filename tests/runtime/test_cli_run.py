@@ -3,6 +3,7 @@ report, and one clear line for what cannot work."""
 
 from __future__ import annotations
 
+import csv
 import json
 import shutil
 from pathlib import Path
@@ -86,6 +87,18 @@ def test_chunksize_maxchunks_and_the_report(tmp_path: Path, demo_catalog: Path) 
     sizes = [int(r.split(",")[4]) - int(r.split(",")[3]) for r in packets[1:]]
     assert max(sizes) <= 300  # --chunksize caps packets
     assert json.loads((report / "summary.json").read_text())["events_processed"] == 1500
+    # PROOF's monitor: the packet table (the simulator's format), progress over time, plots.
+    with (report / "monitor_packets.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == len(packets) - 1 and sum(int(r["events"]) for r in rows) == 1500
+    assert {r["category"] for r in rows} <= {"local", "peer", "tertiary"}
+    assert all(float(r["latency_s"]) >= 0 and float(r["processing_s"]) > 0 for r in rows)
+    with (report / "progress.csv").open() as fh:
+        progress = list(csv.DictReader(fh))
+    assert {r["job"] for r in progress} == {"j", "all"}
+    assert sum(float(r["events_per_s"]) for r in progress) > 0
+    for png in ("progress.png", "packets.png"):
+        assert (report / png).read_bytes().startswith(b"\x89PNG")
 
 
 def test_what_cannot_work_is_one_line_and_exit_2(tmp_path: Path, demo_catalog: Path) -> None:

@@ -208,6 +208,12 @@ JOB_ERRORS: list[tuple[list[Any], str]] = [
         [{"id": "a", "dataset": "zmumu", "submit_s": True}],
         r"job 'a' \(#1\): field 'submit_s': expected a number",
     ),
+    (
+        [{"id": "a", "dataset": "zmumu", "user_group": "a,b"}],
+        r"job 'a' \(#1\): field 'user_group': expected a name \(no ',' or '='\), got 'a,b'",
+    ),
+    ([{"id": "a", "dataset": "zmumu", "user": 3}], r"field 'user': expected a name"),
+    ([{"id": "a", "dataset": "zmumu", "priority": "high"}], r"field 'priority': expected a number"),
 ]
 
 
@@ -225,7 +231,8 @@ def test_processor_missing_and_defaults(tmp_path: Path, catalog: Path) -> None:
     message = job_error(tmp_path, catalog, [OK], defaults={"processor": DEMO, "colour": 1})
     assert message.endswith(
         "field 'defaults': unknown colour (expected columns, dataset, events, files, fileset, "
-        "output, output_dir, processor, processor_args, schema, submit_s, tree)"
+        "output, output_dir, priority, processor, processor_args, schema, submit_s, tree, "
+        "user, user_group)"
     )
 
 
@@ -262,3 +269,16 @@ def test_file_errors_name_the_file_and_the_field(tmp_path: Path, text: str, mess
         load_jobs(path)
     with pytest.raises(JobSpecError, match=r"none-jobs\.yaml: no such file"):
         load_jobs(tmp_path / "none-jobs.yaml")
+
+
+def test_owner_and_priority_reach_the_spec(tmp_path: Path, catalog: Path) -> None:
+    """A job's user, group and priority (what resource scheduling needs): given, from the
+    defaults, or the core's defaults."""
+    doc = {
+        "catalog": str(catalog),
+        "defaults": {"processor": DEMO, "user_group": "physics"},
+        "jobs": [{**OK, "user": "alice", "priority": 2}, {"id": "b", "dataset": "zmumu"}],
+    }
+    a, b = load_jobs(write_jobs(tmp_path, doc))
+    assert (a.user, a.user_group, a.priority) == ("alice", "physics", 2.0)
+    assert (b.user, b.user_group, b.priority) == ("user", "physics", 0.0)

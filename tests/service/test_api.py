@@ -16,10 +16,8 @@ from fastapi.testclient import TestClient
 
 from datasched.service.api.deps import Limits, TokenBucket
 from datasched.service.app import build_state, create_app
-from datasched.service.contracts import FileRef
 from datasched.service.store.db import Store
-from datasched.service.users import add_user
-from svc_support import FakeLanguage, FakeRunner
+from svc_support import FakeLanguage, FakeRunner, seed
 
 YAML = "application/yaml"
 
@@ -47,26 +45,6 @@ class Api:
             if got["state"] == state or time.monotonic() > deadline:
                 return got
             time.sleep(0.02)
-
-
-def seed(store: Store) -> dict[str, str]:
-    """Users ann and bob (group physics), root (admin), and a catalog of two datasets."""
-    with store.session() as s:
-        tokens = {
-            "ann": add_user(s, "ann", "physics"),
-            "bob": add_user(s, "bob", "physics"),
-            "root": add_user(s, "root", "admins", admin=True),
-        }
-    from datasched.service.catalog import Catalog
-
-    cat = Catalog(store)
-    cat.put(
-        "auau200",
-        [FileRef(f"/star/auau/{i}.root", 30, 3000, "T") for i in range(3)],
-        {"year": 2004, "system": "AuAu", "energy": 200, "keywords": ["minbias"]},
-    )
-    cat.put("pp", [FileRef("/star/pp/0.root", 15, 1500, "T")], {"year": 2005, "system": "pp"})
-    return tokens
 
 
 @pytest.fixture

@@ -76,5 +76,6 @@ def test_the_full_reproduction_measures_every_claim() -> None:
         "tail_fraction_adaptive",
     }
     assert math.isnan(by_key["adaptive_over_basic_time_runtime"].ours)
+    assert math.isnan(by_key["quota_max_error_pp_runtime"].ours)
     assert by_key["quota_max_error_pp"].agrees
     assert results.quota.setup.hours == 24.0 and len(results.pairs) == 8

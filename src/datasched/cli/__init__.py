@@ -26,6 +26,7 @@ import datasched.cli.study
 # The service's commands come last: the client's, then the daemon and its administration.
 import datasched.cli.catalog
 import datasched.cli.client
+import datasched.cli.demo_service
 import datasched.cli.serve
 import datasched.cli.whatif  # noqa: F401
 from datasched.cli.app import app

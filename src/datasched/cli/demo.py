@@ -10,14 +10,9 @@ import typer
 
 from datasched.cli.app import app
 from datasched.cli.common import fail, out, print_json
+from datasched.cli.live import BarProgress, progress_bars
 from datasched.cli.options import policy_params_of
-from datasched.cli.runtime import (
-    BarProgress,
-    PolicyOption,
-    WorkersOption,
-    progress_bars,
-    runtime_errors,
-)
+from datasched.cli.runtime import PolicyOption, WorkersOption, runtime_errors
 from datasched.policies import get_policy
 
 __all__: list[str] = []

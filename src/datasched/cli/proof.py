@@ -40,7 +40,9 @@ def reproduce_proof(
     quick: Annotated[
         bool,
         typer.Option(
-            "--quick", metavar="", help="Half the data, a 4-hour day, a smaller local cluster."
+            "--quick",
+            metavar="",
+            help="Half the data, a 4-hour day, a smaller local cluster, a 1-minute quota test.",
         ),
     ] = False,
     no_runtime: Annotated[
@@ -48,7 +50,8 @@ def reproduce_proof(
         typer.Option(
             "--no-runtime",
             metavar="",
-            help="Skip the uneven job on a local Dask cluster (its claim: not measured).",
+            help="Skip the uneven job and the quota test on a local Dask cluster (their "
+            "claims: not measured).",
         ),
     ] = False,
     as_json: JsonFlag = False,
@@ -57,18 +60,22 @@ def reproduce_proof(
     under the basic and adaptive packetizers (§2.3, Figures 3-4) and a day of CPU quotas for
     four groups (§3.3, Figure 6); writes a report with the paper's value beside ours for every
     claim, and the figures as PNG and CSV. The uneven job also runs, scaled down, on a local
-    Dask cluster (file servers as workers of no slot holding files in their caches), unless
-    `--no-runtime`. `--json` prints `{"claims": [{"key", "paper", "ours", "agrees"}, ...]}`
-    (ours null where not measured)."""
+    Dask cluster (file servers as workers of no slot holding files in their caches), and so
+    does the quota test (four groups' continuous analyses, shares from per-packet CPU time,
+    10 minutes; 1 with `--quick`), unless `--no-runtime`. `--json` prints
+    `{"claims": [{"key", "paper", "ours", "agrees"}, ...]}` (ours null where not measured)."""
     from datasched.sim.proof_reproduce import run_proof, write_proof_figures
     from datasched.sim.report import write_report
 
     check_out_dir(out_dir)
     with err.status("running the PROOF reproduction ...") as status:
-        runtime = None if no_runtime else _runtime_claim()
+        runtime = None if no_runtime else _runtime_claims(out_dir / "figures")
         results = run_proof(quick=quick, progress=lambda m: status.update(m), runtime=runtime)
     with user_errors():
         figures = write_proof_figures(results, out_dir / "figures")
+        if runtime is not None:
+            quota_png = out_dir / "figures" / "quota_runtime.png"
+            figures.append(("CPU quotas on a local Dask cluster, per-packet CPU time", quota_png))
         _, md_path = write_report(
             results.claims,
             out_dir,
@@ -211,8 +218,16 @@ def proof_sim(
     out.print(f"packets: {packets_csv}\nprogress: {progress_csv}\nplot: {png}", highlight=False)
 
 
-def _runtime_claim() -> Callable[[bool], Measured]:
-    """The local-cluster measurement (compare/ may import the runtime; sim/ may not)."""
+def _runtime_claims(figures: Path) -> Callable[[bool], dict[str, Measured]]:
+    """The local-cluster measurements (compare/ may import the runtime; sim/ may not): the
+    uneven job, then the quotas (whose plot and CSV go into ``figures``)."""
+    from datasched.compare.proof_quota import measure_quota_runtime
     from datasched.compare.proof_runtime import measure_runtime
 
-    return measure_runtime
+    def measure(quick: bool) -> dict[str, Measured]:
+        return {
+            "adaptive_over_basic_time_runtime": measure_runtime(quick),
+            "quota_max_error_pp_runtime": measure_quota_runtime(quick, figures),
+        }
+
+    return measure

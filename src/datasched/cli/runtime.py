@@ -7,25 +7,17 @@ from __future__ import annotations
 import asyncio
 import csv
 import io
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-)
 from rich.table import Table
 
 from datasched.cli.app import app
 from datasched.cli.common import err, fail, out, print_json, size
+from datasched.cli.live import BarProgress, progress_bars
 from datasched.cli.options import (
     JobqueueArgsOpt,
     JobqueueOpt,
@@ -79,52 +71,6 @@ def show_traceback(text: str) -> None:
             highlight=False,
             soft_wrap=True,
         )
-
-
-class BarProgress:
-    """Rich progress bars: one per job and one overall, with events/s and cache hits."""
-
-    def __init__(self, progress: Progress, total_events: int) -> None:
-        self.progress = progress
-        self.total_events = total_events
-        self.total: TaskID | None = None
-        """The overall bar, shown once a job starts (nothing shows before the cluster is up)."""
-        self.tasks: dict[str, TaskID] = {}
-        self.done = 0
-        self.hits = 0
-        self.t0 = time.monotonic()
-
-    def job_started(self, job_id: str, n_events: int) -> None:
-        if self.total is None:
-            self.total = self.progress.add_task("all jobs", total=self.total_events, hits="")
-        self.tasks[job_id] = self.progress.add_task(job_id, total=n_events, hits="")
-
-    def advance(self, job_id: str, n_events: int, from_cache: bool) -> None:
-        self.done += n_events
-        self.hits += n_events if from_cache else 0
-        rate = self.done / max(time.monotonic() - self.t0, 1e-9)
-        note = f"{rate:,.0f} ev/s  cache {self.hits / max(self.done, 1):.0%}"
-        self.progress.update(self.tasks[job_id], advance=n_events)
-        if self.total is not None:
-            self.progress.update(self.total, advance=n_events, hits=note)
-
-    def job_done(self, job_id: str, status: str) -> None:
-        task = self.tasks.get(job_id)
-        if task is not None:
-            self.progress.update(task, description=f"{job_id} [{status}]")
-
-
-def progress_bars(quiet: bool) -> Progress:
-    return Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("{task.fields[hits]}"),
-        console=err,
-        disable=quiet,
-        transient=False,
-    )
 
 
 def jobs_table(report: RunReport, title: str) -> Table:
@@ -311,7 +257,11 @@ def run(
             "--report",
             metavar="DIR",
             help="Write the run's timeline (timeline.png: a lane per worker, packets "
-            "coloured by where their data came from), packets.csv and summary.json here.",
+            "coloured by where their data came from), packets.csv and summary.json here, "
+            "and PROOF's monitor: monitor_packets.csv (node, file, events, latency, "
+            "processing and CPU time, bytes per packet), progress.csv and progress.png "
+            "(events/s, MB/s, active workers per job over time), packets.png (active "
+            "workers; each packet's rate by local, peer, tertiary).",
         ),
     ] = None,
     as_json: Annotated[
@@ -402,6 +352,7 @@ def write_report(report: RunReport, directory: Path, title: str) -> None:
     import json
 
     from datasched._files import atomic_write_text
+    from datasched.runtime.monitor import write_monitor_report
     from datasched.runtime.timeline import plot_timelines
 
     directory.mkdir(parents=True, exist_ok=True)
@@ -414,6 +365,7 @@ def write_report(report: RunReport, directory: Path, title: str) -> None:
     }
     atomic_write_text(directory / "summary.json", json.dumps(summary, indent=2) + "\n")
     plot_timelines({title: report}, directory / "timeline.png")
+    write_monitor_report(report, directory, title)
 
 
 def report_failures(report: RunReport) -> None:

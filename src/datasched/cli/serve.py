@@ -17,6 +17,7 @@ import typer
 
 from datasched.cli.app import app
 from datasched.cli.common import err, fail, out
+from datasched.cli.options import JobqueueArgsOpt, JobqueueOpt, PolicyOpt, jobqueue_spec
 
 if TYPE_CHECKING:
     from datasched.service.daemon import Runner
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 __all__ = ["catalog_app", "open_store", "users_app"]
 
 DEFAULT_DB = "datasched-service.db"
-DEFAULT_RUNNER = "datasched.service.runner:make_runner"
+DEFAULT_RUNNER = "datasched.service.threaded:make_runner"
 
 users_app = typer.Typer(
     help="Users of the service: each has a token (shown once) and a group.",
@@ -83,9 +84,15 @@ def serve(
     scheduler: Annotated[
         str | None, typer.Option(help="A running Dask scheduler (tcp://host:port).")
     ] = None,
+    jobqueue: JobqueueOpt = None,
+    jobqueue_args: JobqueueArgsOpt = None,
     cache_dir: Annotated[
         Path | None, typer.Option(help="Where workers keep their node caches.")
     ] = None,
+    cache_gb: Annotated[
+        float | None, typer.Option(min=0.0, help="Each worker's cache, in GB (default 2).")
+    ] = None,
+    policy: PolicyOpt = "out-of-order",
     roots: Annotated[
         list[Path] | None,
         typer.Option("--roots", help="Directories that paths in requests must lie under."),
@@ -109,6 +116,11 @@ def serve(
     before a restart is resumed from the event ranges already done."""
     if workers is not None and scheduler is not None:
         fail("--workers and --scheduler: give one or the other")
+    batch = jobqueue_spec(jobqueue, jobqueue_args, scheduler)
+    from datasched.policies import available
+
+    if policy not in available():
+        fail(f"--policy: unknown policy {policy!r}; `datasched policies` lists them")
     try:
         import uvicorn
 
@@ -127,7 +139,13 @@ def serve(
     lang = ContractLanguage(roots) if language is None else _load(language, "--language")()
     store = open_store(db)
     the_runner: Runner = runner_factory(
-        workers=workers, scheduler=scheduler, cache_dir=cache_dir, roots=roots
+        workers=workers,
+        scheduler=scheduler,
+        cache_dir=cache_dir,
+        roots=roots,
+        policy=policy,
+        jobqueue=batch,
+        cache_gb=cache_gb,
     )
     state = build_state(
         store,
@@ -135,6 +153,7 @@ def serve(
         runner=the_runner,
         split=strategy,
         limits=Limits(max_request_kb * 1000, rate, burst),
+        policy=policy,
     )
     err.print(f"datasched serve: http://{host}:{port}/api/v1 (store {store.engine.url!r})")
     uvicorn.run(create_app(state), host=host, port=port, log_level="warning")

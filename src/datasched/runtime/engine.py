@@ -224,7 +224,17 @@ class RuntimeEngine(Serving, PacketStreams, DataMoves):
             if key not in self._processors:
                 self._processors[key] = job_processor(spec)
             proc, shipped = self._processors[key]
-        jr = _JobRun(spec, next(self._job_ids), data, report, proc, shipped, command=command)
+        jr = _JobRun(
+            spec,
+            next(self._job_ids),
+            data,
+            report,
+            proc,
+            shipped,
+            command=command,
+            user=spec.user,
+            group=spec.user_group,
+        )
         self._jobs[jr.job_id] = jr
         self._arrivals.append(jr)
         return jr
@@ -261,7 +271,9 @@ class RuntimeEngine(Serving, PacketStreams, DataMoves):
                 jr.report.status = "running"
                 if self.progress is not None:
                     self.progress.job_started(jr.spec.id, jr.data.length)
-                job = Job(jr.job_id, now, jr.data, user=jr.user, group=jr.group)
+                job = Job(
+                    jr.job_id, now, jr.data, user=jr.user, group=jr.group, priority=jr.spec.priority
+                )
                 self._emit(JobArrived(now, job))
             self._ticks.sort()
             while self._ticks and self._ticks[0] <= now:

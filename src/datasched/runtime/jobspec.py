@@ -63,6 +63,9 @@ JOB_KEYS = frozenset(
         "columns",
         "output",
         "submit_s",
+        "user",
+        "user_group",
+        "priority",
     }
 )
 DEFAULT_KEYS = (JOB_KEYS - {"id"}) | {"output_dir"}
@@ -98,6 +101,15 @@ class JobSpec:
     columns: tuple[str, ...] | None = None
     group: str | None = None
     """The fileset job this dataset's job is part of: the group's jobs write one output."""
+    user: str = "user"
+    """Who runs it: resource scheduling by group priority shares a group's CPU among its
+    users (the core's ``Job.user``)."""
+    user_group: str = "default"
+    """The group its user belongs to, whose priority or quota it runs under (the core's
+    ``Job.group``; not :attr:`group`, which is the fileset grouping)."""
+    priority: float = 0.0
+    """The job's own priority, for policies that order jobs by it (the core's
+    ``Job.priority``)."""
     skipped: tuple[tuple[str, str], ...] = ()
     """Files left out when the jobs file was read (``--skip-bad-files``): (url, reason)."""
     loaded: tuple[Processor, ShippedProcessor] | None = field(
@@ -285,7 +297,22 @@ def _job(ctx: _Context, n: int, raw: Any) -> list[JobSpec]:
         or submit < 0
     ):
         raise err("submit_s", f"expected a number of seconds >= 0, got {submit!r}")
+    owner = {}
+    for name, default in (("user", "user"), ("user_group", "default")):
+        value = job.get(name, default)
+        if not isinstance(value, str) or not value.strip() or "," in value or "=" in value:
+            raise err(name, f"expected a name (no ',' or '='), got {value!r}")
+        owner[name] = value.strip()
+    priority = job.get("priority", 0.0)
+    if (
+        isinstance(priority, bool)
+        or not isinstance(priority, int | float)
+        or not math.isfinite(priority)
+    ):
+        raise err("priority", f"expected a number, got {priority!r}")
     common = {
+        **owner,
+        "priority": float(priority),
         "processor": ref.strip(),
         "output": output,
         "submit_s": float(submit),

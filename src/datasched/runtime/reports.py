@@ -4,16 +4,18 @@ packet (PROOF keeps the same per packet), and the run as a whole."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
     "EngineConfig",
     "EngineListener",
     "JobReport",
     "PacketReport",
+    "PacketSink",
     "PacketStat",
     "ProgressSink",
     "RunReport",
+    "tell_packet",
 ]
 
 
@@ -215,3 +217,17 @@ class EngineListener(Protocol):
     def job_done(self, job: str, status: str, error: str, traceback: str) -> None:
         """The job is over: ``completed``, ``failed`` (``error`` says why) or ``aborted``."""
         ...
+
+
+@runtime_checkable
+class PacketSink(Protocol):
+    """A progress sink that also wants each packet's statistics as its result arrives (the
+    live monitor of ``datasched run``)."""
+
+    def packet_stat(self, stat: PacketStat) -> None: ...
+
+
+def tell_packet(sink: ProgressSink | None, stat: PacketStat) -> None:
+    """Hand ``stat`` to ``sink`` if it takes packets (a plain progress sink does not)."""
+    if isinstance(sink, PacketSink):
+        sink.packet_stat(stat)

@@ -215,6 +215,7 @@ class Serving:
                     "slots": running,
                     "cached_bytes": self.space.bytes_of(cached),
                     "cached_files": len(self.space.files_in(cached)),
+                    "cached_urls": [self.space.files[i].name for i in self.space.files_in(cached)],
                 }
             )
         jobs = [

@@ -34,7 +34,14 @@ from datasched.runtime.batch import JobqueueSpec, open_batch_cluster, wait_for_j
 from datasched.runtime.engine import RuntimeEngine
 from datasched.runtime.jobspec import JobSpec, job_processor
 from datasched.runtime.outputs import merge, write_output
-from datasched.runtime.reports import EngineConfig, JobReport, PacketStat, ProgressSink, RunReport
+from datasched.runtime.reports import (
+    EngineConfig,
+    JobReport,
+    PacketStat,
+    ProgressSink,
+    RunReport,
+    tell_packet,
+)
 from datasched.runtime.space import job_events
 from datasched.runtime.worker import (
     PLUGIN_NAME,
@@ -414,26 +421,26 @@ async def run_dask_map(
                     report.events_processed += b - a
                     report.bytes_from_tertiary += res.bytes_from_tertiary
                     hits += (b - a) if res.source == "cache" else 0
-                    stats.append(
-                        PacketStat(
-                            spec.id,
-                            res.node,
-                            url,
-                            a,
-                            b,
-                            res.source,
-                            res.bytes_from_tertiary,
-                            res.bytes_from_peer,
-                            res.read_s,
-                            res.compute_s,
-                            res.bytes_read,
-                            res.cpu_s,
-                            max(res.started - t0_wall, 0.0),
-                            time.monotonic() - t0,
-                        )
+                    stat = PacketStat(
+                        spec.id,
+                        res.node,
+                        url,
+                        a,
+                        b,
+                        res.source,
+                        res.bytes_from_tertiary,
+                        res.bytes_from_peer,
+                        res.read_s,
+                        res.compute_s,
+                        res.bytes_read,
+                        res.cpu_s,
+                        max(res.started - t0_wall, 0.0),
+                        time.monotonic() - t0,
                     )
+                    stats.append(stat)
                     if progress is not None:
                         progress.advance(spec.id, b - a, res.source == "cache")
+                        tell_packet(progress, stat)
                 accumulators[spec.id] = acc
                 report.status = "completed"
             except Exception as exc:

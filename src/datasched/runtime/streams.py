@@ -28,6 +28,7 @@ from datasched.runtime.reports import (
     PacketReport,
     PacketStat,
     ProgressSink,
+    tell_packet,
 )
 from datasched.runtime.worker import PacketError, PacketResult, PacketSpec, run_packet
 
@@ -407,6 +408,7 @@ class PacketStreams:
             self.listener.packet_done(report)
         if self.progress is not None:
             self.progress.advance(jr.spec.id, n, result.source == "cache")
+            tell_packet(self.progress, stat)
         if jr.command is not None and result.cache_added:
             self._chart(slot.node, result.cache_added)
         if result.cache_added or result.cache_evicted:

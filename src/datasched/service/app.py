@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from fastapi import Request as HttpRequest
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
@@ -23,12 +23,15 @@ from sqlalchemy import func, select
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from datasched import __version__
+from datasched.service import api_whatif
 from datasched.service.api import misc, requests
-from datasched.service.api.deps import Limits, ServiceState
+from datasched.service.api.deps import Limits, ServiceState, current_caller
 from datasched.service.catalog import Catalog
 from datasched.service.contracts import SplitStrategy
 from datasched.service.daemon import Dispatcher, Runner
 from datasched.service.dashboard import router as dashboard_router
+from datasched.service.eta_watch import EtaWatch
+from datasched.service.live import live_snapshot
 from datasched.service.ports import RequestLanguage
 from datasched.service.store.db import Store
 from datasched.service.store.models import Job, Packet
@@ -46,9 +49,16 @@ def build_state(
     limits: Limits | None = None,
     split: SplitStrategy = SplitStrategy.BY_POLICY,
     period_s: float = 0.5,
+    policy: str = "out-of-order",
+    eta_period_s: float | None = 5.0,
 ) -> ServiceState:
-    """The service over ``store``: with a ``runner``, a dispatcher hands it the jobs."""
+    """The service over ``store``: with a ``runner``, a dispatcher hands it the jobs, and
+    every ``eta_period_s`` the simulator predicts each open request's finish under
+    ``policy`` (None: no ETAs)."""
     dispatcher = Dispatcher(store, runner, period_s=period_s) if runner is not None else None
+    eta = None
+    if runner is not None and eta_period_s is not None:
+        eta = EtaWatch(store, runner.cluster, policy=policy, period_s=eta_period_s)
     return ServiceState(
         store=store,
         catalog=Catalog(store),
@@ -57,6 +67,7 @@ def build_state(
         split=split,
         runner=runner,
         dispatcher=dispatcher,
+        eta=eta,
     )
 
 
@@ -82,9 +93,13 @@ def create_app(svc: ServiceState) -> FastAPI:
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         if svc.dispatcher is not None:
             svc.dispatcher.start()
+        if svc.eta is not None:
+            svc.eta.start()
         try:
             yield
         finally:
+            if svc.eta is not None:
+                svc.eta.stop()
             if svc.dispatcher is not None:
                 svc.dispatcher.stop()
 
@@ -101,6 +116,13 @@ def create_app(svc: ServiceState) -> FastAPI:
     app.include_router(requests.router, prefix=API_PREFIX)
     app.include_router(misc.router, prefix=API_PREFIX)
     app.include_router(dashboard_router)
+    # What-if: the simulator over the live state, for any user with a token.
+    app.include_router(api_whatif.router, dependencies=[Depends(current_caller)])
+    if svc.runner is not None:
+        runner = svc.runner
+        app.dependency_overrides[api_whatif.get_snapshot] = lambda: live_snapshot(
+            svc.store, runner.cluster()
+        )
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: HttpRequest, exc: StarletteHTTPException) -> JSONResponse:

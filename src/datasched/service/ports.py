@@ -1,25 +1,29 @@
-"""The daemon's ports to the request language (:mod:`datasched.service.request`): parse a
-request's text, check it against the catalog and the configured roots, split it into
-elementary jobs. :class:`RequestLanguage` is what the API calls; :class:`ContractLanguage`
-reaches the request package through the names of the contract
-(``parse_request``/``check_request``/``split_request``), imported when first used.
+"""The daemon's port to the request language (:mod:`datasched.service.request`): parse a
+request's text, check it against the catalog and the configured roots (which gives its
+files), split it into elementary jobs. :class:`RequestLanguage` is what the API calls;
+:class:`ContractLanguage` is the request package behind it.
 """
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from datasched.service.contracts import (
     CatalogLookup,
     ElementaryJob,
+    FileRef,
     MetaJobRequest,
+    RequestInvalid,
     SplitStrategy,
 )
 
-__all__ = ["ContractLanguage", "RequestLanguage"]
+__all__ = ["ContractLanguage", "RequestLanguage", "count_root_events"]
+
+MIME = {"xml": "application/xml", "yaml": "application/yaml"}
+"""The API's content kinds as the request package's media types."""
 
 
 class RequestLanguage(Protocol):
@@ -28,48 +32,81 @@ class RequestLanguage(Protocol):
 
     def parse(self, text: str, content_type: str, username: str) -> MetaJobRequest: ...
 
-    def check(self, request: MetaJobRequest, catalog: CatalogLookup) -> None: ...
+    def check(self, request: MetaJobRequest, catalog: CatalogLookup) -> list[FileRef]: ...
 
     def split(
         self,
         request: MetaJobRequest,
         request_id: str,
-        catalog: CatalogLookup,
+        files: Sequence[FileRef],
         strategy: SplitStrategy,
     ) -> list[ElementaryJob]: ...
 
 
+def count_root_events(url: str, tree: str | None) -> int:
+    """The entries of ``tree`` in the ROOT file at ``url`` (a file the catalog does not
+    know). Reads the file's header only, with uproot: no user code runs."""
+    from datasched.runtime.dataset import DatasetError, _open_file
+
+    if tree is None:
+        raise ValueError(f"{url}: name the tree to count its events")
+    try:
+        return _open_file(url, tree).n_events
+    except DatasetError as exc:
+        raise ValueError(str(exc)) from exc
+
+
 class ContractLanguage:
-    """:class:`RequestLanguage` by :mod:`datasched.service.request`'s functions; ``roots``
-    are the directories paths in requests are confined to. The calls made:
-    ``parse_request(text, content_type="xml" | "yaml", username=...)``,
-    ``check_request(request, catalog=..., roots=...)`` and ``split_request(request,
-    request_id=..., catalog=..., strategy=...)``; each raises ``RequestInvalid``."""
+    """:class:`RequestLanguage` by :mod:`datasched.service.request`. ``roots`` are the
+    directories that paths in requests must lie under; ``cache_holders`` (optional) tells
+    the ``by-cache`` split which nodes cache each file now; ``max_files_per_job`` is the
+    administrator's cap. A processor is looked for, never imported: user code runs on the
+    workers only."""
 
-    def __init__(self, roots: Sequence[Path] = ()) -> None:
+    def __init__(
+        self,
+        roots: Sequence[Path] = (),
+        *,
+        cache_holders: Callable[[], Mapping[str, Sequence[str]]] | None = None,
+        max_files_per_job: int | None = None,
+        count_events: Callable[[str, str | None], int] | None = count_root_events,
+    ) -> None:
         self.roots = tuple(roots)
-
-    @staticmethod
-    def _fn(name: str) -> Any:
-        return getattr(importlib.import_module("datasched.service.request"), name)
+        self.cache_holders = cache_holders
+        self.max_files_per_job = max_files_per_job
+        self.count_events = count_events
 
     def parse(self, text: str, content_type: str, username: str) -> MetaJobRequest:
-        result: MetaJobRequest = self._fn("parse_request")(
-            text, content_type=content_type, username=username
-        )
-        return result
+        from datasched.service.request import parse_request
 
-    def check(self, request: MetaJobRequest, catalog: CatalogLookup) -> None:
-        self._fn("check_request")(request, catalog=catalog, roots=self.roots)
+        mjr = parse_request(text, MIME.get(content_type, content_type))
+        return mjr if mjr.username else replace(mjr, username=username)
+
+    def check(self, request: MetaJobRequest, catalog: CatalogLookup) -> list[FileRef]:
+        from datasched.service.request import check_request
+
+        files, errors = check_request(
+            request, catalog, roots=self.roots, count_events=self.count_events
+        )
+        if errors:
+            raise RequestInvalid(errors)
+        return files
 
     def split(
         self,
         request: MetaJobRequest,
         request_id: str,
-        catalog: CatalogLookup,
+        files: Sequence[FileRef],
         strategy: SplitStrategy,
     ) -> list[ElementaryJob]:
-        jobs: list[ElementaryJob] = self._fn("split_request")(
-            request, request_id=request_id, catalog=catalog, strategy=strategy
+        from datasched.service.request import split_request
+
+        holders = self.cache_holders() if self.cache_holders is not None else None
+        return split_request(
+            request_id,
+            request,
+            files,
+            strategy,
+            cache_holders=holders,
+            max_files_per_job=self.max_files_per_job,
         )
-        return list(jobs)

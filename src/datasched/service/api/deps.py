@@ -14,6 +14,7 @@ from fastapi import Request as HttpRequest
 from datasched.service.catalog import Catalog
 from datasched.service.contracts import SplitStrategy
 from datasched.service.daemon import Dispatcher, Runner
+from datasched.service.eta_watch import EtaWatch
 from datasched.service.metrics import Metrics
 from datasched.service.ports import RequestLanguage
 from datasched.service.store.db import Store
@@ -75,6 +76,8 @@ class ServiceState:
     split: SplitStrategy = SplitStrategy.BY_POLICY
     runner: Runner | None = None
     dispatcher: Dispatcher | None = None
+    eta: EtaWatch | None = None
+    """Each open request's ETA, refreshed (None: no predictions)."""
     metrics: Metrics = field(default_factory=Metrics)
     bucket: TokenBucket = field(init=False)
 

@@ -100,9 +100,9 @@ def _accept(svc: ServiceState, caller: Caller, text: str, ctype: str) -> tuple[i
             raise RequestInvalid(
                 [FieldError("username", f"{mjr.username!r} is not you ({caller.name!r})")]
             )
-        lang.check(mjr, svc.catalog)
+        files = lang.check(mjr, svc.catalog)
         request_id = ops.new_request_id()
-        jobs = lang.split(mjr, request_id, svc.catalog, mjr.split or svc.split)
+        jobs = lang.split(mjr, request_id, files, mjr.split or svc.split)
         if not jobs:
             raise RequestInvalid([FieldError("input", "selects no file")])
     except RequestInvalid as exc:
@@ -153,6 +153,7 @@ def get_request(request_id: str, svc: StateDep, caller: CallerDep) -> dict[str, 
             "errors": req.errors,
             "jobs": jobs,
             "progress": total_progress,
+            "eta": svc.eta.eta(req.id) if svc.eta is not None else None,
         }
 
 

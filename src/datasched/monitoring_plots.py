@@ -1,0 +1,109 @@
+"""The figures of :mod:`datasched.monitoring`, the same for both engines: the paper's
+Figures 3-4 (active workers over time, and each packet's processing rate by where its data
+lay), and a job's progress over time (events/s, MB/s, active workers per job)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from datasched._files import atomic_write_bytes
+from datasched.monitoring import PacketRow, Progress, active_workers
+
+__all__ = ["plot_packets", "plot_progress"]
+
+STYLE: dict[str, dict[str, Any]] = {
+    "local": {"color": "tab:green", "marker": "o", "ms": 5},
+    "other worker": {"color": "tab:blue", "marker": "s", "ms": 4, "mfc": "none"},
+    "peer": {"color": "tab:blue", "marker": "s", "ms": 4, "mfc": "none"},
+    "non-worker": {"color": "tab:red", "marker": "x", "ms": 4},
+    "tertiary": {"color": "tab:red", "marker": "x", "ms": 4},
+}
+"""Markers that still show when packets of two categories go at the same rate."""
+
+
+def _save(fig: Any, path: Path) -> Path:
+    atomic_write_bytes(path, lambda fh: fig.savefig(fh, format="png", dpi=110))
+    return path
+
+
+def plot_packets(
+    runs: Sequence[tuple[str, Sequence[PacketRow], float]],
+    n_workers: int,
+    path: Path,
+    *,
+    title: str,
+    categories: Sequence[str] = (),
+) -> Path:
+    """One column per run ``(label, rows, end_s)``: active workers over time (a), and every
+    packet's processing rate at its end, by category (b); ``categories`` in legend order
+    (default: as they appear)."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(5.5 * len(runs), 7.5), layout="constrained")
+    axes = fig.subplots(2, len(runs), squeeze=False, sharex=True)
+    t_max = max((end for _, _, end in runs), default=1.0)
+    rate_max = 0.0
+    for col, (label, rows, end_s) in enumerate(runs):
+        top, bottom = axes[0][col], axes[1][col]
+        steps = active_workers(rows)
+        xs = [0.0] + [t for t, _ in steps]
+        ys = [0] + [n for _, n in steps]
+        top.step(xs, ys, where="post", color="k")
+        top.axhline(n_workers / 2, ls=":", color="0.5")
+        top.set_ylim(0, n_workers + 1)
+        top.set_title(f"{label}: {end_s:,.0f} s")
+        top.set_ylabel("active workers")
+        cats = list(categories) or list(dict.fromkeys(p.category for p in rows))
+        for cat in cats:
+            mine = [p for p in rows if p.category == cat and p.processing_s > 0]
+            rates = [p.n_bytes / p.processing_s / 1e6 for p in mine]
+            rate_max = max([rate_max, *rates])
+            style = STYLE.get(cat, {"color": "0.4", "marker": ".", "ms": 4})
+            bottom.plot(
+                [p.end_s for p in mine],
+                rates,
+                ls="none",
+                label=cat,
+                color=style["color"],
+                marker=style["marker"],
+                ms=style["ms"],
+                mfc=style.get("mfc", style["color"]),
+            )
+        bottom.set_xlabel("time [s]")
+        bottom.set_ylabel("packet processing rate [MB/s]")
+        bottom.set_xlim(0, t_max * 1.02)
+        bottom.legend(fontsize="small")
+    for col in range(len(runs)):
+        axes[1][col].set_ylim(0, rate_max * 1.1 or 1.0)
+    fig.suptitle(title)
+    return _save(fig, path)
+
+
+def plot_progress(by_job: Mapping[str, Sequence[Progress]], path: Path, *, title: str) -> Path:
+    """Each job's events/s, MB/s and active workers over time, one line a job."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(8, 8), layout="constrained")
+    axes = fig.subplots(3, 1, sharex=True)
+    for job, rows in by_job.items():
+        xs = [r.start_s for r in rows]
+        for ax, ys in zip(
+            axes,
+            (
+                [r.events_per_s for r in rows],
+                [r.mb_per_s for r in rows],
+                [r.active_workers for r in rows],
+            ),
+            strict=True,
+        ):
+            ax.step(xs, ys, where="post", label=job)
+    for ax, label in zip(axes, ("events/s", "MB/s", "active workers"), strict=True):
+        ax.set_ylabel(label)
+        ax.set_ylim(bottom=0)
+    axes[-1].set_xlabel("time [s]")
+    if 1 < len(by_job) <= 12:
+        axes[0].legend(fontsize="small")
+    fig.suptitle(title)
+    return _save(fig, path)

@@ -1,0 +1,133 @@
+"""Each request's ETA, refreshed as the run goes (issue 18, item 11): every ``period_s`` while
+requests are open, the simulator predicts the live snapshot (:mod:`datasched.service.live`)
+under the daemon's policy, and each open request's predicted finish is kept in its
+:class:`~datasched.service.eta.EtaRecord`. When a request ends, its record takes the real end
+(the store's time of its last change), and from then on says how wrong each prediction was.
+
+Records live in the daemon's memory: a restarted daemon predicts again from its restart.
+Times are the daemon's wall clock (seconds since the epoch).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from datetime import UTC
+from typing import Any
+
+from sqlalchemy import select
+
+from datasched.service.contracts import JobState
+from datasched.service.eta import EtaRecord, median_abs_relative_error
+from datasched.service.live import live_snapshot
+from datasched.service.store.db import Store
+from datasched.service.store.models import Request
+from datasched.service.whatif import predict
+
+__all__ = ["EtaWatch"]
+
+log = logging.getLogger(__name__)
+
+_FINAL = tuple(s.value for s in JobState if s.final)
+
+
+class EtaWatch:
+    """Predicts every open request's finish under ``policy`` every ``period_s`` seconds;
+    ``cluster`` gives the runner's description of the cluster."""
+
+    def __init__(
+        self,
+        store: Store,
+        cluster: Callable[[], Mapping[str, Any]],
+        *,
+        policy: str = "out-of-order",
+        period_s: float = 5.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.cluster = cluster
+        self.policy = policy
+        self.period_s = period_s
+        self.clock = clock
+        self.records: dict[str, EtaRecord] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def refresh(self) -> int:
+        """Predict now; how many open requests got a new ETA."""
+        snapshot = live_snapshot(self.store, self.cluster())
+        now = self.clock()
+        self._close_ended()
+        if not snapshot.jobs or not snapshot.nodes:
+            return 0
+        prediction = predict(snapshot, self.policy)
+        n = 0
+        with self._lock:
+            for request_id, eta in prediction.requests.items():
+                if eta is None:
+                    continue
+                record = self.records.setdefault(request_id, EtaRecord(request_id))
+                if record.actual_finish is None:
+                    record.predict(now, now + eta)  # an ETA counts from the snapshot
+                    n += 1
+        return n
+
+    def _close_ended(self) -> None:
+        with self._lock:
+            waiting = [rid for rid, r in self.records.items() if r.actual_finish is None]
+        if not waiting:
+            return
+        with self.store.reading() as s:
+            ended = s.execute(
+                select(Request.id, Request.updated).where(
+                    Request.id.in_(waiting), Request.state.in_(_FINAL)
+                )
+            ).all()
+        with self._lock:
+            for request_id, updated in ended:
+                at = updated if updated.tzinfo is not None else updated.replace(tzinfo=UTC)
+                self.records[request_id].finish(at.timestamp())
+
+    def eta(self, request_id: str) -> dict[str, Any] | None:
+        """A request's latest predicted finish and, once it ended, each prediction's error
+        (None: never predicted)."""
+        with self._lock:
+            record = self.records.get(request_id)
+            if record is None or not record.predictions:
+                return None
+            at, finish = record.predictions[-1]
+            return {
+                "policy": self.policy,
+                "predicted_at": at,
+                "predicted_finish": finish,
+                "seconds_left": None if record.actual_finish else max(finish - self.clock(), 0.0),
+                "actual_finish": record.actual_finish,
+                "error_at_submission_s": record.at_submission,
+                "predictions": len(record.predictions),
+            }
+
+    def median_error(self) -> float | None:
+        """The median absolute relative error of the first ETA over the requests ended."""
+        with self._lock:
+            return median_abs_relative_error(list(self.records.values()))
+
+    # -- the thread ----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="eta", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.period_s):
+            try:
+                self.refresh()
+            except Exception:  # a prediction that fails must not stop the daemon
+                log.exception("predicting the ETAs failed")
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
