@@ -16,6 +16,7 @@ from fastapi.testclient import TestClient
 
 from datasched.service.app import create_app
 from datasched.service.dashboard.plot import progress_plot
+from datasched.service.dashboard.routes import render
 from datasched.service.dashboard.views import PacketRow, node_rows
 from datasched.service.store.db import Store
 
@@ -158,6 +159,7 @@ def test_nodes_are_read_from_the_runtimes_view_and_from_a_plain_one() -> None:
                 "slots": [{"slot": 0, "job": "r.0"}, {"slot": 1, "job": None}],
                 "slots_total": 2,
                 "cached_bytes": 250,
+                "cached_files": 3,
                 "cache_capacity_bytes": 1000,
             },
             {"name": "w2", "up": False, "slots": [], "slots_total": 2, "cached_bytes": 0},
@@ -165,10 +167,15 @@ def test_nodes_are_read_from_the_runtimes_view_and_from_a_plain_one() -> None:
     }
     w1, w2 = node_rows(runtime)
     assert (w1.slots_busy, w1.slots_total, w1.cache_fill, w1.running) == (1, 2, 0.25, ("r.0",))
-    assert (w2.up, w2.slots_busy, w2.cache_fill) == (False, 0, None)
+    assert w1.cached_files == 3
+    html = render("cluster.html", nodes=[w1, w2], queue=[], policy="farm", has_runner=True)
+    assert "Policy: <strong>farm</strong>" in html and "(3 files)" in html
+    assert '<tr data-node="w2" class="down">' in html and "w2 (down)" in html
+    assert (w2.up, w2.slots_busy, w2.cache_fill, w2.cached_files) == (False, 0, None, None)
     plain_view = {"nodes": [{"name": "n", "slots": 4, "cache_fill": 0.5, "running": ["a"]}]}
     (plain,) = node_rows(plain_view)
     assert (plain.slots_busy, plain.slots_total, plain.cache_fill) == (1, 4, 0.5)
+    assert plain.cached_files is None
     assert node_rows({}) == []
 
 

@@ -21,7 +21,7 @@ import pytest
 from dash_support import REQUEST, GatedRunner, dashboard_service
 
 from datasched.service.app import create_app
-from datasched.service.dashboard.screenshot import capture, chromium_path, launch_chromium, login
+from datasched.service.dashboard.shot import capture, chromium_path, launch_chromium, login
 from datasched.service.store.db import Store
 
 TIMEOUT_MS = 15_000

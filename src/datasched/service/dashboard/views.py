@@ -57,7 +57,8 @@ class Progress:
 @dataclass(frozen=True, slots=True)
 class NodeRow:
     """A node as the runner reports it: its slots (busy of total), its cache fill (0–1, or
-    None when the runner does not say) and the jobs it runs."""
+    None when the runner does not say), the jobs it runs and the files its cache holds
+    (None when not said)."""
 
     name: str
     up: bool
@@ -65,6 +66,7 @@ class NodeRow:
     slots_total: int
     cache_fill: float | None
     running: tuple[str, ...]
+    cached_files: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +137,7 @@ def _int(value: Any, default: int = 0) -> int:
 def node_rows(view: Mapping[str, Any]) -> list[NodeRow]:
     """The nodes of a runner's cluster view. Two shapes are read: the runtime's (``slots``
     a list of ``{slot, job}``, ``slots_total``, ``cached_bytes`` of
-    ``cache_capacity_bytes``) and a plain one (``slots`` a count, ``cache_fill``,
+    ``cache_capacity_bytes``, ``cached_files``) and a plain one (``slots`` a count, ``cache_fill``,
     ``running`` a list of job ids)."""
     rows = []
     for node in view.get("nodes") or []:
@@ -160,6 +162,7 @@ def node_rows(view: Mapping[str, Any]) -> list[NodeRow]:
                 slots_total=max(total, len(running)),
                 cache_fill=min(1.0, max(0.0, float(fill))) if fill is not None else None,
                 running=tuple(running),
+                cached_files=_int(node["cached_files"]) if "cached_files" in node else None,
             )
         )
     return rows

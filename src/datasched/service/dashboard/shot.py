@@ -1,7 +1,8 @@
 """A screenshot of a running dashboard, taken in headless Chromium through Playwright (the
 system's Chromium, Debian's ``chromium``: Playwright's own browsers are not needed): it
 logs in with a token through the form, opens a request if asked, waits for the fragments
-and writes a PNG of the whole page. For the demo and the docs; the end-to-end test uses it.
+and writes a PNG of the whole page. For ``datasched demo-service`` and the docs; the
+end-to-end test uses it.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ __all__ = [
     "chromium_path",
     "launch_chromium",
     "login",
-    "screenshot",
+    "take_screenshot",
 ]
 
 CHROMIUM_ARGS = (
@@ -59,7 +60,7 @@ def login(page: Any, base_url: str, token: str, *, period_ms: int = 1000) -> Non
     page.wait_for_selector("#whoami .user")
 
 
-def screenshot(
+def take_screenshot(
     base_url: str,
     token: str,
     path: Path,
@@ -93,7 +94,7 @@ def capture(
     request_id: str | None = None,
     width: int = 1200,
 ) -> Path:
-    """:func:`screenshot` in a browser already launched (in a page of its own)."""
+    """:func:`take_screenshot` in a browser already launched (in a page of its own)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     page = browser.new_page(viewport={"width": width, "height": 800})
     try:
