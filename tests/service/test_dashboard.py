@@ -14,10 +14,11 @@ import pytest
 from dash_support import REQUEST, dashboard_service
 from fastapi.testclient import TestClient
 
+from datasched.service.api.deps import ServiceState
 from datasched.service.app import create_app
 from datasched.service.dashboard.plot import progress_plot
 from datasched.service.dashboard.routes import render
-from datasched.service.dashboard.views import PacketRow, node_rows
+from datasched.service.dashboard.views import PacketRow, eta_text, node_rows
 from datasched.service.store.db import Store
 
 
@@ -25,6 +26,7 @@ from datasched.service.store.db import Store
 class Dash:
     client: TestClient
     tokens: dict[str, str]
+    svc: ServiceState
 
     def h(self, who: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.tokens[who]}"}
@@ -55,7 +57,7 @@ class Dash:
 def dash(sqlite_store: Store) -> Iterator[Dash]:
     svc, tokens = dashboard_service(sqlite_store)
     with TestClient(create_app(svc)) as client:
-        yield Dash(client, tokens)
+        yield Dash(client, tokens, svc)
         root = {"Authorization": f"Bearer {tokens['root']}"}
         for r in client.get("/api/v1/requests", headers=root).json()["requests"]:
             client.delete(f"/api/v1/requests/{r['id']}", headers=root)  # end bob's held jobs
@@ -208,3 +210,28 @@ def test_each_request_in_the_list_shows_its_own_progress(dash: Dash) -> None:
     assert "— (refused)" in rows[refused] and "<progress" not in rows[refused]
     # Newest first.
     assert listing.index(refused) < listing.index(held) < listing.index(done)
+
+
+def test_etas_in_words() -> None:
+    assert eta_text(None) == "—"
+    assert eta_text({"seconds_left": 12.4, "error_at_submission_s": None}) == "12 s left"
+    # error = predicted finish - actual finish: positive, it ended before the first ETA.
+    early = {"seconds_left": None, "error_at_submission_s": 5.5}
+    assert eta_text(early) == "ended 5.5 s before its first ETA"
+    late = {"seconds_left": None, "error_at_submission_s": -11.3}
+    assert eta_text(late) == "ended 11.3 s after its first ETA"
+
+
+def test_the_daemons_eta_is_shown_in_the_list_and_on_the_request(
+    dash: Dash, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rid = dash.submit("bob")["id"]  # held running
+    dash.wait("bob", rid, "running")
+    assert dash.svc.eta is not None
+    etas = {rid: {"seconds_left": 42.0, "error_at_submission_s": None}}
+    monkeypatch.setattr(dash.svc.eta, "eta", etas.get)
+    row = dash.get("bob", "requests").text.split(f'<tr data-request="{rid}"', 1)[1]
+    assert '<td class="eta">42 s left</td>' in row.split("</tr>", 1)[0]
+    detail = dash.get("bob", f"requests/{rid}").text
+    policy = dash.svc.eta.policy
+    assert f'<dd class="eta">42 s left (the simulator, under {policy})</dd>' in detail

@@ -17,6 +17,7 @@ from datasched.service.api.deps import CallerDep, StateDep, not_found
 from datasched.service.contracts import JobState
 from datasched.service.dashboard.plot import progress_plot
 from datasched.service.dashboard.views import (
+    eta_text,
     job_rows,
     node_rows,
     packet_rows,
@@ -132,7 +133,7 @@ def requests(svc: StateDep, caller: CallerDep) -> HTMLResponse:
     """The caller's newest requests (an administrator's: everyone's), with progress."""
     with svc.store.reading() as s:
         found = ops.list_requests(s, caller, limit=REQUESTS_SHOWN)
-        rows = request_rows(s, found)
+        rows = request_rows(s, found, svc.eta.eta if svc.eta is not None else None)
     return _fragment("requests.html", requests=rows, caller=caller, shown=REQUESTS_SHOWN)
 
 
@@ -156,5 +157,7 @@ def request(request_id: str, svc: StateDep, caller: CallerDep) -> HTMLResponse:
             "packets": packets[-PACKETS_SHOWN:],
             "packets_hidden": max(0, len(packets) - PACKETS_SHOWN),
             "plot": progress_plot(packets, progress.events_total) if packets else None,
+            "eta": eta_text(svc.eta.eta(req.id)) if svc.eta is not None else "—",
+            "eta_policy": svc.eta.policy if svc.eta is not None else None,
         }
         return _fragment("request.html", **context)

@@ -5,7 +5,7 @@ statistics. No HTML here: the templates draw these rows."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -18,12 +18,14 @@ from datasched.service.store import ops
 from datasched.service.store.models import Job, Packet, Request
 
 __all__ = [
+    "EtaLookup",
     "JobRow",
     "NodeRow",
     "PacketRow",
     "PacketStats",
     "Progress",
     "RequestRow",
+    "eta_text",
     "job_rows",
     "node_rows",
     "packet_rows",
@@ -71,7 +73,7 @@ class NodeRow:
 
 @dataclass(frozen=True, slots=True)
 class RequestRow:
-    """A request in the list: its summary and its progress."""
+    """A request in the list: its summary, its progress and its ETA in words."""
 
     id: str
     owner: str
@@ -80,6 +82,7 @@ class RequestRow:
     final: bool
     created: datetime
     progress: Progress
+    eta: str = "—"
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,9 +219,28 @@ def request_progress(jobs: Sequence[JobRow]) -> Progress:
     )
 
 
-def request_rows(s: Session, requests: Sequence[Request]) -> list[RequestRow]:
-    """The requests with their progress, read in two queries whatever their number (the
-    list is refreshed every second)."""
+EtaLookup = Callable[[str], Mapping[str, Any] | None]
+"""A request's ETA by its id, as the daemon's ETA watch gives it (None: not predicted)."""
+
+
+def eta_text(eta: Mapping[str, Any] | None) -> str:
+    """An ETA in words: the seconds left while the request runs; once it ended, how far its
+    first prediction was from the end; a dash when never predicted."""
+    if not eta:
+        return "—"
+    left, error = eta.get("seconds_left"), eta.get("error_at_submission_s")
+    if left is not None:
+        return f"{left:.0f} s left"
+    if error is not None:  # error = predicted finish - actual finish
+        return f"ended {abs(error):.1f} s {'before' if error >= 0 else 'after'} its first ETA"
+    return "—"
+
+
+def request_rows(
+    s: Session, requests: Sequence[Request], eta: EtaLookup | None = None
+) -> list[RequestRow]:
+    """The requests with their progress (read in two queries whatever their number: the
+    list is refreshed every second) and, given the daemon's ``eta``, their ETAs."""
     ids = [r.id for r in requests]
     jobs: dict[str, list[Job]] = {i: [] for i in ids}
     if ids:
@@ -234,6 +256,7 @@ def request_rows(s: Session, requests: Sequence[Request]) -> list[RequestRow]:
             final=JobState(r.state).final,
             created=r.created,
             progress=request_progress([rows[j.id] for j in jobs[r.id]]),
+            eta=eta_text(eta(r.id)) if eta is not None else "—",
         )
         for r in requests
     ]
