@@ -15,11 +15,12 @@ from dash_support import REQUEST, dashboard_service
 from fastapi.testclient import TestClient
 
 from datasched.service.api.deps import ServiceState
-from datasched.service.app import create_app
+from datasched.service.app import build_state, create_app
 from datasched.service.dashboard.plot import progress_plot
 from datasched.service.dashboard.routes import render
 from datasched.service.dashboard.views import PacketRow, eta_text, node_rows
 from datasched.service.store.db import Store
+from datasched.service.users import add_user
 
 
 @dataclass
@@ -136,6 +137,8 @@ def test_a_running_request_offers_cancel_and_the_queue_counts_its_jobs(dash: Das
         assert time.monotonic() < deadline, cluster
         time.sleep(0.02)
     assert '<tr data-node="node-0">' in cluster and "50%" in cluster
+    group = cluster.split('<tr data-group="physics">', 1)[1].split("</tr>", 1)[0]
+    assert '<td data-count="waiting">0</td><td data-count="running">2</td>' in group
     assert dash.client.delete(f"/api/v1/requests/{rid}", headers=dash.h("bob")).status_code == 200
     dash.wait("bob", rid, "aborted")
     assert 'data-state="aborted"' in dash.get("bob", "requests").text
@@ -235,3 +238,26 @@ def test_the_daemons_eta_is_shown_in_the_list_and_on_the_request(
     detail = dash.get("bob", f"requests/{rid}").text
     policy = dash.svc.eta.policy
     assert f'<dd class="eta">42 s left (the simulator, under {policy})</dd>' in detail
+
+
+def test_without_a_runner_the_groups_queues_wait_highest_priority_first(
+    sqlite_store: Store,
+) -> None:
+    svc, tokens = dashboard_service(sqlite_store)
+    svc = build_state(sqlite_store, svc.language)  # no runner: the jobs wait
+    with sqlite_store.session() as s:
+        add_user(s, "cy", "heavy-ion", group_priority=5.0)
+        tokens["cy"] = add_user(s, "cy", "heavy-ion", new_token=True)
+    with TestClient(create_app(svc)) as client:
+        dash = Dash(client, tokens, svc)
+        dash.submit("ann")
+        dash.submit("bob")
+        dash.submit("cy")
+        cluster = dash.get("root", "cluster").text
+    assert "No runner" in cluster and "No node reported." in cluster
+    assert '<td data-state="pending">6</td>' in cluster
+    assert cluster.index('data-group="heavy-ion"') < cluster.index('data-group="physics"')
+    physics = cluster.split('<tr data-group="physics">', 1)[1].split("</tr>", 1)[0]
+    assert '<td data-count="waiting">4</td><td data-count="running">0</td>' in physics
+    heavy = cluster.split('<tr data-group="heavy-ion">', 1)[1].split("</tr>", 1)[0]
+    assert "<td>5</td>" in heavy and '<td data-count="waiting">2</td>' in heavy

@@ -18,6 +18,7 @@ from datasched.service.contracts import JobState
 from datasched.service.dashboard.plot import progress_plot
 from datasched.service.dashboard.views import (
     eta_text,
+    group_queues,
     job_rows,
     node_rows,
     packet_rows,
@@ -115,12 +116,15 @@ def whoami(caller: CallerDep) -> HTMLResponse:
 
 @router.get("/dashboard/fragments/cluster")
 def cluster(svc: StateDep, caller: CallerDep) -> HTMLResponse:
-    """The nodes (slots, cache fill, what each runs) and the queue of elementary jobs."""
+    """The nodes (slots, cache fill, what each runs), the elementary jobs by state, and
+    each group's queue."""
     view = dict(svc.runner.cluster()) if svc.runner is not None else {"nodes": []}
     with svc.store.reading() as s:
         queue = queue_counts(s)
+        groups = group_queues(s)
     return _fragment(
         "cluster.html",
+        groups=groups,
         nodes=node_rows(view),
         queue=queue,
         policy=view.get("policy"),

@@ -15,10 +15,11 @@ from sqlalchemy.orm import Session
 
 from datasched.service.contracts import JobState
 from datasched.service.store import ops
-from datasched.service.store.models import Job, Packet, Request
+from datasched.service.store.models import Group, Job, Packet, Request, User
 
 __all__ = [
     "EtaLookup",
+    "GroupQueue",
     "JobRow",
     "NodeRow",
     "PacketRow",
@@ -26,6 +27,7 @@ __all__ = [
     "Progress",
     "RequestRow",
     "eta_text",
+    "group_queues",
     "job_rows",
     "node_rows",
     "packet_rows",
@@ -175,6 +177,45 @@ def queue_counts(s: Session) -> list[tuple[str, int]]:
     """Elementary jobs by state, every state listed (0 where none)."""
     counts = dict(s.execute(select(Job.state, func.count()).group_by(Job.state)).all())
     return [(str(state), int(counts.get(state.value, 0))) for state in QUEUE_ORDER]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupQueue:
+    """A group's queue (PROOF §3's groups): its priority (the dispatcher hands the pending
+    jobs of the highest first) and quota, and its elementary jobs waiting (pending,
+    submitted, queued) and running."""
+
+    group: str
+    priority: float
+    quota: float
+    waiting: int
+    running: int
+
+
+_WAITING = (JobState.PENDING.value, JobState.SUBMITTED.value, JobState.QUEUED.value)
+
+
+def group_queues(s: Session) -> list[GroupQueue]:
+    """The groups with jobs waiting or running, highest priority first."""
+    rows = s.execute(
+        select(Group.name, Group.priority, Group.quota, Job.state, func.count())
+        .select_from(Job)
+        .join(Request, Job.request_id == Request.id)
+        .join(User, Request.owner_id == User.id)
+        .join(Group, User.group_id == Group.id)
+        .where(Job.state.in_([*_WAITING, JobState.RUNNING.value]))
+        .group_by(Group.name, Group.priority, Group.quota, Job.state)
+    ).all()
+    counts: dict[tuple[str, float, float], list[int]] = {}
+    for name, priority, quota, state, n in rows:
+        entry = counts.setdefault((name, float(priority), float(quota)), [0, 0])
+        entry[0 if state in _WAITING else 1] += int(n)
+    return [
+        GroupQueue(name, priority, quota, waiting, running)
+        for (name, priority, quota), (waiting, running) in sorted(
+            counts.items(), key=lambda kv: (-kv[0][1], kv[0][0])
+        )
+    ]
 
 
 def _events_total(job: Job) -> int:
