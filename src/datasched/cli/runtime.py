@@ -26,7 +26,13 @@ from rich.table import Table
 
 from datasched.cli.app import app
 from datasched.cli.common import err, fail, out, print_json, size
-from datasched.cli.options import ParamOpt, SlotsOpt, policy_params_of, with_policy_options
+from datasched.cli.options import (
+    ParamOpt,
+    ReplicateHotOpt,
+    SlotsOpt,
+    policy_params_of,
+    with_policy_options,
+)
 from datasched.policies import UnknownPolicyError, get_policy
 
 if TYPE_CHECKING:
@@ -173,6 +179,7 @@ def cluster_options(
     scheduler: str | None,
     tertiary_mb_s: float | None,
     slots: int = 1,
+    replicate_hot: int | None = None,
 ) -> Any:
     from datasched.runtime.session import ClusterOptions
 
@@ -184,6 +191,8 @@ def cluster_options(
         fail(f"--cache-gb: must not be negative, got {cache_gb}")
     if tertiary_mb_s is not None and not tertiary_mb_s > 0:
         fail(f"--tertiary-mb-s: must be positive, got {tertiary_mb_s}")
+    if replicate_hot is not None and replicate_hot < 1:
+        fail(f"--replicate-hot: must be at least 1, got {replicate_hot}")
     return ClusterOptions(
         workers=workers,
         slots=slots,
@@ -191,6 +200,7 @@ def cluster_options(
         cache_root=cache_dir,
         scheduler_address=scheduler,
         tertiary_bytes_per_s=tertiary_mb_s * 1e6 if tertiary_mb_s else None,
+        replicate_hot=replicate_hot,
     )
 
 
@@ -247,6 +257,7 @@ def run(
     cache_dir: CacheDirOption = Path(".datasched-cache"),
     scheduler: SchedulerOption = None,
     tertiary_mb_s: TertiaryOption = None,
+    replicate_hot: ReplicateHotOpt = None,
     packet_s: Annotated[
         float, typer.Option("--packet-s", help="Aimed seconds of work per packet.")
     ] = 2.0,
@@ -319,7 +330,9 @@ def run(
             fail(f"--maxchunks: must be at least 1, got {maxchunks}")
         if report_dir is not None and report_dir.exists() and not report_dir.is_dir():
             fail(f"--report: {report_dir} exists and is not a directory")
-        opts = cluster_options(workers, cache_gb, cache_dir, scheduler, tertiary_mb_s, slots)
+        opts = cluster_options(
+            workers, cache_gb, cache_dir, scheduler, tertiary_mb_s, slots, replicate_hot
+        )
         if scheduler is None:  # the embedded cluster's caches are on this machine: check now
             from datasched.runtime.session import check_cache_root
 

@@ -24,9 +24,11 @@ from typing import Any
 from distributed import Client, LocalCluster
 
 from datasched.core.data import DataSpace
+from datasched.core.hot import HotReplicator
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import CostModel, Pipelining, Topology
 from datasched.core.packets import PacketSizing
+from datasched.core.policy import ParamError
 from datasched.core.scheduler import Scheduler
 from datasched.policies import build_policy
 from datasched.runtime.engine import RuntimeEngine
@@ -90,6 +92,9 @@ class ClusterOptions:
     scheduler_address: str | None = None
     tertiary_bytes_per_s: float | None = None
     memory_limit: str = "2GiB"
+    replicate_hot: int | None = None
+    """Replicate files read by this many jobs between worker caches, beside the policy
+    (:class:`~datasched.core.hot.HotReplicator`; None: off)."""
 
     def __post_init__(self) -> None:
         if self.workers < 1:
@@ -100,6 +105,11 @@ class ClusterOptions:
             raise ValueError(f"cache_gb: must not be negative, got {self.cache_bytes!r}")
         if self.tertiary_bytes_per_s is not None and not self.tertiary_bytes_per_s > 0:
             raise ValueError("tertiary_mb_s: must be positive")
+        if self.replicate_hot is not None:
+            try:
+                HotReplicator(self.replicate_hot)
+            except ParamError as exc:
+                raise ValueError(f"replicate_hot: {exc.reason}") from None
 
 
 @asynccontextmanager
@@ -277,7 +287,8 @@ def build_scheduler(
     built = build_policy(policy, **(policy_params or {}))
     if packets is not None:
         built.packet_sizing = packets
-    return Scheduler(topology, space, built, cost=calibration.cost)
+    hot = None if opts.replicate_hot is None else HotReplicator(opts.replicate_hot)
+    return Scheduler(topology, space, built, cost=calibration.cost, replicator=hot)
 
 
 async def run_jobs(
