@@ -34,6 +34,7 @@ class View:
         self.directory = CacheDirectory(n_nodes)
         self.nodes = list(range(n_nodes))
         self.node_running = [0] * n_nodes
+        self.running: dict[int, Any] = {}
         self.moving: dict[int, list[IntervalSet]] = {}
         self.out: list[Replicate] = []
 
@@ -133,6 +134,19 @@ def test_source_and_target_rules() -> None:
     fired = read(hot, view, 2, F0, 2.0)
     # Source: the less loaded holder (3); target: the only node with room (2), though busy.
     assert fired == [Replicate(3, 2, F0)]
+
+
+def test_no_copy_to_a_node_whose_own_subjob_reads_the_file() -> None:
+    view = View(n_nodes=3)
+    view.directory.add(0, F0)
+
+    class Run:
+        subjob = Subjob(99, 9, F0.clip(4, 8))
+
+    view.running[1] = Run()  # slot 1 is node 1's
+    view.node_running = [0, 0, 1]  # (loads set apart: node 1 would win on load alone)
+    hot = HotReplicator(1)
+    assert read(hot, view, 1, F0, 1.0) == [Replicate(0, 2, F0)]
 
 
 def test_nothing_to_copy_from_or_to() -> None:

@@ -24,7 +24,8 @@ The rules, with their parameters (declared once, :data:`HOT_PARAMS`):
 * **Source**: a live node holding the whole file, the least loaded (running subjobs per
   slot), then the lowest id.
 * **Target** (the paper's DataLeastLoaded; §5.3 found no difference from DataRandom): a live
-  node with slots that neither holds nor is fetching the file, with room for it in its cache
+  node with slots that neither holds nor is fetching the file, nor runs a subjob reading it
+  (that subjob brings it, or reads it from storage), with room for it in its cache
   *without evicting anything* (capacity less what it caches and what is on its way); the
   least loaded first, then the most free bytes, then the lowest id. Replicas are ordinary
   cache content afterwards: evictable like any other, never pinned. Because nothing is
@@ -220,6 +221,8 @@ class HotReplicator:
             slots = len(sched.slots_of(node))
             if slots == 0 or node in holders or sched.fetching(node).overlaps(events):
                 continue
+            if self._reading(sched, node, events):
+                continue  # its own subjob brings the file (or reads it from storage)
             used = space.cached_bytes(sched.directory.content(node))
             used += space.cached_bytes(sched.fetching(node))
             free = sched.topology.nodes[node].cache_bytes - used
@@ -229,6 +232,15 @@ class HotReplicator:
             if best is None or key < best:
                 best = key
         return None if best is None else best[2]
+
+    @staticmethod
+    def _reading(sched: SchedulerView, node: int, events: IntervalSet) -> bool:
+        running = sched.running
+        for slot in sched.slots_of(node):
+            r = running.get(slot)
+            if r is not None and r.subjob.data.overlaps(events):
+                return True
+        return False
 
     @staticmethod
     def _load(sched: SchedulerView, node: int) -> float:
