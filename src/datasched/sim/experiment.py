@@ -261,6 +261,8 @@ def simulate(
         wall_s=wall,
         file_gb=config.file_gb,
     )
+    if sched.replicator is not None:
+        summary = replace(summary, replications=sched.replicator.replications)
     return summary, run
 
 
