@@ -6,7 +6,7 @@ For each policy, two runs on the same cluster with cold caches (replication off,
 included, driven by the simulated engine), and the ratios on/off in the same invocation:
 
     python benchmarks/hot_replication.py [--policies farm,out-of-order] [--threshold 2]
-        [--workers 4] [--tertiary-mb-s 0.25] [--data out/demo-data] [--json]
+        [--workers 4] [--tertiary-mb-s 0.25] [--data out/demo-data] [--own-defaults] [--json]
 
 A ratio below 1 means replication made the run faster. Replication's own copies are not
 packets, so their bytes are not in the packets' tertiary and peer figures; ``replications``
@@ -116,6 +116,12 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--tertiary-mb-s", type=float, default=0.25)
     parser.add_argument("--data", type=Path, default=Path("out/demo-data"))
+    parser.add_argument(
+        "--own-defaults",
+        action="store_true",
+        help="run each policy with its own defaults, not the demo's parameters (out-of-order "
+        "then has no peer reads)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
     catalog = args.data / "catalog.yaml"
@@ -136,7 +142,7 @@ def main() -> None:
         cores = usable_cores()
         sim_cal = shared_cores(calibration, args.workers, cores)
         for policy in args.policies.split(","):
-            params = DEMO_POLICY_PARAMS.get(policy, {})
+            params = {} if args.own_defaults else DEMO_POLICY_PARAMS.get(policy, {})
             rows: dict[str, Any] = {}
             for label, hot in (("off", None), ("on", args.threshold)):
                 o = replace(opts, replicate_hot=hot)
