@@ -18,8 +18,12 @@ demo: venv
 	$(BIN)/datasched demo
 	$(BIN)/datasched demo-service
 
+# The tests run in two processes (pytest-xdist), each test module in one of them, so that a
+# module's shared fixtures (a cluster, a quick reproduction) are built once.
+TEST_PROCESSES ?= 2
+
 test: venv lint
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_PROCESSES) --dist loadscope
 
 lint: venv
 	$(BIN)/ruff check src tests benchmarks

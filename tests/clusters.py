@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from datasched.core.data import DataSpace, FileSpec
+from datasched.core.hot import HotReplicator
 from datasched.core.model import CostModel, Link, Node, Pipelining, Topology, node_endpoint
 from datasched.core.scheduler import Scheduler
 from datasched.policies import build_policy
@@ -54,8 +55,11 @@ def scheduler(
     data: DataSpace | None = None,
     pipelining: Pipelining = Pipelining.NONE,
     params: dict[str, Any] | None = None,
+    hot: int | None = None,
 ) -> Scheduler:
-    """A scheduler of ``nodes`` uniform nodes with caches of ``cache_events`` events."""
+    """A scheduler of ``nodes`` uniform nodes with caches of ``cache_events`` events;
+    ``hot`` switches hot-file replication on beside the policy, at that threshold (one
+    replication in flight per node, so that small scenarios see several at once)."""
     topology = Topology.uniform(nodes, cache_events * EVENT_BYTES, slots=slots)
     return Scheduler(
         topology,
@@ -63,6 +67,7 @@ def scheduler(
         build_policy(policy, **(params or {})),
         cost=CostModel(pipelining=pipelining),
         min_subjob_events=min_subjob,
+        replicator=None if hot is None else HotReplicator(hot, max_in_flight=nodes),
     )
 
 

@@ -348,6 +348,7 @@ def test_trace_round_trip(tmp_path: Path) -> None:
         (["sim", "--file-gb", "-1"], "--file-gb: must be zero or positive"),
         (["sim", "--node-mtbf-h", "-1"], "--node-mtbf-h: must be a positive number"),
         (["sim", "--node-mtbf-h", "5", "--node-repair-h", "-1"], "--node-repair-h: must be"),
+        (["sim", "--replicate-hot", "0"], "--replicate-hot: must be at least 1"),
         (["sweep", "--slots", "0"], "--slots: must be a positive number"),
         (["max-load", "--slots", "0"], "--slots: must be a positive number"),
         (
@@ -507,3 +508,14 @@ def test_slots_files_and_faults_reach_the_simulation() -> None:
     assert data["node_failures"] > 0
     assert data["jobs_completed"] == 200
     assert data["events_processed"] == data["events_submitted"] > 0
+
+
+def test_replicate_hot_reaches_the_simulation() -> None:
+    args = ["sim", "-p", "out-of-order", "--jobs", "40", "--file-gb", "5", "--json"]
+    plain = json.loads(runner.invoke(app, args).stdout)
+    result = runner.invoke(app, [*args, "--replicate-hot", "2"])
+    assert result.exit_code == 0, result.output
+    hot = json.loads(result.stdout)
+    assert plain["replications"] == 0 < hot["replications"]
+    assert hot["jobs_completed"] == plain["jobs_completed"] == 40
+    assert hot["events_processed"] == hot["events_submitted"] == plain["events_submitted"]

@@ -125,8 +125,9 @@ def machine_for(policy: str) -> type[RuleBasedStateMachine]:
             slots=st.integers(1, 2),
             file_events=st.sampled_from([0, 0, 25]),
             cache_events=st.sampled_from([0, 100, 400]),
+            hot=st.sampled_from([None, 1, 2]),
         )
-        def build(self, slots: int, file_events: int, cache_events: int) -> None:
+        def build(self, slots: int, file_events: int, cache_events: int, hot: int | None) -> None:
             sched = scheduler(
                 policy,
                 NODES,
@@ -135,6 +136,7 @@ def machine_for(policy: str) -> type[RuleBasedStateMachine]:
                 slots=slots,
                 data=space(file_events, n_events=SPACE),
                 params=_small(policy),
+                hot=hot,
             )
             self.engine = FakeEngine(sched)
             self.next_job = 0

@@ -28,6 +28,7 @@ def run_scenario(
     pipelining: Pipelining,
     file_events: int = 0,
     slots: int = 1,
+    hot: int | None = None,
 ) -> SimEngine:
     # With files, caches hold whole files and cuts snap to file boundaries, as in the runtime.
     sched = scheduler(
@@ -38,6 +39,7 @@ def run_scenario(
         slots=slots,
         data=space(file_events),
         pipelining=pipelining,
+        hot=hot,
     )
     engine = SimEngine(sched, check_conservation=True)
     engine.run(jobs)
@@ -53,6 +55,7 @@ def run_scenario(
     pipelining=st.sampled_from(list(Pipelining)),
     file_events=st.sampled_from([0, 0, 7, 40]),
     slots=st.sampled_from([1, 1, 2, 3]),
+    hot=st.sampled_from([None, None, 1, 2]),
 )
 def test_every_event_processed_exactly_once(
     policy: str,
@@ -62,8 +65,11 @@ def test_every_event_processed_exactly_once(
     pipelining: Pipelining,
     file_events: int,
     slots: int,
+    hot: int | None,
 ) -> None:
-    engine = run_scenario(policy, jobs, nodes, cache_events, pipelining, file_events, slots)
+    """... with hot-file replication on beside the policy in some of the examples
+    (``hot``): it moves data only, so nothing here may change."""
+    engine = run_scenario(policy, jobs, nodes, cache_events, pipelining, file_events, slots, hot)
     run = engine.result
     assert run.processed is not None
     for job in jobs:
@@ -85,10 +91,17 @@ def test_every_event_processed_exactly_once(
 
 @pytest.mark.parametrize("policy", POLICIES)
 @settings(max_examples=20, deadline=None)
-@given(jobs=job_lists(), nodes=st.integers(1, 4))
-def test_same_events_in_same_actions_out(policy: str, jobs: list[Job], nodes: int) -> None:
+@given(
+    jobs=job_lists(),
+    nodes=st.integers(1, 4),
+    file_events=st.sampled_from([0, 20]),
+    hot=st.sampled_from([None, 1]),
+)
+def test_same_events_in_same_actions_out(
+    policy: str, jobs: list[Job], nodes: int, file_events: int, hot: int | None
+) -> None:
     def trace() -> list[str]:
-        sched = scheduler(policy, nodes, 200, min_subjob=3)
+        sched = scheduler(policy, nodes, 200, min_subjob=3, data=space(file_events), hot=hot)
         log: list[str] = []
         original = sched.handle
 

@@ -19,6 +19,7 @@ import yaml
 from datasched.core.intervals import IntervalSet
 from datasched.core.packets import PacketSizing
 from datasched.policies import available
+from datasched.runtime.daskmap import run_dask_map
 from datasched.runtime.engine import RuntimeEngine
 from datasched.runtime.jobspec import JobSpec, load_jobs
 from datasched.runtime.priority import NICE_UNAVAILABLE, can_lower_to
@@ -29,7 +30,6 @@ from datasched.runtime.session import (
     default_calibration,
     job_space,
     open_cluster,
-    run_dask_map,
     run_jobs,
 )
 from runtime_support import N_EVENTS, KillOnFirstPacket, reference_counts

@@ -41,6 +41,7 @@ LONG_RUN = {
     file_events=st.sampled_from([0, 25]),
     mtbf_s=st.sampled_from([60.0, 300.0, 3000.0]),
     seed=st.integers(0, 3),
+    hot=st.sampled_from([None, 1]),
 )
 def test_every_event_once_and_every_job_completes_despite_faults(
     policy: str,
@@ -51,7 +52,10 @@ def test_every_event_once_and_every_job_completes_despite_faults(
     file_events: int,
     mtbf_s: float,
     seed: int,
+    hot: int | None,
 ) -> None:
+    """... with hot-file replication on beside the policy in half the examples: copies in
+    flight to or from a failing node must not strand or duplicate work."""
     sched = scheduler(
         policy,
         nodes,
@@ -60,6 +64,7 @@ def test_every_event_once_and_every_job_completes_despite_faults(
         slots=slots,
         data=space(file_events),
         params=SMALL.get(policy),
+        hot=hot,
     )
     faults = NodeFaults(mtbf_h=mtbf_s / 3600, repair_h=30.0 / 3600, seed=seed)
     engine = SimEngine(sched, check_conservation=True, faults=faults)

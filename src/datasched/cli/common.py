@@ -64,6 +64,7 @@ OPTION_OF = {
     "max_backlog": "--max-backlog",
     "node_mtbf_h": "--node-mtbf-h",
     "node_repair_h": "--node-repair-h",
+    "replicate_hot": "--replicate-hot",
 }
 """Config and workload field -> the option that sets it, for error messages."""
 

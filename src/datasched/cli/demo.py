@@ -11,7 +11,7 @@ import typer
 from datasched.cli.app import app
 from datasched.cli.common import fail, out, print_json
 from datasched.cli.live import BarProgress, progress_bars
-from datasched.cli.options import policy_params_of
+from datasched.cli.options import ReplicateHotOpt, policy_params_of
 from datasched.cli.runtime import PolicyOption, WorkersOption, runtime_errors
 from datasched.policies import get_policy
 
@@ -61,6 +61,7 @@ def demo(
     tertiary_mb_s: Annotated[
         float, typer.Option("--tertiary-mb-s", help="Throttled tertiary storage, MB/s/worker.")
     ] = 0.25,
+    replicate_hot: ReplicateHotOpt = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print one JSON object and nothing else.")
     ] = False,
@@ -79,6 +80,8 @@ def demo(
             fail(f"--workers: must be at least 1, got {workers}")
         if not tertiary_mb_s > 0:
             fail(f"--tertiary-mb-s: must be positive, got {tertiary_mb_s}")
+        if replicate_hot is not None and replicate_hot < 1:
+            fail(f"--replicate-hot: must be at least 1, got {replicate_hot}")
         result = run_demo(
             data_dir,
             out_dir,
@@ -86,6 +89,7 @@ def demo(
             policy_params=policy_params,
             workers=workers,
             tertiary_bytes_per_s=tertiary_mb_s * 1e6,
+            replicate_hot=replicate_hot,
             progress_factory=None if as_json else (lambda total: _DemoBars(total)),
             log=None if as_json else (lambda line: out.print(line, highlight=False)),
         )

@@ -156,6 +156,19 @@ JsonOpt = Annotated[
         "--json", metavar="", help="Print one JSON object on stdout and nothing else there."
     ),
 ]
+ReplicateHotOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--replicate-hot",
+        metavar="JOBS",
+        help="Beside the policy, copy a file into one more node cache each time this many "
+        "more jobs have read it (ranganathan-foster's Dataset Scheduler: data replication "
+        "decoupled from job placement; up to 3 copies, 2 in flight, only into free cache "
+        "room, to the least loaded node). Default: off.",
+        show_default=False,
+    ),
+]
+"""``--replicate-hot`` of ``datasched sim`` and ``datasched run``."""
 ParamOpt = Annotated[
     list[str] | None,
     typer.Option(
@@ -397,6 +410,7 @@ def make_config(
     params: list[str] | None = None,
     named: Mapping[str, str] | None = None,
     strict: bool = True,
+    replicate_hot: int | None = None,
 ) -> SimConfig:
     """A checked :class:`SimConfig` from the options (raises the errors :func:`user_errors`
     reports). A trace is read here, so a malformed one is reported before anything runs, and
@@ -422,4 +436,5 @@ def make_config(
         warmup_fraction=warmup,
         min_subjob_events=min_subjob,
         trace=trace,
+        replicate_hot=replicate_hot,
     )

@@ -22,6 +22,7 @@ from datasched.cli.options import (
     JobqueueArgsOpt,
     JobqueueOpt,
     ParamOpt,
+    ReplicateHotOpt,
     SlotsOpt,
     jobqueue_spec,
     policy_params_of,
@@ -129,6 +130,7 @@ def cluster_options(
     tertiary_mb_s: float | None,
     slots: int = 1,
     jobqueue: Any = None,
+    replicate_hot: int | None = None,
 ) -> Any:
     """The cluster's options from the command line's; ``jobqueue``: a checked
     :func:`~datasched.cli.options.jobqueue_spec`."""
@@ -142,6 +144,8 @@ def cluster_options(
         fail(f"--cache-gb: must not be negative, got {cache_gb}")
     if tertiary_mb_s is not None and not tertiary_mb_s > 0:
         fail(f"--tertiary-mb-s: must be positive, got {tertiary_mb_s}")
+    if replicate_hot is not None and replicate_hot < 1:
+        fail(f"--replicate-hot: must be at least 1, got {replicate_hot}")
     return ClusterOptions(
         workers=workers,
         slots=slots,
@@ -150,6 +154,7 @@ def cluster_options(
         scheduler_address=scheduler,
         tertiary_bytes_per_s=tertiary_mb_s * 1e6 if tertiary_mb_s else None,
         jobqueue=jobqueue,
+        replicate_hot=replicate_hot,
     )
 
 
@@ -211,6 +216,7 @@ def run(
     jobqueue: JobqueueOpt = None,
     jobqueue_args: JobqueueArgsOpt = None,
     tertiary_mb_s: TertiaryOption = None,
+    replicate_hot: ReplicateHotOpt = None,
     packet_s: Annotated[
         float, typer.Option("--packet-s", help="Aimed seconds of work per packet.")
     ] = 2.0,
@@ -289,7 +295,14 @@ def run(
             fail(f"--report: {report_dir} exists and is not a directory")
         batch = jobqueue_spec(jobqueue, jobqueue_args, scheduler)
         opts = cluster_options(
-            workers, cache_gb, cache_dir, scheduler, tertiary_mb_s, slots, jobqueue=batch
+            workers,
+            cache_gb,
+            cache_dir,
+            scheduler,
+            tertiary_mb_s,
+            slots,
+            jobqueue=batch,
+            replicate_hot=replicate_hot,
         )
         if scheduler is None and batch is None:  # the embedded cluster's caches are here
             from datasched.runtime.session import check_cache_root

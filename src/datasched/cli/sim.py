@@ -43,6 +43,7 @@ from datasched.cli.options import (
     PolicyOpt,
     ProcessesOpt,
     RepairOpt,
+    ReplicateHotOpt,
     SchedulerOpt,
     SeedOpt,
     SlotsOpt,
@@ -96,6 +97,7 @@ def sim(
     trace: TraceOpt = None,
     node_mtbf_h: MtbfOpt = None,
     node_repair_h: RepairOpt = 1.0,
+    replicate_hot: ReplicateHotOpt = None,
     param: ParamOpt = None,
     as_json: JsonOpt = False,
     named: dict[str, str] | None = None,
@@ -127,6 +129,7 @@ def sim(
             trace=trace,
             params=param,
             named=named,
+            replicate_hot=replicate_hot,
         )
     spinner = err.status(f"simulating {config.n_jobs} jobs under {policy} ...")
     with nullcontext() if as_json else spinner:

@@ -26,6 +26,7 @@ from datasched._files import atomic_write_text
 from datasched.compare.predict import predict_makespan
 from datasched.core.model import CostModel
 from datasched.core.packets import PacketSizing
+from datasched.runtime.daskmap import run_dask_map
 from datasched.runtime.jobspec import JobSpec, load_jobs
 from datasched.runtime.outputs import merge
 from datasched.runtime.reports import EngineConfig, ProgressSink, RunReport
@@ -35,7 +36,6 @@ from datasched.runtime.session import (
     calibrate_on_cluster,
     job_space,
     open_cluster,
-    run_dask_map,
     run_jobs,
 )
 from datasched.sim.parallel import usable_cores
@@ -179,12 +179,15 @@ def run_demo(
     policy_params: dict[str, Any] | None = None,
     workers: int = 4,
     tertiary_bytes_per_s: float = 0.25e6,
+    replicate_hot: int | None = None,
     progress_factory: Callable[[int], AbstractContextManager[ProgressSink]] | None = None,
     log: Callable[[str], None] | None = None,
 ) -> DemoResult:
     """Create the dataset if absent, run the three variants, predict, plot.
 
-    ``policy_params`` go to ``cache_policy`` (default: :data:`DEMO_POLICY_PARAMS`)."""
+    ``policy_params`` go to ``cache_policy`` (default: :data:`DEMO_POLICY_PARAMS`);
+    ``replicate_hot`` runs hot-file replication beside both policies (and in their
+    predictions)."""
     from datasched.runtime.demodata import plot_mass, write_demo_dataset
     from datasched.runtime.timeline import plot_timelines
 
@@ -201,6 +204,7 @@ def run_demo(
         cache_bytes=int(CACHE_FRACTION * space.n_bytes * 1.05),
         cache_root=out_dir / "caches",
         tertiary_bytes_per_s=tertiary_bytes_per_s,
+        replicate_hot=replicate_hot,
     )
     config = EngineConfig(queue_s=0.5)
     packets = PacketSizing(target_s=0.5, min_events=500)
@@ -221,6 +225,11 @@ def run_demo(
     # simulator both use it.
     calibration = shared_cores(asyncio.run(_calibrate(specs, opts)), workers, cores)
     notes: list[str] = []
+    if replicate_hot is not None:
+        notes.append(
+            f"hot files copied between worker caches beside both policies, one more copy per "
+            f"{replicate_hot} jobs reading a file (docs/replication.md)"
+        )
     for name in ("farm", cache_policy):
         params = policy_params if name == cache_policy else {}
         if log is not None:

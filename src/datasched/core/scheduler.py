@@ -53,6 +53,7 @@ from datasched.core.events import (
     TransferDone,
     WorkRequested,
 )
+from datasched.core.hot import HotReplicator
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import CostModel, Subjob, Topology
 from datasched.core.policy import Policy, Returned
@@ -74,6 +75,7 @@ class Scheduler(Commands):
         *,
         cost: CostModel | None = None,
         min_subjob_events: int = 10,
+        replicator: HotReplicator | None = None,
     ) -> None:
         if min_subjob_events < 1:
             raise ValueError(f"min_subjob_events: must be positive, got {min_subjob_events!r}")
@@ -81,6 +83,8 @@ class Scheduler(Commands):
         self.space = space
         self.cost = cost if cost is not None else CostModel()
         self.policy = policy
+        self.replicator = replicator
+        """Replicates hot files beside the policy (ranganathan-foster's Dataset Scheduler)."""
         self.min_subjob_events = min_subjob_events
         self.now = 0.0
         self.jobs: dict[int, JobState] = {}
@@ -166,6 +170,8 @@ class Scheduler(Commands):
         self._out = out
         self._handlers[type(event)](event)
         self._offer_freed()
+        if self.replicator is not None:
+            self.replicator.observe(self, event, out)
         if not self.running and self.jobs and self._idle:
             self._check_not_stranded()
         return out

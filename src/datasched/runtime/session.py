@@ -4,17 +4,14 @@ workers started as batch jobs (:mod:`~datasched.runtime.batch`).
 :func:`run_jobs` is what ``datasched run`` and ``datasched demo`` call: it opens (or joins) the
 cluster, registers the cache plugin, builds the scheduling core for its workers (one node a
 worker), tells it what the workers already cache, and runs the jobs under a policy with
-:class:`~datasched.runtime.engine.RuntimeEngine`. :func:`run_dask_map` runs the same packets
-as a plain Dask map with placement left to Dask (as coffea's Dask executor does), through the
-same worker caches: the baseline.
+:class:`~datasched.runtime.engine.RuntimeEngine`. The baseline, the same packets as a plain
+Dask map, is :mod:`datasched.runtime.daskmap`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
-import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -25,9 +22,10 @@ from typing import Any
 from distributed import Client, LocalCluster
 
 from datasched.core.data import DataSpace
-from datasched.core.intervals import IntervalSet
+from datasched.core.hot import HotReplicator
 from datasched.core.model import CostModel, Pipelining, Topology
 from datasched.core.packets import PacketSizing
+from datasched.core.policy import ParamError
 from datasched.core.scheduler import Scheduler
 from datasched.policies import build_policy
 from datasched.runtime.batch import JobqueueSpec, open_batch_cluster, wait_for_jobs
@@ -37,10 +35,8 @@ from datasched.runtime.outputs import merge, write_output
 from datasched.runtime.reports import (
     EngineConfig,
     JobReport,
-    PacketStat,
     ProgressSink,
     RunReport,
-    tell_packet,
 )
 from datasched.runtime.space import job_events
 from datasched.runtime.worker import (
@@ -49,12 +45,10 @@ from datasched.runtime.worker import (
     CachePlugin,
     CalibrationResult,
     PacketError,
-    PacketResult,
     PacketSpec,
     cache_contents,
     calibrate_packet,
     clear_cache,
-    run_packet,
 )
 
 __all__ = [
@@ -68,7 +62,6 @@ __all__ = [
     "default_calibration",
     "job_space",
     "open_cluster",
-    "run_dask_map",
     "run_jobs",
 ]
 
@@ -102,6 +95,9 @@ class ClusterOptions:
     memory_limit: str = "2GiB"
     jobqueue: JobqueueSpec | None = None
     """Start the workers as batch jobs (one worker a job) instead of on this machine."""
+    replicate_hot: int | None = None
+    """Replicate files read by this many jobs between worker caches, beside the policy
+    (:class:`~datasched.core.hot.HotReplicator`; None: off)."""
 
     def __post_init__(self) -> None:
         if self.jobqueue is not None and self.scheduler_address is not None:
@@ -114,6 +110,11 @@ class ClusterOptions:
             raise ValueError(f"cache_gb: must not be negative, got {self.cache_bytes!r}")
         if self.tertiary_bytes_per_s is not None and not self.tertiary_bytes_per_s > 0:
             raise ValueError("tertiary_mb_s: must be positive")
+        if self.replicate_hot is not None:
+            try:
+                HotReplicator(self.replicate_hot)
+            except ParamError as exc:
+                raise ValueError(f"replicate_hot: {exc.reason}") from None
 
 
 @asynccontextmanager
@@ -308,7 +309,8 @@ def build_scheduler(
     built = build_policy(policy, **(policy_params or {}))
     if packets is not None:
         built.packet_sizing = packets
-    return Scheduler(topology, space, built, cost=calibration.cost)
+    hot = None if opts.replicate_hot is None else HotReplicator(opts.replicate_hot)
+    return Scheduler(topology, space, built, cost=calibration.cost, replicator=hot)
 
 
 async def run_jobs(
@@ -360,108 +362,6 @@ async def run_jobs(
         return report
 
 
-async def run_dask_map(
-    specs: list[JobSpec],
-    opts: ClusterOptions,
-    *,
-    packet_events: int,
-    progress: ProgressSink | None = None,
-    cold: bool = False,
-) -> RunReport:
-    """The baseline: every job's packets submitted at its submission time with no placement
-    (Dask picks the worker), read through the same worker caches."""
-    space = DataSpace()
-    data = [job_events(space, s.dataset, s.start, s.stop) for s in specs]
-    run_id = uuid.uuid4().hex[:8]
-    shipped = {s.id: job_processor(s) for s in specs}
-    async with open_cluster(opts) as (client, names):
-        if cold:
-            await client.run(clear_cache)
-        t0 = time.monotonic()
-        t0_wall = time.time()
-        reports = [
-            JobReport(id=s.id, events_expected=d.length, output=str(s.output))
-            for s, d in zip(specs, data, strict=True)
-        ]
-        stats: list[PacketStat] = []
-        accumulators: dict[str, Any] = {}
-        pid = 0
-
-        async def one_job(i: int) -> None:
-            nonlocal pid
-            spec, report = specs[i], reports[i]
-            await asyncio.sleep(max(spec.submit_s - (time.monotonic() - t0), 0.0))
-            report.status = "running"
-            if progress is not None:
-                progress.job_started(spec.id, data[i].length)
-            futures = []
-            for a, b in _packets(space, data[i], packet_events):
-                f = space.files[space.file_at(a)]
-                pid += 1
-                packet = PacketSpec(
-                    packet_id=pid,
-                    job_id=i,
-                    url=f.name,
-                    tree=f.tree,
-                    local_start=a - f.start,
-                    local_stop=b - f.start,
-                    file_bytes=f.n_bytes,
-                    processor=shipped[spec.id][1],
-                    read=spec.read,
-                )
-                key = f"datasched-map-{run_id}-{pid}"
-                futures.append((a, b, f.name, client.submit(run_packet, packet, key=key)))
-            start = time.monotonic() - t0
-            acc: Any = None
-            hits = 0
-            try:
-                for a, b, url, fut in futures:
-                    res: PacketResult = await fut
-                    acc = merge(acc, res.accumulator)
-                    report.events_processed += b - a
-                    report.bytes_from_tertiary += res.bytes_from_tertiary
-                    hits += (b - a) if res.source == "cache" else 0
-                    stat = PacketStat(
-                        spec.id,
-                        res.node,
-                        url,
-                        a,
-                        b,
-                        res.source,
-                        res.bytes_from_tertiary,
-                        res.bytes_from_peer,
-                        res.read_s,
-                        res.compute_s,
-                        res.bytes_read,
-                        res.cpu_s,
-                        max(res.started - t0_wall, 0.0),
-                        time.monotonic() - t0,
-                    )
-                    stats.append(stat)
-                    if progress is not None:
-                        progress.advance(spec.id, b - a, res.source == "cache")
-                        tell_packet(progress, stat)
-                accumulators[spec.id] = acc
-                report.status = "completed"
-            except Exception as exc:
-                report.status, report.error = "failed", str(exc)
-                report.traceback = getattr(exc, "traceback", "")
-            now = time.monotonic() - t0
-            report.wall_s = now - spec.submit_s
-            report.wait_s = start - spec.submit_s
-            n = report.events_processed
-            report.cache_hit_ratio = hits / n if n else 0.0
-            if progress is not None:
-                progress.job_done(spec.id, report.status)
-
-        await asyncio.gather(*(one_job(i) for i in range(len(specs))))
-        makespan = max(
-            (r.wall_s + s.submit_s for r, s in zip(reports, specs, strict=True)), default=0
-        )
-        results = _write_outputs(specs, reports, accumulators, shipped)
-        return RunReport("dask-map", makespan, reports, stats, 0.0, results, workers=list(names))
-
-
 def _write_outputs(
     specs: list[JobSpec],
     reports: list[JobReport],
@@ -490,15 +390,3 @@ def _write_outputs(
             for i in members:
                 reports[i].status, reports[i].error = "failed", f"{type(exc).__name__}: {exc}"
     return results
-
-
-def _packets(space: DataSpace, data: IntervalSet, size: int) -> list[tuple[int, int]]:
-    """``data`` cut at file boundaries and every ``size`` events (coffea-style chunks)."""
-    out = []
-    for a, b in data:
-        while a < b:
-            f = space.files[space.file_at(a)]
-            stop = min(b, f.stop, a + size)
-            out.append((a, stop))
-            a = stop
-    return out

@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from datasched.core.data import DataSpace
+from datasched.core.hot import HotReplicator
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import CostModel, Job, Pipelining, Topology
-from datasched.core.policy import metrics_of
+from datasched.core.policy import ParamError, metrics_of
 from datasched.core.scheduler import Scheduler
 from datasched.policies import build_policy
 from datasched.sim.engine import SimEngine, SimRun
@@ -90,6 +91,9 @@ class SimConfig:
     """Nodes fail after an exponential time of this mean (None: never)."""
     node_repair_h: float = 1.0
     """A failed node is back, its cache empty, after this long."""
+    replicate_hot: int | None = None
+    """Replicate files read by this many jobs between node caches, beside the policy
+    (:class:`~datasched.core.hot.HotReplicator`; None: off)."""
 
     def __post_init__(self) -> None:
         positive = {
@@ -126,6 +130,17 @@ class SimConfig:
             raise ConfigError("warmup_fraction", "warm-up and cool-down leave no job to measure")
         if self.max_backlog is not None and self.max_backlog < 1:
             raise ConfigError("max_backlog", f"must be positive, got {self.max_backlog!r}")
+        if self.replicate_hot is not None:
+            self.replicator()  # raises naming the field
+
+    def replicator(self) -> HotReplicator | None:
+        """The hot-file replicator the run uses beside its policy, if any."""
+        if self.replicate_hot is None:
+            return None
+        try:
+            return HotReplicator(self.replicate_hot)
+        except ParamError as exc:
+            raise ConfigError("replicate_hot", exc.reason) from None
 
     @property
     def cost_model(self) -> CostModel:
@@ -221,6 +236,7 @@ def simulate(
         policy,
         cost=config.cost_model,
         min_subjob_events=config.min_subjob_events,
+        replicator=config.replicator(),
     )
     engine = SimEngine(sched, check_conservation=check_conservation, faults=config.faults())
     measure = config.measure(len(jobs))
@@ -245,6 +261,8 @@ def simulate(
         wall_s=wall,
         file_gb=config.file_gb,
     )
+    if sched.replicator is not None:
+        summary = replace(summary, replications=sched.replicator.replications)
     return summary, run
 
 

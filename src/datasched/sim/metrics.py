@@ -57,6 +57,8 @@ class Summary:
     """Processing slots in all (one a node in the paper's cluster)."""
     file_gb: float = 0.0
     """Size of the data space's files, cached whole; 0: any event range is cached."""
+    replications: int = 0
+    """Hot files copied between node caches beside the policy (``--replicate-hot``)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
