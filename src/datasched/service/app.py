@@ -29,6 +29,7 @@ from datasched.service.api.deps import Limits, ServiceState, current_caller
 from datasched.service.catalog import Catalog
 from datasched.service.contracts import SplitStrategy
 from datasched.service.daemon import Dispatcher, Runner
+from datasched.service.dashboard import router as dashboard_router
 from datasched.service.eta_watch import EtaWatch
 from datasched.service.live import live_snapshot
 from datasched.service.ports import RequestLanguage
@@ -114,6 +115,7 @@ def create_app(svc: ServiceState) -> FastAPI:
     svc.metrics.watch_store(_store_counts(svc))
     app.include_router(requests.router, prefix=API_PREFIX)
     app.include_router(misc.router, prefix=API_PREFIX)
+    app.include_router(dashboard_router)
     # What-if: the simulator over the live state, for any user with a token.
     app.include_router(api_whatif.router, dependencies=[Depends(current_caller)])
     if svc.runner is not None:

@@ -1,0 +1,358 @@
+"""What the dashboard shows, read from the store and the runner into plain rows: the
+cluster's nodes (slots, cache fill, what each runs), the queue (elementary jobs by state),
+the caller's requests with their progress, and one request's jobs and packets with their
+statistics. No HTML here: the templates draw these rows."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from datasched.service.contracts import JobState
+from datasched.service.store import ops
+from datasched.service.store.models import Group, Job, Packet, Request, User
+
+__all__ = [
+    "EtaLookup",
+    "GroupQueue",
+    "JobRow",
+    "NodeRow",
+    "PacketRow",
+    "PacketStats",
+    "Progress",
+    "RequestRow",
+    "eta_text",
+    "group_queues",
+    "job_rows",
+    "node_rows",
+    "packet_rows",
+    "packet_stats",
+    "queue_counts",
+    "request_progress",
+    "request_rows",
+]
+
+QUEUE_ORDER = tuple(JobState)
+"""The states in the order the queue lists them (waiting, running, then final)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """Events done of the events to do; ``percent`` is 0–100 (100 for nothing to do)."""
+
+    events: int
+    events_total: int
+    packets: int = 0
+    n_bytes: int = 0
+    cpu_s: float = 0.0
+
+    @property
+    def percent(self) -> float:
+        if self.events_total <= 0:
+            return 100.0
+        return min(100.0, 100.0 * self.events / self.events_total)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRow:
+    """A node as the runner reports it: its slots (busy of total), its cache fill (0–1, or
+    None when the runner does not say), the jobs it runs and the files its cache holds
+    (None when not said)."""
+
+    name: str
+    up: bool
+    slots_busy: int
+    slots_total: int
+    cache_fill: float | None
+    running: tuple[str, ...]
+    cached_files: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRow:
+    """A request in the list: its summary, its progress and its ETA in words."""
+
+    id: str
+    owner: str
+    title: str
+    state: str
+    final: bool
+    created: datetime
+    progress: Progress
+    eta: str = "—"
+
+
+@dataclass(frozen=True, slots=True)
+class JobRow:
+    """An elementary job of a request: where it runs, its state and its progress."""
+
+    id: str
+    index: int
+    node: str | None
+    state: str
+    n_files: int
+    failed_file: str | None
+    progress: Progress
+
+
+@dataclass(frozen=True, slots=True)
+class PacketRow:
+    """A packet done: its job, its file's entries ``[start, stop)``, where it ran, what it
+    read and cost, and when it was stored (seconds after the request's first packet)."""
+
+    job_index: int
+    url: str
+    start: int
+    stop: int
+    node: str
+    n_bytes: int
+    cpu_s: float
+    at_s: float
+
+    @property
+    def events(self) -> int:
+        return self.stop - self.start
+
+
+@dataclass(frozen=True, slots=True)
+class PacketStats:
+    """A request's packets in numbers: how many, their sizes in events (smallest, mean,
+    largest), the bytes read, the CPU seconds, events per CPU second, and the span in
+    seconds from the first packet stored to the last."""
+
+    count: int
+    events_min: int
+    events_mean: float
+    events_max: int
+    n_bytes: int
+    cpu_s: float
+    events_per_cpu_s: float | None
+    span_s: float
+
+
+def _int(value: Any, default: int = 0) -> int:
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else default
+
+
+def node_rows(view: Mapping[str, Any]) -> list[NodeRow]:
+    """The nodes of a runner's cluster view. Two shapes are read: the runtime's (``slots``
+    a list of ``{slot, job}``, ``slots_total``, ``cached_bytes`` of
+    ``cache_capacity_bytes``, ``cached_files``) and a plain one (``slots`` a count, ``cache_fill``,
+    ``running`` a list of job ids)."""
+    rows = []
+    for node in view.get("nodes") or []:
+        if not isinstance(node, Mapping):
+            continue
+        slots = node.get("slots")
+        running: list[str] = [str(j) for j in node.get("running") or []]
+        if isinstance(slots, list):
+            running += [str(s["job"]) for s in slots if isinstance(s, Mapping) and s.get("job")]
+            total = _int(node.get("slots_total"), len(slots))
+        else:
+            total = _int(slots)
+        fill = node.get("cache_fill")
+        capacity = _int(node.get("cache_capacity_bytes"))
+        if fill is None and capacity > 0 and "cached_bytes" in node:
+            fill = _int(node.get("cached_bytes")) / capacity
+        rows.append(
+            NodeRow(
+                name=str(node.get("name", "?")),
+                up=bool(node.get("up", True)),
+                slots_busy=len(running),
+                slots_total=max(total, len(running)),
+                cache_fill=min(1.0, max(0.0, float(fill))) if fill is not None else None,
+                running=tuple(running),
+                cached_files=_int(node["cached_files"]) if "cached_files" in node else None,
+            )
+        )
+    return rows
+
+
+def queue_counts(s: Session) -> list[tuple[str, int]]:
+    """Elementary jobs by state, every state listed (0 where none)."""
+    counts = dict(s.execute(select(Job.state, func.count()).group_by(Job.state)).all())
+    return [(str(state), int(counts.get(state.value, 0))) for state in QUEUE_ORDER]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupQueue:
+    """A group's queue (PROOF §3's groups): its priority (the dispatcher hands the pending
+    jobs of the highest first) and quota, and its elementary jobs waiting (pending,
+    submitted, queued) and running."""
+
+    group: str
+    priority: float
+    quota: float
+    waiting: int
+    running: int
+
+
+_WAITING = (JobState.PENDING.value, JobState.SUBMITTED.value, JobState.QUEUED.value)
+
+
+def group_queues(s: Session) -> list[GroupQueue]:
+    """The groups with jobs waiting or running, highest priority first."""
+    rows = s.execute(
+        select(Group.name, Group.priority, Group.quota, Job.state, func.count())
+        .select_from(Job)
+        .join(Request, Job.request_id == Request.id)
+        .join(User, Request.owner_id == User.id)
+        .join(Group, User.group_id == Group.id)
+        .where(Job.state.in_([*_WAITING, JobState.RUNNING.value]))
+        .group_by(Group.name, Group.priority, Group.quota, Job.state)
+    ).all()
+    counts: dict[tuple[str, float, float], list[int]] = {}
+    for name, priority, quota, state, n in rows:
+        entry = counts.setdefault((name, float(priority), float(quota)), [0, 0])
+        entry[0 if state in _WAITING else 1] += int(n)
+    return [
+        GroupQueue(name, priority, quota, waiting, running)
+        for (name, priority, quota), (waiting, running) in sorted(
+            counts.items(), key=lambda kv: (-kv[0][1], kv[0][0])
+        )
+    ]
+
+
+def _events_total(job: Job) -> int:
+    return sum(int(f["n_events"]) for f in job.files)
+
+
+def _job_rows(s: Session, jobs: Sequence[Job]) -> list[JobRow]:
+    done = ops.progress(s, [j.id for j in jobs])
+    return [
+        JobRow(
+            id=j.id,
+            index=j.index,
+            node=j.node,
+            state=j.state,
+            n_files=len(j.files),
+            failed_file=j.failed_file,
+            progress=Progress(
+                events=int(done[j.id]["events"]),
+                events_total=_events_total(j),
+                packets=int(done[j.id]["packets"]),
+                n_bytes=int(done[j.id]["bytes"]),
+                cpu_s=float(done[j.id]["cpu_s"]),
+            ),
+        )
+        for j in jobs
+    ]
+
+
+def job_rows(s: Session, req: Request) -> list[JobRow]:
+    """The request's elementary jobs, in order, with their progress."""
+    return _job_rows(s, req.jobs)
+
+
+def request_progress(jobs: Sequence[JobRow]) -> Progress:
+    """A request's progress: the sum of its jobs'."""
+    return Progress(
+        events=sum(j.progress.events for j in jobs),
+        events_total=sum(j.progress.events_total for j in jobs),
+        packets=sum(j.progress.packets for j in jobs),
+        n_bytes=sum(j.progress.n_bytes for j in jobs),
+        cpu_s=sum(j.progress.cpu_s for j in jobs),
+    )
+
+
+EtaLookup = Callable[[str], Mapping[str, Any] | None]
+"""A request's ETA by its id, as the daemon's ETA watch gives it (None: not predicted)."""
+
+
+def eta_text(eta: Mapping[str, Any] | None) -> str:
+    """An ETA in words: the seconds left while the request runs; once it ended, how far its
+    first prediction was from the end; a dash when never predicted."""
+    if not eta:
+        return "—"
+    left, error = eta.get("seconds_left"), eta.get("error_at_submission_s")
+    if left is not None:
+        return f"{left:.0f} s left"
+    if error is not None:  # error = predicted finish - actual finish
+        return f"ended {abs(error):.1f} s {'before' if error >= 0 else 'after'} its first ETA"
+    return "—"
+
+
+def request_rows(
+    s: Session, requests: Sequence[Request], eta: EtaLookup | None = None
+) -> list[RequestRow]:
+    """The requests with their progress (read in two queries whatever their number: the
+    list is refreshed every second) and, given the daemon's ``eta``, their ETAs."""
+    ids = [r.id for r in requests]
+    jobs: dict[str, list[Job]] = {i: [] for i in ids}
+    if ids:
+        for job in s.scalars(select(Job).where(Job.request_id.in_(ids)).order_by(Job.index)):
+            jobs[job.request_id].append(job)
+    rows = {j.id: j for j in _job_rows(s, [j for group in jobs.values() for j in group])}
+    return [
+        RequestRow(
+            id=r.id,
+            owner=r.owner.name,
+            title=r.title,
+            state=r.state,
+            final=JobState(r.state).final,
+            created=r.created,
+            progress=request_progress([rows[j.id] for j in jobs[r.id]]),
+            eta=eta_text(eta(r.id)) if eta is not None else "—",
+        )
+        for r in requests
+    ]
+
+
+def packet_rows(s: Session, req: Request) -> list[PacketRow]:
+    """The request's packets in the order they were stored."""
+    index = {j.id: j.index for j in req.jobs}
+    if not index:
+        return []
+    rows = s.execute(
+        select(
+            Packet.job_id,
+            Packet.url,
+            Packet.start,
+            Packet.stop,
+            Packet.node,
+            Packet.n_bytes,
+            Packet.cpu_s,
+            Packet.created,
+        )
+        .where(Packet.job_id.in_(list(index)))
+        .order_by(Packet.created, Packet.id)
+    ).all()
+    if not rows:
+        return []
+    first = rows[0].created
+    return [
+        PacketRow(
+            job_index=index[r.job_id],
+            url=r.url,
+            start=int(r.start),
+            stop=int(r.stop),
+            node=r.node,
+            n_bytes=int(r.n_bytes),
+            cpu_s=float(r.cpu_s),
+            at_s=(r.created - first).total_seconds(),
+        )
+        for r in rows
+    ]
+
+
+def packet_stats(packets: Sequence[PacketRow]) -> PacketStats | None:
+    """The packets' statistics; None for no packet."""
+    if not packets:
+        return None
+    sizes = [p.events for p in packets]
+    cpu = sum(p.cpu_s for p in packets)
+    return PacketStats(
+        count=len(packets),
+        events_min=min(sizes),
+        events_mean=sum(sizes) / len(sizes),
+        events_max=max(sizes),
+        n_bytes=sum(p.n_bytes for p in packets),
+        cpu_s=cpu,
+        events_per_cpu_s=sum(sizes) / cpu if cpu > 0 else None,
+        span_s=max(p.at_s for p in packets),
+    )
