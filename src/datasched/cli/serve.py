@@ -155,7 +155,12 @@ def serve(
         limits=Limits(max_request_kb * 1000, rate, burst),
         policy=policy,
     )
-    err.print(f"datasched serve: http://{host}:{port}/api/v1 (store {store.engine.url!r})")
+    err.print(
+        f"datasched serve: the API at http://{host}:{port}/api/v1, the dashboard at "
+        f"http://{host}:{port}/dashboard (store {store.engine.url!r})",
+        highlight=False,
+        soft_wrap=True,
+    )
     uvicorn.run(create_app(state), host=host, port=port, log_level="warning")
     store.close()
 
