@@ -16,8 +16,8 @@ from datasched.runtime.diskcache import cache_file_name
 from datasched.runtime.engine import RuntimeEngine
 from datasched.runtime.reports import RunReport
 from datasched.runtime.session import (
-    _cache_by_name,
     build_scheduler,
+    cache_by_name,
     default_calibration,
     job_space,
     open_cluster,
@@ -63,7 +63,7 @@ def test_a_hot_file_reaches_a_second_cache_and_results_are_unchanged(
 
                 sched.handle = watch  # type: ignore[method-assign]
                 engine = RuntimeEngine(client, sched, names, config=FAST)
-                reports.append(await engine.run([spec], known_cache=await _cache_by_name(client)))
+                reports.append(await engine.run([spec], known_cache=await cache_by_name(client)))
         return reports[0], reports[1]
 
     first, again = asyncio.run(main())
