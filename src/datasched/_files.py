@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import secrets
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
@@ -72,3 +72,31 @@ def atomic_write_bytes(
         if fsync:
             fh.flush()
             os.fsync(fh.fileno())
+
+
+def write_csv_and_png(
+    out_dir: Path,
+    key: str,
+    rows: Sequence[Mapping[str, object]],
+    png: Callable[[], bytes],
+    columns: Sequence[str] | None = None,
+) -> tuple[Path, Path]:
+    """A figure's data and picture: ``<key>.csv`` (``columns``, else every key of ``rows``
+    in first-seen order; no header without rows) and ``<key>.png`` (``png()``'s bytes), each
+    written whole, in ``out_dir`` (made if missing). Returns the two paths."""
+    import csv
+    import io
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    buf = io.StringIO()
+    names = (
+        list(columns) if columns is not None else list(dict.fromkeys(k for r in rows for k in r))
+    )
+    if names:
+        writer = csv.DictWriter(buf, fieldnames=names)
+        writer.writeheader()
+        writer.writerows(rows)
+    csv_path, png_path = out_dir / f"{key}.csv", out_dir / f"{key}.png"
+    atomic_write_text(csv_path, buf.getvalue())
+    atomic_write_bytes(png_path, png())
+    return csv_path, png_path

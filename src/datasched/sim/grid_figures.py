@@ -4,14 +4,13 @@ Fig. 5, per bandwidth). JobAdaptive (the paper's future work) stands beside the 
 
 from __future__ import annotations
 
-import csv
 import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from datasched._files import atomic_write_bytes, atomic_write_text
+from datasched._files import write_csv_and_png
 from datasched.policies.grid import DATA_LEAST_LOADED
 from datasched.sim.grid_study import DATASET_SCHEDULERS, Summary, pairs_at
 
@@ -82,15 +81,9 @@ def grid_figures(summaries: Sequence[Summary], slow: float, fast: float) -> list
 
 def write_grid_figure(fig: GridFigure, out_dir: Path) -> GridFigure:
     """Write ``<key>.csv`` and ``<key>.png`` into ``out_dir``."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=["x", "series", "value"])
-    writer.writeheader()
-    writer.writerows(fig.rows)
-    fig.csv_path = out_dir / f"{fig.key}.csv"
-    atomic_write_text(fig.csv_path, buf.getvalue())
-    fig.png_path = out_dir / f"{fig.key}.png"
-    atomic_write_bytes(fig.png_path, _png(fig))
+    fig.csv_path, fig.png_path = write_csv_and_png(
+        out_dir, fig.key, fig.rows, lambda: _png(fig), columns=("x", "series", "value")
+    )
     return fig
 
 

@@ -3,7 +3,6 @@ measure, one curve per policy (or per delay, or per network)."""
 
 from __future__ import annotations
 
-import csv
 import io
 import math
 from collections.abc import Callable, Sequence
@@ -11,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from datasched._files import atomic_write_bytes, atomic_write_text
+from datasched._files import write_csv_and_png
 from datasched.sim.romosan import FIFO, LP, SJF, EdgePoint, RunResult
 
 __all__ = ["RomosanFigure", "romosan_figures", "write_romosan_figure"]
@@ -165,17 +164,7 @@ def romosan_figures(
 
 def write_romosan_figure(fig: RomosanFigure, out_dir: Path) -> RomosanFigure:
     """Write ``<key>.csv`` and ``<key>.png`` into ``out_dir``."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    buf = io.StringIO()
-    if fig.rows:
-        columns = list(dict.fromkeys(k for r in fig.rows for k in r))
-        writer = csv.DictWriter(buf, fieldnames=columns)
-        writer.writeheader()
-        writer.writerows(fig.rows)
-    fig.csv_path = out_dir / f"{fig.key}.csv"
-    atomic_write_text(fig.csv_path, buf.getvalue())
-    fig.png_path = out_dir / f"{fig.key}.png"
-    atomic_write_bytes(fig.png_path, _png(fig))
+    fig.csv_path, fig.png_path = write_csv_and_png(out_dir, fig.key, fig.rows, lambda: _png(fig))
     return fig
 
 
