@@ -1,5 +1,6 @@
 """``datasched reproduce grid``: the quick reproduction's JSON claims, report and figures;
-one error line (exit 2, nothing written) for a bad ``--out``; the full run (slow)."""
+one error line (exit 2, nothing written) for a bad ``--out`` or ``--local``; the full run and a
+cluster policy at the sites (slow)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from datasched.cli import app
+from datasched.policies.registry import available
 
 runner = CliRunner()
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -76,3 +78,25 @@ def test_reproduce_grid_explains_itself() -> None:
     result = runner.invoke(app, ["reproduce", "grid", "--help"])
     assert result.exit_code == 0
     assert "--quick" in result.output and "ranganathan-foster" in result.output
+    assert "--local" in result.output
+
+
+def test_reproduce_grid_refuses_an_unknown_local_scheduler(tmp_path: Path) -> None:
+    out = tmp_path / "grid"
+    args = ["reproduce", "grid", "--quick", "--local", "lifo", "--out", str(out)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2
+    assert "--local" in result.output and "'lifo'" in result.output
+    assert "fifo" in result.output and "data-ready" in result.output
+    assert not out.exists()
+
+
+@pytest.mark.slow
+def test_reproduce_grid_with_a_cluster_policy_at_the_sites(tmp_path: Path) -> None:
+    local = sorted(available())[0]
+    reproduce(tmp_path, "--quick", "--local", local)
+    report = (tmp_path / "grid" / "report.md").read_text()
+    assert f"--local {local}" in report
+    rows = (tmp_path / "grid" / "runs.csv").read_text().splitlines()
+    lan = rows[0].split(",").index("lan_mb_per_job")
+    assert all(float(r.split(",")[lan]) > 0 for r in rows[1:])

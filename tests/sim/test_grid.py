@@ -40,7 +40,7 @@ def simulate(cfg: GridConfig, external: str, dataset: str, threshold: int = 2) -
     return sim
 
 
-CASES = [(e, d, local) for e in EXTERNAL for d in DATASET for local in ("fifo", "out-of-order")]
+CASES = [(e, d, local) for e in EXTERNAL for d in DATASET for local in ("fifo", "data-ready")]
 
 
 @pytest.mark.parametrize(("external", "dataset", "local"), CASES)
@@ -82,7 +82,7 @@ def test_data_is_there_before_a_job_computes_and_users_go_in_sequence(
     assert not sim.net.transfers
 
 
-@pytest.mark.parametrize("local", ["fifo", "out-of-order"])
+@pytest.mark.parametrize("local", ["fifo", "data-ready"])
 def test_a_processor_idles_only_when_the_local_scheduler_has_nothing_to_start(local: str) -> None:
     """Replay the trace: whenever time moves on, a site with a free processor has no queued
     job it could start: under FIFO the head of the queue waits for its data (§5.2: "the

@@ -13,6 +13,7 @@ from datasched.cli.common import (
     check_out_dir,
     cluster_errors,
     err,
+    fail,
     out,
     print_json,
     user_errors,
@@ -34,6 +35,16 @@ def reproduce_grid(
             help="One seed, 1,800 jobs, no sensitivity table (about 15 s).",
         ),
     ] = False,
+    local: Annotated[
+        str,
+        typer.Option(
+            "--local",
+            metavar="NAME",
+            help="Every site's local scheduler: fifo (the paper's, the default), data-ready "
+            "(the first queued job whose data has landed), or a registered cluster policy, "
+            "whose processors then have node caches (see docs/grid.md).",
+        ),
+    ] = "fifo",
     as_json: JsonOpt = False,
     processes: ProcessesOpt = None,
     scheduler: SchedulerOpt = None,
@@ -45,12 +56,19 @@ def reproduce_grid(
     runs.csv, claims.csv and a report with the paper's statement beside ours for every claim.
     `--json` prints `{"claims": [{"key", "paper", "ours", "agrees", ...}], "report",
     "figures"}`."""
+    from dataclasses import replace
+
+    from datasched.sim.grid_model import GridError
     from datasched.sim.grid_reproduce import run_grid_study, write_grid
-    from datasched.sim.grid_study import FULL, QUICK
+    from datasched.sim.grid_study import BASE, FULL, QUICK
 
     check_out_dir(out_dir)
+    try:
+        replace(BASE, local=local).check()
+    except GridError as exc:
+        fail(f"--local: {exc.reason}")
     processes, scheduler = where_to_run(processes, scheduler)
-    study = QUICK if quick else FULL
+    study = replace(QUICK if quick else FULL, local=local)
     where = f"on {scheduler}" if scheduler else f"in {processes} processes"
     with err.status(f"running the reproduction {where} ...") as status, cluster_errors():
         outcome = run_grid_study(

@@ -8,11 +8,16 @@ A job's dataset is fetched from the nearest replica as soon as the job joins its
 Transfers share the links as a fluid (:mod:`datasched.sim.network`). Fetched and replicated
 datasets are cached with LRU in the site's storage beyond its initial replicas; a dataset a
 queued or running job needs is never evicted. Output is ignored (§5.1).
+
+A site's local scheduler is the paper's FIFO, ``data-ready``, or one of our registered cluster
+policies driving the site's processors and their node caches through the scheduling core
+(:mod:`datasched.sim.grid_site`): a job joins that site's core queue once its dataset has landed.
 """
 
 from __future__ import annotations
 
 import heapq
+import math
 import random
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -25,6 +30,7 @@ from datasched.policies.grid import (
     build_grid_scheduler,
 )
 from datasched.sim.grid_model import GB, MB, GridConfig, TierTree, draw_dataset, layout
+from datasched.sim.grid_site import CoreSites
 from datasched.sim.network import Network
 
 __all__ = ["GridResult", "GridRun", "GridSim", "run_grid"]
@@ -60,6 +66,9 @@ class GridResult:
     evictions: int
     overflow_gb: float
     """The most a site's cache held past its size (datasets pinned by waiting jobs)."""
+    lan_mb_per_job: float = 0.0
+    """With a cluster policy at the sites: MB read over the sites' LANs per job (what the
+    processors' caches did not hold, and what the policy fetched into them)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +97,8 @@ class _Site:
     incoming: set[int] = field(default_factory=set)
     pins: dict[int, int] = field(default_factory=dict)
     running_ends: dict[int, float] = field(default_factory=dict)
+    handed: set[int] = field(default_factory=set)
+    """With a cluster policy: jobs in the site's core queue, no part started yet."""
     backlog_s: float = 0.0
     busy_s: float = 0.0
 
@@ -99,7 +110,12 @@ class GridSim:
     """
 
     def __init__(
-        self, cfg: GridConfig, external: ExternalScheduler, dataset: DatasetScheduler
+        self,
+        cfg: GridConfig,
+        external: ExternalScheduler,
+        dataset: DatasetScheduler,
+        *,
+        check_conservation: bool = False,
     ) -> None:
         cfg.check()
         self.cfg = cfg
@@ -139,6 +155,17 @@ class GridSim:
         self.trace: list[tuple[float, str, int, int, int]] = []
         """(time, what, job or -1, site, dataset): ``submit``, ``start``, ``end``,
         ``landed``, ``evict``."""
+        self.core: CoreSites | None = None
+        """The sites' core schedulers, when they run a cluster policy."""
+        if cfg.cluster_policy:
+            self.core = CoreSites(
+                cfg,
+                self.grid.procs,
+                self.grid.size_bytes,
+                self._core_started,
+                self._core_ended,
+                check_conservation=check_conservation,
+            )
 
     # -- the view the schedulers read -----------------------------------------------------
 
@@ -147,7 +174,8 @@ class GridSim:
         return self.cfg.sites
 
     def waiting(self, site: int) -> int:
-        return len(self.sites[site].queue)
+        s = self.sites[site]
+        return len(s.queue) + len(s.handed)
 
     def holders(self, dataset: int) -> Sequence[int]:
         return self._holders[dataset]
@@ -170,9 +198,10 @@ class GridSim:
 
     def start_estimate_s(self, site: int) -> float:
         s = self.sites[site]
-        if s.free and not s.queue:
+        if s.free and not s.queue and not s.handed:
             return 0.0
-        running = sum(end - self.now for end in s.running_ends.values())
+        # A part of a cluster policy's job may run past its compute time (reading data).
+        running = sum(max(0.0, end - self.now) for end in s.running_ends.values())
         return (s.backlog_s + running) / s.procs
 
     # -- the simulation -------------------------------------------------------------------
@@ -180,7 +209,18 @@ class GridSim:
     def run(self) -> GridResult:
         for user in range(self.cfg.users):
             self._submit(user)
-        while self._events:
+        core = self.core
+        while True:
+            if core is not None:
+                # A site's next entry first unless the grid has one as early (the grid's
+                # events at one instant come first: a part that ended, then what it brings).
+                at, site = core.next()
+                if at < (self._events[0][0] if self._events else math.inf):
+                    self.now = at
+                    core.step(site)
+                    continue
+            if not self._events:
+                break
             time, _, kind, a, b = heapq.heappop(self._events)
             self.now = time
             if kind == _END:
@@ -291,6 +331,15 @@ class GridSim:
 
     def _dispatch(self, site: int) -> None:
         s = self.sites[site]
+        if self.core is not None:
+            # Every job whose data has landed joins the site's core queue, in queue order.
+            ready = [j for j in s.queue if self.jobs[j].dataset in s.present]
+            for j in ready:
+                s.queue.remove(j)
+                s.handed.add(j)
+                job = self.jobs[j]
+                self.core.submit(site, j, job.user, job.dataset, self.now)
+            return
         fifo = self.cfg.local == "fifo"
         while s.free and s.queue:
             pick = -1
@@ -305,16 +354,29 @@ class GridSim:
             self._start(site, s.queue.pop(pick))
 
     def _start(self, site: int, job_id: int) -> None:
+        self.sites[site].free -= 1
+        self._push(self.now + self.jobs[job_id].compute_s, _END, job_id)
+        self._began(site, job_id)
+
+    def _core_started(self, site: int, job_id: int) -> None:
+        """A site's core started the first part of ``job_id``."""
+        s = self.sites[site]
+        s.handed.discard(job_id)
+        self._began(site, job_id)
+        s.free = max(0, s.procs - len(s.running_ends))
+
+    def _core_ended(self, site: int, job_id: int) -> None:
+        """A site's core completed ``job_id``: the grid ends it next, at this instant."""
+        self._push(self.now, _END, job_id)
+
+    def _began(self, site: int, job_id: int) -> None:
         s = self.sites[site]
         job = self.jobs[job_id]
-        s.free -= 1
         s.backlog_s -= job.compute_s
-        end = self.now + job.compute_s
-        s.running_ends[job_id] = end
+        s.running_ends[job_id] = self.now + job.compute_s
         self.started[job_id] = self.now
         self._touch(s, job.dataset)
         self.trace.append((self.now, "start", job_id, site, job.dataset))
-        self._push(end, _END, job_id)
         target = self.data.on_access(site, job.dataset, self, self.rng)
         if target is not None and job.dataset not in self.sites[target].incoming:
             self._transfer(job.dataset, target, "replica", source=site)
@@ -323,9 +385,13 @@ class GridSim:
         site = self.site_of[job_id]
         s = self.sites[site]
         job = self.jobs[job_id]
-        s.free += 1
-        s.busy_s += job.compute_s
         del s.running_ends[job_id]
+        if self.core is None:
+            s.free += 1
+            s.busy_s += job.compute_s
+        else:
+            s.busy_s += self.core.engines[site].busy_s(job_id)
+            s.free = max(0, s.procs - len(s.running_ends))
         s.pins[job.dataset] -= 1
         if not s.pins[job.dataset]:
             del s.pins[job.dataset]
@@ -353,6 +419,7 @@ class GridSim:
             replicas=self.replicas,
             evictions=self.evictions,
             overflow_gb=self.overflow / GB,
+            lan_mb_per_job=0.0 if self.core is None else self.core.lan_bytes() / MB / n,
         )
 
 

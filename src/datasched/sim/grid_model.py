@@ -12,6 +12,8 @@ import random
 from dataclasses import dataclass
 
 from datasched.core.model import Link
+from datasched.core.policy import ParamError
+from datasched.policies.registry import available, build_policy
 
 __all__ = [
     "GB",
@@ -27,10 +29,11 @@ __all__ = [
 
 MB = 1e6
 GB = 1e9
-LOCAL_SCHEDULERS = ("fifo", "out-of-order")
-"""A site's local scheduler: the paper's FIFO (the head of the queue waits for its data and
-holds the jobs behind it), or out of order (a free processor takes the first queued job whose
-data has landed, as our cluster policy OutOfOrder serves cached work first)."""
+LOCAL_SCHEDULERS = ("fifo", "data-ready")
+"""The grid's own local schedulers: the paper's FIFO (the head of the queue waits for its data
+and holds the jobs behind it), or data-ready (a free processor takes the first queued job whose
+data has landed). Any other name is a registered cluster policy, run by the site's own core
+scheduler over processors with node caches (:mod:`datasched.sim.grid_site`)."""
 
 
 class GridError(ValueError):
@@ -68,7 +71,23 @@ class GridConfig:
     """The share of users who rank the datasets in the community's order; the others rank
     them in an order of their own. 1: every user focuses on the same datasets (Fig. 2)."""
     local: str = "fifo"
+    """A site's local scheduler: ``fifo`` (the paper's), ``data-ready``, or the name of a
+    registered cluster policy (the site's processors then have node caches)."""
+    local_params: tuple[tuple[str, object], ...] = ()
+    """The cluster policy's parameters, as (name, value) pairs."""
+    node_cache_gb: float = 2.0
+    """Each processor's cache, with a cluster policy (ours; the paper has none)."""
+    lan_mb_s: float = 12.5
+    """Each processor's rate reading the site's storage or a peer's cache, with a cluster
+    policy (ours: Fast Ethernet; the paper's processors read the site's storage for free)."""
+    events_per_gb: int = 1000
+    """The events of a dataset the cluster policy sees, per GB (one file per dataset)."""
     seed: int = 0
+
+    @property
+    def cluster_policy(self) -> bool:
+        """Whether the sites run a registered cluster policy (not the grid's own)."""
+        return self.local not in LOCAL_SCHEDULERS
 
     def check(self) -> None:
         for name in ("users", "sites", "datasets", "jobs"):
@@ -92,8 +111,27 @@ class GridConfig:
             raise GridError("popularity_p", "must be in (0, 1)")
         if not 0 <= self.shared_ranking <= 1:
             raise GridError("shared_ranking", "must be in [0, 1]")
-        if self.local not in LOCAL_SCHEDULERS:
-            raise GridError("local", f"must be one of {', '.join(LOCAL_SCHEDULERS)}")
+        self._check_local()
+
+    def _check_local(self) -> None:
+        if not self.cluster_policy:
+            if self.local_params:
+                raise GridError("local_params", f"{self.local} takes no parameters")
+            return
+        known = available()
+        if self.local not in known:
+            names = ", ".join((*LOCAL_SCHEDULERS, *sorted(known)))
+            raise GridError("local", f"unknown local scheduler {self.local!r} (known: {names})")
+        if not self.node_cache_gb >= 0:
+            raise GridError("node_cache_gb", "must not be negative")
+        if not self.lan_mb_s > 0:
+            raise GridError("lan_mb_s", "must be positive")
+        if not (isinstance(self.events_per_gb, int) and self.events_per_gb >= 1):
+            raise GridError("events_per_gb", "must be a whole number >= 1")
+        try:
+            build_policy(self.local, **dict(self.local_params))
+        except (ParamError, TypeError, ValueError) as exc:
+            raise GridError("local_params", str(exc)) from exc
 
 
 class TierTree:

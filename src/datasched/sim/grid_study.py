@@ -55,6 +55,9 @@ class GridStudy:
     bandwidths_mb_s: tuple[float, ...] = (10.0, 100.0)
     sensitivity: bool = True
     adaptive: bool = True
+    local: str = BASE.local
+    """Every site's local scheduler (``GridConfig.local``) in every run but the sensitivity
+    rows that change it."""
 
 
 FULL = GridStudy(seeds=(0, 1, 2), jobs=6000)
@@ -71,7 +74,8 @@ VARIANTS: tuple[tuple[str, dict[str, object], int], ...] = (
     ("threshold 20 jobs", {}, 20),
     ("geometric p = 0.2 (hotter datasets)", {"popularity_p": 0.2}, THRESHOLD),
     ("each user ranks datasets alone", {"shared_ranking": 0.0}, THRESHOLD),
-    ("out-of-order local scheduler", {"local": "out-of-order"}, THRESHOLD),
+    ("data-ready local scheduler (first landed job)", {"local": "data-ready"}, THRESHOLD),
+    ("sites run out-of-order with node caches", {"local": "out-of-order"}, THRESHOLD),
 )
 """The sensitivity table: one setting changed at a time from ours (the first row, run again on
 its own so every row has the same seed), at 10 MB/s, on the first seed."""
@@ -85,13 +89,14 @@ def study_runs(study: GridStudy) -> list[GridRun]:
     runs = []
     for bw in study.bandwidths_mb_s:
         for seed in study.seeds:
-            cfg = replace(BASE, jobs=study.jobs, bandwidth_mb_s=bw, seed=seed)
+            cfg = replace(BASE, jobs=study.jobs, bandwidth_mb_s=bw, seed=seed, local=study.local)
             for e in ext:
                 for d in DATASET_SCHEDULERS:
                     runs.append(GridRun(cfg, e, d, THRESHOLD, PAIRS))
     if study.sensitivity:
         for label, changes, threshold in VARIANTS:
-            cfg = replace(BASE, jobs=study.jobs, seed=study.seeds[0], **changes)  # type: ignore[arg-type]
+            base = replace(BASE, jobs=study.jobs, seed=study.seeds[0], local=study.local)
+            cfg = replace(base, **changes)  # type: ignore[arg-type]
             for e in EXTERNAL_SCHEDULERS:
                 for d in (DATA_DO_NOTHING, DATA_LEAST_LOADED):
                     runs.append(GridRun(cfg, e, d, threshold, f"{SENSITIVITY}: {label}"))
@@ -111,6 +116,8 @@ class Summary:
     mb_per_job: float
     idle_pct: float
     replicas: float
+    lan_mb_per_job: float = 0.0
+    """MB read over the sites' LANs per job (a cluster policy at the sites; else 0)."""
 
     @property
     def pair(self) -> str:
@@ -137,6 +144,7 @@ def summarise(results: Sequence[GridResult]) -> list[Summary]:
                 sum(r.mb_per_job for r in rs) / n,
                 sum(r.idle_pct for r in rs) / n,
                 sum(r.replicas for r in rs) / n,
+                sum(r.lan_mb_per_job for r in rs) / n,
             )
         )
     return out
