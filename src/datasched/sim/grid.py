@@ -403,6 +403,13 @@ class GridSim:
 
     def _result(self) -> GridResult:
         n = len(self.jobs)
+        stuck = [j for j, end in enumerate(self.ended) if end < 0]
+        if stuck or n < self.cfg.jobs:
+            # A cluster policy that failed a job, or held it for ever: the user stops there.
+            raise RuntimeError(
+                f"local {self.cfg.local}: {len(stuck)} job(s) never completed "
+                f"(first: {stuck[:3]}), {self.cfg.jobs - n} never submitted"
+            )
         makespan = max(self.ended)
         capacity = sum(s.procs for s in self.sites) * makespan
         busy = sum(s.busy_s for s in self.sites)
