@@ -93,6 +93,9 @@ class RuntimeQuota:
     first packet of 200 events took a minute of the run's ten)."""
     files: int = 8
     seed: int = 5
+    os_nice: bool = False
+    """Also compute each packet at its session's nice value (the policy's ``os_nice``): off,
+    the slots' order by CPU weight applies the priorities alone (on, they apply twice)."""
 
     def __post_init__(self) -> None:
         if self.workers < 1:
@@ -125,6 +128,7 @@ class RuntimeQuota:
             "min_packet_s": self.packet_s[0],
             "max_packet_s": self.packet_s[1],
             "calibration_events": self.calibration_events,
+            "os_nice": self.os_nice,
         }
 
 
