@@ -15,7 +15,6 @@ from datasched.core.scheduler import Scheduler
 from datasched.policies import build_policy
 from datasched.policies.groups import (
     QuotaPriorities,
-    SlotShares,
     UsageHistory,
     clipped,
     cpu_weight,
@@ -25,6 +24,7 @@ from datasched.policies.groups import (
     priority_levels,
     workers_for_query,
 )
+from datasched.policies.sessions import SlotShares
 from datasched.sim.engine import SimEngine, SimRun
 
 
@@ -186,11 +186,15 @@ def test_the_central_scheduler_gives_a_query_n_workers() -> None:
 
 def test_the_nice_value_a_packet_runs_at_by_hand() -> None:
     """Groups a (priority 1) and b (3), one user each: P̄ = 0.5 and 1.5; levels floor(0.5 /
-    1.5 x 39) + 1 = 14 and 40; nice 20 - level = 6 and -20. Without priorities: None."""
-    policy = build_policy("basic-packetizer", priorities="a=1,b=3")
+    1.5 x 39) + 1 = 14 and 40; nice 20 - level = 6 and -20, with ``os_nice``; without it
+    (the slots' order applies the priority alone) or without priorities: None."""
+    policy = build_policy("basic-packetizer", priorities="a=1,b=3", os_nice=True)
     policy.groups.add(0, "a", "alice")  # type: ignore[attr-defined]
     policy.groups.add(1, "b", "bob")  # type: ignore[attr-defined]
     assert (policy.packet_nice(0), policy.packet_nice(1)) == (6, -20)
     assert policy.packet_nice(7) is None  # not a job of the policy's
     assert build_policy("basic-packetizer").packet_nice(0) is None
+    plain = build_policy("basic-packetizer", priorities="a=1,b=3")
+    plain.groups.add(0, "a", "alice")  # type: ignore[attr-defined]
+    assert plain.packet_nice(0) is None
     assert build_policy("out-of-order").packet_nice(0) is None

@@ -40,9 +40,9 @@ POLICIES = sorted(available())
 SHORT: dict[str, dict[str, Any]] = {
     "delayed": {"period_h": 0.5 / 3600},
     "basic-packetizer": {"fraction": 4},
-    # Resource scheduling on: its packets carry nice 20 - level 10 (a polite one, which a
-    # worker thread may take and leave again where it is privileged; else a note).
-    "adaptive-packetizer": {"priorities": "default=1", "levels": 10},
+    # Resource scheduling on, with os_nice: its packets carry nice 20 - level 10 (a polite
+    # one, which a worker thread may take and leave again where privileged; else a note).
+    "adaptive-packetizer": {"priorities": "default=1", "levels": 10, "os_nice": True},
 }
 """Parameters for runs of seconds: delayed scheduling's default period is two days; the basic
 packetizer's default packets (a twentieth of a worker's share) would be a tenth of a second.

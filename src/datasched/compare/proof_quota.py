@@ -93,6 +93,9 @@ class RuntimeQuota:
     first packet of 200 events took a minute of the run's ten)."""
     files: int = 8
     seed: int = 5
+    os_nice: bool = False
+    """Also compute each packet at its session's nice value (the policy's ``os_nice``): off,
+    the slots' order by CPU weight applies the priorities alone (on, they apply twice)."""
 
     def __post_init__(self) -> None:
         if self.workers < 1:
@@ -125,6 +128,7 @@ class RuntimeQuota:
             "min_packet_s": self.packet_s[0],
             "max_packet_s": self.packet_s[1],
             "calibration_events": self.calibration_events,
+            "os_nice": self.os_nice,
         }
 
 
@@ -156,8 +160,9 @@ class QuotaResult:
         return {g: c / total if total else 0.0 for g, c in cpu.items()}
 
     def slot_shares(self) -> dict[str, float]:
-        """Each group's share of the workers' processing time (wall seconds of its packets,
-        what the policy's usage counts), beside :meth:`shares`' CPU."""
+        """Each group's share of the workers' processing time (wall seconds of its packets),
+        beside :meth:`shares`' CPU (what the policy's usage counts, each packet's CPU
+        seconds as its result reports them)."""
         out = {g: 0.0 for g, _ in self.setup.quotas}
         for r in self.rows:
             out[self.group_of[r.job]] += r.processing_s
@@ -351,8 +356,11 @@ def measure_quota_runtime(quick: bool, figures: Path | None = None) -> Measured:
         + "; of the workers' processing time "
         + ", ".join(f"{g} {100 * s:.1f} %" for g, s in result.slot_shares().items())
         + f". Over the second half only the largest gap is {result.max_error_pp(half):.1f} pp "
-        f"(the first packets go out before any usage is known; usage half-life "
-        f"{setup.usage_half_life_s:g} s, priorities recomputed every "
-        f"{setup.quota_period_s:g} s)" + (f"; {'; '.join(result.notes)}" if result.notes else "")
+        f"(usage in CPU seconds, charged when a packet is handed out and corrected when it "
+        f"returns; half-life {setup.usage_half_life_s:g} s, priorities recomputed every "
+        f"{setup.quota_period_s:g} s; worker threads "
+        + ("re-niced per packet as well" if setup.os_nice else "not re-niced (os_nice off)")
+        + ")"
+        + (f"; {'; '.join(result.notes)}" if result.notes else "")
     )
     return Measured(result.max_error_pp(), {"detail": detail})

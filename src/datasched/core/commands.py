@@ -56,6 +56,7 @@ class Commands(Estimates):
     node_slots: list[list[int]]
     node_running: list[int]
     _nodes: list[int]
+    left_cpu_s: dict[int, float]
 
     # -- views for policies (see SchedulerView) -----------------------------------------------
 

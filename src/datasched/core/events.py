@@ -56,7 +56,9 @@ class SubjobFinished(NamedTuple):
     """A subjob processed all of its events on ``slot``.
 
     ``cache_added`` and ``cache_evicted`` report what the slot's node cache gained and lost
-    while it ran, so the master's cache directory stays true.
+    while it ran, so the master's cache directory stays true. ``cpu_s``: the CPU seconds its
+    processing took, where the engine measured them (None: not known; a policy then counts
+    the slot's time).
     """
 
     time: float
@@ -64,6 +66,7 @@ class SubjobFinished(NamedTuple):
     slot: int
     cache_added: IntervalSet = _EMPTY
     cache_evicted: IntervalSet = _EMPTY
+    cpu_s: float | None = None
 
 
 class SubjobStopped(NamedTuple):
@@ -71,6 +74,7 @@ class SubjobStopped(NamedTuple):
     account (a worker restarted under its name lost the packets it had in flight).
 
     ``remaining`` is what it had not processed; everything else of its data was processed.
+    ``cpu_s`` as for :class:`SubjobFinished` (of what it processed).
     """
 
     time: float
@@ -79,6 +83,7 @@ class SubjobStopped(NamedTuple):
     remaining: IntervalSet
     cache_added: IntervalSet = _EMPTY
     cache_evicted: IntervalSet = _EMPTY
+    cpu_s: float | None = None
 
 
 class SubjobShrunk(NamedTuple):

@@ -126,6 +126,9 @@ class Scheduler(Commands):
         self._wakes = 0
         """WakeAts not answered by a Tick yet."""
         self._subjob_ids: Iterator[int] = itertools.count()
+        self.left_cpu_s: dict[int, float] = {}
+        """Slot -> the CPU seconds of the subjob that last left it, where its engine measured
+        them (``SubjobFinished.cpu_s``); no entry: not measured."""
         self._out: list[Action] = []
         self._freed: list[tuple[int, JobState | None]] = []
         self._by_end = None
@@ -195,10 +198,18 @@ class Scheduler(Commands):
         self.policy.job_arrived(self, js)
 
     def _on_finished(self, ev: SubjobFinished) -> None:
+        self._left_cpu(ev.slot, ev.cpu_s)
         self._subjob_left(ev.slot, ev.subjob_id, None, ev.cache_added, ev.cache_evicted)
 
     def _on_stopped(self, ev: SubjobStopped) -> None:
+        self._left_cpu(ev.slot, ev.cpu_s)
         self._subjob_left(ev.slot, ev.subjob_id, ev.remaining, ev.cache_added, ev.cache_evicted)
+
+    def _left_cpu(self, slot: int, cpu_s: float | None) -> None:
+        if cpu_s is None:
+            self.left_cpu_s.pop(slot, None)
+        else:
+            self.left_cpu_s[slot] = cpu_s
 
     def _subjob_left(
         self,

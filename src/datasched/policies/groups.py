@@ -1,7 +1,7 @@
 """PROOF's resource scheduling by group priority (ganis et al. §3): the normalised priority of
 a session, its nice value, the number of workers the central scheduler gives a query, usage
 history with decay, the priorities that steer usage towards target quotas, and how a slot
-shared by several sessions serves them.
+shared by several sessions serves them (:mod:`datasched.policies.sessions`).
 
 Pure arithmetic and bookkeeping; :mod:`datasched.policies.proof` applies it. Where the paper
 leaves a rule open (how ALICE's daemon turned usage into priorities) the choice is said here.
@@ -12,17 +12,16 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from datasched.core.policy import Param
 
 __all__ = [
     "GROUP_PARAMS",
     "KERNELS",
-    "GroupScheduler",
     "QuotaPriorities",
-    "SlotShares",
     "UsageHistory",
+    "clipped",
     "cpu_weight",
     "nice_value",
     "normalised_priorities",
@@ -93,6 +92,15 @@ GROUP_PARAMS: tuple[Param, ...] = (
         low=0,
         low_open=True,
         unit="seconds",
+        option=False,
+    ),
+    Param(
+        "os_nice",
+        bool,
+        False,
+        "also compute each packet at its session's nice value on the worker (the paper's OS "
+        "priority, where the OS allows it); off: the slots' order by CPU weight applies the "
+        "priority alone (on, it is applied twice)",
         option=False,
     ),
 )
@@ -195,9 +203,15 @@ class UsageHistory:
         self.stamp = now
 
     def add(self, group: str, user: str, cpu_s: float, now: float) -> None:
+        """Charge ``cpu_s`` (negative: take back part of an earlier charge; usage never
+        falls below 0)."""
         self._decay(now)
-        self.groups[group] = self.groups.get(group, 0.0) + cpu_s
-        self.users[(group, user)] = self.users.get((group, user), 0.0) + cpu_s
+        self.groups[group] = max(self.groups.get(group, 0.0) + cpu_s, 0.0)
+        self.users[(group, user)] = max(self.users.get((group, user), 0.0) + cpu_s, 0.0)
+
+    def left_of(self, amount: float, since: float, now: float) -> float:
+        """What is left now of ``amount`` charged at ``since`` (decayed in between)."""
+        return amount * math.pow(0.5, max(now - since, 0.0) / self.half_life_s)
 
     def shares(self, now: float) -> dict[str, float]:
         """Each group's fraction of the decayed usage (empty before any use)."""
@@ -277,172 +291,3 @@ class QuotaPriorities:
             step = min(max((target / got) ** self.gain, 0.8), 1.25)
             self.correction[g] = min(max(self.correction.get(g, 1.0) * step, 0.01), 100.0)
         return True
-
-
-class SlotShares:
-    """How a slot serves several sessions: by CPU weight, as the kernel shares a CPU among
-    processes of different nice values, at the grain of a packet. Each slot keeps, per
-    entity (a session, or a group's sessions taking turns), its virtual time: the slot
-    seconds it used divided by its weight; the entity furthest behind goes next. A newcomer
-    starts at the slot's floor (the virtual time last served), so it neither owes nor is
-    owed for the time before it came."""
-
-    def __init__(self) -> None:
-        self._vtime: dict[int, dict[Hashable, float]] = {}
-        self._floor: dict[int, float] = {}
-
-    def order(self, slot: int, entities: Sequence[Hashable]) -> list[Hashable]:
-        """``entities`` (each waiting to be served on ``slot``) in the order to try them."""
-        vt = self._vtime.setdefault(slot, {})
-        floor = self._floor.get(slot, 0.0)
-        for e in entities:
-            if vt.get(e, -math.inf) < floor:
-                vt[e] = floor
-        return sorted(entities, key=lambda e: vt[e])
-
-    def served(self, slot: int, entity: Hashable) -> None:
-        vt = self._vtime.setdefault(slot, {})
-        self._floor[slot] = max(self._floor.get(slot, 0.0), vt.get(entity, 0.0))
-
-    def used(self, slot: int, entity: Hashable, seconds: float, weight: float) -> None:
-        vt = self._vtime.setdefault(slot, {})
-        vt[entity] = vt.get(entity, self._floor.get(slot, 0.0)) + seconds / weight
-
-    def forget(self, entity: Hashable) -> None:
-        for vt in self._vtime.values():
-            vt.pop(entity, None)
-
-
-class GroupScheduler:
-    """The resource scheduling of a packetizer policy's sessions (its jobs, each owned by a
-    user of a group): off without priorities or quotas (``on`` False: every query gets every
-    worker, first come first served); on, the sizes of queries, the order in which a slot
-    serves its sessions, and the priorities behind both. ``params`` are
-    :data:`GROUP_PARAMS`' values."""
-
-    def __init__(self, params: Mapping[str, Any]) -> None:
-        static = parse_groups(params["priorities"], "priorities")
-        quotas = parse_groups(params["quotas"], "quotas")
-        if static and quotas:
-            raise ValueError("quotas: give priorities or quotas, not both")
-        self._static = static
-        self._levels: int = params["levels"]
-        self._kernel: str = params["kernel"]
-        self._quota = None
-        if quotas:
-            self._quota = QuotaPriorities(
-                quotas, period_s=params["quota_period_s"], levels=self._levels, kernel=self._kernel
-            )
-        self.on = bool(static or quotas)
-        self._fraction: float = params["worker_fraction"]
-        self._min_workers: int = params["min_workers"]
-        self._round_robin: bool = params["round_robin"]
-        self.usage = UsageHistory(params["usage_half_life_s"])
-        self.owner: dict[int, tuple[str, str]] = {}
-        """Job -> (group, user), for the jobs in the system."""
-        self._shares = SlotShares()
-        self._entity: dict[int, Hashable] = {}
-        self._weight: dict[Hashable, float] = {}
-        self._nice: dict[Hashable, int] = {}
-        self._turn: dict[tuple[int, Hashable], int] = {}
-        self._stale = True
-
-    def add(self, job_id: int, group: str, user: str) -> None:
-        self.owner[job_id] = (group, user)
-        self._stale = True
-
-    def remove(self, job_id: int) -> None:
-        if self.owner.pop(job_id, None) is not None:
-            self._stale = True
-        if self._entity.pop(job_id, None) == job_id:
-            self._shares.forget(job_id)
-
-    def active_users(self) -> dict[str, int]:
-        users: dict[str, set[str]] = {}
-        for group, user in self.owner.values():
-            users.setdefault(group, set()).add(user)
-        return {g: len(u) for g, u in users.items()}
-
-    def priorities(self) -> dict[str, float]:
-        """The group priorities in force (the quota controller's, when quotas are set)."""
-        if self._quota is None:
-            return dict(self._static)
-        return self._quota.priorities(self.active_users())
-
-    def query_size(self, job_id: int, n_free: int, n_slots: int) -> int:
-        """How many workers the central scheduler gives the query ``job_id`` now."""
-        pbar = normalised_priorities(self.priorities(), self.active_users())
-        group = self.owner[job_id][0]
-        return workers_for_query(
-            n_free, self._fraction, pbar.get(group, 1.0), self._min_workers, n_slots
-        )
-
-    def order(self, slot: int, jobs: Sequence[int]) -> list[tuple[Hashable, list[int]]]:
-        """The ``jobs`` waiting for ``slot``, by entity, in the order to try them: the entity
-        furthest behind in weighted CPU first; a group's sessions taking turns from the user
-        after the last served."""
-        if self._stale:
-            self._relevel()
-        waiting: dict[Hashable, list[int]] = {}
-        for job_id in jobs:
-            waiting.setdefault(self._entity[job_id], []).append(job_id)
-        out = []
-        for entity in self._shares.order(slot, list(waiting)):
-            mine = waiting[entity]
-            turn = self._turn.get((slot, entity), 0) % len(mine)
-            out.append((entity, mine[turn:] + mine[:turn]))
-        return out
-
-    def nice_of(self, job_id: int) -> int | None:
-        """The OS priority for a worker process running a packet of ``job_id``: nice 20 - its
-        session's level (P̄ mapped to [1, levels]); None when resource scheduling is off."""
-        if not self.on or job_id not in self.owner:
-            return None
-        if self._stale:
-            self._relevel()
-        return self._nice.get(self._entity.get(job_id, job_id))
-
-    def served(self, slot: int, entity: Hashable) -> None:
-        self._shares.served(slot, entity)
-        self._turn[(slot, entity)] = self._turn.get((slot, entity), 0) + 1
-
-    def used(self, job_id: int, slot: int, seconds: float, now: float) -> None:
-        """A packet of ``job_id`` took ``slot`` for ``seconds``: usage, and the slot's
-        account of who is behind."""
-        owner = self.owner.get(job_id)
-        if owner is None:
-            return
-        self.usage.add(owner[0], owner[1], seconds, now)
-        if not self.on:
-            return
-        entity = self._entity.get(job_id, job_id)
-        self._shares.used(slot, entity, seconds, self._weight.get(entity, 1.0))
-        if self._quota is not None:
-            active = sorted({g for g, _ in self.owner.values()})
-            if self._quota.update(self.usage, active, now):
-                self._stale = True
-
-    def _relevel(self) -> None:
-        """Each session's level, nice value and CPU weight, from its group's P̄ divided by
-        the sessions its user has. With ``round_robin``, the sessions of a group too low for
-        a level of their own (more than the levels would be needed) become one entity with
-        their summed priority, whose sessions take turns: the paper's fallback."""
-        self._stale = False
-        pbar = normalised_priorities(self.priorities(), self.active_users())
-        sessions: dict[tuple[str, str], int] = {}
-        for owner in self.owner.values():
-            sessions[owner] = sessions.get(owner, 0) + 1
-        share: dict[Hashable, float] = {
-            j: pbar[g] / sessions[(g, u)] for j, (g, u) in self.owner.items()
-        }
-        largest = max(share.values(), default=1.0)
-        self._entity = {job_id: job_id for job_id in self.owner}
-        if self._round_robin:
-            for job_id, (group, _) in self.owner.items():
-                if clipped(share[job_id], largest, 1, self._levels):
-                    turns = ("turns", group)
-                    share[turns] = share.get(turns, 0.0) + share.pop(job_id)
-                    self._entity[job_id] = turns
-        levels = priority_levels(share, 1, self._levels)
-        self._nice = {e: nice_value(lv) for e, lv in levels.items()}
-        self._weight = {e: cpu_weight(n, self._kernel) for e, n in self._nice.items()}

@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import Subjob
 from datasched.core.policy import JobView, Param, Policy, ReadMode, Returned, SchedulerView
-from datasched.policies.groups import GROUP_PARAMS, GroupScheduler
+from datasched.policies.groups import GROUP_PARAMS
 from datasched.policies.packetizers import (
     AdaptivePacketizer,
     BasicPacketizer,
@@ -34,6 +34,7 @@ from datasched.policies.packetizers import (
     Piece,
 )
 from datasched.policies.registry import register
+from datasched.policies.sessions import GroupScheduler
 
 __all__ = ["AdaptivePacketizerPolicy", "BasicPacketizerPolicy", "ProofPolicy"]
 
@@ -128,6 +129,7 @@ class ProofPolicy(Policy):
             pkt = self._inflight.pop(slot, None)
             if pkt is not None:
                 self._retire(pkt)
+                self.groups.withdraw(slot, sched.now)
         for pk in self._jobs.values():
             for slot in slots:
                 pk.remove_worker(slot)
@@ -152,10 +154,13 @@ class ProofPolicy(Policy):
         self._retire(pkt)
         pk = self._jobs.get(pkt.job_id)
         if pk is None:
+            self.groups.withdraw(slot, sched.now)
             return
         seconds = sched.now - pkt.start_s
-        pk.packet_done(slot, pkt.piece, pkt.data.length - returned, seconds)
-        self.groups.used(pkt.job_id, slot, seconds, sched.now)
+        events = pkt.data.length - returned
+        pk.packet_done(slot, pkt.piece, events, seconds)
+        cpu_s = sched.left_cpu_s.get(slot)
+        self.groups.used(pkt.job_id, slot, seconds, sched.now, events, cpu_s)
 
     def _retire(self, pkt: _Packet) -> None:
         """A packet is no longer in flight (its job may be gone already)."""
@@ -169,6 +174,8 @@ class ProofPolicy(Policy):
         sched.assign(sj, slot)
         self._inflight[slot] = _Packet(job_id, sj.subjob_id, piece, data, sched.now)
         self._running[job_id] += 1
+        prior_s = data.length * sched.s_per_event_on(slot, data)
+        self.groups.assigned(job_id, slot, data.length, prior_s, sched.now)
 
     def _try(self, sched: SchedulerView, slot: int, job_id: int, force: bool = False) -> bool:
         pk = self._jobs[job_id]
@@ -228,8 +235,10 @@ class ProofPolicy(Policy):
                     break
 
     def packet_nice(self, job_id: int) -> int | None:
-        """Nice 20 - the session's level (§3.2), when resource scheduling is on."""
-        return self.groups.nice_of(job_id)
+        """Nice 20 - the session's level (§3.2), when resource scheduling is on and
+        ``os_nice`` asks for it: the slots' order by CPU weight already applies the
+        priority, so by default the worker threads are not re-niced as well."""
+        return self.groups.nice_of(job_id) if self.groups.os_nice else None
 
     def _drop(self, job_id: int) -> None:
         self._jobs.pop(job_id, None)
@@ -339,6 +348,7 @@ class BasicPacketizerPolicy(ProofPolicy):
         kernel: str = "o1",
         usage_half_life_s: float = 3600.0,
         quota_period_s: float = 300.0,
+        os_nice: bool = False,
     ) -> None:
         super().__init__({k: v for k, v in locals().items() if k in {p.name for p in GROUP_PARAMS}})
         self.fraction = fraction
@@ -437,6 +447,7 @@ class AdaptivePacketizerPolicy(ProofPolicy):
         kernel: str = "o1",
         usage_half_life_s: float = 3600.0,
         quota_period_s: float = 300.0,
+        os_nice: bool = False,
     ) -> None:
         if min_packet_s > max_packet_s:
             raise ValueError("min_packet_s: must not be above max_packet_s")

@@ -495,4 +495,5 @@ class RuntimeEngine(Serving, PacketStreams, DataMoves):
             slot.subjob = slot.start = None
             slot.todo = slot.processed = _EMPTY
             slot.stopping = False
+            slot.cpu_s = 0.0
         self._emit(NodeLost(self.now(), node, tuple(remaining)))

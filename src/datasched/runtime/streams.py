@@ -62,6 +62,8 @@ class _Slot:
     s_per_event: float = 0.0
     packet_s: float = 0.0
     """A packet's time on its worker, smoothed (0: none back yet)."""
+    cpu_s: float = 0.0
+    """CPU seconds of the subjob's packets back so far (its worker threads')."""
 
 
 @dataclass(slots=True)
@@ -368,6 +370,7 @@ class PacketStreams:
             raise RuntimeError(f"job {jr.spec.id}: events {a}-{b} returned twice")
         jr.done = jr.done | piece
         slot.processed = slot.processed | piece
+        slot.cpu_s += result.cpu_s
         n = b - a
         if not jr.failed:
             jr.accumulator = merge(jr.accumulator, result.accumulator)
@@ -455,11 +458,12 @@ class PacketStreams:
         if sj is None:
             return
         remaining = sj.data - slot.processed
+        cpu_s, slot.cpu_s = slot.cpu_s, 0.0
         slot.subjob = slot.start = None
         slot.todo = slot.processed = _EMPTY
         slot.stopping = False
         self._retract(slot.node)
         if remaining:
-            self._emit(SubjobStopped(self.now(), sj.subjob_id, index, remaining))
+            self._emit(SubjobStopped(self.now(), sj.subjob_id, index, remaining, cpu_s=cpu_s))
         else:
-            self._emit(SubjobFinished(self.now(), sj.subjob_id, index))
+            self._emit(SubjobFinished(self.now(), sj.subjob_id, index, cpu_s=cpu_s))

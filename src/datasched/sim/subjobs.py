@@ -343,9 +343,12 @@ class SubjobRuns(SharedDisks):
             if self._world is not None:
                 self._world.remove(node, evicted)
                 self._world.add(node, added)
+        # The model's CPU time: the job's CPU seconds an event, for each event processed.
+        cpu = self._jobs[run.subjob.job_id].cpu_s_per_event
+        cpu_s = processed.length * (self.cost.cpu_s_per_event if cpu is None else cpu)
         if finished:
-            return SubjobFinished(now, run.subjob.subjob_id, slot, added, evicted)
-        return SubjobStopped(now, run.subjob.subjob_id, slot, remaining, added, evicted)
+            return SubjobFinished(now, run.subjob.subjob_id, slot, added, evicted, cpu_s)
+        return SubjobStopped(now, run.subjob.subjob_id, slot, remaining, added, evicted, cpu_s)
 
     def _sized(self, run: _Run, processed: IntervalSet) -> float | None:
         """Bytes ``run`` read from tertiary storage when events differ in size (None: the
