@@ -136,9 +136,7 @@ def serving(
         tertiary_mb_s=tertiary_mb_s,
     )
     language = ContractLanguage([data_dir.parent.resolve(), work.resolve()])
-    state = build_state(
-        store, language, runner=runner, policy=policy, eta_period_s=eta_period_s
-    )
+    state = build_state(store, language, runner=runner, policy=policy, eta_period_s=eta_period_s)
     port = _free_port()
     server = uvicorn.Server(
         uvicorn.Config(create_app(state), host="127.0.0.1", port=port, log_level="warning")

@@ -245,11 +245,12 @@ def _events_total(job: Job) -> int:
 
 def _job_rows(s: Session, jobs: Sequence[Job]) -> list[JobRow]:
     done = ops.progress(s, [j.id for j in jobs])
+    ran_on = ops.packet_nodes(s, [j.id for j in jobs])
     return [
         JobRow(
             id=j.id,
             index=j.index,
-            node=j.node,
+            node=ops.job_node(j, ran_on[j.id])[0],
             state=j.state,
             n_files=len(j.files),
             failed_file=j.failed_file,
