@@ -324,7 +324,8 @@ def elementary_job(job: Job) -> ElementaryJob:
 
 def pending_jobs(s: Session, limit: int = 100) -> list[Job]:
     """Jobs waiting to be handed to the runner: those of the groups of highest priority
-    first (PROOF §3's group priorities), then the oldest request's first."""
+    first, then the oldest request's first. (The daemon's dispatcher does not hand them in
+    this order but by fair share: :mod:`datasched.service.fairshare`.)"""
     q = (
         select(Job)
         .join(Request, Job.request_id == Request.id)
