@@ -234,3 +234,30 @@ def test_a_result_of_user_classes_is_refused_by_name_and_served_as_packets(api: 
     assert error["field"] == "result" and "test_api.Accumulator" in error["reason"]
     r = api.client.get(f"/api/v1/requests/{rid}/result?packets=true", headers=api.h("ann"))
     assert blob in pickle.loads(r.content)
+
+
+def test_groups_are_read_by_all_and_set_by_administrators_only(api: Api) -> None:
+    put = api.client.put
+    r = put("/api/v1/groups/physics", json={"quota": 75}, headers=api.h("ann"))
+    assert r.status_code == 403 and r.json()["errors"][0]["reason"] == "administrators only"
+    r = put("/api/v1/groups/physics", json={"quota": 75, "priority": 2}, headers=api.h("root"))
+    assert r.status_code == 200, r.text
+    assert (r.json()["quota"], r.json()["priority"], r.json()["users"]) == (75, 2, 2)
+    for body, field in (
+        ({"quota": -1}, "quota"),
+        ({"priority": 0}, "priority"),
+        ({"quota": "lots"}, "body.quota"),
+        ({"weight": 3}, "body.weight"),
+    ):
+        r = put("/api/v1/groups/physics", json=body, headers=api.h("root"))
+        assert r.status_code == 422 and r.json()["errors"][0]["field"] == field, (body, r.text)
+    r = put("/api/v1/groups/a%20b", json={"quota": 1}, headers=api.h("root"))
+    assert r.status_code == 422 and r.json()["errors"][0]["field"] == "group"
+    # Everyone reads them; a group with work has a target share and an achieved one.
+    rid = api.submit("ann", "processor: p\ninput: [{catalog: year=2004}]\n").json()["id"]
+    api.wait("ann", rid, "completed")
+    rows = api.client.get("/api/v1/groups", headers=api.h("bob")).json()["groups"]
+    by_name = {g["name"]: g for g in rows}
+    assert set(by_name) == {"admins", "physics"}
+    assert by_name["physics"]["quota"] == 75 and by_name["physics"]["achieved_share"] == 1.0
+    assert by_name["admins"]["achieved_share"] == 0.0

@@ -261,3 +261,5 @@ def test_without_a_runner_the_groups_queues_wait_highest_priority_first(
     assert '<td data-count="waiting">4</td><td data-count="running">0</td>' in physics
     heavy = cluster.split('<tr data-group="heavy-ion">', 1)[1].split("</tr>", 1)[0]
     assert "<td>5</td>" in heavy and '<td data-count="waiting">2</td>' in heavy
+    # Its target share: its weight 5 (quota 1 x priority 5) over the groups with work, 5 + 1.
+    assert '<td data-share="target">83%</td><td data-share="achieved">—</td>' in heavy

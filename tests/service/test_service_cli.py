@@ -148,3 +148,24 @@ def test_serve_refuses_bad_options_before_touching_the_store(tmp_path: Path) -> 
         assert r.exit_code == 2, r.output
         assert field in r.stderr
     assert not db.exists()
+
+
+def test_groups_set_and_list_against_a_daemon(
+    server: tuple[str, dict[str, str]], sqlite_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url, tokens = server
+    with sqlite_store.session() as s:
+        root = add_user(s, "root", "admins", admin=True)
+    monkeypatch.setenv("DATASCHED_SERVER", url)
+    r = cli.invoke(app, ["groups", "set", "g", "--quota", "25", "--token", tokens["ann"]])
+    assert r.exit_code == 1 and "caller: administrators only" in r.stderr
+    r = cli.invoke(app, ["groups", "set", "g", "--quota", "-2", "--token", root])
+    assert r.exit_code == 1 and "quota: expected a number > 0, got -2.0" in r.stderr
+    r = cli.invoke(app, ["groups", "set", "g", "--token", root])
+    assert r.exit_code == 2 and "--priority, --quota: give one or both" in r.stderr
+    r = cli.invoke(app, ["groups", "set", "g", "--quota", "25", "--priority", "3", "--token", root])
+    assert r.exit_code == 0, r.output
+    r = cli.invoke(app, ["groups", "list", "--token", tokens["bob"]])
+    assert r.exit_code == 0, r.output
+    row = next(line for line in r.stdout.splitlines() if "│ g " in line)
+    assert [c.strip() for c in row.strip("│ ").split("│")][:4] == ["g", "3", "25", "2"]

@@ -202,3 +202,33 @@ def test_jobs_ending_at_once_leave_their_request_completed(store: Store) -> None
         with store.reading() as s:
             req = ops.find_request(s, list_users(s)[0], rid)
             assert req is not None and req.state == "completed"
+
+
+def test_a_job_s_node_is_where_its_packets_ran_not_the_split_s_preference(
+    sqlite_store: Store,
+) -> None:
+    from datasched.service.store.models import Job
+
+    with sqlite_store.session() as s:
+        caller = authenticate(s, add_user(s, "ann", "g"))
+        assert caller is not None
+        work = ProcessorWork("p.py:P")
+        files = (FileRef("/d/a.root", 30, 300),)
+        ops.store_accepted(
+            s, caller, "r1", "raw", "application/yaml", MetaJobRequest("ann", work, ()),
+            [ElementaryJob("r1", 0, files, work, node="w1")],
+        )  # fmt: skip
+        job = s.get(Job, "r1.0")
+        assert job is not None
+        assert ops.job_node(job, ops.packet_nodes(s, ["r1.0"])["r1.0"]) == (None, "w1")
+    listener = StoreListener(sqlite_store)
+    listener.job_state("r1.0", JobState.RUNNING, node="w2")
+    for a, node in ((0, "w2"), (10, "w3"), (20, "w3")):
+        listener.packet_done(PacketDone("r1.0", "/d/a.root", a, a + 10, node, 100, 0.1, None))
+    with sqlite_store.session() as s:
+        job = s.get(Job, "r1.0")
+        assert job is not None
+        ran_on = ops.packet_nodes(s, ["r1.0"])["r1.0"]
+        assert ran_on == {"w2": 10, "w3": 20}
+        assert ops.job_node(job, ran_on) == ("w3", None)  # most events; no preference now
+        assert ops.job_node(job, {}) == ("w2", None)  # running, no packet yet: as reported

@@ -110,6 +110,21 @@ def serve(
     max_request_kb: Annotated[int, typer.Option(min=1, help="Largest request body.")] = 1000,
     rate: Annotated[float, typer.Option(min=0.0, help="API calls a second per user.")] = 20.0,
     burst: Annotated[int, typer.Option(min=1, help="API calls at once per user.")] = 40,
+    max_held: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Elementary jobs handed to the runner at a time; the rest wait in the store "
+            "and go by fair share. Default: twice the cluster's slots.",
+        ),
+    ] = None,
+    usage_half_life: Annotated[
+        float,
+        typer.Option(
+            min=0.001,
+            help="Half-life, in seconds, of the groups' CPU usage behind fair share.",
+        ),
+    ] = 3600.0,
 ) -> None:
     """Run the service's daemon: the API (/api/v1) and the loop handing requests' elementary
     jobs to the runner. The store is upgraded to the newest schema first; what was running
@@ -154,6 +169,8 @@ def serve(
         split=strategy,
         limits=Limits(max_request_kb * 1000, rate, burst),
         policy=policy,
+        max_held=max_held,
+        usage_half_life_s=usage_half_life,
     )
     err.print(
         f"datasched serve: the API at http://{host}:{port}/api/v1, the dashboard at "

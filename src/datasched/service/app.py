@@ -24,7 +24,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from datasched import __version__
 from datasched.service import api_whatif
-from datasched.service.api import misc, requests
+from datasched.service.api import groups, misc, requests
 from datasched.service.api.deps import Limits, ServiceState, current_caller
 from datasched.service.catalog import Catalog
 from datasched.service.contracts import SplitStrategy
@@ -51,11 +51,18 @@ def build_state(
     period_s: float = 0.5,
     policy: str = "out-of-order",
     eta_period_s: float | None = 5.0,
+    max_held: int | None = None,
+    usage_half_life_s: float = 3600.0,
 ) -> ServiceState:
-    """The service over ``store``: with a ``runner``, a dispatcher hands it the jobs, and
-    every ``eta_period_s`` the simulator predicts each open request's finish under
-    ``policy`` (None: no ETAs)."""
-    dispatcher = Dispatcher(store, runner, period_s=period_s) if runner is not None else None
+    """The service over ``store``: with a ``runner``, a dispatcher hands it the jobs by fair
+    share, at most ``max_held`` at a time (None: twice the cluster's slots), the groups'
+    usage decaying with ``usage_half_life_s``; and every ``eta_period_s`` the simulator
+    predicts each open request's finish under ``policy`` (None: no ETAs)."""
+    dispatcher = None
+    if runner is not None:
+        dispatcher = Dispatcher(
+            store, runner, period_s=period_s, max_held=max_held, half_life_s=usage_half_life_s
+        )
     eta = None
     if runner is not None and eta_period_s is not None:
         eta = EtaWatch(store, runner.cluster, policy=policy, period_s=eta_period_s)
@@ -115,6 +122,7 @@ def create_app(svc: ServiceState) -> FastAPI:
     svc.metrics.watch_store(_store_counts(svc))
     app.include_router(requests.router, prefix=API_PREFIX)
     app.include_router(misc.router, prefix=API_PREFIX)
+    app.include_router(groups.router, prefix=API_PREFIX)
     app.include_router(dashboard_router)
     # What-if: the simulator over the live state, for any user with a token.
     app.include_router(api_whatif.router, dependencies=[Depends(current_caller)])

@@ -7,26 +7,37 @@ Restart (issue 18): the store holds every job and every packet done. On start,
 queued, running) and hands each over again with the ranges already done; a packet the
 runner reports twice is stored once (the packets table's UNIQUE constraint), so no event is
 counted twice or lost.
+
+Admission (issue 18's group priorities and quotas): the dispatcher keeps at most
+``max_held`` jobs in the runner (default twice the cluster's slots) and, as room opens,
+hands the next job by fair share (:mod:`datasched.service.fairshare`): the group furthest
+below its target share first, its users in turn, each user's oldest first. Usage is read
+back from the stored packets on start, so a restart forgets none of it.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
 
 from datasched.service.contracts import ElementaryJob, JobState, PacketDone, RunnerListener
+from datasched.service.fairshare import FairShare, GroupTurn, cluster_slots
 from datasched.service.store.db import Store
-from datasched.service.store.models import Job, Packet
+from datasched.service.store.models import Group, Job, Packet, Request, User
 from datasched.service.store.ops import (
+    HANDED_OVER,
     done_ranges,
     elementary_job,
     lock_request,
-    pending_jobs,
+    progress,
     refresh_request_state,
     requeue_unfinished,
 )
@@ -63,6 +74,10 @@ class StoreListener:
     def __init__(self, store: Store) -> None:
         self.store = store
         self.replays = 0
+        self.on_packet: Callable[[PacketDone], None] | None = None
+        """Called with each packet stored (not with replays): the dispatcher's usage."""
+        self.on_final: Callable[[], None] | None = None
+        """Called when a job ends: the runner has room again."""
 
     def job_state(
         self,
@@ -89,6 +104,8 @@ class StoreListener:
             if failed_file is not None:
                 job.failed_file = failed_file
             refresh_request_state(s, job.request_id)
+        if JobState(state).final and self.on_final is not None:
+            self.on_final()
 
     def packet_done(self, packet: PacketDone) -> None:
         try:
@@ -109,37 +126,217 @@ class StoreListener:
                 )
         except IntegrityError:
             self.replays += 1  # stored before: the runner replayed it after a restart
+            return
+        if self.on_packet is not None:
+            self.on_packet(packet)
+
+
+DEFAULT_HELD_PER_SLOT = 2
+"""Jobs kept in the runner per slot of the cluster, unless ``max_held`` says otherwise."""
+FALLBACK_HELD = 8
+"""Jobs kept in the runner while it reports no slots (not started yet)."""
+
+
+def _timestamp(at: datetime) -> float:
+    """A stored time as POSIX seconds (SQLite gives it back naive: it was UTC)."""
+    return (at if at.tzinfo is not None else at.replace(tzinfo=UTC)).timestamp()
+
+
+def _events(job: Job) -> int:
+    return sum(int(f["n_events"]) for f in job.files)
+
+
+_OPEN = (Request.state.not_in([JobState.ABORTED.value, JobState.REFUSED.value]),)
 
 
 class Dispatcher:
-    """The daemon's loop: every ``period_s``, hands the pending jobs to the runner (each
-    with its ranges done) and marks them ``submitted``."""
+    """The daemon's loop: every ``period_s`` (or when woken), hands pending jobs to the
+    runner by fair share while it holds fewer than ``max_held`` (None: twice the cluster's
+    slots), each with its ranges done, and marks them ``submitted``. Usage decays with
+    ``half_life_s``; ``clock`` gives POSIX seconds (the stored packets' times)."""
 
-    def __init__(self, store: Store, runner: Runner, *, period_s: float = 0.5) -> None:
+    def __init__(
+        self,
+        store: Store,
+        runner: Runner,
+        *,
+        period_s: float = 0.5,
+        max_held: int | None = None,
+        half_life_s: float = 3600.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if max_held is not None and max_held < 1:
+            raise ValueError(f"max_held: expected a number >= 1, got {max_held}")
         self.store = store
         self.runner = runner
         self.period_s = period_s
+        self.max_held = max_held
+        self.clock = clock
+        self.fair = FairShare(half_life_s)
         self.listener = StoreListener(store)
+        self.listener.on_packet = self._used
+        self.listener.on_final = self.wake
+        self._owners: dict[str, tuple[str, str]] = {}
+        self._lock = threading.Lock()
+        self._capacity: int | None = max_held
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
 
     def recover(self) -> int:
-        """Requeue what the runner held before a restart; how many jobs."""
+        """Requeue what the runner held before a restart (how many jobs), and read the
+        groups' usage back from the stored packets."""
         with self.store.session() as s:
-            return requeue_unfinished(s)
+            n = requeue_unfinished(s)
+        self.load_usage()
+        return n
+
+    def load_usage(self) -> None:
+        """The groups' decayed usage, from every stored packet."""
+        with self.store.reading() as s:
+            rows = s.execute(
+                select(
+                    Group.name, User.name, Packet.cpu_s, Packet.stop - Packet.start, Packet.created
+                )
+                .select_from(Packet)
+                .join(Job, Packet.job_id == Job.id)
+                .join(Request, Job.request_id == Request.id)
+                .join(User, Request.owner_id == User.id)
+                .join(Group, User.group_id == Group.id)
+            ).all()
+        fair = FairShare(self.fair.half_life_s)
+        fair.load(
+            ((g, u, float(c), int(n), _timestamp(at)) for g, u, c, n, at in rows), self.clock()
+        )
+        with self._lock:
+            self.fair = fair
+
+    def _used(self, packet: PacketDone) -> None:
+        owner = self._owners.get(packet.job_id)
+        if owner is None:
+            with self.store.reading() as s:
+                row = s.execute(
+                    select(Group.name, User.name)
+                    .select_from(Job)
+                    .join(Request, Job.request_id == Request.id)
+                    .join(User, Request.owner_id == User.id)
+                    .join(Group, User.group_id == Group.id)
+                    .where(Job.id == packet.job_id)
+                ).first()
+            if row is None:
+                return
+            owner = (str(row[0]), str(row[1]))
+        with self._lock:
+            self.fair.add(*owner, packet.cpu_s, packet.stop - packet.start, self.clock())
+
+    def capacity(self) -> int:
+        """How many jobs the runner may hold: ``max_held``, else twice its slots."""
+        if self._capacity is None:
+            try:
+                slots = cluster_slots(self.runner.cluster())
+            except Exception:  # a runner that cannot say yet: ask again next round
+                log.exception("the runner's cluster view failed")
+                slots = 0
+            if slots <= 0:
+                return FALLBACK_HELD
+            self._capacity = DEFAULT_HELD_PER_SLOT * slots
+        return self._capacity
+
+    def _held(self, s: Session) -> tuple[int, dict[str, int]]:
+        """How many jobs the runner holds, and per group the events they have left."""
+        rows = s.execute(
+            select(Job, Group.name)
+            .join(Request, Job.request_id == Request.id)
+            .join(User, Request.owner_id == User.id)
+            .join(Group, User.group_id == Group.id)
+            .where(Job.state.in_([st.value for st in HANDED_OVER]))
+        ).all()
+        done = progress(s, [job.id for job, _ in rows])
+        left: dict[str, int] = {}
+        for job, group in rows:
+            rest = max(_events(job) - int(done[job.id]["events"]), 0)
+            left[group] = left.get(group, 0) + rest
+        return len(rows), left
+
+    def _queues(self, s: Session) -> dict[str, tuple[float, dict[str, int]]]:
+        """Per group with pending work: its weight and its users' pending counts."""
+        rows = s.execute(
+            select(Group.name, Group.priority, Group.quota, User.name, func.count(Job.id))
+            .select_from(Job)
+            .join(Request, Job.request_id == Request.id)
+            .join(User, Request.owner_id == User.id)
+            .join(Group, User.group_id == Group.id)
+            .where(Job.state == JobState.PENDING.value, *_OPEN)
+            .group_by(Group.name, Group.priority, Group.quota, User.name)
+        ).all()
+        out: dict[str, tuple[float, dict[str, int]]] = {}
+        for group, priority, quota, user, n in rows:
+            weight = float(priority) * float(quota)
+            out.setdefault(str(group), (weight, {}))[1][str(user)] = int(n)
+        return out
+
+    def _oldest(self, s: Session, user: str, limit: int) -> list[Job]:
+        q = (
+            select(Job)
+            .join(Request, Job.request_id == Request.id)
+            .join(User, Request.owner_id == User.id)
+            .where(Job.state == JobState.PENDING.value, User.name == user, *_OPEN)
+            .order_by(Request.created, Request.id, Job.index)
+            .limit(limit)
+        )
+        return list(s.scalars(q))
+
+    def choose(self, s: Session, room: int) -> list[tuple[Job, str, str]]:
+        """The next ``room`` pending jobs by fair share: ``(job, group, user)`` each."""
+        _, left = self._held(s)
+        queues = self._queues(s)
+        waiting: dict[str, list[Job]] = {}
+        chosen: list[tuple[Job, str, str]] = []
+        now = self.clock()
+        with self._lock:
+            fair = self.fair
+            while len(chosen) < room and queues:
+                turns = [
+                    GroupTurn(g, w, tuple(u for u, n in users.items() if n > 0), left.get(g, 0))
+                    for g, (w, users) in sorted(queues.items())
+                ]
+                turn = fair.pick_group(turns, now)
+                user = fair.pick_user(turn.name, turn.users)
+                if user not in waiting:
+                    waiting[user] = self._oldest(s, user, room)
+                users = queues[turn.name][1]
+                if not waiting[user]:
+                    users[user] = 0
+                else:
+                    job = waiting[user].pop(0)
+                    chosen.append((job, turn.name, user))
+                    left[turn.name] = left.get(turn.name, 0) + _events(job)
+                    users[user] -= 1
+                if not any(n > 0 for n in users.values()):
+                    del queues[turn.name]
+        return chosen
 
     def dispatch_once(self) -> int:
-        """Hand every pending job to the runner; how many it took."""
+        """Hand pending jobs to the runner while it has room; how many it took."""
         with self.store.session() as s:
-            for request_id in sorted({j.request_id for j in pending_jobs(s)}):
+            held, _ = self._held(s)
+            room = self.capacity() - held
+            if room <= 0:
+                return 0
+            chosen = self.choose(s, room)
+            for request_id in sorted({pick.request_id for pick, _, _ in chosen}):
                 lock_request(s, request_id)
-            handed = [(elementary_job(j), done_ranges(s, j.id)) for j in pending_jobs(s)]
-            for job, _ in handed:
-                row = s.get(Job, job.id)
-                assert row is not None
+            handed = []
+            for pick, group, user in chosen:
+                row = s.get(Job, pick.id, populate_existing=True)
+                if row is None or row.state != JobState.PENDING.value:
+                    continue  # cancelled meanwhile
+                if JobState(row.request.state) in (JobState.ABORTED, JobState.REFUSED):
+                    continue
+                handed.append((elementary_job(row), done_ranges(s, row.id)))
+                self._owners[row.id] = (group, user)
                 row.state = JobState.SUBMITTED.value
-                refresh_request_state(s, job.request_id)
+                refresh_request_state(s, row.request_id)
         n = 0
         for job, done in handed:
             try:
@@ -166,6 +363,11 @@ class Dispatcher:
             for job_id in aborted:
                 self.runner.cancel(job_id)
         return n
+
+    def shares(self) -> dict[str, float]:
+        """Each group's achieved share of the decayed CPU used."""
+        with self._lock:
+            return self.fair.achieved(self.clock())
 
     def wake(self) -> None:
         """Dispatch now (a request was just accepted)."""

@@ -97,6 +97,8 @@ class ServiceDemo:
     url: str
     tokens: dict[str, str]
     store_url: str
+    service: Any = None
+    """The daemon's :class:`~datasched.service.api.deps.ServiceState` (its ETA records)."""
 
 
 @contextmanager
@@ -108,6 +110,7 @@ def serving(
     policy: str,
     users: dict[str, str],
     tertiary_mb_s: float | None = None,
+    eta_period_s: float = 2.0,
 ) -> Iterator[ServiceDemo]:
     """The daemon over a fresh store in ``work``, its catalog the demo dataset, ``users``
     (name → group) with tokens, serving on a free loopback port until the block ends."""
@@ -133,7 +136,7 @@ def serving(
         tertiary_mb_s=tertiary_mb_s,
     )
     language = ContractLanguage([data_dir.parent.resolve(), work.resolve()])
-    state = build_state(store, language, runner=runner, policy=policy, eta_period_s=2.0)
+    state = build_state(store, language, runner=runner, policy=policy, eta_period_s=eta_period_s)
     port = _free_port()
     server = uvicorn.Server(
         uvicorn.Config(create_app(state), host="127.0.0.1", port=port, log_level="warning")
@@ -146,7 +149,7 @@ def serving(
             if not thread.is_alive() or time.monotonic() > deadline:
                 raise RuntimeError("the daemon did not start")
             time.sleep(0.05)
-        yield ServiceDemo(f"http://127.0.0.1:{port}", tokens, store_url)
+        yield ServiceDemo(f"http://127.0.0.1:{port}", tokens, store_url, state)
     finally:
         server.should_exit = True
         thread.join(timeout=60)

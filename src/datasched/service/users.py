@@ -13,21 +13,25 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import math
 import re
 import secrets
 from dataclasses import dataclass
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from datasched.service.store.models import Group, User
 
 __all__ = [
     "Caller",
+    "GroupInfo",
     "UserError",
     "add_user",
     "authenticate",
+    "list_groups",
     "list_users",
+    "set_group",
 ]
 
 NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
@@ -119,3 +123,52 @@ def authenticate(s: Session, token: str) -> Caller | None:
     if not hmac.compare_digest(_digest(user.token_salt, parts[2]), user.token_hash):
         return None
     return Caller(user.id, user.name, user.group.name, user.admin, user.group.priority)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupInfo:
+    """A group: its priority, its quota (a relative target share) and its users."""
+
+    name: str
+    priority: float
+    quota: float
+    users: int
+
+
+def _positive(field: str, value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise UserError(f"{field}: expected a number > 0, got {value!r}")
+    if not (math.isfinite(value) and value > 0):
+        raise UserError(f"{field}: expected a number > 0, got {value!r}")
+    return float(value)
+
+
+def set_group(
+    s: Session, name: str, *, priority: float | None = None, quota: float | None = None
+) -> GroupInfo:
+    """Set a group's priority and/or quota (the group is made if new, at 1 and 1). Both
+    must be finite and > 0: a group of weight 0 could wait forever."""
+    if not NAME.match(name):
+        raise UserError(f"group: {name!r} is not a name (letters, digits, '_', '.', '-')")
+    new_priority = _positive("priority", priority) if priority is not None else None
+    new_quota = _positive("quota", quota) if quota is not None else None
+    g = s.scalar(select(Group).where(Group.name == name))
+    if g is None:
+        g = Group(name=name, priority=1.0, quota=1.0)
+        s.add(g)
+    if new_priority is not None:
+        g.priority = new_priority
+    if new_quota is not None:
+        g.quota = new_quota
+    s.flush()
+    return _info(s, g)
+
+
+def _info(s: Session, g: Group) -> GroupInfo:
+    n = s.scalar(select(func.count()).select_from(User).where(User.group_id == g.id)) or 0
+    return GroupInfo(g.name, float(g.priority), float(g.quota), int(n))
+
+
+def list_groups(s: Session) -> list[GroupInfo]:
+    """Every group, by name."""
+    return [_info(s, g) for g in s.scalars(select(Group).order_by(Group.name))]

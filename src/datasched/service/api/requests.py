@@ -130,14 +130,18 @@ def get_request(request_id: str, svc: StateDep, caller: CallerDep) -> dict[str, 
         if req is None:
             raise not_found(request_id)
         done = ops.progress(s, [j.id for j in req.jobs])
+        ran_on = ops.packet_nodes(s, [j.id for j in req.jobs])
         jobs: list[dict[str, Any]] = []
         for j in req.jobs:
             total = sum(int(f["n_events"]) for f in j.files)
+            node, preferred = ops.job_node(j, ran_on[j.id])
             jobs.append(
                 {
                     "id": j.id,
                     "index": j.index,
-                    "node": j.node,
+                    "node": node,
+                    "preferred_node": preferred,
+                    "nodes": ran_on[j.id],
                     "state": j.state,
                     "files": [f["url"] for f in j.files],
                     "failed_file": j.failed_file,

@@ -121,7 +121,7 @@ def cluster(svc: StateDep, caller: CallerDep) -> HTMLResponse:
     view = dict(svc.runner.cluster()) if svc.runner is not None else {"nodes": []}
     with svc.store.reading() as s:
         queue = queue_counts(s)
-        groups = group_queues(s)
+        groups = group_queues(s, svc.dispatcher.shares() if svc.dispatcher is not None else None)
     return _fragment(
         "cluster.html",
         groups=groups,

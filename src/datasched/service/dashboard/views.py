@@ -14,6 +14,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from datasched.service.contracts import JobState
+from datasched.service.fairshare import targets
 from datasched.service.store import ops
 from datasched.service.store.models import Group, Job, Packet, Request, User
 
@@ -181,22 +182,27 @@ def queue_counts(s: Session) -> list[tuple[str, int]]:
 
 @dataclass(frozen=True, slots=True)
 class GroupQueue:
-    """A group's queue (PROOF §3's groups): its priority (the dispatcher hands the pending
-    jobs of the highest first) and quota, and its elementary jobs waiting (pending,
-    submitted, queued) and running."""
+    """A group's queue (PROOF §3's groups): its priority and quota, its target share (its
+    weight, quota x priority, over those of the groups with work: the dispatcher's fair
+    share), the share of the recent CPU it achieved (None without a dispatcher), and its
+    elementary jobs waiting (pending, submitted, queued) and running."""
 
     group: str
     priority: float
     quota: float
     waiting: int
     running: int
+    target: float = 0.0
+    achieved: float | None = None
 
 
 _WAITING = (JobState.PENDING.value, JobState.SUBMITTED.value, JobState.QUEUED.value)
 
 
-def group_queues(s: Session) -> list[GroupQueue]:
-    """The groups with jobs waiting or running, highest priority first."""
+def group_queues(s: Session, achieved: Mapping[str, float] | None = None) -> list[GroupQueue]:
+    """The groups with jobs waiting or running, furthest below target first (the order of
+    the dispatcher's fair share; by priority when nothing is used yet). ``achieved``: each
+    group's share of the recent CPU (the dispatcher's)."""
     rows = s.execute(
         select(Group.name, Group.priority, Group.quota, Job.state, func.count())
         .select_from(Job)
@@ -210,12 +216,27 @@ def group_queues(s: Session) -> list[GroupQueue]:
     for name, priority, quota, state, n in rows:
         entry = counts.setdefault((name, float(priority), float(quota)), [0, 0])
         entry[0 if state in _WAITING else 1] += int(n)
-    return [
-        GroupQueue(name, priority, quota, waiting, running)
-        for (name, priority, quota), (waiting, running) in sorted(
-            counts.items(), key=lambda kv: (-kv[0][1], kv[0][0])
+    share = targets({name: p * q for name, p, q in counts})
+    out = [
+        GroupQueue(
+            name,
+            priority,
+            quota,
+            waiting,
+            running,
+            share[name],
+            None if achieved is None else achieved.get(name, 0.0),
         )
+        for (name, priority, quota), (waiting, running) in counts.items()
     ]
+    return sorted(
+        out,
+        key=lambda g: (
+            (g.achieved or 0.0) / g.target if g.target > 0 else float("inf"),
+            -g.target,
+            g.group,
+        ),
+    )
 
 
 def _events_total(job: Job) -> int:
@@ -224,11 +245,12 @@ def _events_total(job: Job) -> int:
 
 def _job_rows(s: Session, jobs: Sequence[Job]) -> list[JobRow]:
     done = ops.progress(s, [j.id for j in jobs])
+    ran_on = ops.packet_nodes(s, [j.id for j in jobs])
     return [
         JobRow(
             id=j.id,
             index=j.index,
-            node=j.node,
+            node=ops.job_node(j, ran_on[j.id])[0],
             state=j.state,
             n_files=len(j.files),
             failed_file=j.failed_file,

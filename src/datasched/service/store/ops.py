@@ -34,9 +34,11 @@ __all__ = [
     "done_ranges",
     "elementary_job",
     "find_request",
+    "job_node",
     "list_requests",
     "lock_request",
     "new_request_id",
+    "packet_nodes",
     "pending_jobs",
     "progress",
     "refresh_request_state",
@@ -251,6 +253,37 @@ def progress(s: Session, job_ids: Sequence[str]) -> dict[str, dict[str, float]]:
     return out
 
 
+def packet_nodes(s: Session, job_ids: Sequence[str]) -> dict[str, dict[str, int]]:
+    """Per job, the nodes its packets ran on and the events each did (the facts; a job's
+    ``node`` column is the split's preference until the runner reports where it started)."""
+    out: dict[str, dict[str, int]] = {j: {} for j in job_ids}
+    if not job_ids:
+        return out
+    rows = s.execute(
+        select(Packet.job_id, Packet.node, func.sum(Packet.stop - Packet.start))
+        .where(Packet.job_id.in_(job_ids))
+        .group_by(Packet.job_id, Packet.node)
+    )
+    for job_id, node, events in rows:
+        out[job_id][str(node)] = int(events or 0)
+    return out
+
+
+def job_node(job: Job, ran_on: dict[str, int]) -> tuple[str | None, str | None]:
+    """``(node, preferred_node)`` of a job: the node it ran on (the one of most events by its
+    packets; while running with none yet, the one the runner reported; else None), and the
+    split's preference while the job waits (pending, submitted, queued: the column still
+    holds it then; once started the runner overwrote it, so None)."""
+    waiting = JobState(job.state) in (JobState.PENDING, JobState.SUBMITTED, JobState.QUEUED)
+    if ran_on:
+        node: str | None = max(sorted(ran_on), key=lambda n: ran_on[n])
+    elif waiting:
+        node = None
+    else:
+        node = job.node
+    return node, job.node if waiting else None
+
+
 def done_ranges(s: Session, job_id: str) -> list[tuple[str, int, int]]:
     """The ranges ``(url, start, stop)`` of a job whose results are stored."""
     rows = s.execute(
@@ -291,7 +324,8 @@ def elementary_job(job: Job) -> ElementaryJob:
 
 def pending_jobs(s: Session, limit: int = 100) -> list[Job]:
     """Jobs waiting to be handed to the runner: those of the groups of highest priority
-    first (PROOF §3's group priorities), then the oldest request's first."""
+    first, then the oldest request's first. (The daemon's dispatcher does not hand them in
+    this order but by fair share: :mod:`datasched.service.fairshare`.)"""
     q = (
         select(Job)
         .join(Request, Job.request_id == Request.id)

@@ -1,0 +1,250 @@
+"""ETA errors over a load test with the real runner.
+
+The daemon on loopback (as ``datasched demo-service``) with the threaded runner on an
+embedded Dask cluster of ``--workers`` workers, the demo dataset (``datasched demo``'s: 20
+ROOT files of Z -> mumu events) in its catalog; ``--users`` users (in three groups) each
+submit ``--requests`` requests at once, from a thread each: request ``k`` of user ``i`` runs
+the dimuon-mass processor over ``--files`` consecutive files starting at a file of its own,
+so that requests overlap and the caches matter. Waits until every request ends, then prints:
+requests completed, submit latency p50/p99, and over the requests ended with an ETA, the
+median absolute relative error (``datasched.service.eta``) of the first ETA made for each
+(at the first refresh after its submission) and of the last one (the last refresh before
+it ended), with the signed medians (positive: the requests ended sooner than predicted).
+Also the machine's load average, before and after. Figures only; nothing is asserted.
+
+    python benchmarks/service_eta.py [--users 10] [--requests 3] [--workers 4] [--files 2]
+        [--policy out-of-order] [--tertiary-mb-s MB] [--eta-period-s 2] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+FINAL = {"completed", "failed", "aborted", "refused"}
+N_FILES = 20
+
+
+def _percentile(xs: list[float], q: int) -> float:
+    xs = sorted(xs)
+    if len(xs) == 1:
+        return xs[0]
+    return statistics.quantiles(xs, n=100, method="inclusive")[q - 1]
+
+
+def _median(xs: list[float]) -> float | None:
+    return statistics.median(xs) if xs else None
+
+
+def request_body(data_dir: Path, user: int, k: int, files: int) -> str:
+    """Request ``k`` of user ``user``: the dimuon mass over ``files`` consecutive files."""
+    first = (7 * user + 3 * k) % N_FILES
+    paths = [data_dir / f"part-{(first + j) % N_FILES:03d}.root" for j in range(files)]
+    return (
+        f"title: user{user} request {k}\n"
+        "processor: {name: 'datasched.runtime.demodata:DimuonMass', tree: Events}\n"
+        "inputs:\n" + "".join(f"  - {p}\n" for p in paths)
+    )
+
+
+def eta_figures(records: list[Any]) -> dict[str, Any]:
+    """The ETA errors of ended requests (``EtaRecord``s): first and last prediction's."""
+    from datasched.service.eta import relative_eta_error
+
+    ended = [r for r in records if r.actual_finish is not None and r.predictions]
+    first = [
+        relative_eta_error(r.predictions[0][1], r.actual_finish, r.predictions[0][0]) for r in ended
+    ]
+    last = [
+        relative_eta_error(r.predictions[-1][1], r.actual_finish, r.predictions[-1][0])
+        for r in ended
+    ]
+    return {
+        "with_eta": len(ended),
+        "per_request": [
+            {
+                "request": r.request_id,
+                "predictions": len(r.predictions),
+                "first_relative_error": f,
+                "last_relative_error": g,
+            }
+            for r, f, g in zip(ended, first, last, strict=True)
+        ],
+        "median_abs_first": _median([abs(x) for x in first]),
+        "median_abs_last": _median([abs(x) for x in last]),
+        "median_first": _median(first),
+        "median_last": _median(last),
+    }
+
+
+def run(
+    users: int,
+    requests: int,
+    *,
+    workers: int = 4,
+    files: int = 2,
+    policy: str = "out-of-order",
+    tertiary_mb_s: float | None = None,
+    eta_period_s: float = 2.0,
+    timeout_s: float = 900.0,
+) -> dict[str, Any]:
+    import httpx
+
+    from datasched.runtime.demodata import write_demo_dataset
+    from datasched.service.demo import serving
+    from datasched.service.eta import median_abs_relative_error
+
+    load_before = os.getloadavg()
+    with tempfile.TemporaryDirectory(prefix="datasched-eta-") as tmp:
+        work = Path(tmp)
+        data_dir = work / "data"
+        write_demo_dataset(data_dir, n_files=N_FILES)
+        names = {f"user{i}": f"group{i % 3}" for i in range(users)}
+        with serving(
+            work,
+            data_dir.resolve(),
+            workers=workers,
+            policy=policy,
+            users=names,
+            tertiary_mb_s=tertiary_mb_s,
+            eta_period_s=eta_period_s,
+        ) as d:
+            base = f"{d.url}/api/v1"
+
+            def user(i: int) -> tuple[list[float], list[str], list[str]]:
+                latency, ids, refused = [], [], []
+                token = d.tokens[f"user{i}"]
+                with httpx.Client(
+                    base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=120
+                ) as c:
+                    for k in range(requests):
+                        body = request_body(data_dir.resolve(), i, k, files)
+                        t0 = time.perf_counter()
+                        r = c.post(
+                            "/requests", content=body, headers={"Content-Type": "application/yaml"}
+                        )
+                        latency.append(time.perf_counter() - t0)
+                        (ids if r.status_code == 201 else refused).append(
+                            r.json().get("id", "") if r.status_code == 201 else r.text[:200]
+                        )
+                return latency, ids, refused
+
+            started = time.monotonic()
+            with ThreadPoolExecutor(max_workers=users) as pool:
+                results = list(pool.map(user, range(users)))
+            ids = {rid: f"user{i}" for i, r in enumerate(results) for rid in r[1]}
+            states: dict[str, str] = {}
+            with httpx.Client(base_url=base, timeout=120) as c:
+                while True:
+                    for rid, who in ids.items():
+                        if states.get(rid) in FINAL:
+                            continue
+                        got = c.get(
+                            f"/requests/{rid}", headers={"Authorization": f"Bearer {d.tokens[who]}"}
+                        )
+                        states[rid] = got.json()["state"]
+                    if all(st in FINAL for st in states.values()):
+                        break
+                    if time.monotonic() - started > timeout_s:
+                        break
+                    time.sleep(0.5)
+            elapsed = time.monotonic() - started
+            eta = d.service.eta
+            eta.refresh()  # closes the records of the requests ended since the last refresh
+            with eta._lock:
+                records = [r for r in eta.records.values() if r.request_id in ids]
+            median = median_abs_relative_error(records)
+            with_eta = {r.request_id for r in records if r.predictions}
+    latency = [x for r in results for x in r[0]]
+    return {
+        "users": users,
+        "requests_each": requests,
+        "workers": workers,
+        "files_per_request": files,
+        "policy": policy,
+        "tertiary_mb_s": tertiary_mb_s,
+        "eta_period_s": eta_period_s,
+        "accepted": len(ids),
+        "refused": [x for r in results for x in r[2]],
+        "completed": sum(st == "completed" for st in states.values()),
+        "ended": sum(st in FINAL for st in states.values()),
+        "elapsed_s": elapsed,
+        "submit_p50_ms": _percentile(latency, 50) * 1e3,
+        "submit_p99_ms": _percentile(latency, 99) * 1e3,
+        "median_abs_relative_error": median,
+        "ended_without_eta": sum(
+            1 for rid, st in states.items() if st in FINAL and rid not in with_eta
+        ),
+        **eta_figures(records),
+        "load_before": load_before,
+        "load_after": os.getloadavg(),
+    }
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--users", type=int, default=10)
+    p.add_argument("--requests", type=int, default=3)
+    p.add_argument("--workers", type=int, default=4)
+    p.add_argument("--files", type=int, default=2)
+    p.add_argument("--policy", default="out-of-order")
+    p.add_argument("--tertiary-mb-s", type=float, default=None)
+    p.add_argument("--eta-period-s", type=float, default=2.0)
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args()
+    for name in ("users", "requests", "workers", "files"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name}: expected an integer >= 1")
+    if args.files > N_FILES:
+        p.error(f"--files: at most {N_FILES} (the demo dataset's files)")
+    if args.eta_period_s <= 0:
+        p.error("--eta-period-s: expected a number > 0")
+    report = run(
+        args.users,
+        args.requests,
+        workers=args.workers,
+        files=args.files,
+        policy=args.policy,
+        tertiary_mb_s=args.tertiary_mb_s,
+        eta_period_s=args.eta_period_s,
+    )
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        n = report["users"] * report["requests_each"]
+        print(
+            f"{report['users']} users x {report['requests_each']} requests on "
+            f"{report['workers']} workers ({report['policy']}): {report['accepted']}/{n} "
+            f"accepted, {report['completed']} completed, {report['ended']} ended in "
+            f"{report['elapsed_s']:.0f} s"
+        )
+        print(
+            f"  submit p50 {report['submit_p50_ms']:.0f} ms  p99 {report['submit_p99_ms']:.0f} ms"
+        )
+        print(
+            f"  ETA relative error over {report['with_eta']} ended requests with an ETA: "
+            f"median |first| {_fmt(report['median_abs_first'])} (signed "
+            f"{_fmt(report['median_first'])}), median |last| "
+            f"{_fmt(report['median_abs_last'])} (signed {_fmt(report['median_last'])})"
+        )
+        before = " ".join(f"{x:.1f}" for x in report["load_before"])
+        after = " ".join(f"{x:.1f}" for x in report["load_after"])
+        print(f"  load average before {before}, after {after}")
+    if report["ended"] != report["users"] * report["requests_each"]:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

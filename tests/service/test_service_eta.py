@@ -1,0 +1,80 @@
+"""benchmarks/service_eta.py: the ETA errors of a load test with the real runner. The
+figures' arithmetic in the default run; the benchmark end to end (an embedded Dask
+cluster, half a minute) marked slow."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from datasched.service.eta import EtaRecord, median_abs_relative_error
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "benchmarks" / "service_eta.py"
+
+
+def _bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("service_eta", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_figures_are_the_first_and_last_eta_of_each_ended_request() -> None:
+    early = EtaRecord("a", [(0.0, 10.0), (5.0, 14.0)], actual_finish=15.0)
+    late = EtaRecord("b", [(0.0, 30.0)], actual_finish=20.0)
+    open_ = EtaRecord("c", [(0.0, 9.0)])
+    figures = _bench().eta_figures([early, late, open_])
+    assert figures["with_eta"] == 2
+    # a: first -5 / 15, last -1 / 10; b: first and last +10 / 20.
+    assert figures["median_abs_first"] == pytest.approx((5 / 15 + 0.5) / 2)
+    assert figures["median_abs_last"] == pytest.approx((0.1 + 0.5) / 2)
+    assert figures["median_first"] == pytest.approx((-5 / 15 + 0.5) / 2)
+    assert figures["median_abs_first"] == median_abs_relative_error([early, late, open_])
+    assert [r["predictions"] for r in figures["per_request"]] == [2, 1]
+
+
+def test_requests_overlap_and_bad_options_are_refused(tmp_path: Path) -> None:
+    body = _bench().request_body(tmp_path, 1, 2, 3)
+    assert [line.strip()[2:] for line in body.splitlines() if line.startswith("  - ")] == [
+        str(tmp_path / f"part-{i:03d}.root") for i in (13, 14, 15)
+    ]
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--files", "21"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+    )
+    assert done.returncode == 2 and "--files: at most 20" in done.stderr.splitlines()[-1]
+
+
+@pytest.mark.slow
+def test_the_benchmark_gives_every_ended_request_with_an_eta_its_errors() -> None:
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--users", "2", "--requests", "2", "--workers", "2",
+         "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["accepted"] == report["completed"] == report["ended"] == 4
+    assert report["with_eta"] + report["ended_without_eta"] == 4
+    assert len(report["per_request"]) == report["with_eta"]
+    for row in report["per_request"]:
+        assert math.isfinite(row["first_relative_error"])
+        assert math.isfinite(row["last_relative_error"])
+    if report["with_eta"]:
+        assert report["median_abs_relative_error"] == pytest.approx(report["median_abs_first"])
