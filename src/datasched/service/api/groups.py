@@ -10,7 +10,7 @@ from fastapi import APIRouter, HTTPException
 from pydantic import BaseModel, ConfigDict
 
 from datasched.service.api.deps import CallerDep, ServiceState, StateDep
-from datasched.service.dashboard.views import group_queues
+from datasched.service.store.ops import group_queues
 from datasched.service.users import GroupInfo, UserError, list_groups, set_group
 
 __all__ = ["GroupChange", "router"]

@@ -18,7 +18,6 @@ from datasched.service.contracts import JobState
 from datasched.service.dashboard.plot import progress_plot
 from datasched.service.dashboard.views import (
     eta_text,
-    group_queues,
     job_rows,
     node_rows,
     packet_rows,
@@ -121,7 +120,9 @@ def cluster(svc: StateDep, caller: CallerDep) -> HTMLResponse:
     view = dict(svc.runner.cluster()) if svc.runner is not None else {"nodes": []}
     with svc.store.reading() as s:
         queue = queue_counts(s)
-        groups = group_queues(s, svc.dispatcher.shares() if svc.dispatcher is not None else None)
+        groups = ops.group_queues(
+            s, svc.dispatcher.shares() if svc.dispatcher is not None else None
+        )
     return _fragment(
         "cluster.html",
         groups=groups,

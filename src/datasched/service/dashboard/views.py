@@ -14,13 +14,11 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from datasched.service.contracts import JobState
-from datasched.service.fairshare import targets
 from datasched.service.store import ops
-from datasched.service.store.models import Group, Job, Packet, Request, User
+from datasched.service.store.models import Job, Packet, Request
 
 __all__ = [
     "EtaLookup",
-    "GroupQueue",
     "JobRow",
     "NodeRow",
     "PacketRow",
@@ -28,7 +26,6 @@ __all__ = [
     "Progress",
     "RequestRow",
     "eta_text",
-    "group_queues",
     "job_rows",
     "node_rows",
     "packet_rows",
@@ -178,65 +175,6 @@ def queue_counts(s: Session) -> list[tuple[str, int]]:
     """Elementary jobs by state, every state listed (0 where none)."""
     counts = dict(s.execute(select(Job.state, func.count()).group_by(Job.state)).all())
     return [(str(state), int(counts.get(state.value, 0))) for state in QUEUE_ORDER]
-
-
-@dataclass(frozen=True, slots=True)
-class GroupQueue:
-    """A group's queue (PROOF §3's groups): its priority and quota, its target share (its
-    weight, quota x priority, over those of the groups with work: the dispatcher's fair
-    share), the share of the recent CPU it achieved (None without a dispatcher), and its
-    elementary jobs waiting (pending, submitted, queued) and running."""
-
-    group: str
-    priority: float
-    quota: float
-    waiting: int
-    running: int
-    target: float = 0.0
-    achieved: float | None = None
-
-
-_WAITING = (JobState.PENDING.value, JobState.SUBMITTED.value, JobState.QUEUED.value)
-
-
-def group_queues(s: Session, achieved: Mapping[str, float] | None = None) -> list[GroupQueue]:
-    """The groups with jobs waiting or running, furthest below target first (the order of
-    the dispatcher's fair share; by priority when nothing is used yet). ``achieved``: each
-    group's share of the recent CPU (the dispatcher's)."""
-    rows = s.execute(
-        select(Group.name, Group.priority, Group.quota, Job.state, func.count())
-        .select_from(Job)
-        .join(Request, Job.request_id == Request.id)
-        .join(User, Request.owner_id == User.id)
-        .join(Group, User.group_id == Group.id)
-        .where(Job.state.in_([*_WAITING, JobState.RUNNING.value]))
-        .group_by(Group.name, Group.priority, Group.quota, Job.state)
-    ).all()
-    counts: dict[tuple[str, float, float], list[int]] = {}
-    for name, priority, quota, state, n in rows:
-        entry = counts.setdefault((name, float(priority), float(quota)), [0, 0])
-        entry[0 if state in _WAITING else 1] += int(n)
-    share = targets({name: p * q for name, p, q in counts})
-    out = [
-        GroupQueue(
-            name,
-            priority,
-            quota,
-            waiting,
-            running,
-            share[name],
-            None if achieved is None else achieved.get(name, 0.0),
-        )
-        for (name, priority, quota), (waiting, running) in counts.items()
-    ]
-    return sorted(
-        out,
-        key=lambda g: (
-            (g.achieved or 0.0) / g.target if g.target > 0 else float("inf"),
-            -g.target,
-            g.group,
-        ),
-    )
 
 
 def _events_total(job: Job) -> int:

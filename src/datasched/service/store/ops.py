@@ -9,8 +9,8 @@ Each function works in the caller's session (one transaction); none commits.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
-from dataclasses import asdict
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from sqlalchemy import func, select, update
@@ -25,15 +25,18 @@ from datasched.service.contracts import (
     MetaJobRequest,
     ProcessorWork,
 )
+from datasched.service.fairshare import targets
 from datasched.service.store.models import Group, Job, Packet, Request, User, utcnow
 from datasched.service.users import Caller
 
 __all__ = [
     "HANDED_OVER",
+    "GroupQueue",
     "cancel_request",
     "done_ranges",
     "elementary_job",
     "find_request",
+    "group_queues",
     "job_node",
     "list_requests",
     "lock_request",
@@ -349,3 +352,62 @@ def requeue_unfinished(s: Session) -> int:
         .values(state=JobState.PENDING.value)
     )
     return int(getattr(result, "rowcount", 0) or 0)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupQueue:
+    """A group's queue (PROOF §3's groups): its priority and quota, its target share (its
+    weight, quota x priority, over those of the groups with work: the dispatcher's fair
+    share), the share of the recent CPU it achieved (None without a dispatcher), and its
+    elementary jobs waiting (pending, submitted, queued) and running."""
+
+    group: str
+    priority: float
+    quota: float
+    waiting: int
+    running: int
+    target: float = 0.0
+    achieved: float | None = None
+
+
+_WAITING = (JobState.PENDING.value, JobState.SUBMITTED.value, JobState.QUEUED.value)
+
+
+def group_queues(s: Session, achieved: Mapping[str, float] | None = None) -> list[GroupQueue]:
+    """The groups with jobs waiting or running, furthest below target first (the order of
+    the dispatcher's fair share; by priority when nothing is used yet). ``achieved``: each
+    group's share of the recent CPU (the dispatcher's)."""
+    rows = s.execute(
+        select(Group.name, Group.priority, Group.quota, Job.state, func.count())
+        .select_from(Job)
+        .join(Request, Job.request_id == Request.id)
+        .join(User, Request.owner_id == User.id)
+        .join(Group, User.group_id == Group.id)
+        .where(Job.state.in_([*_WAITING, JobState.RUNNING.value]))
+        .group_by(Group.name, Group.priority, Group.quota, Job.state)
+    ).all()
+    counts: dict[tuple[str, float, float], list[int]] = {}
+    for name, priority, quota, state, n in rows:
+        entry = counts.setdefault((name, float(priority), float(quota)), [0, 0])
+        entry[0 if state in _WAITING else 1] += int(n)
+    share = targets({name: p * q for name, p, q in counts})
+    out = [
+        GroupQueue(
+            name,
+            priority,
+            quota,
+            waiting,
+            running,
+            share[name],
+            None if achieved is None else achieved.get(name, 0.0),
+        )
+        for (name, priority, quota), (waiting, running) in counts.items()
+    ]
+    return sorted(
+        out,
+        key=lambda g: (
+            (g.achieved or 0.0) / g.target if g.target > 0 else float("inf"),
+            -g.target,
+            g.group,
+        ),
+    )
