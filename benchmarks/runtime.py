@@ -20,6 +20,7 @@ The demo runs out-of-order with peer reads (its replication option, ponce-hersch
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import tempfile
@@ -27,6 +28,43 @@ from pathlib import Path
 from typing import Any
 
 from datasched.compare.demo import run_demo
+from datasched.runtime.reports import RunReport
+from datasched.runtime.timeline import lanes
+
+
+def breakdown(report: RunReport) -> dict[str, Any]:
+    """Where a run's worker time went, from its packets' timelines (seconds, summed over
+    the workers' rows): reading and computing; the return (the packet's end on its worker
+    to its result at the master); the gap from a result at the master to the next packet's
+    start on the same row (the master's round trip); idle before a row's first packet and
+    after its last; and the master's own scheduling time."""
+    p = report.packets
+    busy = sum(x.read_s + x.compute_s for x in p)
+    ret = sum(max(x.t_end - (x.t_start + x.read_s + x.compute_s), 0.0) for x in p)
+    gaps: list[float] = []
+    head = tail = 0.0
+    rows = 0
+    for worker_rows in lanes(report).values():
+        for row in worker_rows:
+            rows += 1
+            head += row[0].t_start
+            tail += max(report.makespan_s - row[-1].t_end, 0.0)
+            gaps += [max(b.t_start - a.t_end, 0.0) for a, b in itertools.pairwise(row)]
+    return {
+        "packets": len(p),
+        "rows": rows,
+        "read_s": round(sum(x.read_s for x in p), 2),
+        "compute_s": round(sum(x.compute_s for x in p), 2),
+        "cpu_s": round(sum(x.cpu_s for x in p), 2),
+        "busy_s": round(busy, 2),
+        "return_s": round(ret, 2),
+        "gap_s": round(sum(gaps), 2),
+        "gap_median_ms": round(1e3 * statistics.median(gaps), 1) if gaps else 0.0,
+        "head_s": round(head, 2),
+        "tail_s": round(tail, 2),
+        "master_s": round(report.scheduling_s, 2),
+        "mean_packet_busy_ms": round(1e3 * busy / max(len(p), 1), 1),
+    }
 
 
 def one_run(args: argparse.Namespace) -> dict[str, Any]:
@@ -63,6 +101,7 @@ def one_run(args: argparse.Namespace) -> dict[str, Any]:
         "cache_hit_ratio": {name: round(r.cache_hit_ratio, 3) for name, r in runs.items()},
         "tertiary_mb": {name: round(r.bytes_from_tertiary / 1e6, 2) for name, r in runs.items()},
         "packets": {name: len(r.packets) for name, r in runs.items()},
+        "breakdown": {name: breakdown(r) for name, r in runs.items()},
         "notes": result.notes,
     }
 

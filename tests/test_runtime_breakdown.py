@@ -1,0 +1,47 @@
+"""benchmarks/runtime.py's breakdown of where a run's worker time went, on a hand-made
+timeline whose gaps, head and tail are known."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+from datasched.runtime.reports import PacketStat, RunReport
+
+SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "runtime.py"
+
+
+def _module() -> Any:
+    spec = importlib.util.spec_from_file_location("bench_runtime", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _packet(node: str, t_start: float, busy: float, t_end: float) -> PacketStat:
+    return PacketStat(
+        job="j", node=node, url="f.root", start=0, stop=10, source="cache",
+        bytes_from_tertiary=0, bytes_from_peer=0, read_s=busy / 2, compute_s=busy / 2,
+        cpu_s=busy, t_start=t_start, t_end=t_end,
+    )  # fmt: skip
+
+
+def test_breakdown_sums_gaps_head_tail_and_return() -> None:
+    packets = [
+        # n1: starts at 0.5, runs 1 s, result at the master 0.1 s later; next starts 0.2 s
+        # after that result; ends at 3.0 of a 4.0 s run.
+        _packet("n1", 0.5, 1.0, 1.6),
+        _packet("n1", 1.8, 1.0, 3.0),
+        _packet("n2", 0.0, 2.0, 2.0),
+    ]
+    report = RunReport("p", 4.0, [], packets, scheduling_s=0.05, workers=["n1", "n2"])
+    out = _module().breakdown(report)
+    assert out["packets"] == 3 and out["rows"] == 2
+    assert out["busy_s"] == 4.0 and out["cpu_s"] == 4.0
+    assert out["return_s"] == 0.3  # 0.1 + 0.2 + 0.0
+    assert out["gap_s"] == 0.2 and out["gap_median_ms"] == 200.0
+    assert out["head_s"] == 0.5
+    assert out["tail_s"] == 3.0  # 1.0 (n1) + 2.0 (n2)
+    assert out["master_s"] == 0.05
