@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,6 @@ from rich.table import Table
 
 from datasched._files import atomic_write_text
 from datasched.compare.predict import predict_makespan
-from datasched.core.model import CostModel
 from datasched.core.packets import PacketSizing
 from datasched.runtime.daskmap import run_dask_map
 from datasched.runtime.jobspec import JobSpec, load_jobs
@@ -250,6 +249,8 @@ def run_demo(
             )
         calibration = runs[name].calibration
         assert isinstance(calibration, Calibration)
+        # The run's calibration is already per node (shared_cores above), and shared_cores
+        # leaves it so: scaled twice, every event was charged twice the CPU it costs.
         predictions[name] = predict_makespan(
             specs,
             opts,
@@ -314,15 +315,17 @@ async def _calibrate(specs: list[JobSpec], opts: ClusterOptions) -> Calibration:
 def shared_cores(calibration: Calibration, workers: int, cores: int) -> Calibration:
     """The calibration as the simulator should see this machine's cluster: when more
     workers than cores share it, each node has ``cores / workers`` of a core, so an event
-    costs that much more CPU time on a node than it did alone (the calibration ran alone)."""
+    costs that much more CPU time on a node than it did alone (the calibration ran alone).
+    Scaling from the share the calibration already assumes, so a calibration scaled once
+    comes back as it is."""
     share = min(1.0, cores / max(workers, 1))
+    if share == calibration.core_share:
+        return calibration
     cost = calibration.cost
-    scaled = CostModel(
-        cpu_s_per_event=cost.cpu_s_per_event / share,
-        disk_bytes_per_s=cost.disk_bytes_per_s,
-        pipelining=cost.pipelining,
+    scaled = replace(cost, cpu_s_per_event=cost.cpu_s_per_event * calibration.core_share / share)
+    return Calibration(
+        scaled, calibration.tertiary_bytes_per_s, calibration.measured, core_share=share
     )
-    return Calibration(scaled, calibration.tertiary_bytes_per_s, calibration.measured)
 
 
 def _all_data(space: Any, specs: list[JobSpec]) -> Any:

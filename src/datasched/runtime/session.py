@@ -216,6 +216,9 @@ class Calibration:
     tertiary_bytes_per_s: float
     measured: bool = False
     """Whether the CPU per event was measured on a worker (else a default guess)."""
+    core_share: float = 1.0
+    """The share of a core each node's CPU per event assumes: 1 as measured (the
+    calibration runs alone); less once scaled for workers sharing fewer cores."""
 
 
 def job_space(specs: list[JobSpec]) -> DataSpace:
