@@ -58,7 +58,11 @@ class FakeLanguage:
             errors.append(FieldError("process", "give processor or command"))
             work = ProcessorWork("none")
         inputs = []
-        for i, item in enumerate(doc.get("input") or []):
+        raw_inputs = doc.get("input") or []
+        if not isinstance(raw_inputs, list):
+            errors.append(FieldError("input", "expected a list"))
+            raw_inputs = []
+        for i, item in enumerate(raw_inputs):
             if isinstance(item, str):
                 inputs.append(InputSpec(path=item))
             elif isinstance(item, Mapping) and "catalog" in item:
@@ -67,6 +71,9 @@ class FakeLanguage:
                 errors.append(FieldError(f"input[{i}]", "expected a path or {catalog: query}"))
         if not inputs:
             errors.append(FieldError("input", "missing"))
+        files_per_job = doc.get("files_per_job", 1)
+        if not isinstance(files_per_job, int) or isinstance(files_per_job, bool):
+            errors.append(FieldError("files_per_job", "expected a whole number"))
         if errors:
             raise RequestInvalid(errors)
         return MetaJobRequest(
@@ -74,7 +81,7 @@ class FakeLanguage:
             work=work,
             inputs=tuple(inputs),
             title=str(doc.get("title", "")),
-            max_files_per_job=int(doc.get("files_per_job", 1)),
+            max_files_per_job=files_per_job,
         )
 
     def _files(self, request: MetaJobRequest, catalog: CatalogLookup) -> list[FileRef]:
