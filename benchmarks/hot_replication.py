@@ -31,7 +31,7 @@ from datasched.compare.demo import (
     demo_workload,
     shared_cores,
 )
-from datasched.core.model import Job
+from datasched.compare.predict import simulate_run
 from datasched.core.packets import PacketSizing
 from datasched.runtime.demodata import write_demo_dataset
 from datasched.runtime.engine import RuntimeEngine
@@ -45,9 +45,7 @@ from datasched.runtime.session import (
     job_space,
     open_cluster,
 )
-from datasched.runtime.space import job_events
 from datasched.runtime.worker import clear_cache
-from datasched.sim.engine import SimEngine
 from datasched.sim.parallel import usable_cores
 
 CONFIG = EngineConfig(queue_s=0.5)
@@ -89,21 +87,9 @@ def predict(
     params: dict[str, Any],
 ) -> tuple[float, int, float]:
     """The simulator's makespan, replications and tertiary bytes for the same run."""
-    space = job_space(specs)
-    jobs = [
-        Job(i, s.submit_s, job_events(space, s.dataset, s.start, s.stop))
-        for i, s in enumerate(specs)
-    ]
-    sched = build_scheduler(
-        opts.workers,
-        opts,
-        space,
-        calibration,
-        policy=policy,
-        policy_params=params,
-        packets=PACKETS,
+    sched, run = simulate_run(
+        specs, opts, calibration, policy=policy, policy_params=params, packets=PACKETS
     )
-    run = SimEngine(sched).run(jobs)
     copies = sched.replicator.replications if sched.replicator is not None else 0
     makespan = max((r.end_s for r in run.jobs), default=0.0)
     return makespan, copies, run.tertiary_bytes

@@ -6,12 +6,43 @@ from __future__ import annotations
 from typing import Any
 
 from datasched.core.model import Job
+from datasched.core.packets import PacketSizing
+from datasched.core.scheduler import Scheduler
 from datasched.runtime.jobspec import JobSpec
 from datasched.runtime.session import Calibration, ClusterOptions, build_scheduler, job_space
 from datasched.runtime.space import job_events
-from datasched.sim.engine import SimEngine
+from datasched.sim.engine import SimEngine, SimRun
 
-__all__ = ["predict_makespan"]
+__all__ = ["predict_makespan", "simulate_run"]
+
+
+def simulate_run(
+    specs: list[JobSpec],
+    opts: ClusterOptions,
+    calibration: Calibration,
+    *,
+    policy: str,
+    policy_params: dict[str, Any] | None = None,
+    packets: PacketSizing | None = None,
+) -> tuple[Scheduler, SimRun]:
+    """``specs`` on ``opts.workers`` workers under ``policy``, simulated: the scheduler the
+    runtime would build (``packets``: its default packetizer), driven by the simulated
+    engine; the scheduler (its replicator's counts) and the simulated run."""
+    space = job_space(specs)
+    jobs = [
+        Job(i, s.submit_s, job_events(space, s.dataset, s.start, s.stop))
+        for i, s in enumerate(specs)
+    ]
+    sched = build_scheduler(
+        opts.workers,
+        opts,
+        space,
+        calibration,
+        policy=policy,
+        policy_params=policy_params,
+        packets=packets,
+    )
+    return sched, SimEngine(sched).run(jobs)
 
 
 def predict_makespan(
@@ -23,15 +54,6 @@ def predict_makespan(
     policy_params: dict[str, Any] | None = None,
 ) -> float:
     """The makespan (seconds) the simulator predicts for ``specs`` on ``opts.workers``
-    workers under ``policy``: the scheduler the runtime would build, driven by the
-    simulated engine."""
-    space = job_space(specs)
-    jobs = [
-        Job(i, s.submit_s, job_events(space, s.dataset, s.start, s.stop))
-        for i, s in enumerate(specs)
-    ]
-    sched = build_scheduler(
-        opts.workers, opts, space, calibration, policy=policy, policy_params=policy_params
-    )
-    run = SimEngine(sched).run(jobs)
+    workers under ``policy``."""
+    _, run = simulate_run(specs, opts, calibration, policy=policy, policy_params=policy_params)
     return max((r.end_s for r in run.jobs), default=0.0)
