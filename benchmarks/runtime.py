@@ -24,12 +24,17 @@ import itertools
 import json
 import statistics
 import tempfile
+import threading
+import time
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 from datasched.compare.demo import run_demo
 from datasched.runtime.reports import RunReport
 from datasched.runtime.timeline import lanes
+from datasched.sim.parallel import usable_cores
 
 
 def breakdown(report: RunReport) -> dict[str, Any]:
@@ -67,8 +72,68 @@ def breakdown(report: RunReport) -> dict[str, Any]:
     }
 
 
+class ProcessCPU:
+    """The CPU time of this process and all its descendants (the master with its in-process
+    Dask scheduler, the nannies, the workers), sampled every ``every_s`` in a thread, so a
+    run's window can be charged with all the CPU it used: the packets' threads and what
+    they do not see (Dask's event loops and comms, the master)."""
+
+    def __init__(self, every_s: float = 0.1) -> None:
+        self.every_s = every_s
+        self.series: dict[int, list[tuple[float, float]]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self) -> ProcessCPU:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _sample(self) -> None:
+        me = psutil.Process()
+        while not self._stop.is_set():
+            for p in [me, *me.children(recursive=True)]:
+                try:
+                    t = p.cpu_times()
+                except psutil.Error:
+                    continue  # gone meanwhile
+                self.series.setdefault(p.pid, []).append((time.time(), t.user + t.system))
+            self._stop.wait(self.every_s)
+
+    def window(self, a: float, b: float) -> float:
+        """CPU seconds all the processes used between wall-clock times ``a`` and ``b``
+        (each process's last sample at or before each time; its first one before it)."""
+
+        def at(series: list[tuple[float, float]], t: float) -> float:
+            value = series[0][1]
+            for when, cpu in series:
+                if when > t:
+                    break
+                value = cpu
+            return value
+
+        return sum(at(s, b) - at(s, a) for s in self.series.values())
+
+
+def run_cpu(report: RunReport, cpu: ProcessCPU, cores: int) -> dict[str, float]:
+    """A run's CPU over its makespan: all processes', its packets' threads', and the share
+    of the machine's cores that all processes kept busy."""
+    total = cpu.window(report.started_wall, report.started_wall + report.makespan_s)
+    return {
+        "all_processes": round(total, 2),
+        "packet_threads": round(sum(p.cpu_s for p in report.packets), 2),
+        "share_of_cores": round(total / max(report.makespan_s * cores, 1e-9), 2),
+    }
+
+
 def one_run(args: argparse.Namespace) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="datasched-bench-") as tmp:
+    with (
+        tempfile.TemporaryDirectory(prefix="datasched-bench-") as tmp,
+        ProcessCPU() as cpu,
+    ):
         result = run_demo(
             args.data,
             Path(tmp),
@@ -102,6 +167,7 @@ def one_run(args: argparse.Namespace) -> dict[str, Any]:
         "tertiary_mb": {name: round(r.bytes_from_tertiary / 1e6, 2) for name, r in runs.items()},
         "packets": {name: len(r.packets) for name, r in runs.items()},
         "breakdown": {name: breakdown(r) for name, r in runs.items()},
+        "run_cpu_s": {name: run_cpu(r, cpu, usable_cores()) for name, r in runs.items()},
         "notes": result.notes,
     }
 

@@ -6,6 +6,8 @@ import os
 import signal
 import socket
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 N_EVENTS = 12_000
 N_FILES = 6
@@ -138,3 +140,14 @@ class KillOnFirstPacket:
 
     def job_done(self, job_id: str, status: str) -> None:
         pass
+
+
+def fake_worker(root: Path, name: str = "n1") -> Any:
+    """A stand-in for a Dask worker with datasched's cache plugin set up (no cluster)."""
+    from datasched.runtime.worker import PLUGIN_NAME, CachePlugin
+
+    worker = SimpleNamespace(name=name, plugins={}, handlers={})
+    plugin = CachePlugin(str(root), 10**9)
+    plugin.setup(worker)
+    worker.plugins[PLUGIN_NAME] = plugin
+    return worker

@@ -27,6 +27,19 @@ FAST = EngineConfig(queue_s=0.2, poll_s=0.1)
 PACKETS = PacketSizing(target_s=0.2, min_events=500)
 
 
+SLOW_PROCESSOR = """
+import time
+
+from datasched.runtime.demodata import DimuonMass
+
+
+class Slow(DimuonMass):
+    def process(self, events):
+        time.sleep(0.05)
+        return super().process(events)
+"""
+
+
 def write_jobs(tmp_path: Path, catalog: Path, processor: str, n_jobs: int = 1) -> list[JobSpec]:
     doc = {
         "catalog": str(catalog),
@@ -56,9 +69,12 @@ def test_peer_reads_go_through_dask_between_private_caches(
     # Two jobs over data that n1 caches whole and n2 not at all, and a short one over other
     # files, which n2 takes at once (n1 has its cached work). When n2 is done with it,
     # out-of-order with replication lets it take a share of n1's work: read from n1's cache.
+    # n1's packets wait a little (not on the CPU, so a fast machine does not finish them
+    # before n2 is free), so the share n2 takes is there to take.
     for f in sorted(demo_catalog.parent.glob("part-00[01].root")):
         shutil.copy(f, tmp_path / f"other-{f.name}")
-    specs = write_jobs(tmp_path, demo_catalog, "datasched.runtime.demodata:DimuonMass", 2)
+    (tmp_path / "slow.py").write_text(SLOW_PROCESSOR)
+    specs = write_jobs(tmp_path, demo_catalog, str(tmp_path / "slow.py") + ":Slow", 2)
     doc = yaml.safe_load((tmp_path / "jobs.yaml").read_text())
     doc["jobs"].append({"id": "x", "files": ["other-*.root"], "tree": "Events"})
     (tmp_path / "jobs.yaml").write_text(yaml.safe_dump(doc))

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -17,20 +16,11 @@ from datasched.runtime.demodata import DimuonMass
 from datasched.runtime.processor import ship
 from datasched.runtime.storage import LocalDiskFull, copy_file
 from datasched.runtime.worker import (
-    PLUGIN_NAME,
     CacheDirError,
-    CachePlugin,
     PacketSpec,
     packet_on,
 )
-
-
-def fake_worker(root: Path, name: str = "n1") -> Any:
-    worker = SimpleNamespace(name=name, plugins={}, handlers={})
-    plugin = CachePlugin(str(root), 10**9)
-    plugin.setup(worker)
-    worker.plugins[PLUGIN_NAME] = plugin
-    return worker
+from runtime_support import fake_worker
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")

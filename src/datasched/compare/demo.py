@@ -322,7 +322,12 @@ def shared_cores(calibration: Calibration, workers: int, cores: int) -> Calibrat
     if share == calibration.core_share:
         return calibration
     cost = calibration.cost
-    scaled = replace(cost, cpu_s_per_event=cost.cpu_s_per_event * calibration.core_share / share)
+    factor = calibration.core_share / share
+    scaled = replace(
+        cost,
+        cpu_s_per_event=cost.cpu_s_per_event * factor,
+        fresh_cpu_s_per_event=cost.fresh_cpu_s_per_event * factor,
+    )
     return Calibration(
         scaled, calibration.tertiary_bytes_per_s, calibration.measured, core_share=share
     )

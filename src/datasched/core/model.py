@@ -83,6 +83,11 @@ class CostModel:
 
     cpu_s_per_event: float = 0.2
     """CPU seconds per event of a job that does not give its own."""
+    fresh_cpu_s_per_event: float = 0.0
+    """More CPU per event when the events come from a copy new to the node (tertiary
+    storage, a peer): opening the file and parsing its tree's header, spread over the
+    file's events. A node's own cached copy stays open between packets (the runtime keeps
+    it), so its events do not pay it. 0 in the papers' models."""
     disk_bytes_per_s: float = 10e6
     pipelining: Pipelining = Pipelining.NONE
     shared_disks: bool = False
@@ -97,10 +102,16 @@ class CostModel:
             value = getattr(self, name)
             if not value > 0:
                 raise ModelError(name, f"must be positive, got {value!r}")
+        if not self.fresh_cpu_s_per_event >= 0:
+            raise ModelError(
+                "fresh_cpu_s_per_event", f"must not be negative, got {self.fresh_cpu_s_per_event!r}"
+            )
 
     def s_per_event(self, source: Source, io_s: float, cpu_s: float | None = None) -> float:
         """Wall-clock seconds to read (``io_s``) and process one event read from ``source``."""
         cpu = self.cpu_s_per_event if cpu_s is None else cpu_s
+        if source is not Source.CACHE:
+            cpu += self.fresh_cpu_s_per_event
         overlapped = self.pipelining.tertiary if source is Source.TERTIARY else self.pipelining.disk
         if overlapped:
             return cpu if cpu > io_s else io_s

@@ -120,7 +120,16 @@ async def run_dask_map(
             (r.wall_s + s.submit_s for r, s in zip(reports, specs, strict=True)), default=0
         )
         results = _write_outputs(specs, reports, accumulators, shipped)
-        return RunReport("dask-map", makespan, reports, stats, 0.0, results, workers=list(names))
+        return RunReport(
+            "dask-map",
+            makespan,
+            reports,
+            stats,
+            0.0,
+            results,
+            workers=list(names),
+            started_wall=t0_wall,
+        )
 
 
 def _packets(space: DataSpace, data: IntervalSet, size: int) -> list[tuple[int, int]]:

@@ -310,6 +310,7 @@ class RuntimeEngine(Serving, PacketStreams, DataMoves):
             results=dict(self._outputs),
             notes=list(self._notes),
             workers=[w.name for w in self.workers],
+            started_wall=self._t0_wall,
         )
 
     def _on_result(self, token: int, payload: Any, ok: bool) -> None:

@@ -13,9 +13,10 @@ Either way the packet reports the bytes it read: the stored size of the baskets 
 branches it touched that overlap its entries (what uproot reads and decompresses).
 
 Opening a file costs a packet more than its events may: uproot reads the tree's header, one
-object per branch (0.7 s for the 947 branches of a NanoAOD file). So each worker thread keeps
-its last two files open, keyed by path, size, inode and modification time (a file fetched
-again is a new key), and the packets of one file pay that price once per thread.
+object per branch (1 s for the 947 branches of a NanoAOD file; on the demo's small files,
+a third of a packet's CPU). So each worker process keeps the files it opened, with their
+parsed trees, in a pool shared by its threads (:class:`OpenFiles`), and the packets of a
+file its node caches pay that price once, not once per packet.
 """
 
 from __future__ import annotations
@@ -119,40 +120,121 @@ class Opened:
         return branch_bytes(self.tree, [str(n) for n in names], self.start, self.stop)
 
 
-OPEN_PER_THREAD = 2
-"""Files each worker thread keeps open (a packet stream reads one file, then the next)."""
+OPEN_BRANCHES = 8_000
+"""The branches whose trees a worker process keeps open, over all its open files (about
+eight NanoAOD files of 947 branches, 16 MB each; 64 files of the demo's few branches)."""
+OPEN_FILES = 64
+"""The most files a worker process keeps open, however few their branches."""
 
-_local = threading.local()
-
-
-def _open_file(path: str) -> tuple[Any, bool]:
-    """The uproot file at ``path``, opened by this thread or kept open from its last use, and
-    whether it is kept (a local file) or to be closed after use (a URL read in place)."""
-    if "://" in path and not path.startswith("file://"):
-        return uproot.open(path), False
-    st = os.stat(path.removeprefix("file://"))
-    key = (path, st.st_size, st.st_ino, st.st_mtime_ns)
-    opened: OrderedDict[tuple[Any, ...], Any] | None = getattr(_local, "files", None)
-    if opened is None:
-        opened = _local.files = OrderedDict()
-    f = opened.get(key)
-    if f is not None:
-        opened.move_to_end(key)
-        return f, True
-    f = uproot.open(path)
-    opened[key] = f
-    while len(opened) > OPEN_PER_THREAD:
-        _, old = opened.popitem(last=False)
-        old.close()
-    return f, True
+_Key = tuple[str, int, int, int]
 
 
-def forget_open_files() -> None:
-    """Close the files this thread keeps open (a corrupted copy is about to be dropped)."""
-    opened = getattr(_local, "files", None)
-    while opened:
-        _, f = opened.popitem()
+class OpenFiles:
+    """Local files kept open between packets, shared by a process's threads.
+
+    A handle is lent to one thread at a time (:meth:`lend`, :meth:`give_back`): uproot's
+    file and tree objects are not shared by two readers, and a thread that finds the file's
+    handles all lent opens another. A key is the path with its size, inode and modification
+    time, so a file fetched again (a new copy) is a new key. Idle handles are kept, least
+    recently used first out, while their trees' branches stay within ``branches`` and their
+    number within ``files``; a handle whose file was evicted or replaced meanwhile is closed
+    the next time a file is opened (it would hold the deleted file's disk space)."""
+
+    def __init__(self, branches: int = OPEN_BRANCHES, files: int = OPEN_FILES) -> None:
+        self.branches = branches
+        self.files = files
+        self._lock = threading.Lock()
+        self._idle: OrderedDict[_Key, list[Any]] = OrderedDict()
+        self._weight: dict[_Key, int] = {}
+        """Branches of a key's tree (a handle's weight), learnt when it is given back."""
+        self.hits = 0
+        self.opened = 0
+
+    @staticmethod
+    def key(path: str) -> _Key:
+        st = os.stat(path)
+        return (path, st.st_size, st.st_ino, st.st_mtime_ns)
+
+    def lend(self, path: str) -> tuple[Any, _Key]:
+        """An open uproot file at the local ``path``, and its key to give it back with."""
+        key = self.key(path)
+        with self._lock:
+            handles = self._idle.get(key)
+            if handles:
+                self.hits += 1
+                f = handles.pop()
+                if not handles:
+                    del self._idle[key]
+                return f, key
+            self.opened += 1
+            stale = self._stale()
+        _close(stale)
+        return uproot.open(path), key
+
+    def give_back(self, key: _Key, f: Any, tree: Any) -> None:
+        """Keep ``f`` open for the next packet (``tree``: the tree read from it, whose
+        branches count towards ``branches``)."""
+        weight = self._weight.get(key) or max(len(tree.keys(recursive=True)), 1)
+        with self._lock:
+            self._weight[key] = weight
+            self._idle.setdefault(key, []).append(f)
+            self._idle.move_to_end(key)
+            dropped = self._trim()
+        _close(dropped)
+
+    def forget(self, path: str | None = None) -> None:
+        """Close the idle handles of ``path`` (a corrupted copy about to be dropped), or all."""
+        with self._lock:
+            keys = [k for k in self._idle if path is None or k[0] == path]
+            dropped = [f for k in keys for f in self._idle.pop(k)]
+            for k in keys:
+                self._weight.pop(k, None)
+        _close(dropped)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return sum(len(h) for h in self._idle.values())
+
+    def _trim(self) -> list[Any]:
+        dropped: list[Any] = []
+        while self._idle:
+            n = sum(len(h) for h in self._idle.values())
+            weight = sum(self._weight[k] * len(h) for k, h in self._idle.items())
+            if n <= self.files and weight <= self.branches:
+                break
+            key, handles = next(iter(self._idle.items()))
+            dropped.append(handles.pop(0))
+            if not handles:
+                del self._idle[key]
+                self._weight.pop(key, None)
+        return dropped
+
+    def _stale(self) -> list[Any]:
+        dropped: list[Any] = []
+        for key in list(self._idle):
+            try:
+                fresh = self.key(key[0]) == key
+            except OSError:
+                fresh = False
+            if not fresh:
+                dropped += self._idle.pop(key)
+                self._weight.pop(key, None)
+        return dropped
+
+
+def _close(files: list[Any]) -> None:
+    for f in files:
         f.close()
+
+
+OPEN = OpenFiles()
+"""This process's pool of open files."""
+
+
+def forget_open_files(path: str | None = None) -> None:
+    """Close this process's idle open files: those of ``path`` (a corrupted copy is about to
+    be dropped), or all of them."""
+    OPEN.forget(path)
 
 
 @contextmanager
@@ -167,8 +249,13 @@ def open_events(
     if path.endswith(".parquet"):
         yield _parquet(path, url, read, start, stop)
         return
+    local = "://" not in path or path.startswith("file://")
+    key = None
     try:
-        f, kept = _open_file(path)
+        if local:
+            f, key = OPEN.lend(path.removeprefix("file://"))
+        else:
+            f = uproot.open(path)  # a URL read in place: not kept
     except Exception as exc:
         raise EventsError(f"{url}: not a readable ROOT file: {exc}") from exc
     try:
@@ -188,16 +275,14 @@ def open_events(
             )
         else:
             events = _nanoevents(f, url, t, tree, read, start, stop, log)
-    except BaseException:
-        forget_open_files()
-        if not kept:
-            f.close()
-        raise
-    try:
         yield Opened(events, t, start, stop, log)
-    finally:
-        if not kept:
-            f.close()
+    except BaseException:
+        f.close()  # not given back: a broken file, or a processor that raised mid-read
+        raise
+    if key is not None:
+        OPEN.give_back(key, f, t)
+    else:
+        f.close()
 
 
 def nanoevents_metadata(

@@ -132,6 +132,8 @@ class RunReport:
     """The workers' names (the nodes), in node order."""
     calibration: Any = None
     """What the master assumed of the cluster (a session's ``Calibration``)."""
+    started_wall: float = 0.0
+    """When the run began (``time.time()``; packets' ``t_start`` count from it)."""
 
     @property
     def events_expected(self) -> int:

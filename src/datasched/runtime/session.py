@@ -15,10 +15,11 @@ import os
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import dask.config
 from distributed import Client, LocalCluster
 
 from datasched.core.data import DataSpace
@@ -117,6 +118,10 @@ class ClusterOptions:
                 raise ValueError(f"replicate_hot: {exc.reason}") from None
 
 
+LOCAL_WORKER_CONFIG: dict[str, Any] = {"distributed.worker.profile.enabled": False}
+"""Dask settings of the workers datasched starts on this machine."""
+
+
 @asynccontextmanager
 async def open_cluster(opts: ClusterOptions) -> AsyncIterator[tuple[Client, list[str]]]:
     """A client and the worker names (node ids follow their sorted order), with the cache
@@ -132,20 +137,29 @@ async def open_cluster(opts: ClusterOptions) -> AsyncIterator[tuple[Client, list
         )
     elif opts.scheduler_address is None:
         check_cache_root(opts.cache_root)
-        cluster = await LocalCluster(  # type: ignore[no-untyped-call]
-            n_workers=opts.workers,
-            threads_per_worker=opts.slots * opts.threads_per_slot,
-            processes=True,
-            asynchronous=True,
-            dashboard_address=None,
-            # No dashboard, and its HTTP server on a free port: 8787 may be another's.
-            scheduler_kwargs={"dashboard_address": ":0"},
-            memory_limit=opts.memory_limit,
-            silence_logs=logging.ERROR,
-        )
+        # Our own workers have no dashboard to show Dask's statistical profiler: sampling
+        # every thread's stack each 10 ms cost them about a fifth of their CPU outside
+        # packets (docs/performance.md). The spawned workers take the config set here.
+        with dask.config.set(LOCAL_WORKER_CONFIG):
+            cluster = await LocalCluster(  # type: ignore[no-untyped-call]
+                n_workers=opts.workers,
+                threads_per_worker=opts.slots * opts.threads_per_slot,
+                processes=True,
+                asynchronous=True,
+                dashboard_address=None,
+                # No dashboard, and its HTTP server on a free port: 8787 may be another's.
+                scheduler_kwargs={"dashboard_address": ":0"},
+                memory_limit=opts.memory_limit,
+                silence_logs=logging.ERROR,
+            )
     try:
         client = await Client(  # type: ignore[no-untyped-call]
-            cluster if cluster is not None else opts.scheduler_address, asynchronous=True
+            cluster if cluster is not None else opts.scheduler_address,
+            asynchronous=True,
+            # A packet's result comes straight from its worker, not through the scheduler
+            # (one hop, and no scheduler time a packet) when the workers run on this
+            # machine; batch workers or a cluster's may not be reachable from here.
+            direct_to_workers=True if isinstance(cluster, LocalCluster) else None,
         )
     except BaseException:
         await _close(cluster)
@@ -252,12 +266,13 @@ async def calibrate_on_cluster(
     *,
     log: Callable[[str], None] | None = None,
 ) -> Calibration:
-    """CPU per event, by timing the first job's packets on a worker: open, read and process
-    a slice of its first file (read through that worker's cache, so the read is not
-    wasted), the least CPU time of three runs. Never in the master: its reads would go to
-    tertiary storage, and the user's code runs where it will run. A processor that fails
-    here is reported by the job's own packets; the master then goes on with its default
-    guess."""
+    """CPU per event, by timing the first job's packets on a worker: read and process a
+    slice of its first file (read through that worker's cache, so the read is not wasted),
+    the least CPU time of three runs with the file open from an earlier packet, and what
+    opening a new copy costs more (``CostModel.fresh_cpu_s_per_event``). Never in the
+    master: its reads would go to tertiary storage, and the user's code runs where it will
+    run. A processor that fails here is reported by the job's own packets; the master then
+    goes on with its default guess."""
     if not specs or not space.files:
         return default_calibration(tertiary_bytes_per_s)
     spec = specs[0]
@@ -286,7 +301,10 @@ async def calibrate_on_cluster(
         return default_calibration(tertiary_bytes_per_s)
     cpu = max(result.cpu_s_per_event, 1e-7)
     cal = default_calibration(tertiary_bytes_per_s, cpu)
-    return Calibration(cal.cost, cal.tertiary_bytes_per_s, measured=True)
+    # Opening a new copy is paid once per file a node reads: spread over the file's events.
+    fresh = result.open_cpu_s / max(first.n_events, 1)
+    cost = replace(cal.cost, fresh_cpu_s_per_event=fresh)
+    return Calibration(cost, cal.tertiary_bytes_per_s, measured=True)
 
 
 def build_scheduler(
