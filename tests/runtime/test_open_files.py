@@ -157,3 +157,15 @@ def test_only_a_copy_new_to_the_node_pays_for_opening_it() -> None:
         assert fresh.s_per_event(source, io) == pytest.approx(base.s_per_event(source, io) + 4e-4)
     with pytest.raises(ModelError, match="fresh_cpu_s_per_event: must not be negative"):
         CostModel(fresh_cpu_s_per_event=-1.0)
+
+
+def test_kept_files_share_one_bounded_array_cache(demo_catalog: Path) -> None:
+    pool = OpenFiles(array_bytes=10**6)
+    handles = []
+    for i in range(3):
+        f, key = pool.lend(part(demo_catalog, i))
+        f["Events"]["Muon_pt"].array()
+        handles.append(f)
+        pool.give_back(key, f, f["Events"])
+    assert all(h.file.array_cache is pool.arrays for h in handles)  # not 100 MB each
+    assert 0 < pool.arrays.current <= 10**6

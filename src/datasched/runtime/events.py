@@ -125,6 +125,9 @@ OPEN_BRANCHES = 8_000
 eight NanoAOD files of 947 branches, 16 MB each; 64 files of the demo's few branches)."""
 OPEN_FILES = 64
 """The most files a worker process keeps open, however few their branches."""
+ARRAY_CACHE_BYTES = 200 * 10**6
+"""Decompressed arrays a worker process keeps, over all its open files (a tenth of a
+worker's default memory limit)."""
 
 _Key = tuple[str, int, int, int]
 
@@ -140,9 +143,17 @@ class OpenFiles:
     number within ``files``; a handle whose file was evicted or replaced meanwhile is closed
     the next time a file is opened (it would hold the deleted file's disk space)."""
 
-    def __init__(self, branches: int = OPEN_BRANCHES, files: int = OPEN_FILES) -> None:
+    def __init__(
+        self,
+        branches: int = OPEN_BRANCHES,
+        files: int = OPEN_FILES,
+        array_bytes: int = ARRAY_CACHE_BYTES,
+    ) -> None:
         self.branches = branches
         self.files = files
+        self.arrays = uproot.LRUArrayCache(array_bytes)
+        """The arrays the open files' packets read, shared by them all (a packet reading
+        entries another read gets them decompressed)."""
         self._lock = threading.Lock()
         self._idle: OrderedDict[_Key, list[Any]] = OrderedDict()
         self._weight: dict[_Key, int] = {}
@@ -169,7 +180,9 @@ class OpenFiles:
             self.opened += 1
             stale = self._stale()
         _close(stale)
-        return uproot.open(path), key
+        # One array cache for all the files, not uproot's 100 MB for each: kept open, 64
+        # files could otherwise hold gigabytes of decompressed arrays a worker.
+        return uproot.open(path, array_cache=self.arrays), key
 
     def give_back(self, key: _Key, f: Any, tree: Any) -> None:
         """Keep ``f`` open for the next packet (``tree``: the tree read from it, whose
