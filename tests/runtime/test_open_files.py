@@ -15,12 +15,13 @@ from typing import Any
 import pytest
 
 from datasched.core.model import CostModel, ModelError, Pipelining, Source
+from datasched.runtime import calibrate as calibrate_module
 from datasched.runtime import events as events_module
-from datasched.runtime import worker as worker_module
+from datasched.runtime.calibrate import calibrate_packet
 from datasched.runtime.demodata import DimuonMass
 from datasched.runtime.events import OpenFiles, ReadSpec, open_events
 from datasched.runtime.processor import ship
-from datasched.runtime.worker import PacketSpec, calibrate_packet, packet_on
+from datasched.runtime.worker import PacketSpec, packet_on
 from runtime_support import fake_worker
 
 
@@ -131,7 +132,7 @@ def test_the_calibration_times_a_warm_packet_and_the_open_apart(
     demo_catalog: Path, tmp_path: Path, pool: OpenFiles, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     worker = fake_worker(tmp_path / "caches")
-    monkeypatch.setattr(worker_module, "get_worker", lambda: worker)
+    monkeypatch.setattr(calibrate_module, "get_worker", lambda: worker)
     url = part(demo_catalog, 0)
     spec = PacketSpec(
         -1, -1, url, "Events", 0, 1000, os.path.getsize(url), ship(DimuonMass(), "demo")

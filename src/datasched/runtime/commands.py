@@ -30,9 +30,9 @@ from datasched.runtime.worker import (
     PacketError,
     PacketResult,
     PacketSpec,
-    _acquire,
-    _plugin,
-    _release,
+    acquire_file,
+    cache_plugin,
+    release_file,
 )
 
 __all__ = ["STDIN_FILELIST", "CommandOutcome", "CommandSpec", "log_tail", "run_command"]
@@ -103,7 +103,7 @@ def log_tail(path: Path | None, label: str) -> str:
 def run_command(spec: CommandSpec) -> PacketResult:
     """The Dask task of a command job (runs on the worker it is pinned to)."""
     worker = get_worker()
-    node, plugin = _plugin(worker)
+    node, plugin = cache_plugin(worker)
     started = time.time()
     t0 = time.perf_counter()
     held: list[tuple[Acquired | None, bool]] = []
@@ -128,7 +128,7 @@ def run_command(spec: CommandSpec) -> PacketResult:
                 use_cache=spec.use_cache,
                 peers=spec.peers,
             )
-            got, keep, info, note = _acquire(node, plugin, pspec, worker)
+            got, keep, info, note = acquire_file(node, plugin, pspec, worker)
             held.append((got, keep))
             sources.append(str(info["source"]))
             from_peer += int(info["from_peer"])
@@ -148,7 +148,7 @@ def run_command(spec: CommandSpec) -> PacketResult:
         compute_s = time.perf_counter() - t1
     finally:
         for got, keep in held:
-            _release(plugin, got, keep)
+            release_file(plugin, got, keep)
     if outcome.exit_code != 0:
         raise PacketError(
             "command",

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from distributed import get_worker
 
 from datasched.runtime.storage import LocalDiskFull, StorageError
-from datasched.runtime.worker import _plugin, fetcher
+from datasched.runtime.worker import cache_plugin, fetcher
 
 __all__ = ["FileToMove", "MoveResult", "evict_files", "move_files", "pin_files", "unpin_files"]
 
@@ -43,7 +43,7 @@ class MoveResult:
 def move_files(files: list[FileToMove]) -> MoveResult:
     """Bring ``files`` into this worker's cache (the task of a Fetch or a Replicate)."""
     worker = get_worker()
-    node, plugin = _plugin(worker)
+    node, plugin = cache_plugin(worker)
     cache = plugin.cache
     assert cache is not None
     result = MoveResult(node)
@@ -65,7 +65,7 @@ def move_files(files: list[FileToMove]) -> MoveResult:
 
 def pin_files(token: int, urls: list[str]) -> list[str]:
     """Pin the cached ones of ``urls`` under ``token``; returns those pinned."""
-    _, plugin = _plugin()
+    _, plugin = cache_plugin()
     assert plugin.cache is not None
     pinned = [url for url in urls if plugin.cache.pin(url)]
     plugin.pins[token] = pinned
@@ -73,7 +73,7 @@ def pin_files(token: int, urls: list[str]) -> list[str]:
 
 
 def unpin_files(token: int) -> None:
-    _, plugin = _plugin()
+    _, plugin = cache_plugin()
     assert plugin.cache is not None
     for url in plugin.pins.pop(token, []):
         plugin.cache.unpin(url)
@@ -81,6 +81,6 @@ def unpin_files(token: int) -> None:
 
 def evict_files(urls: list[str]) -> list[str]:
     """Drop the unpinned ones of ``urls`` from this worker's cache; returns those dropped."""
-    _, plugin = _plugin()
+    _, plugin = cache_plugin()
     assert plugin.cache is not None
     return [url for url in urls if plugin.cache.discard(url)]

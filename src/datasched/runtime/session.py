@@ -30,6 +30,7 @@ from datasched.core.policy import ParamError
 from datasched.core.scheduler import Scheduler
 from datasched.policies import build_policy
 from datasched.runtime.batch import JobqueueSpec, open_batch_cluster, wait_for_jobs
+from datasched.runtime.calibrate import CalibrationResult, calibrate_packet
 from datasched.runtime.engine import RuntimeEngine
 from datasched.runtime.jobspec import JobSpec, job_processor
 from datasched.runtime.outputs import merge, write_output
@@ -44,11 +45,9 @@ from datasched.runtime.worker import (
     PLUGIN_NAME,
     CacheDirError,
     CachePlugin,
-    CalibrationResult,
     PacketError,
     PacketSpec,
     cache_contents,
-    calibrate_packet,
     clear_cache,
 )
 

@@ -39,12 +39,15 @@ __all__ = [
     "PacketError",
     "PacketResult",
     "PacketSpec",
+    "acquire_file",
     "cache_contents",
-    "calibrate_packet",
+    "cache_plugin",
     "clear_cache",
     "node_cache_dir",
     "packet_on",
     "peer_wait_s",
+    "process_events",
+    "release_file",
     "run_packet",
 ]
 
@@ -202,7 +205,9 @@ class PacketError(Exception):
         return (PacketError, (self.kind, self.url, self.message, self.traceback))
 
 
-def _plugin(worker: Any = None) -> tuple[str, CachePlugin]:
+def cache_plugin(worker: Any = None) -> tuple[str, CachePlugin]:
+    """``(name, plugin)`` of ``worker`` (this task's worker when None), which must have the
+    cache plugin registered."""
     if worker is None:
         worker = get_worker()
     plugin = worker.plugins.get(PLUGIN_NAME)
@@ -287,7 +292,7 @@ def _note_disk_full(node: str, plugin: CachePlugin, exc: BaseException) -> str:
     return note
 
 
-def _acquire(
+def acquire_file(
     node: str, plugin: CachePlugin, spec: PacketSpec, worker: Any
 ) -> tuple[Acquired | None, bool, dict[str, Any], str]:
     """The packet's file made readable: ``(acquired, kept in the cache, fetch info, note)``;
@@ -328,7 +333,8 @@ def _acquire(
     return got, keep, info, ""
 
 
-def _release(plugin: CachePlugin, got: Acquired | None, keep: bool) -> None:
+def release_file(plugin: CachePlugin, got: Acquired | None, keep: bool) -> None:
+    """Let go of what :func:`acquire_file` made readable (the cache may evict it again)."""
     if got is None:
         return
     if keep:
@@ -354,7 +360,7 @@ def read_failed(exc: BaseException) -> bool:
     return False
 
 
-def _process(spec: PacketSpec, path: str, repeats: int = 1) -> tuple[Any, int, float, float]:
+def process_events(spec: PacketSpec, path: str, repeats: int = 1) -> tuple[Any, int, float, float]:
     """Open the packet's events and run its processor ``repeats`` times: ``(accumulator,
     bytes read, open seconds, least compute seconds)``."""
     t0 = time.perf_counter()
@@ -409,25 +415,25 @@ def packet_on(worker: Any, spec: PacketSpec) -> PacketResult:
     """Run one packet on ``worker`` (a Dask worker with the cache plugin)."""
     started = time.time()
     cpu0 = time.thread_time()
-    node, plugin = _plugin(worker)
+    node, plugin = cache_plugin(worker)
     t0 = time.perf_counter()
-    got, keep, info, note = _acquire(node, plugin, spec, worker)
+    got, keep, info, note = acquire_file(node, plugin, spec, worker)
     assert plugin.compute is not None
     try:
         # The file is here: compute when the slot's CPU is free, at the session's priority.
         with plugin.compute, packet_priority(spec.nice) as nice_note:
             ran_at = thread_nice() if spec.nice is not None else None
             fetch_s = time.perf_counter() - t0
-            accumulator, bytes_read, open_s, compute_s = _process(
+            accumulator, bytes_read, open_s, compute_s = process_events(
                 spec, str(got.path) if got is not None else spec.url
             )
     except PacketError as exc:
-        _release(plugin, got, keep)
+        release_file(plugin, got, keep)
         if exc.kind == "data" and got is not None and plugin.cache is not None:
             forget_open_files(str(got.path))
             plugin.cache.discard(spec.url)  # a corrupted copy is not kept
         raise
-    _release(plugin, got, keep)
+    release_file(plugin, got, keep)
     fetched = got.bytes_fetched if got is not None else bytes_read
     return PacketResult(
         packet_id=spec.packet_id,
@@ -450,63 +456,15 @@ def packet_on(worker: Any, spec: PacketSpec) -> PacketResult:
     )
 
 
-@dataclass(slots=True)
-class CalibrationResult:
-    """A processor timed on a worker: CPU seconds per event with the file already open, the
-    CPU of opening it, and what its file read did."""
-
-    node: str
-    n_events: int
-    cpu_s_per_event: float
-    cache_added: list[str] = field(default_factory=list)
-    open_cpu_s: float = 0.0
-    """CPU seconds a packet of a newly opened copy pays more: the file and its tree's
-    header (the least cold run less the least warm one; never negative)."""
-
-
-def calibrate_packet(spec: PacketSpec, repeats: int = 3) -> CalibrationResult:
-    """Time the packet's whole work on its events, as a packet does it: read the branches
-    the processor uses and process them (the file fetched once, through the node's cache),
-    with the file kept open from an earlier packet (warm), and with the file opened afresh
-    (cold): the difference is what opening it costs. The least CPU time of ``repeats`` runs
-    of each counts (this machine may be shared), per event for the warm ones: a packet's
-    fixed cost is part of what an event costs at this packet size."""
-    worker = get_worker()
-    node, plugin = _plugin(worker)
-    got, keep, _, _ = _acquire(node, plugin, spec, worker)
-    try:
-        path = str(got.path) if got is not None else spec.url
-        _process(spec, path)  # once untimed: imports, page cache
-        warm = cold = float("inf")
-        for _ in range(repeats):
-            cpu0 = time.thread_time()
-            _process(spec, path)  # the file kept open by the run before
-            warm = min(warm, time.thread_time() - cpu0)
-            forget_open_files()
-            cpu0 = time.thread_time()
-            _process(spec, path)  # opened afresh, as a packet of a new copy does
-            cold = min(cold, time.thread_time() - cpu0)
-    finally:
-        _release(plugin, got, keep)
-    n = spec.local_stop - spec.local_start
-    return CalibrationResult(
-        node,
-        n,
-        warm / max(n, 1),
-        got.added if got is not None else [],
-        open_cpu_s=max(cold - warm, 0.0),
-    )
-
-
 def cache_contents(dask_worker: Any) -> list[str]:
     """The URLs a worker caches (``client.run`` passes ``dask_worker``)."""
-    _, plugin = _plugin(dask_worker)
+    _, plugin = cache_plugin(dask_worker)
     assert plugin.cache is not None
     return plugin.cache.contents()
 
 
 def clear_cache(dask_worker: Any) -> list[str]:
     """Empty a worker's cache (``client.run`` passes ``dask_worker``); returns what it dropped."""
-    _, plugin = _plugin(dask_worker)
+    _, plugin = cache_plugin(dask_worker)
     assert plugin.cache is not None
     return plugin.cache.clear()
