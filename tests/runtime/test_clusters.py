@@ -183,3 +183,29 @@ def load_catalog_files(catalog: Path) -> list[Any]:
     from datasched.runtime.dataset import load_catalog
 
     return list(load_catalog(catalog)["zmumu"].files)
+
+
+def test_our_own_workers_run_without_the_profiler_and_a_given_clusters_keep_theirs(
+    tmp_path: Path,
+) -> None:
+    """The workers datasched starts have no dashboard, so no statistical profiler, and the
+    master fetches results straight from them; a cluster the user gives keeps its settings."""
+    import dask.config
+
+    from datasched.runtime.session import open_cluster
+
+    async def settings(opts: ClusterOptions) -> tuple[list[bool], bool]:
+        async with open_cluster(opts) as (client, _):
+            ran = await client.run(dask.config.get, "distributed.worker.profile.enabled")
+            return [bool(v) for v in ran.values()], bool(client.direct_to_workers)
+
+    own = asyncio.run(settings(ClusterOptions(workers=2, cache_root=tmp_path / "own")))
+    assert own == ([False, False], True)
+    given = DaskProcesses({"n1": {}})
+    try:
+        opts = ClusterOptions(
+            workers=1, cache_root=tmp_path / "given", scheduler_address=given.address
+        )
+        assert asyncio.run(settings(opts)) == ([True], False)
+    finally:
+        given.close()
