@@ -3,21 +3,17 @@ timeline whose gaps, head and tail are known."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
-from typing import Any
+from types import ModuleType
 
 from datasched.runtime.reports import PacketStat, RunReport
+from script_support import load_script
 
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "runtime.py"
 
 
-def _module() -> Any:
-    spec = importlib.util.spec_from_file_location("bench_runtime", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def _module() -> ModuleType:
+    return load_script(SCRIPT, "bench_runtime")
 
 
 def _packet(node: str, t_start: float, busy: float, t_end: float) -> PacketStat:

@@ -4,7 +4,6 @@ and its declaration drives the same machinery as the built-in policies'."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from types import ModuleType
 
@@ -19,17 +18,14 @@ from datasched.core.scheduler import Scheduler
 from datasched.policies import registry
 from datasched.sim.engine import SimEngine
 from datasched.sim.faults import NodeFaults
+from script_support import load_script
 from strategies import job_lists
 
 EXAMPLE = Path(__file__).parents[2] / "docs" / "examples" / "most_cached.py"
 
 
 def example() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("most_cached", EXAMPLE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(EXAMPLE, "most_cached")
 
 
 @settings(max_examples=40, deadline=None)

@@ -4,7 +4,6 @@ cluster, half a minute) marked slow."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -16,17 +15,14 @@ from types import ModuleType
 import pytest
 
 from datasched.service.eta import EtaRecord, median_abs_relative_error
+from script_support import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "service_eta.py"
 
 
 def _bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("service_eta", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT, "service_eta")
 
 
 def test_the_figures_are_the_first_and_last_eta_of_each_ended_request() -> None:
