@@ -119,6 +119,38 @@ def test_a_shipped_processor_needs_no_file(tmp_path: Path) -> None:
     assert proc.label == "v1" and type(proc).__module__.startswith("datasched_user_")
 
 
+def test_a_worker_without_the_file_shows_the_users_file_and_line(tmp_path: Path) -> None:
+    """In a fresh process, as on a worker of another machine, with the file gone: the
+    traceback still names the user's file and shows their line (whatever file name the
+    installed cloudpickle gives code it pickles by value)."""
+    import pickle
+    import subprocess
+    import sys
+
+    (tmp_path / "analysis.py").write_text(ANALYSIS)
+    path = (tmp_path / "analysis.py").resolve()
+    shipped = ship(load_processor("analysis.py:Broken", tmp_path), "analysis.py")
+    assert [(p, t) for _, p, t in shipped.sources] == [(str(path), ANALYSIS)]
+    (tmp_path / "shipped.pkl").write_bytes(pickle.dumps(shipped))
+    path.unlink()
+    worker = (
+        "import pickle, sys\n"
+        "from datasched.runtime.processor import unship, user_traceback\n"
+        "proc = unship(pickle.loads(open(sys.argv[1], 'rb').read()))\n"
+        "try:\n"
+        "    proc.process([])\n"
+        "except IndexError as exc:\n"
+        "    print(user_traceback(exc))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", worker, str(tmp_path / "shipped.pkl")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert f'File "{path}", line' in out and "return values[3]" in out, out
+
+
 def test_the_users_traceback_names_their_file_and_line(tmp_path: Path) -> None:
     (tmp_path / "bad.py").write_text("x = 1\n\ny = x / 0\n")
     with pytest.raises(ProcessorError) as info:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
+import linecache
 import pickle
 import sys
 import threading
@@ -30,7 +31,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
+from types import CodeType, FunctionType, ModuleType
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import cloudpickle
@@ -105,6 +106,8 @@ def user_traceback(exc: BaseException) -> str:
 _LOCK = threading.RLock()
 _MODULES: dict[str, ModuleType] = {}
 """Modules loaded from files, by name (a hash of path and content)."""
+_SOURCES: dict[str, tuple[str, str]] = {}
+"""The same modules' paths and source text, by name: shipped with their processors."""
 
 
 def _split_ref(ref: str) -> tuple[str, str]:
@@ -153,6 +156,7 @@ def _load_file(ref: str, target: str, base_dir: Path) -> ModuleType:
             ) from exc
         # Its classes and functions travel by value: the workers need no copy of the file.
         cloudpickle.register_pickle_by_value(module)
+        _SOURCES[name] = (str(resolved), source.decode("utf-8", "replace"))
         _MODULES[name] = module
         return module
 
@@ -220,6 +224,9 @@ class ShippedProcessor:
     """The job's reference to it (for messages)."""
     key: str
     blob: bytes = b""
+    sources: tuple[tuple[str, str, str], ...] = ()
+    """``(module, path, source text)`` of the processor files it was loaded from: a worker
+    shows the user's file and lines in tracebacks without a copy of the file."""
 
     def __repr__(self) -> str:
         return f"ShippedProcessor({self.name!r}, key={self.key!r}, {len(self.blob)} bytes)"
@@ -236,7 +243,11 @@ def ship(processor: Processor, name: str) -> ShippedProcessor:
             f"{type(exc).__name__}: {exc}",
             user_traceback(exc),
         ) from exc
-    return ShippedProcessor(name, hashlib.sha256(blob).hexdigest()[:24], blob)
+    with _LOCK:
+        sources = tuple(
+            (m, path, text) for m, (path, text) in _SOURCES.items() if m.encode() in blob
+        )
+    return ShippedProcessor(name, hashlib.sha256(blob).hexdigest()[:24], blob, sources)
 
 
 _UNSHIPPED: OrderedDict[str, Processor] = OrderedDict()
@@ -252,7 +263,55 @@ def unship(shipped: ShippedProcessor) -> Processor:
             _UNSHIPPED.move_to_end(shipped.key)
             return known
         proc: Processor = pickle.loads(shipped.blob)
+        if shipped.sources:
+            _restore_filenames(proc, shipped.sources)
         _UNSHIPPED[shipped.key] = proc
         while len(_UNSHIPPED) > _UNSHIPPED_MAX:
             _UNSHIPPED.popitem(last=False)
         return proc
+
+
+_DYNAMIC = "<dynamic-code>"
+"""The file name cloudpickle (3.1.3 on) gives code it pickles by value."""
+
+
+def _restore_filenames(proc: Any, sources: tuple[tuple[str, str, str], ...]) -> None:
+    """Give the unpickled code of the user's processor files its file names back, and their
+    lines to :mod:`linecache`, so that a traceback on a worker names the user's file and
+    line as it would on the master."""
+    paths = {module: path for module, path, _ in sources}
+    for _, path, text in sources:
+        linecache.cache[path] = (len(text), None, text.splitlines(True), path)
+    seen: set[int] = set()
+    todo: list[Any] = [proc, type(proc)]
+    while todo:
+        obj = todo.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, type):
+            if obj.__module__ in paths:
+                todo.extend(vars(obj).values())
+                todo.extend(obj.__mro__[1:])
+        elif isinstance(obj, staticmethod | classmethod):
+            todo.append(obj.__func__)
+        elif isinstance(obj, property):
+            todo.extend(f for f in (obj.fget, obj.fset, obj.fdel) if f is not None)
+        elif isinstance(obj, FunctionType):
+            where = paths.get(obj.__module__)
+            if where is not None:
+                obj.__code__ = _with_filename(obj.__code__, where)
+                todo.extend(obj.__globals__.values())
+        elif callable(getattr(obj, "process", None)) or isinstance(obj, _FunctionProcessor):
+            todo.extend(vars(obj).values() if hasattr(obj, "__dict__") else ())
+
+
+def _with_filename(code: CodeType, path: str) -> CodeType:
+    """``code`` and the code nested in it, named as in ``path`` where cloudpickle left
+    its placeholder."""
+    consts = tuple(
+        _with_filename(c, path) if isinstance(c, CodeType) else c for c in code.co_consts
+    )
+    if code.co_filename == _DYNAMIC:
+        return code.replace(co_filename=path, co_consts=consts)
+    return code.replace(co_consts=consts) if consts != code.co_consts else code
