@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from clusters import scheduler, space
 from datasched.core.intervals import IntervalSet
-from datasched.core.model import Job
+from datasched.core.model import Job, Pipelining
 from datasched.policies import available
 from datasched.sim.engine import SimEngine
 from datasched.sim.experiment import ConfigError, SimConfig, simulate
@@ -22,6 +22,8 @@ SMALL = {
     "basic-packetizer": {"max_workers_per_node": 1},
     "adaptive-packetizer": {"priorities": "default=1", "calibration_events": 5},
 }
+PEER_READS = {"out-of-order": {"replication": True}}
+"""Parameters that turn peer reads on (whole-file fetches then shared between nodes)."""
 LONG_RUN = {
     "delayed": {"period_h": 6.0},
     # Pull policies make a packet every few seconds of a job: longer ones keep the run short
@@ -42,6 +44,8 @@ LONG_RUN = {
     mtbf_s=st.sampled_from([60.0, 300.0, 3000.0]),
     seed=st.integers(0, 3),
     hot=st.sampled_from([None, 1]),
+    pipelining=st.sampled_from([Pipelining.NONE, Pipelining.TERTIARY]),
+    peer_reads=st.booleans(),
 )
 def test_every_event_once_and_every_job_completes_despite_faults(
     policy: str,
@@ -53,9 +57,13 @@ def test_every_event_once_and_every_job_completes_despite_faults(
     mtbf_s: float,
     seed: int,
     hot: int | None,
+    pipelining: Pipelining,
+    peer_reads: bool,
 ) -> None:
     """... with hot-file replication on beside the policy in half the examples: copies in
-    flight to or from a failing node must not strand or duplicate work."""
+    flight to or from a failing node must not strand or duplicate work; with tertiary
+    pipelining and, where the policy has them, peer reads (fetches in flight waited for,
+    taken over when their node fails) in half."""
     sched = scheduler(
         policy,
         nodes,
@@ -63,8 +71,9 @@ def test_every_event_once_and_every_job_completes_despite_faults(
         min_subjob=3,
         slots=slots,
         data=space(file_events),
-        params=SMALL.get(policy),
+        params=PEER_READS.get(policy) if peer_reads else SMALL.get(policy),
         hot=hot,
+        pipelining=pipelining,
     )
     faults = NodeFaults(mtbf_h=mtbf_s / 3600, repair_h=30.0 / 3600, seed=seed)
     engine = SimEngine(sched, check_conservation=True, faults=faults)

@@ -65,6 +65,7 @@ from datasched.core.replacement import LRU, Replacement
 from datasched.core.scheduler import Scheduler
 from datasched.sim.disks import SEGMENT
 from datasched.sim.faults import FaultStream, NodeFaults
+from datasched.sim.fetches import FileFetch
 from datasched.sim.network import Network, Transfer
 from datasched.sim.recorder import JobRecordTimes, PacketRecord, Recorder, Release, SimRun
 from datasched.sim.subjobs import _FINISH, SubjobRuns, _Run
@@ -120,6 +121,8 @@ class SimEngine(SubjobRuns):
         self._world: CacheDirectory | None = None
         self._runs: list[_Run | None] = [None] * scheduler.n_slots
         """Slot -> the subjob running there (a list: looked up per event)."""
+        self._fetching: dict[int, FileFetch] = {}
+        """File -> its last whole-file fetch from tertiary storage (sim/fetches.py)."""
         self._heap: list[tuple[float, int, int, int, int]] = []
         self._seq = itertools.count()
         self._versions = itertools.count()
@@ -345,7 +348,7 @@ class SimEngine(SubjobRuns):
         assert self.rec.run.packets is not None
         n = processed.length
         source = max(range(3), key=by_source.__getitem__)
-        peer = next((s[4] for s in run.segments if s[3] is Source.PEER), -1)
+        peer = next((s[4] for s in run.segments if s[3] is Source.PEER and s[0] < s[1]), -1)
         job = self._jobs[run.subjob.job_id]
         cpu = self.cost.cpu_s_per_event if job.cpu_s_per_event is None else job.cpu_s_per_event
         first = processed.start if processed else run.subjob.data.start
@@ -439,6 +442,7 @@ class SimEngine(SubjobRuns):
             if run is None:
                 continue
             self._runs[slot] = None
+            self._fetches_dropped(slot, run.subjob.subjob_id, None)
             if self._readers is not None:
                 self._disk_leave(slot)
             processed, rest, by_source, _ = self._progress(run, finished=False)

@@ -22,14 +22,14 @@ from datasched.core.intervals import IntervalSet
 from datasched.core.model import CostModel, Job, Source, Subjob
 from datasched.core.scheduler import Scheduler
 from datasched.sim.disks import SharedDisks
+from datasched.sim.fetches import LUMP as _LUMP
+from datasched.sim.fetches import SharedFetches
 from datasched.sim.recorder import Recorder
 
 __all__ = ["SubjobRuns"]
 
 _FINISH = 1
 """The heap kind of a subjob's end (the engine's numbering)."""
-_LUMP = -2
-"""The peer field of a segment that moves a whole file and processes no event."""
 _EMPTY = IntervalSet()
 
 
@@ -53,7 +53,7 @@ class _Run:
     fill_duplicates: bool = True
 
 
-class SubjobRuns(SharedDisks):
+class SubjobRuns(SharedDisks, SharedFetches):
     """Subjobs running on simulated slots (see the module docstring)."""
 
     # Provided by the engine.
@@ -142,7 +142,9 @@ class SubjobRuns(SharedDisks):
                 fetch = cache.begin_fetch(fetched)
         cpu = self._jobs[sj.job_id].cpu_s_per_event
         if self._file_grain:
-            segments, ends, total = self._file_segments(node, pieces, fetched, cpu)
+            segments, ends, total = self._file_segments(
+                node, pieces, fetched, cpu, (slot, sj.subjob_id, action.peer_reads)
+            )
         else:
             if cpu is None:
                 spe = self._default_rates[node]
@@ -173,17 +175,32 @@ class SubjobRuns(SharedDisks):
         pieces: list[tuple[int, int, Source, int]],
         fetched: IntervalSet,
         cpu: float | None,
+        who: tuple[int, int, bool],
     ) -> tuple[list[tuple[int, int, float, Source, int]], list[float], float]:
         """Segments of a subjob over whole-file caches: each piece cut by file, at that
-        file's event size; a file to be cached from tertiary storage is first fetched whole
-        (a segment of no events), then read from the local disk."""
+        file's event size; a file to be cached is first fetched whole (a segment of no
+        events: the wait for it), then read from the local disk, its events charged the
+        cost of opening a new copy (``CostModel.fresh_cpu_s_per_event``).
+
+        With tertiary pipelining (``CostModel.pipelining``), a file's fetch begins when the
+        subjob starts on the file before it, as the runtime's workers fetch the next
+        packet's file while the current one runs, one fetch at a time on the node's link:
+        the wait is what is left of it. Without, fetches and reads take turns.
+
+        ``who`` is ``(slot, subjob id, peer reads allowed)``; with peer reads, a file is
+        not fetched from tertiary storage twice at once (see :meth:`_plan_fetch`)."""
         space = self.space
         files = space.files
-        tertiary_bps = self.scheduler.topology.tertiary_bytes_per_s(node)
+        pipelined = self.cost.pipelining.tertiary
+        fresh = self.cost.fresh_cpu_s_per_event
         segments: list[tuple[int, int, float, Source, int]] = []
         ends: list[float] = []
         total = 0.0
-        lumped: set[int] = set()
+        look = link_free = self.now
+        """When the next file's fetch may begin, and when this node's link is free."""
+        previous = -1
+        lumped: dict[int, tuple[Source, int]] = {}
+        """File -> the source and peer its events are counted under, once it is fetched."""
         for a, b, src, peer in pieces:
             i = space.file_at(a)
             while a < b:
@@ -192,18 +209,28 @@ class SubjobRuns(SharedDisks):
                 if stop == a:  # an empty file
                     i += 1
                     continue
+                seq = self.now + total
+                at = look if pipelined else seq
+                if i != previous:
+                    look, previous = seq, i
                 spe = self._rates_of(node, f.bytes_per_event, cpu)
                 per = spe[src]
+                seg_src, seg_peer = src, peer
                 if src is Source.TERTIARY and a in fetched:
                     if i not in lumped:
-                        lumped.add(i)
-                        lump = f.n_bytes / tertiary_bps
-                        if lump > 0:
-                            segments.append((a, a, lump, Source.TERTIARY, _LUMP))
-                            total += lump
+                        ready, how, holder, own_s = self._plan_fetch(i, node, at, link_free, who)
+                        lumped[i] = (how, holder)
+                        if own_s is not None:
+                            link_free = ready
+                        lump = own_s if own_s is not None and not pipelined else ready - seq
+                        if lump > 0 or (pipelined and own_s is not None):
+                            # A fetch of no wait left stays: readers find it by its segment.
+                            segments.append((a, a, max(lump, 0.0), how, _LUMP))
+                            total += max(lump, 0.0)
                             ends.append(total)
-                    per = spe[Source.CACHE]
-                segments.append((a, stop, per, src, peer))
+                    seg_src, seg_peer = lumped[i]
+                    per = spe[Source.CACHE] + fresh
+                segments.append((a, stop, per, seg_src, seg_peer))
                 total += (stop - a) * per
                 ends.append(total)
                 a = stop
@@ -258,6 +285,7 @@ class SubjobRuns(SharedDisks):
         heapq.heappush(self._heap, finish)
         if self._readers is not None:
             self._disk_reshaped(slot, k)
+        self._fetches_dropped(slot, run.subjob.subjob_id, run)
         return SubjobShrunk(self.now, action.subjob_id, slot, released)
 
     def _held_elsewhere(self, node: int, data: IntervalSet) -> IntervalSet:
@@ -306,6 +334,8 @@ class SubjobRuns(SharedDisks):
         if run is None:
             raise RuntimeError(f"slot {slot} has no subjob to stop")
         self._runs[slot] = None
+        if not finished:
+            self._fetches_dropped(slot, run.subjob.subjob_id, None)
         if self._readers is not None:
             self._disk_leave(slot)
         now = self.now
