@@ -152,3 +152,22 @@ def test_cache_names_are_distinct_and_safe() -> None:
     a = cache_file_name("root://host//store/a/f.root")
     b = cache_file_name("root://host//store/b/f.root")
     assert a != b and "/" not in a and a.endswith("f.root")
+
+
+def test_the_status_says_when_a_fetch_under_way_began(tmp_path: Path) -> None:
+    import time
+
+    url = make_file(tmp_path, "f.root", 100)
+    cache = DiskCache(tmp_path / "cache", 1000)
+    seen: list[tuple[str, float | None]] = []
+
+    def fetch(dest: Path) -> int:
+        seen.append(cache.status(url))  # peers asking while it is fetched
+        return copy_file(url, dest)
+
+    assert cache.status(url) == ("absent", None)
+    before = time.time()
+    cache.release(cache.acquire(url, 100, fetch))
+    ((state, began),) = seen
+    assert state == "fetching" and began is not None and before <= began <= time.time()
+    assert cache.status(url) == ("cached", None)

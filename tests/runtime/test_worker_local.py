@@ -125,3 +125,54 @@ def test_a_packet_of_a_policy_without_caches_ignores_a_cached_copy(
     result = packet_on(worker, farm)
     assert result.source == "tertiary" and result.bytes_from_tertiary > 0
     assert not result.cache_added
+
+
+@pytest.mark.parametrize(
+    ("address", "began_s_ago", "waits"),
+    [
+        ("tcp://9.9.9.9:9", 5.0, True),  # began first: waited for, whatever its address
+        ("tcp://0.0.0.0:1", -5.0, False),  # began after us: we go on, though its address is lower
+    ],
+)
+def test_a_peers_fetch_is_waited_for_when_it_began_first(
+    demo_catalog: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    address: str,
+    began_s_ago: float,
+    waits: bool,
+) -> None:
+    """Two workers fetching one file see each other: the one whose fetch began first goes
+    on, the other copies the file from it (one tertiary read for the two)."""
+    import time
+
+    copied: list[str] = []
+
+    def status(worker: Any, peer: str, url: str) -> tuple[str, float | None]:
+        return "fetching", time.time() - began_s_ago
+
+    def copy(worker: Any, peer: str, url: str, dest: Path, n: int, **kw: Any) -> int:
+        copied.append(peer)
+        return copy_file(url, dest)
+
+    monkeypatch.setattr(worker_module, "peer_status", status)
+    monkeypatch.setattr(worker_module, "peer_state", lambda *args: "cached")  # once it is done
+    monkeypatch.setattr(worker_module, "peer_copy", copy)
+    worker = fake_worker(tmp_path / "caches")
+    worker.address = "tcp://5.5.5.5:5"
+    url = str(demo_catalog.parent / "part-004.root")
+    spec = PacketSpec(
+        1,
+        0,
+        url,
+        "Events",
+        0,
+        100,
+        os.path.getsize(url),
+        ship(DimuonMass(), "demo"),
+        peers=(address,),
+    )
+    result = packet_on(worker, spec)
+    assert result.source == ("peer" if waits else "tertiary")
+    assert copied == ([address] if waits else [])
+    assert result.cache_added == [url]  # cached here either way

@@ -19,6 +19,7 @@ import json
 import os
 import re
 import threading
+import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -64,6 +65,8 @@ class DiskCache:
         self._entries: OrderedDict[str, int] = OrderedDict()  # url -> bytes; oldest use first
         self._pins: Counter[str] = Counter()
         self._fetching: dict[str, threading.Event] = {}
+        self._began: dict[str, float] = {}
+        """When each fetch under way began (wall clock: peers on other machines compare it)."""
         self._reserved = 0
         root.mkdir(parents=True, exist_ok=True)
         self._load()
@@ -89,6 +92,13 @@ class DiskCache:
             if url in self._entries:
                 return "cached"
             return "fetching" if url in self._fetching else "absent"
+
+    def status(self, url: str) -> tuple[str, float | None]:
+        """:meth:`state`, and when the fetch under way began (None unless fetching)."""
+        with self._lock:
+            if url in self._entries:
+                return "cached", None
+            return ("fetching", self._began[url]) if url in self._fetching else ("absent", None)
 
     # -- use ---------------------------------------------------------------------------------
 
@@ -118,6 +128,7 @@ class DiskCache:
                     cacheable = keep and self._make_room(size, evicted)
                     if cacheable:
                         self._fetching[url] = threading.Event()
+                        self._began[url] = time.time()
                         self._reserved += size
                     if evicted:
                         self._save()
@@ -134,6 +145,7 @@ class DiskCache:
         except BaseException:
             with self._lock:
                 self._reserved -= size
+                self._began.pop(url, None)
                 self._fetching.pop(url).set()
             raise
         with self._lock:
@@ -141,6 +153,7 @@ class DiskCache:
             self._entries[url] = n
             self._pins[url] += 1
             self._save()
+            self._began.pop(url, None)
             self._fetching.pop(url).set()
         return Acquired(url, self.path_of(url), False, True, n, added=[url], evicted=evicted)
 

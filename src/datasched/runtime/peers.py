@@ -5,9 +5,10 @@ from tertiary storage).
 
 Every worker serves its cache through one handler of its Dask server (:data:`PEER_OP`),
 registered by the cache plugin: ``state`` says whether a file is cached there, being fetched,
-or absent; ``read`` returns a block of a cached file (pinned while it is read, so it is not
-evicted under the reader). The reading worker calls it from a packet's or a move's thread
-through its own connection pool (``worker.rpc``), block after block, and checks the size.
+or absent (``status`` adds when that fetch began); ``read`` returns a block of a cached file
+(pinned while it is read, so it is not evicted under the reader). The reading worker calls
+it from a packet's or a move's thread through its own connection pool (``worker.rpc``), block
+after block, and checks the size.
 """
 
 from __future__ import annotations
@@ -26,7 +27,16 @@ from datasched.runtime.storage import LocalDiskFull, StorageError, is_disk_full
 if TYPE_CHECKING:
     from datasched.runtime.diskcache import DiskCache
 
-__all__ = ["PEER_BLOCK_BYTES", "PEER_OP", "PEER_POLL_S", "PeerServer", "await_peer", "peer_copy"]
+__all__ = [
+    "PEER_BLOCK_BYTES",
+    "PEER_OP",
+    "PEER_POLL_S",
+    "PeerServer",
+    "await_peer",
+    "peer_copy",
+    "peer_state",
+    "peer_status",
+]
 
 PEER_OP = "datasched_peer"
 PEER_BLOCK_BYTES = 4 << 20
@@ -47,6 +57,8 @@ class PeerServer:
         """``state`` of ``url`` here, or ``read`` a block of it (None: not cached)."""
         if action == "state":
             return self.cache.state(url)
+        if action == "status":
+            return list(self.cache.status(url))
         if action == "read":
             return await asyncio.to_thread(self._read, url, offset, size)
         raise ValueError(f"{PEER_OP}: unknown action {action!r}")
@@ -81,6 +93,15 @@ def peer_state(worker: Any, address: str, url: str) -> str:
         return str(_call(worker, address, action="state", url=url))
     except Exception:
         return "absent"
+
+
+def peer_status(worker: Any, address: str, url: str) -> tuple[str, float | None]:
+    """:func:`peer_state`, and when the peer's fetch began (None unless ``fetching``)."""
+    try:
+        state, began = _call(worker, address, action="status", url=url)
+        return str(state), None if began is None else float(began)
+    except Exception:
+        return "absent", None
 
 
 def await_peer(

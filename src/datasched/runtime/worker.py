@@ -11,6 +11,7 @@ packet's statistics (PROOF keeps the same per packet).
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
 import threading
@@ -26,7 +27,14 @@ from distributed.diagnostics.plugin import WorkerPlugin
 
 from datasched.runtime.diskcache import Acquired, DiskCache, StagingArea
 from datasched.runtime.events import EventsError, ReadSpec, forget_open_files, open_events
-from datasched.runtime.peers import PEER_OP, PeerServer, await_peer, peer_copy, peer_state
+from datasched.runtime.peers import (
+    PEER_OP,
+    PeerServer,
+    await_peer,
+    peer_copy,
+    peer_state,
+    peer_status,
+)
 from datasched.runtime.priority import packet_priority, thread_nice
 from datasched.runtime.processor import ShippedProcessor, unship, user_traceback
 from datasched.runtime.storage import LocalDiskFull, StorageError, Throttle, copy_file
@@ -241,7 +249,10 @@ def fetcher(
     Before tertiary storage, each of ``peers`` is asked whether it has the file by now, or
     is fetching it: then the copy comes from there (one tertiary read for the cluster, not
     one for each node that wanted the file at about the same time). Two nodes fetching it at
-    once see each other; the one with the lower address goes on, the other waits for it."""
+    once see each other; the one whose fetch began first goes on (by the workers' clocks,
+    the lower address on a tie) and the other waits for it. An address alone decided
+    before, so a worker never waited for a peer of higher address however long that peer
+    had been fetching: the demo read 4.1 to 4.8 MB from tertiary storage for 3.7 MB."""
     info: dict[str, Any] = {"source": "cache", "from_peer": 0}
     limit_s = peer_wait_s(plugin.throttle, file_bytes)
 
@@ -261,11 +272,14 @@ def fetcher(
             if n is not None:
                 return n
         mine = str(getattr(worker, "address", ""))
+        began = plugin.cache.status(url)[1] if plugin.cache is not None else None
+        me = (math.inf if began is None else began, mine)
         for other in peers:
             if other == peer:
                 continue
-            state = peer_state(worker, other, url)
-            if state == "cached" or (state == "fetching" and mine > other):
+            state, since = peer_status(worker, other, url)
+            earlier = state == "fetching" and (math.inf if since is None else since, other) < me
+            if state == "cached" or earlier:
                 n = from_peer(other, dest)
                 if n is not None:
                     return n
