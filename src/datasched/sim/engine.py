@@ -442,7 +442,7 @@ class SimEngine(SubjobRuns):
             if run is None:
                 continue
             self._runs[slot] = None
-            self._fetches_dropped(slot, run.subjob.subjob_id, None)
+            self._fetches_dropped(slot, run, stopping=True)
             if self._readers is not None:
                 self._disk_leave(slot)
             processed, rest, by_source, _ = self._progress(run, finished=False)

@@ -41,8 +41,6 @@ class FileFetch:
 
     slot: int
     subjob_id: int
-    share: bool
-    """Whether that subjob reads from peers (and may wait for another's fetch)."""
     begun: float
     done: float
     waiters: list[tuple[int, int]] = field(default_factory=list)
@@ -84,11 +82,14 @@ class SharedFetches:
                 entry.waiters.append((slot, subjob_id))
                 copy, src, holder = self._copy_from(node, other, f.n_bytes)
                 return max(entry.done, at) + copy, src, holder, None
-            if self._readers is None and entry.share:
-                # Disks shared by readers re-time segments themselves: not combined.
-                self._wait_for(entry.slot, k, node, start + own_s)
-                waiters = [*entry.waiters, (entry.slot, entry.subjob_id)]
-        self._fetching[i] = FileFetch(slot, subjob_id, share, start, start + own_s, waiters)
+            if self._readers is not None:
+                # Disks shared by readers re-time segments themselves: the two are not
+                # combined, and the earlier plan stays the one readers wait for.
+                return start + own_s, Source.TERTIARY, -1, own_s
+            self._wait_for(entry.slot, k, node, start + own_s)
+            waiters = [*entry.waiters, (entry.slot, entry.subjob_id)]
+        if share:  # only subjobs that read from peers look for fetches to share
+            self._fetching[i] = FileFetch(slot, subjob_id, start, start + own_s, waiters)
         return start + own_s, Source.TERTIARY, -1, own_s
 
     def _copy_from(self, node: int, holder: int, n_bytes: int) -> tuple[float, Source, int]:
@@ -100,12 +101,14 @@ class SharedFetches:
         bps = min(self.cost.disk_bytes_per_s, topology.peer_bytes_per_s(node, holder))
         return n_bytes / bps, Source.PEER, holder
 
-    def _lump_of(self, slot: int, subjob_id: int, i: int, src: Source | None) -> int | None:
-        """The index of the whole-file segment of file ``i`` in the subjob ``subjob_id``
-        running on ``slot`` (of source ``src``; any when None), or None."""
+    def _running(self, slot: int, subjob_id: int) -> Any:
+        """The run of subjob ``subjob_id`` if it is still on ``slot``, else None."""
         run = self._runs[slot] if slot < len(self._runs) else None
-        if run is None or run.subjob.subjob_id != subjob_id:
-            return None
+        return run if run is not None and run.subjob.subjob_id == subjob_id else None
+
+    def _lump_of(self, run: Any, i: int, src: Source | None) -> int | None:
+        """The index of the whole-file segment of file ``i`` in ``run`` (of source ``src``;
+        any when None), or None."""
         f = self.space.files[i]
         for k, (a, b, _, s, peer) in enumerate(run.segments):
             if a == b and peer == LUMP and (src is None or s is src) and f.start <= a < f.stop:
@@ -118,7 +121,8 @@ class SharedFetches:
         entry = self._fetching.get(i)
         if entry is None:
             return None
-        k = self._lump_of(entry.slot, entry.subjob_id, i, Source.TERTIARY)
+        run = self._running(entry.slot, entry.subjob_id)
+        k = None if run is None else self._lump_of(run, i, Source.TERTIARY)
         if k is None:
             del self._fetching[i]  # ended, stopped, or shrunk off this file
             return None
@@ -172,28 +176,34 @@ class SharedFetches:
             self._heap, (run.start_s + total, next(self._seq), _FINISH, slot, run.version)
         )
 
-    def _fetches_dropped(self, slot: int, subjob_id: int, run: Any) -> None:
-        """The subjob on ``slot`` stops, or was shrunk: each file it was fetching for others
-        and no longer will (not done by now) goes to the first of them still waiting."""
-        for i, entry in list(self._fetching.items()):
-            if entry.slot != slot or entry.subjob_id != subjob_id or entry.done <= self.now:
+    def _fetches_dropped(self, slot: int, run: Any, *, stopping: bool) -> None:
+        """The subjob ``run`` on ``slot`` stops (``stopping``) or was shrunk: each file it
+        was fetching for others and no longer will (not done by now) goes to the first of
+        them still waiting. Only the files it fetches are looked at: stops are frequent."""
+        if not run.fetched:
+            return
+        subjob_id = run.subjob.subjob_id
+        for i in self.space.files_in(run.fetched):
+            entry = self._fetching.get(i)
+            if entry is None or entry.slot != slot or entry.subjob_id != subjob_id:
                 continue
-            if run is not None and self._lump_of(slot, subjob_id, i, Source.TERTIARY) is not None:
-                continue  # still fetching it
+            k = self._lump_of(run, i, Source.TERTIARY)
+            if k is not None and (not stopping or run.start_s + run.ends[k] <= self.now):
+                continue  # still fetching it, or fetched (cached as the subjob leaves)
             del self._fetching[i]
             self._hand_over(i, entry)
 
     def _hand_over(self, i: int, entry: FileFetch) -> None:
         """The first of ``entry``'s waiters still waiting for file ``i`` fetches it itself."""
         for n, (slot, subjob_id) in enumerate(entry.waiters):
-            k = self._lump_of(slot, subjob_id, i, None)
+            run = self._running(slot, subjob_id)
+            k = None if run is None else self._lump_of(run, i, None)
             if k is None:
                 continue
-            run = self._runs[slot]
             f = self.space.files[i]
             self._resource(run, slot, k, f.start, f.stop, Source.TERTIARY, -1, None)
             ends_at = run.start_s + run.ends[k]
             self._fetching[i] = FileFetch(
-                slot, subjob_id, True, min(entry.begun, ends_at), ends_at, entry.waiters[n + 1 :]
+                slot, subjob_id, min(entry.begun, ends_at), ends_at, entry.waiters[n + 1 :]
             )
             return

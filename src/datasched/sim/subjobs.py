@@ -223,8 +223,9 @@ class SubjobRuns(SharedDisks, SharedFetches):
                         if own_s is not None:
                             link_free = ready
                         lump = own_s if own_s is not None and not pipelined else ready - seq
-                        if lump > 0 or (pipelined and own_s is not None):
-                            # A fetch of no wait left stays: readers find it by its segment.
+                        if lump > 0 or pipelined:
+                            # A fetch or wait with no time left stays: found by its segment
+                            # (readers, a hand-over), counted as the file's arrival.
                             segments.append((a, a, max(lump, 0.0), how, _LUMP))
                             total += max(lump, 0.0)
                             ends.append(total)
@@ -285,7 +286,7 @@ class SubjobRuns(SharedDisks, SharedFetches):
         heapq.heappush(self._heap, finish)
         if self._readers is not None:
             self._disk_reshaped(slot, k)
-        self._fetches_dropped(slot, run.subjob.subjob_id, run)
+        self._fetches_dropped(slot, run, stopping=False)
         return SubjobShrunk(self.now, action.subjob_id, slot, released)
 
     def _held_elsewhere(self, node: int, data: IntervalSet) -> IntervalSet:
@@ -335,7 +336,7 @@ class SubjobRuns(SharedDisks, SharedFetches):
             raise RuntimeError(f"slot {slot} has no subjob to stop")
         self._runs[slot] = None
         if not finished:
-            self._fetches_dropped(slot, run.subjob.subjob_id, None)
+            self._fetches_dropped(slot, run, stopping=True)
         if self._readers is not None:
             self._disk_leave(slot)
         now = self.now
