@@ -21,13 +21,11 @@ storage is their bound.
 from __future__ import annotations
 
 import heapq
-import itertools
 from bisect import bisect_right
 from dataclasses import dataclass
-from typing import Any
 
-from datasched.core.data import DataSpace
-from datasched.core.model import CostModel, Job, Source
+from datasched.core.model import Source
+from datasched.sim.state import EngineState
 
 __all__ = ["SEGMENT", "SharedDisks", "fair_shares"]
 
@@ -72,19 +70,8 @@ class _Reader:
     """Seconds per event now."""
 
 
-class SharedDisks:
+class SharedDisks(EngineState):
     """Readers of each node's disk, and the re-timing of their subjobs (see the module)."""
-
-    # Provided by the engine.
-    space: DataSpace
-    cost: CostModel
-    now: float
-    _runs: list[Any]
-    _heap: list[tuple[float, int, int, int, int]]
-    _seq: itertools.count[int]
-    _versions: itertools.count[int]
-    _slot_node: list[int]
-    _jobs: dict[int, Job]
 
     _readers: dict[int, _Reader] | None
     """Slot -> what it reads (None: disks are not shared, nothing is tracked)."""

@@ -19,13 +19,11 @@ its wait was planned to take), so no file is read without a tertiary read behind
 from __future__ import annotations
 
 import heapq
-import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
-from datasched.core.data import DataSpace
-from datasched.core.model import CostModel, Source
-from datasched.core.scheduler import Scheduler
+from datasched.core.model import Source
+from datasched.sim.state import EngineState
 
 __all__ = ["LUMP", "FileFetch", "SharedFetches"]
 
@@ -47,19 +45,9 @@ class FileFetch:
     """(slot, subjob id) of the subjobs waiting to copy the file from it."""
 
 
-class SharedFetches:
+class SharedFetches(EngineState):
     """Whole-file fetches from tertiary storage, shared (see the module docstring)."""
 
-    # Provided by the engine.
-    scheduler: Scheduler
-    space: DataSpace
-    cost: CostModel
-    now: float
-    _runs: list[Any]
-    _heap: list[tuple[float, int, int, int, int]]
-    _seq: itertools.count[int]
-    _versions: itertools.count[int]
-    _slot_node: list[int]
     _readers: dict[int, Any] | None
     _fetching: dict[int, FileFetch]
 

@@ -9,18 +9,15 @@ lasting its transfer), then read from the local disk, as the runtime does. A bas
 from __future__ import annotations
 
 import heapq
-import itertools
 from bisect import bisect_right
 from dataclasses import dataclass
 
 from datasched.core.actions import Assign, Shrink, Start
 from datasched.core.cache import NodeCache
-from datasched.core.data import DataSpace
 from datasched.core.directory import CacheDirectory
 from datasched.core.events import SubjobFinished, SubjobShrunk, SubjobStopped
 from datasched.core.intervals import IntervalSet
-from datasched.core.model import CostModel, Job, Source, Subjob
-from datasched.core.scheduler import Scheduler
+from datasched.core.model import Source, Subjob
 from datasched.sim.disks import SharedDisks
 from datasched.sim.fetches import LUMP as _LUMP
 from datasched.sim.fetches import SharedFetches
@@ -56,23 +53,13 @@ class _Run:
 class SubjobRuns(SharedDisks, SharedFetches):
     """Subjobs running on simulated slots (see the module docstring)."""
 
-    # Provided by the engine.
-    scheduler: Scheduler
-    space: DataSpace
-    cost: CostModel
+    # Provided by the engine (besides EngineState's).
     caches: list[NodeCache]
     rec: Recorder
-    now: float
     _file_grain: bool
     _runs: list[_Run | None]
     _default_rates: list[tuple[float, float, float]]
-    _heap: list[tuple[float, int, int, int, int]]
-    _seq: itertools.count[int]
-    _versions: itertools.count[int]
     _rates: dict[tuple[int, float, float | None], tuple[float, float, float]]
-    _slot_node: list[int]
-    """The scheduler's slot -> node map (the same list: it grows as nodes join)."""
-    _jobs: dict[int, Job]
     _record_packets: bool
 
     _world: CacheDirectory | None
