@@ -54,11 +54,15 @@ def test_two_groups_move_towards_their_targets(tmp_path: Path) -> None:
     first come, first served or a plain fair share gives) would give the high group half.
     The first packets go out before any usage is known (both workers' first to the job listed
     first, here the low group's); the controller then serves the high group until its
-    weighted usage catches up. Asserted: the high group's share grows from the run's first
-    half to its second, and is above half there. Not asserted: the share of the whole run,
-    which in 10 s is a handful of packets a slot on cores shared with whatever else runs
-    (the first packets alone can outweigh the rest), nor the few points a long run reaches
-    (the slow test, and docs/proof.md's measured run)."""
+    weighted usage catches up. Asserted: the high group's share is above half in the run's
+    second half, once usage is known. Not asserted: that it grows from the first half to
+    the second. It does when the first packets are slow (a loaded machine: the low group's
+    first packets fill the first half); on an idle machine the controller reaches the
+    target within the first half (the high group's share 0.81 to 0.82 there, then 0.63 to
+    0.79 in the second, measured), so the share settles from above. Nor the share of the
+    whole run, which in 10 s is a handful of packets a slot on cores shared with whatever
+    else runs, nor the few points a long run reaches (the slow test, and docs/proof.md's
+    measured run)."""
     setup = RuntimeQuota(
         workers=2,
         duration_s=10.0,
@@ -75,7 +79,6 @@ def test_two_groups_move_towards_their_targets(tmp_path: Path) -> None:
     assert len(result.rows) >= 4 and result.cpu_s > 0
     half = setup.duration_s / 2
     early, late = result.shares(0, half), result.shares(half)
-    assert late["high"] > early["high"], (early, late, result.shares())
     assert late["high"] > 0.5, (early, late, result.shares())
 
 
