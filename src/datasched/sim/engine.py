@@ -197,13 +197,7 @@ class SimEngine(SubjobRuns):
         while heap:
             t, _, kind, a, b = heapq.heappop(heap)
             self.now = t
-            ev: Event
-            if kind == _FINISH:
-                run = self._runs[a]
-                if run is None or run.version != b:
-                    continue  # superseded by a preemption
-                ev = self._leave(a, finished=True)
-            elif kind == _ARRIVAL:
+            if kind == _ARRIVAL:
                 # Jobs a policy holds back on purpose (a period) are not a growing queue.
                 backlog = len(sched.jobs) - metrics.held_jobs()
                 rec.arrival(backlog)
@@ -214,26 +208,14 @@ class SimEngine(SubjobRuns):
                 if a + 1 < len(jobs):
                     nxt = jobs[a + 1]
                     heapq.heappush(heap, (nxt.submit_s, next(self._seq), _ARRIVAL, a + 1, 0))
-                ev = JobArrived(t, jobs[a])
-            elif kind == _TICK:
-                ev = Tick(t)
-                held = metrics.held_jobs()
-                if held > 0:
-                    # A wake-up while the policy holds jobs: the end of a period, maybe.
-                    residual = len(sched.jobs) - held
-                    handled += self._dispatch(ev)
-                    released = held - metrics.held_jobs()
-                    if released > 0:
-                        rec.release(t, residual, released)
-                    continue
-            elif kind == _TRANSFER:
-                move = self._network.transfers.get(a)
-                if move is None or move.version != b:
-                    continue  # re-rated since: a later event stands for it
-                handled += self._dispatch(self._moved(a))
-                continue
-            elif kind == SEGMENT:
-                self._disk_boundary(a, b)
+                handled += self._dispatch(JobArrived(t, jobs[a]))
+            elif kind == _TICK and (held := metrics.held_jobs()) > 0:
+                # A wake-up while the policy holds jobs: the end of a period, maybe.
+                residual = len(sched.jobs) - held
+                handled += self._dispatch(Tick(t))
+                released = held - metrics.held_jobs()
+                if released > 0:
+                    rec.release(t, residual, released)
                 continue
             elif kind == _FAIL:
                 handled += self._fail(a)
@@ -242,10 +224,13 @@ class SimEngine(SubjobRuns):
                 continue
             elif kind == _FOLLOW:
                 self._follow_pending -= 1
-                ev = JobArrived(t, self._followers[a])
+                handled += self._dispatch(JobArrived(t, self._followers[a]))
+            elif kind == _REPAIR:
+                handled += self._dispatch(self._repair(a))
             else:
-                ev = self._repair(a)
-            handled += self._dispatch(ev)
+                handled += self.step_entry(kind, a, b)
+                if kind in (_TRANSFER, SEGMENT):
+                    continue
             if (
                 self._faults is not None
                 and arrived == len(jobs)
@@ -255,6 +240,27 @@ class SimEngine(SubjobRuns):
                 break  # faults go on for ever; the work is done
         self.result = rec.close(self.now, handled, self._scheduler_s, metrics.counters())
         return self.result
+
+    def step_entry(self, kind: int, a: int, b: int) -> int:
+        """Act on a heap entry of a kind every engine built on this one has (a subjob's
+        end, a transfer's, the end of a stretch read from one disk, a wake-up), at
+        ``self.now``; the events handled. Entries superseded since are skipped."""
+        if kind == _FINISH:
+            run = self._runs[a]
+            if run is None or run.version != b:
+                return 0  # superseded by a preemption or a re-timing
+            return self._dispatch(self._leave(a, finished=True))
+        if kind == _TRANSFER:
+            move = self._network.transfers.get(a)
+            if move is None or move.version != b:
+                return 0  # re-rated since: a later entry stands for it
+            return self._dispatch(self._moved(a))
+        if kind == SEGMENT:
+            self._disk_boundary(a, b)
+            return 0
+        if kind == _TICK:
+            return self._dispatch(Tick(self.now))
+        raise RuntimeError(f"unexpected heap entry of kind {kind}")
 
     def _dispatch(self, ev: Event) -> int:
         count = 1

@@ -24,16 +24,14 @@ from typing import Any
 
 from datasched.core.actions import Assign, Start
 from datasched.core.data import CacheGrain, DataSpace, FileSpec
-from datasched.core.events import JobArrived, Tick
+from datasched.core.events import JobArrived
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import CostModel, Job, Node, Source, Topology
 from datasched.core.scheduler import Scheduler
 from datasched.policies.registry import build_policy
-from datasched.sim.disks import SEGMENT
-from datasched.sim.engine import _TICK, _TRANSFER, SimEngine
+from datasched.sim.engine import SimEngine
 from datasched.sim.grid_model import GB, MB, GridConfig
 from datasched.sim.recorder import Recorder
-from datasched.sim.subjobs import _FINISH
 
 __all__ = ["CoreSites", "SiteEngine", "grid_data_space"]
 
@@ -103,20 +101,7 @@ class SiteEngine(SimEngine):
         arrivals or node faults here: the grid submits the jobs)."""
         t, _, kind, a, b = heapq.heappop(self._heap)
         self.now = t
-        if kind == _FINISH:
-            run = self._runs[a]
-            if run is not None and run.version == b:
-                self.handled += self._dispatch(self._leave(a, finished=True))
-        elif kind == _TICK:
-            self.handled += self._dispatch(Tick(t))
-        elif kind == _TRANSFER:
-            move = self._network.transfers.get(a)
-            if move is not None and move.version == b:
-                self.handled += self._dispatch(self._moved(a))
-        elif kind == SEGMENT:
-            self._disk_boundary(a, b)
-        else:  # pragma: no cover - the grid submits jobs itself
-            raise RuntimeError(f"site {self.site}: unexpected heap entry of kind {kind}")
+        self.handled += self.step_entry(kind, a, b)
 
     def _start(self, action: Start | Assign) -> None:
         super()._start(action)
