@@ -88,10 +88,7 @@ class DiskCache:
 
     def state(self, url: str) -> str:
         """``cached``, ``fetching`` (a fetch into the cache is under way) or ``absent``."""
-        with self._lock:
-            if url in self._entries:
-                return "cached"
-            return "fetching" if url in self._fetching else "absent"
+        return self.status(url)[0]
 
     def status(self, url: str) -> tuple[str, float | None]:
         """:meth:`state`, and when the fetch under way began (None unless fetching)."""

@@ -126,11 +126,11 @@ class SharedFetches(EngineState):
         f = self.space.files[self.space.file_at(a)]
         reached = run.start_s + (run.ends[k - 1] if k else 0.0)
         copy, src, peer = self._copy_from(self._slot_node[slot], fetcher, f.n_bytes)
-        self._resource(
+        self._count_file_as(
             run, slot, k, f.start, f.stop, src, peer, max(done_s, reached) + copy - reached
         )
 
-    def _resource(
+    def _count_file_as(
         self,
         run: Any,
         slot: int,
@@ -189,7 +189,7 @@ class SharedFetches(EngineState):
             if k is None:
                 continue
             f = self.space.files[i]
-            self._resource(run, slot, k, f.start, f.stop, Source.TERTIARY, -1, None)
+            self._count_file_as(run, slot, k, f.start, f.stop, Source.TERTIARY, -1, None)
             ends_at = run.start_s + run.ends[k]
             self._fetching[i] = FileFetch(
                 slot, subjob_id, min(entry.begun, ends_at), ends_at, entry.waiters[n + 1 :]
