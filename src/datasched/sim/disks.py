@@ -25,14 +25,13 @@ from bisect import bisect_right
 from dataclasses import dataclass
 
 from datasched.core.model import Source
+from datasched.sim.state import FINISH as _FINISH
 from datasched.sim.state import EngineState
 
 __all__ = ["SEGMENT", "SharedDisks", "fair_shares"]
 
 SEGMENT = 6
 """The heap kind of the end of the stretch of segments a subjob reads from one disk."""
-_FINISH = 1
-"""The heap kind of a subjob's end (the engine's numbering)."""
 _Kind = tuple[int | None, Source, float]
 
 

@@ -68,7 +68,8 @@ from datasched.sim.faults import FaultStream, NodeFaults
 from datasched.sim.fetches import FileFetch
 from datasched.sim.network import Network, Transfer
 from datasched.sim.recorder import JobRecordTimes, PacketRecord, Recorder, Release, SimRun
-from datasched.sim.subjobs import _FINISH, SubjobRuns, _Run
+from datasched.sim.state import FINISH as _FINISH
+from datasched.sim.subjobs import SubjobRuns, _Run
 
 __all__ = ["FollowUp", "JobRecordTimes", "PacketRecord", "Release", "SimEngine", "SimRun"]
 

@@ -23,14 +23,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from datasched.core.model import Source
+from datasched.sim.state import FINISH as _FINISH
 from datasched.sim.state import EngineState
 
 __all__ = ["LUMP", "FileFetch", "SharedFetches"]
 
 LUMP = -2
 """The peer field of a segment that moves a whole file and processes no event."""
-_FINISH = 1
-"""The heap kind of a subjob's end (the engine's numbering)."""
 
 
 @dataclass(slots=True)

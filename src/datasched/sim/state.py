@@ -11,7 +11,10 @@ from datasched.core.data import DataSpace
 from datasched.core.model import CostModel, Job
 from datasched.core.scheduler import Scheduler
 
-__all__ = ["EngineState"]
+__all__ = ["FINISH", "EngineState"]
+
+FINISH = 1
+"""The heap kind of a subjob's end (one number for every part of the engine)."""
 
 
 class EngineState:

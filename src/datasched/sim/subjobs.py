@@ -22,11 +22,10 @@ from datasched.sim.disks import SharedDisks
 from datasched.sim.fetches import LUMP as _LUMP
 from datasched.sim.fetches import SharedFetches
 from datasched.sim.recorder import Recorder
+from datasched.sim.state import FINISH as _FINISH
 
 __all__ = ["SubjobRuns"]
 
-_FINISH = 1
-"""The heap kind of a subjob's end (the engine's numbering)."""
 _EMPTY = IntervalSet()
 
 
