@@ -44,6 +44,7 @@ __all__ = [
     "ProcessorError",
     "ShippedProcessor",
     "load_processor",
+    "load_processor_source",
     "ship",
     "unship",
     "user_traceback",
@@ -129,34 +130,40 @@ def _load_file(ref: str, target: str, base_dir: Path) -> ModuleType:
         source = resolved.read_bytes()
     except OSError as exc:
         raise ProcessorError(f"processor {ref!r}: cannot read {path}: {exc.strerror}") from exc
+    return _module_from_source(ref, str(resolved), source)
+
+
+def _module_from_source(ref: str, filename: str, source: bytes) -> ModuleType:
+    """The module of a processor file's ``source``, executed once (``filename`` is where it
+    came from: its name in tracebacks and in the module's name)."""
     # Not the file's stem, which could shadow an installed module; path and content, so that
     # an edited file is a new module and two files of one name are two modules.
-    digest = hashlib.sha256(str(resolved).encode() + b"\0" + source).hexdigest()[:16]
+    digest = hashlib.sha256(filename.encode() + b"\0" + source).hexdigest()[:16]
     name = f"datasched_user_{digest}"
     with _LOCK:
         module = _MODULES.get(name)
         if module is not None:
             return module
-        spec = importlib.util.spec_from_file_location(name, resolved)
-        if spec is None or spec.loader is None:
-            raise ProcessorError(f"processor {ref!r}: cannot load {path} as Python")
-        module = importlib.util.module_from_spec(spec)
+        text = source.decode("utf-8", "replace")
+        module = ModuleType(name)
+        module.__file__ = filename
         # In sys.modules while it runs (dataclasses and pickle look there), but other threads
         # find modules in _MODULES only, under the lock, once they are complete.
         sys.modules[name] = module
+        linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)
         try:
-            spec.loader.exec_module(module)
+            exec(compile(source, filename, "exec", dont_inherit=True), module.__dict__)
         except BaseException as exc:
             del sys.modules[name]
             if not isinstance(exc, Exception):
                 raise
             raise ProcessorError(
-                f"processor {ref!r}: {path} raised {type(exc).__name__}: {exc}",
+                f"processor {ref!r}: {filename} raised {type(exc).__name__}: {exc}",
                 user_traceback(exc),
             ) from exc
         # Its classes and functions travel by value: the workers need no copy of the file.
         cloudpickle.register_pickle_by_value(module)
-        _SOURCES[name] = (str(resolved), source.decode("utf-8", "replace"))
+        _SOURCES[name] = (filename, text)
         _MODULES[name] = module
         return module
 
@@ -184,6 +191,25 @@ def load_processor(ref: str, base_dir: Path, args: Mapping[str, Any] | None = No
         if not target or not attr:
             raise ProcessorError(f"processor {ref!r}: expected module:attr or a .py file")
         module = _import(ref, target)
+    return _processor_in(ref, module, target, attr, args)
+
+
+def load_processor_source(
+    ref: str, filename: str, source: bytes, args: Mapping[str, Any] | None = None
+) -> Processor:
+    """The processor named by ``ref`` (``file.py:attr``) from the file's ``source`` as
+    bytes (its path ``filename``, for tracebacks): what a sandboxed child does with the file
+    a job names, which it has no view of."""
+    _, attr = _split_ref(ref.strip())
+    module = _module_from_source(ref, filename, source)
+    return _processor_in(ref, module, filename, attr or "processor", args)
+
+
+def _processor_in(
+    ref: str, module: ModuleType, target: str, attr: str, args: Mapping[str, Any] | None
+) -> Processor:
+    """``attr`` of ``module``: a class instantiated with ``args``, a function wrapped, or an
+    object with ``process``."""
     obj: Any = module
     for part in attr.split("."):
         obj = getattr(obj, part, None)

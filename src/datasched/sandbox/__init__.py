@@ -1,0 +1,30 @@
+"""Where a user's code runs: a child process in a sandbox, never the process that asked.
+
+The service runs what users send (an analysis processor, a STAR command) on the cluster's
+workers, and checks a processor before it accepts a request. Neither the daemon nor a worker
+imports that code or unpickles what it returns: each runs it in a child process, confined by
+bubblewrap (new namespaces, an account without privileges, a clean environment, only the
+job's own files, no network unless allowed, limits on memory, CPU time, wall time and
+processes), and talks to it over a socket. What the child sends back is data: JSON and opaque
+bytes, each bounded. See docs/security.md.
+
+* :mod:`~datasched.sandbox.confine`: the confinement (:class:`Confinement`) and the
+  bubblewrap command lines;
+* :mod:`~datasched.sandbox.wire`: the messages between a child and its host;
+* :mod:`~datasched.sandbox.child`: the program inside the sandbox;
+* :mod:`~datasched.sandbox.host`: the host's side (a worker's, or the daemon's checks).
+
+Nothing here imports Dask or the service.
+"""
+
+from __future__ import annotations
+
+from datasched.sandbox.confine import (
+    Confinement,
+    LimitReached,
+    SandboxUnavailable,
+    UserCode,
+    sandbox_problem,
+)
+
+__all__ = ["Confinement", "LimitReached", "SandboxUnavailable", "UserCode", "sandbox_problem"]

@@ -1,0 +1,518 @@
+"""The host's side of a sandbox: start a child for a job's code, hand it packets, merge
+results in it, check a processor with it, run a command in a sandbox; and keep children
+between packets (:class:`ChildPool`).
+
+Everything a child answers is data from a hostile process: its header is checked field by
+field, its payload is opaque bytes of bounded size, and what it says of its own CPU time is
+not believed (the host measures its process tree). A child that dies, hangs past its wall
+time or passes a limit fails the packet with the reason, and is not used again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import psutil
+
+from datasched.sandbox import wire
+from datasched.sandbox.child import join_blobs
+from datasched.sandbox.confine import (
+    JOB_PATH,
+    SCRATCH,
+    Confinement,
+    Layout,
+    LimitReached,
+    UserCode,
+    account,
+    clean_env,
+    command_line,
+    limit_reason,
+)
+
+__all__ = [
+    "MAX_RESULT_BYTES",
+    "Child",
+    "ChildFailed",
+    "ChildPool",
+    "Ended",
+    "check_code",
+    "make_scratch",
+    "merge_results",
+    "run_confined",
+]
+
+MAX_RESULT_BYTES = 256 << 20
+"""The largest result a child may send back (a packet's, or a merge's)."""
+START_TIMEOUT_S = 120.0
+"""How long a child may take to start and load its processor (imports included)."""
+LOG_TAIL = 4000
+
+
+class ChildFailed(RuntimeError):
+    """The child said the work failed (``kind``: ``data``, ``processor``), or died;
+    ``traceback`` is the user's, when their code raised."""
+
+    def __init__(self, kind: str, message: str, traceback: str = "") -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.traceback = traceback
+
+
+def make_scratch(conf: Confinement, base: str | Path | None = None) -> Path:
+    """A new scratch directory (with ``tmp/`` in it) for one sandbox, owned by the job's
+    account when this process is root."""
+    path = Path(tempfile.mkdtemp(prefix="datasched-job-", dir=base))
+    (path / "tmp").mkdir()
+    if os.geteuid() == 0 and conf.run_as is not None:
+        uid, gid = account(conf.run_as)
+        for p in (path, path / "tmp"):
+            os.chown(p, uid, gid)
+    return path
+
+
+def _host_env(conf: Confinement, scratch: Path, extra: Mapping[str, str]) -> dict[str, str]:
+    """The environment given to the process started: bubblewrap sets the job's inside; a
+    plain child gets the job's at once, its scratch at its real place."""
+    if conf.bwrap:
+        return {"PATH": JOB_PATH}
+    env = clean_env(extra)
+    env["HOME"] = env["SCRATCH"] = str(scratch)
+    env["TMPDIR"] = str(scratch / "tmp")
+    return env
+
+
+def _tree_cpu_s(pid: int) -> float:
+    """CPU seconds of the process ``pid`` and all its descendants, live or reaped, as the
+    kernel counts them."""
+    try:
+        top = psutil.Process(pid)
+        procs = [top, *top.children(recursive=True)]
+    except psutil.Error:
+        return 0.0
+    total = 0.0
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            t = p.cpu_times()
+            total += t.user + t.system + t.children_user + t.children_system
+    return total
+
+
+def _tail(path: Path) -> str:
+    try:
+        with open(path, "rb") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            fh.seek(max(size - LOG_TAIL, 0))
+            return fh.read().decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
+
+
+def _text(value: Any, limit: int) -> str:
+    return value[:limit] if isinstance(value, str) else ""
+
+
+class Child:
+    """A sandboxed Python child serving one job's code (``code``; None: merges only of
+    results holding no class of the user's) on this host."""
+
+    def __init__(
+        self, conf: Confinement, code: UserCode | None, *, scratch_base: str | Path | None = None
+    ) -> None:
+        self.conf = conf
+        self.code = code
+        self.scratch = make_scratch(conf, scratch_base)
+        self.log_path = self.scratch / "tmp" / "child-output.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.sock: socket.socket | None = None
+        self.broken = False
+        self.cpu_at_start = 0.0
+        self.last_used = time.monotonic()
+        self.has_postprocess = False
+
+    # -- life -----------------------------------------------------------------------------
+
+    def start(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        """Start the child and load the job's processor in it (:class:`ChildFailed` if it
+        does not load, :class:`~datasched.sandbox.confine.SandboxUnavailable` if there is no
+        sandbox to start it in)."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock = ours
+        argv = [sys.executable, "-I", "-m", "datasched.sandbox.child", str(theirs.fileno())]
+        layout = Layout(self.scratch)
+        try:
+            line = command_line(self.conf, layout, argv)
+            with open(self.log_path, "wb") as log:
+                self.proc = subprocess.Popen(
+                    line,
+                    pass_fds=(theirs.fileno(),),
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=log,
+                    env=_host_env(self.conf, self.scratch, {}),
+                    cwd=self.scratch,
+                    start_new_session=True,
+                )
+        except BaseException:
+            theirs.close()
+            self.close()
+            raise
+        theirs.close()
+        try:
+            self._ask({"op": "hello"}, timeout_s=timeout_s, expect_ready=True)
+            if self.code is not None:
+                head, _ = self._ask(
+                    {
+                        "op": "load",
+                        "ref": self.code.ref,
+                        "filename": self.code.filename or "",
+                        "args": self.code.args_json,
+                    },
+                    self.code.source or b"",
+                    timeout_s=timeout_s,
+                )
+                self.has_postprocess = bool(head.get("has_postprocess"))
+        except BaseException:
+            self.close()
+            raise
+        self.cpu_at_start = self.cpu_s()
+
+    def close(self) -> None:
+        """Kill the child (its whole sandbox) and remove its scratch directory."""
+        self.broken = True
+        if self.sock is not None:
+            with contextlib.suppress(OSError):
+                self.sock.close()
+            self.sock = None
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            with contextlib.suppress(OSError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=10)
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+    def cpu_s(self) -> float:
+        """CPU seconds its sandbox used so far (measured here)."""
+        return _tree_cpu_s(self.proc.pid) if self.proc is not None else 0.0
+
+    # -- talking ----------------------------------------------------------------------------
+
+    def _ask(
+        self,
+        header: dict[str, Any],
+        payload: bytes = b"",
+        fds: Sequence[int] = (),
+        *,
+        timeout_s: float,
+        expect_ready: bool = False,
+    ) -> tuple[dict[str, Any], bytes]:
+        """Send a request (none for the first answer, ``expect_ready``) and read the answer:
+        ``(header, payload)``; :class:`ChildFailed` if the child says it failed, or dies."""
+        sock = self.sock
+        if sock is None or self.broken:
+            raise ChildFailed("processor", "the job's sandbox is not running")
+        t0 = time.monotonic()
+        try:
+            sock.settimeout(timeout_s)
+            if not expect_ready:
+                wire.send(sock, header, payload, fds)
+            answer, data, _ = wire.recv(sock, max_payload=MAX_RESULT_BYTES)
+        except TimeoutError:
+            self.close()
+            raise LimitReached(
+                f"the job's wall time limit ({timeout_s:g} s for this step) was reached"
+            ) from None
+        except (wire.WireError, OSError) as exc:
+            raise self._died(exc) from None
+        self.last_used = time.monotonic()
+        if answer.get("ok") is True:
+            return answer, data
+        kind = answer.get("kind") if answer.get("kind") in ("data", "processor") else "processor"
+        elapsed = time.monotonic() - t0
+        message = _text(answer.get("message"), 4000) or "failed, saying nothing"
+        reason = limit_reason(self.conf, exit_code=None, cpu_s=0.0, said=message)
+        if reason:
+            message = f"{reason} ({message})"
+        del elapsed
+        raise ChildFailed(str(kind), message, _text(answer.get("traceback"), 20000))
+
+    def _died(self, exc: BaseException) -> ChildFailed:
+        proc = self.proc
+        code = None
+        cpu = self.cpu_s()
+        if proc is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                code = proc.wait(timeout=5)
+        said = _tail(self.log_path)
+        self.close()
+        reason = limit_reason(self.conf, exit_code=code, cpu_s=cpu - self.cpu_at_start, said=said)
+        why = reason or f"the job's sandbox ended (exit code {code}; {exc})"
+        tail = f"\n{said[-2000:]}" if said and not reason else ""
+        return ChildFailed("processor", why + tail)
+
+    # -- work ---------------------------------------------------------------------------------
+
+    def packet(
+        self,
+        path: str,
+        *,
+        url: str,
+        tree: str,
+        start: int,
+        stop: int,
+        read: Mapping[str, Any],
+        timeout_s: float,
+    ) -> tuple[bytes, dict[str, float]]:
+        """Run the processor on entries ``[start, stop)`` of ``url``, whose local copy is
+        ``path`` (handed over read-only): ``(result bytes, stats)``; stats are
+        ``bytes_read``, ``open_s``, ``compute_s`` (the child's word, bounded) and ``cpu_s``
+        (measured here)."""
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        cpu0 = self.cpu_s()
+        t0 = time.monotonic()
+        try:
+            header = {"op": "packet", "url": url, "tree": tree, "start": start, "stop": stop}
+            head, blob = self._ask({**header, "read": dict(read)}, fds=[fd], timeout_s=timeout_s)
+        finally:
+            os.close(fd)
+        wall = time.monotonic() - t0
+        size = os.stat(path).st_size
+
+        def number(key: str, top: float) -> float:
+            value = head.get(key)
+            ok = isinstance(value, int | float) and not isinstance(value, bool)
+            return min(max(float(value), 0.0), top) if ok else 0.0  # type: ignore[arg-type]
+
+        stats = {
+            "bytes_read": number("bytes_read", float(size)),
+            "open_s": number("open_s", wall),
+            "compute_s": number("compute_s", wall),
+            "cpu_s": max(self.cpu_s() - cpu0, 0.0),
+        }
+        return blob, stats
+
+    def merge(self, blobs: list[bytes], *, final: bool, timeout_s: float) -> bytes:
+        """The merge of ``blobs`` (results pickled by children), postprocessed if ``final``."""
+        payload = join_blobs(blobs)
+        _, merged = self._ask({"op": "merge", "final": final}, payload, timeout_s=timeout_s)
+        return merged
+
+
+# -- children kept between packets -------------------------------------------------------------
+
+
+class ChildPool:
+    """Children kept idle between packets, by code and confinement: a job's next packet on
+    this host finds its processor loaded. At most ``keep`` idle children; one idle past
+    ``idle_s`` is closed."""
+
+    def __init__(self, keep: int = 4, idle_s: float = 60.0) -> None:
+        self.keep = keep
+        self.idle_s = idle_s
+        self._idle: dict[tuple[str, Confinement], list[Child]] = {}
+        self._lock = threading.Lock()
+        self._reaper: threading.Thread | None = None
+        self.started = 0
+
+    @contextlib.contextmanager
+    def borrow(
+        self, conf: Confinement, code: UserCode, *, scratch_base: str | Path | None = None
+    ) -> Iterator[Child]:
+        """A child for ``code`` (an idle one, or a new one), given back afterwards unless
+        it broke."""
+        key = (code.key, conf)
+        with self._lock:
+            stack = self._idle.get(key, [])
+            child = stack.pop() if stack else None
+            self._ensure_reaper()
+        if child is None:
+            child = Child(conf, code, scratch_base=scratch_base)
+            child.start()
+            with self._lock:
+                self.started += 1
+        try:
+            yield child
+        except BaseException:
+            child.close()
+            raise
+        if child.broken:
+            return
+        with self._lock:
+            self._idle.setdefault(key, []).append(child)
+            dropped = self._trim()
+        for c in dropped:
+            c.close()
+
+    def _trim(self) -> list[Child]:
+        everyone = sorted((c for s in self._idle.values() for c in s), key=lambda c: c.last_used)
+        now = time.monotonic()
+        drop = [c for c in everyone if now - c.last_used > self.idle_s]
+        alive = [c for c in everyone if c not in drop]
+        drop += alive[: max(len(alive) - self.keep, 0)]
+        for key in list(self._idle):
+            self._idle[key] = [c for c in self._idle[key] if c not in drop]
+            if not self._idle[key]:
+                del self._idle[key]
+        return drop
+
+    def _ensure_reaper(self) -> None:
+        if self._reaper is None:
+            self._reaper = threading.Thread(target=self._reap, name="sandbox-reaper", daemon=True)
+            self._reaper.start()
+
+    def _reap(self) -> None:
+        while True:
+            time.sleep(min(self.idle_s / 2, 10.0))
+            with self._lock:
+                dropped = self._trim()
+            for c in dropped:
+                c.close()
+
+    def close(self) -> None:
+        """Close every idle child."""
+        with self._lock:
+            everyone = [c for s in self._idle.values() for c in s]
+            self._idle.clear()
+        for c in everyone:
+            c.close()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return sum(len(s) for s in self._idle.values())
+
+
+MERGE_BATCH_BYTES = 64 << 20
+"""Results merged in one request to a child, at most (then merged again)."""
+
+
+def merge_results(
+    conf: Confinement,
+    code: UserCode | None,
+    blobs: Sequence[bytes],
+    *,
+    timeout_s: float,
+    scratch_base: str | Path | None = None,
+) -> bytes:
+    """The merge of ``blobs`` in a fresh child that loaded ``code`` (the user's classes are
+    in their results), postprocessed once at the end: results are never unpickled here."""
+    child = Child(conf, code, scratch_base=scratch_base)
+    try:
+        child.start()
+        todo = list(blobs)
+        while True:
+            batches: list[list[bytes]] = [[]]
+            size = 0
+            for b in todo:
+                if batches[-1] and size + len(b) > MERGE_BATCH_BYTES:
+                    batches.append([])
+                    size = 0
+                batches[-1].append(b)
+                size += len(b)
+            if len(batches) == 1:
+                return child.merge(batches[0], final=True, timeout_s=timeout_s)
+            todo = [child.merge(batch, final=False, timeout_s=timeout_s) for batch in batches]
+    finally:
+        child.close()
+
+
+def check_code(
+    conf: Confinement, code: UserCode, *, timeout_s: float, scratch_base: str | Path | None = None
+) -> ChildFailed | None:
+    """Whether ``code`` loads (its file runs, its class takes the arguments), tried in a
+    sandbox within ``timeout_s``: None if it does, else why not."""
+    child = Child(conf, code, scratch_base=scratch_base)
+    try:
+        child.start(timeout_s=timeout_s)
+    except ChildFailed as exc:
+        return exc
+    except LimitReached as exc:
+        return ChildFailed("processor", f"{exc} (while loading the processor)")
+    finally:
+        child.close()
+    return None
+
+
+# -- commands ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """How a confined command ended: its exit code (negative: killed by that signal), its
+    CPU seconds (its whole sandbox's) and, if it passed a limit, which."""
+
+    exit_code: int
+    cpu_s: float
+    reason: str = ""
+
+
+def run_confined(
+    conf: Confinement,
+    layout: Layout,
+    argv: Sequence[str],
+    *,
+    stdin: IO[bytes] | int,
+    stdout: IO[bytes] | int,
+    stderr: IO[bytes] | int,
+    timeout_s: float,
+) -> Ended:
+    """Run ``argv`` once, confined, in ``layout`` (its scratch is the working directory),
+    killed at ``timeout_s``. ``OSError`` if it cannot be started at all."""
+    line = command_line(conf, layout, argv)
+    proc = subprocess.Popen(
+        line,
+        stdin=stdin,
+        stdout=stdout,
+        stderr=stderr,
+        env=_host_env(conf, layout.scratch, layout.env),
+        cwd=layout.scratch,
+        start_new_session=True,
+    )
+    timed_out = threading.Event()
+
+    def kill() -> None:
+        timed_out.set()
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+    timer = threading.Timer(timeout_s, kill)
+    timer.daemon = True
+    timer.start()
+    try:
+        _, status, usage = os.wait4(proc.pid, 0)
+    finally:
+        timer.cancel()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    cpu = usage.ru_utime + usage.ru_stime
+    if timed_out.is_set():
+        return Ended(
+            proc.returncode, cpu, f"the job's wall time limit ({timeout_s:g} s) was reached"
+        )
+    reason = limit_reason(conf, exit_code=proc.returncode, cpu_s=cpu) if proc.returncode else ""
+    return Ended(proc.returncode, cpu, reason)
+
+
+def scratch_path(layout: Layout, conf: Confinement, inside: str) -> Path:
+    """Where a path inside the sandbox's scratch (``/scratch/...``) lies on this host."""
+    if conf.bwrap and inside.startswith(SCRATCH):
+        return layout.scratch / inside[len(SCRATCH) :].lstrip("/")
+    return Path(inside)
+
+
+def dumps_args(args: Mapping[str, Any]) -> str:
+    """A processor's arguments as the JSON a :class:`UserCode` carries."""
+    return json.dumps(dict(args), sort_keys=True)
