@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from datasched.runtime.outputs import merge_all
 from datasched.service.catalog import Catalog
 from datasched.service.contracts import (
     CatalogLookup,
@@ -152,6 +153,8 @@ class FakeRunner:
         self.listener: RunnerListener | None = None
         self.submitted: list[tuple[str, list[tuple[str, int, int]]]] = []
         self.cancelled: list[str] = []
+        self.merged: list[int] = []
+        """The number of results of each merge asked for."""
         self.reported = 0
         self.dead = threading.Event()
         self._lock = threading.Lock()
@@ -208,6 +211,12 @@ class FakeRunner:
 
     def cluster(self) -> Mapping[str, Any]:
         return {"nodes": [{"name": "node-0", "slots": 2, "cache_fill": 0.5, "running": []}]}
+
+    def merge(self, work: ProcessorWork, results: Sequence[bytes]) -> bytes:
+        """What a worker's sandbox does with a request's results (here, in the test's
+        process: the stand-in's results are its own plain dicts)."""
+        self.merged.append(len(results))
+        return pickle.dumps(merge_all(pickle.loads(b) for b in results))
 
     def stop(self) -> None:
         for t in self._threads:

@@ -9,6 +9,7 @@ import pickle
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -210,30 +211,61 @@ def test_catalog_cluster_metrics_and_the_openapi_schema(api: Api) -> None:
     )
 
 
-class Accumulator:
-    """A user's own accumulator class: the daemon does not unpickle it."""
+class Trap:
+    """A result whose unpickling runs code (writes a marker file)."""
 
-    def __init__(self, n: int) -> None:
-        self.n = n
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (Path(self.marker).write_text, ("ran",))
 
 
-def test_a_result_of_user_classes_is_refused_by_name_and_served_as_packets(api: Api) -> None:
+def test_the_daemon_serves_a_result_as_bytes_and_never_unpickles_it(
+    api: Api, tmp_path: Path
+) -> None:
     from datasched.service.contracts import JobState, PacketDone
     from datasched.service.daemon import StoreListener
+    from datasched.service.store.models import Request
 
+    marker = tmp_path / "unpickled"
     rid = api.submit("ann", "processor: p\ninput: [/star/pp/0.root]\n").json()["id"]
     api.wait("ann", rid, "completed")
-    listener = StoreListener(api.client.app.state.service.store)  # type: ignore[attr-defined]
+    store = api.client.app.state.service.store  # type: ignore[attr-defined]
+    listener = StoreListener(store)
     job = f"{rid}.0"
     listener.job_state(job, JobState.COMPLETED)
-    blob = pickle.dumps(Accumulator(3))
+    blob = pickle.dumps(Trap(str(marker)))
     listener.packet_done(PacketDone(job, "/star/pp/0.root", 100, 101, "n", 1, 0.0, blob))
+    with store.session() as s:
+        s.get(Request, rid).result = blob  # as a worker's merge would have stored it
     r = api.client.get(f"/api/v1/requests/{rid}/result", headers=api.h("ann"))
-    assert r.status_code == 409
-    (error,) = r.json()["errors"]
-    assert error["field"] == "result" and "test_api.Accumulator" in error["reason"]
-    r = api.client.get(f"/api/v1/requests/{rid}/result?packets=true", headers=api.h("ann"))
-    assert blob in pickle.loads(r.content)
+    assert r.status_code == 200 and r.content == blob
+    r = api.client.get(f"/api/v1/requests/{rid}/result?packets=true", headers=api.h("root"))
+    assert blob in pickle.loads(r.content)  # a list of bytes: loading it runs nothing
+    assert not marker.exists(), "the daemon unpickled a user's result"
+    # A merge that failed on the worker is the owner's to read; bob sees no such request.
+    with store.session() as s:
+        req = s.get(Request, rid)
+        req.result, req.result_error = None, "the results could not be merged: boom"
+    r = api.client.get(f"/api/v1/requests/{rid}/result", headers=api.h("ann"))
+    assert r.status_code == 409 and "boom" in r.json()["errors"][0]["reason"]
+    r = api.client.get(f"/api/v1/requests/{rid}/result", headers=api.h("bob"))
+    assert r.status_code == 404
+
+
+def test_a_completed_request_is_merged_by_the_runner_once(api: Api) -> None:
+    rid = api.submit("ann", "processor: p\ninput: [{catalog: year=2004}]\n").json()["id"]
+    api.wait("ann", rid, "completed")
+    for _ in range(200):
+        r = api.client.get(f"/api/v1/requests/{rid}/result", headers=api.h("ann"))
+        if r.status_code != 409:
+            break
+        assert r.headers.get("Retry-After") == "2", r.text
+        time.sleep(0.05)
+    assert r.status_code == 200, r.text
+    assert pickle.loads(r.content) == {"events": 90}
+    assert api.runner.merged == [9]  # 3 files of 30 events in packets of 10, merged once
 
 
 def test_groups_are_read_by_all_and_set_by_administrators_only(api: Api) -> None:

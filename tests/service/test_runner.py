@@ -37,6 +37,7 @@ from datasched.service.contracts import (
 )
 from datasched.service.runner import Runner
 from runtime_support import reference_counts
+from sandbox_support import confinement
 
 N_EVENTS = 6000
 POLICY = "cache-splitting"
@@ -124,7 +125,7 @@ class Recorder:
         raise AssertionError(f"job {job_id} did not end: {self.states(job_id)}")
 
 
-def make_runner(listener: Recorder, address: str, tmp_path: Path) -> Runner:
+def make_runner(listener: Recorder, address: str, tmp_path: Path, **kw: Any) -> Runner:
     (tmp_path / "slow.py").write_text(SLOW)
     return Runner(
         listener,
@@ -135,10 +136,11 @@ def make_runner(listener: Recorder, address: str, tmp_path: Path) -> Runner:
             cache_root=tmp_path / "caches",
             scheduler_address=address,
         ),
-        processor_root=tmp_path,
-        output_root=tmp_path / "out",
+        roots=[tmp_path],
+        confine=kw.pop("confine", None) or confinement(),
         config=FAST,
         packets=PACKETS,
+        **kw,
     )
 
 
@@ -302,12 +304,14 @@ def test_commands_get_local_copies_and_failures_their_log_and_file(
             await runner.stop()
 
     asyncio.run(main())
-    assert rec.states(ok.id) == [JobState.QUEUED, JobState.RUNNING, JobState.COMPLETED]
-    out = (tmp_path / "out" / "logs" / "c1.out").read_text().splitlines()
-    caches = str(tmp_path / "caches")
+    assert rec.states(ok.id) == [JobState.QUEUED, JobState.RUNNING, JobState.COMPLETED], rec.final(
+        ok.id
+    )
+    out = (tmp_path / "logs" / "c1.out").read_text().splitlines()
     listed = [line.split(" ", 1) for line in out[:-1]]
     assert [int(size) for size, _ in listed] == [f.n_bytes for f in files[:2]]
-    assert all(path.startswith(caches) for _, path in listed)  # local cached copies
+    names = [Path(f.url).name for f in files[:2]]
+    assert [path for _, path in listed] == [f"/inputs/{i:04d}-{n}" for i, n in enumerate(names)]
     assert out[-1] == "stdin True"
     assert [(p.url, p.start, p.stop, p.result) for p in rec.packets(ok.id)] == [
         (f.url, 0, f.n_events, None) for f in files[:2]
@@ -337,6 +341,7 @@ def test_jobs_that_cannot_run_fail_at_once_naming_the_field(
         (ElementaryJob("b", 3, (f,), CommandWork("true", stdout="../x.log")), {}),
         (ElementaryJob("b", 4, (f,), CommandWork("'unclosed")), {}),
     ]
+    # Its file reported done (a command's files have no event count): it runs all the same.
     done_already = ElementaryJob("b", 5, (f,), CommandWork("false"))
 
     async def main() -> None:
@@ -347,6 +352,7 @@ def test_jobs_that_cannot_run_fail_at_once_naming_the_field(
                 runner.submit(job, done)
             runner.submit(done_already, {f.url: [(0, 10), (10, f.n_events)]})
             assert runner.cancel("b.0") is False
+            await rec.wait_final("b.5")
         finally:
             await runner.stop()
 
@@ -360,6 +366,8 @@ def test_jobs_that_cannot_run_fail_at_once_naming_the_field(
     assert "processor" in logs[0] and "nowhere.py" in logs[0]
     assert f"outside [0, {f.n_events})" in logs[1]
     assert "not a file of job" in logs[2]
-    assert "process.stdout" in logs[3] and "outside the output root" in logs[3]
+    assert "process.stdout" in logs[3] and "outside the configured roots" in logs[3]
     assert "command" in logs[4]
-    assert rec.states("b.5") == [JobState.QUEUED, JobState.COMPLETED]
+    assert rec.states("b.5") == [JobState.QUEUED, JobState.RUNNING, JobState.FAILED]
+    final = rec.final("b.5")
+    assert final is not None and "exited with code 1" in final[3]

@@ -34,7 +34,7 @@ def test_the_migrations_build_exactly_the_orm_schema_and_run_once(empty_db_url: 
     store.close()
     store = Store(empty_db_url)  # at head already: nothing to do
     with store.engine.connect() as conn:
-        assert MigrationContext.configure(conn).get_current_revision() == "0001"
+        assert MigrationContext.configure(conn).get_current_revision() == "0002"
     store.close()
 
 

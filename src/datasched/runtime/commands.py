@@ -2,23 +2,29 @@
 
 A command job is one unit: its executable runs once, on the worker its packet is pinned to,
 with every one of its files brought into that node's cache first (as a packet's file is: a
-hit, a copy from a peer, or a throttled copy from tertiary storage). The command gets the
-local paths as STAR's jobs do: a file list, one path a line, named by ``$FILELIST``, and
-``$INPUTFILE0..n`` (with ``$INPUTFILECOUNT``); on its standard input too when asked. It runs
-without a shell (its command line is split as a POSIX shell would, nothing expanded), in a
-scratch directory of its own that is removed afterwards. Standard output and error go to the
-named files, or to scratch files; the end of both is returned as the log. A non-zero exit
-fails the job with that log.
+hit, a copy from a peer, or a throttled copy from tertiary storage). It runs confined
+(:mod:`datasched.sandbox`): in a sandbox holding its inputs (read-only, each at
+``/inputs/NNNN-<name>``), its executable and the files its arguments name, and a scratch
+directory (``/scratch``: its working directory, removed afterwards), with a clean
+environment and its job's limits. Standard input, output and error are files the worker opens
+(the named ones, on the user's output area, or scratch files); the end of both outputs is
+returned as the log. A non-zero exit, or a limit passed, fails the job with that log.
+
+The command gets STAR's variables, both substituted in its arguments and set in its
+environment (no shell runs it: its command line is split as a POSIX shell would, and nothing
+else is expanded): ``$FILELIST`` (a file listing the inputs' paths, one a line),
+``$INPUTFILECOUNT``, ``$INPUTFILE0`` ... ``$INPUTFILEn``, ``$SCRATCH``, and those the runner
+gives (``$JOBID``, ``$REQUESTID``, ``$PROCESSID``, ``$USER``).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
-import subprocess
-import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,8 +40,17 @@ from datasched.runtime.worker import (
     cache_plugin,
     release_file,
 )
+from datasched.sandbox.confine import SCRATCH, Confinement, Layout, SandboxUnavailable
+from datasched.sandbox.host import make_scratch, run_confined
 
-__all__ = ["STDIN_FILELIST", "CommandOutcome", "CommandSpec", "log_tail", "run_command"]
+__all__ = [
+    "STDIN_FILELIST",
+    "CommandOutcome",
+    "CommandSpec",
+    "log_tail",
+    "run_command",
+    "substitute",
+]
 
 STDIN_FILELIST = "filelist"
 """``stdin`` naming this (or ``$FILELIST``): the file list is the command's standard input."""
@@ -60,6 +75,32 @@ class CommandSpec:
     cache_fill: bool = True
     use_cache: bool = True
     peers: tuple[str, ...] = ()
+    variables: tuple[tuple[str, str], ...] = ()
+    """STAR's variables the runner knows (``JOBID``, ``REQUESTID``, ``PROCESSID``,
+    ``USER``); the worker adds the inputs', ``FILELIST`` and ``SCRATCH``."""
+    readable: tuple[str, ...] = ()
+    """Files besides the inputs the command may read (its executable, the files its
+    arguments name), bound read-only at their own paths."""
+    confine: Confinement = field(default_factory=lambda: Confinement(bwrap=False))
+
+
+_VARIABLE = re.compile(r"\$(?:\{([A-Z][A-Z0-9]*)\}|([A-Z][A-Z0-9]*))")
+
+
+def substitute(text: str, values: Mapping[str, str]) -> str:
+    """``text`` with ``$NAME`` and ``${NAME}`` replaced where ``NAME`` is in ``values``
+    (anything else is left as written: no shell expands it)."""
+
+    def one(m: re.Match[str]) -> str:
+        name = m.group(1) or m.group(2)
+        if m.group(2) is not None and name not in values:
+            # $INPUTFILE12abc: the longest known name that prefixes it
+            for cut in range(len(name) - 1, 0, -1):
+                if name[:cut] in values:
+                    return values[name[:cut]] + name[cut:]
+        return values.get(name, m.group(0))
+
+    return _VARIABLE.sub(one, text)
 
 
 @dataclass(slots=True)
@@ -177,44 +218,71 @@ def run_command(spec: CommandSpec) -> PacketResult:
     )
 
 
+INPUTS = "/inputs"
+"""Where a sandboxed command finds its inputs: ``/inputs/0000-<file name>``, ..."""
+
+
+def _inside(i: int, url: str) -> str:
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", url.rstrip("/").rsplit("/", 1)[-1]) or "file"
+    return f"{INPUTS}/{i:04d}-{name}"
+
+
 def _execute(spec: CommandSpec, paths: list[str]) -> tuple[CommandOutcome, float]:
-    """Run the command in a scratch directory; ``(outcome, CPU seconds of the child)``."""
-    scratch = Path(tempfile.mkdtemp(prefix=f"datasched-cmd-{spec.job_id}-"))
+    """Run the command, confined, in a scratch directory of its own; ``(outcome, CPU seconds
+    of its sandbox)``."""
+    conf = spec.confine
+    scratch = make_scratch(conf)
     try:
-        filelist = scratch / "filelist.txt"
-        filelist.write_text("".join(p + "\n" for p in paths))
-        env = dict(os.environ)
-        env["FILELIST"] = str(filelist)
-        env["INPUTFILECOUNT"] = str(len(paths))
-        for i, p in enumerate(paths):
-            env[f"INPUTFILE{i}"] = p
-        out = Path(spec.stdout) if spec.stdout else scratch / "stdout.txt"
-        err = Path(spec.stderr) if spec.stderr else scratch / "stderr.txt"
+        boxed = conf.bwrap
+        for p in paths if boxed else ():
+            if "://" in p and not p.startswith("file://"):
+                raise PacketError(
+                    "data",
+                    p,
+                    "the cache disk is full, and a sandboxed command reads only local copies",
+                )
+        urls = [url for url, _ in spec.files]
+        pairs = enumerate(zip(paths, urls, strict=True))
+        seen = [_inside(i, url) if boxed else p for i, (p, url) in pairs]
+        here = SCRATCH if boxed else str(scratch)
+        values = dict(spec.variables)
+        values.update(FILELIST=f"{here}/filelist.txt", SCRATCH=here, INPUTFILECOUNT=str(len(seen)))
+        values.update({f"INPUTFILE{i}": p for i, p in enumerate(seen)})
+        (scratch / "filelist.txt").write_text("".join(p + "\n" for p in seen))
+        ro = [(p.removeprefix("file://"), s) for p, s in zip(paths, seen, strict=True) if boxed]
+        ro += [(r, r) for r in spec.readable]
+        layout = Layout(scratch, ro=tuple(ro), env=values)
+        out = Path(spec.stdout) if spec.stdout else scratch / "tmp" / "stdout.txt"
+        err = Path(spec.stderr) if spec.stderr else scratch / "tmp" / "stderr.txt"
         for target in (out, err):
             target.parent.mkdir(parents=True, exist_ok=True)
         if spec.stdin in (STDIN_FILELIST, "$FILELIST"):
-            stdin_path: Path | None = filelist
+            stdin_path: Path | None = scratch / "filelist.txt"
         else:
             stdin_path = Path(spec.stdin) if spec.stdin else None
             if stdin_path is not None and not stdin_path.is_file():
                 raise PacketError("command", str(stdin_path), "stdin: no such file")
         same = out.resolve() == err.resolve()
+        argv = [substitute(a, values) for a in spec.argv]
         with (
             open(stdin_path, "rb") if stdin_path is not None else open(os.devnull, "rb") as fin,
             open(out, "wb") as fout,
             open(err, "ab" if same else "wb") as ferr,
         ):
             try:
-                proc = subprocess.Popen(
-                    list(spec.argv), stdin=fin, stdout=fout, stderr=ferr, cwd=scratch, env=env
+                ended = run_confined(
+                    conf, layout, argv, stdin=fin, stdout=fout, stderr=ferr, timeout_s=conf.wall_s
                 )
-            except OSError as exc:
-                log = f"cannot start {spec.argv[0]}: {exc.strerror or exc}\n"
+            except (OSError, SandboxUnavailable) as exc:
+                log = f"cannot start {spec.argv[0]}: {getattr(exc, 'strerror', None) or exc}\n"
                 return CommandOutcome(127, log, spec.stdout, spec.stderr, paths), 0.0
-            _, status, usage = os.wait4(proc.pid, 0)
-            proc.returncode = os.waitstatus_to_exitcode(status)
         log = log_tail(out, "stdout") + ("" if same else log_tail(err, "stderr"))
-        outcome = CommandOutcome(proc.returncode, log, spec.stdout, spec.stderr, paths)
-        return outcome, usage.ru_utime + usage.ru_stime
+        if ended.reason:
+            log = f"{ended.reason}\n{log}"
+        code = ended.exit_code
+        if code == 127 and boxed and not log.strip():
+            log = f"cannot start {spec.argv[0]} in the sandbox (not found, or not executable)\n"
+        outcome = CommandOutcome(code, log, spec.stdout, spec.stderr, paths)
+        return outcome, ended.cpu_s
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

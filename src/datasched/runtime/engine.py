@@ -212,7 +212,9 @@ class RuntimeEngine(Serving, PacketStreams, DataMoves):
         )
         proc: Processor | None = None
         shipped: ShippedProcessor | None = None
-        if command is None and spec.loaded is not None:
+        if command is None and spec.code is not None:
+            shipped = ShippedProcessor(spec.processor, key=spec.code.key)  # data, not code
+        elif command is None and spec.loaded is not None:
             proc, shipped = spec.loaded  # as it was when the job was read or submitted
         elif command is None:
             # Loaded and pickled once per processor and arguments: the packets carry it.

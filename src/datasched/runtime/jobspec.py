@@ -46,6 +46,7 @@ from datasched.runtime.dataset import (
 from datasched.runtime.events import SCHEMAS, ReadSpec
 from datasched.runtime.jobchecks import Err, check_columns, check_output, check_processor
 from datasched.runtime.processor import Processor, ShippedProcessor, load_processor, ship
+from datasched.sandbox.confine import Confinement, UserCode
 
 __all__ = ["JobSpec", "JobSpecError", "job_processor", "limit_chunks", "load_jobs"]
 
@@ -117,6 +118,10 @@ class JobSpec:
     )
     """The processor as loaded when the jobs file was read (what runs, even if the file
     changes or goes away later); None: loaded when the job runs."""
+    code: UserCode | None = field(default=None, compare=False, repr=False)
+    """The service's jobs: the processor as data, never loaded in the master; its packets
+    run it in a sandbox with ``confine`` and return opaque bytes (nothing is merged)."""
+    confine: Confinement | None = None
 
     @property
     def n_events(self) -> int:

@@ -163,21 +163,22 @@ class Serving:
             if not self.space.events_of([url]):
                 self._uncharted.setdefault(url, []).append(node)
 
-    def cancel(self, job: str, reason: str = "cancelled") -> bool:
-        """Withdraw a job (by its spec id); False if it is not running or waiting."""
+    def cancel(self, job: str, reason: str = "cancelled", *, failed: bool = False) -> bool:
+        """Withdraw a job (by its spec id): ``aborted`` by its owner, or ``failed`` with
+        ``reason`` (a limit it passed); False if it is not running or waiting."""
         for jr in list(self._jobs.values()):
             if jr.spec.id != job or jr.report.status not in ("pending", "running"):
                 continue
             if jr in self._arrivals:  # not arrived yet: nothing of it runs
                 self._arrivals.remove(jr)
-                jr.report.status = "aborted"
+                jr.report.status = "failed" if failed else "aborted"
                 self._forget(jr)
                 if self.listener is not None:
-                    self.listener.job_done(job, "aborted", reason, "")
+                    self.listener.job_done(job, jr.report.status, reason, "")
                 return True
             if jr.failed:
                 return False
-            jr.aborted = True
+            jr.aborted = not failed
             self._fail(jr, reason)
             self._wake()
             return True

@@ -228,6 +228,8 @@ class PacketStreams:
             peers=self._other_workers(slot.node) if start.peer_reads else (),
             use_cache=start.cache_fill or start.peer_reads,
             nice=self.scheduler.policy.packet_nice(jr.job_id),
+            code=jr.spec.code,
+            confine=jr.spec.confine,
         )
         self._submit_task(index, jr, a, b, pid, address, run_packet, spec)
 
@@ -373,7 +375,8 @@ class PacketStreams:
         slot.cpu_s += result.cpu_s
         n = b - a
         if not jr.failed:
-            jr.accumulator = merge(jr.accumulator, result.accumulator)
+            if jr.spec.code is None:  # a sandboxed job's result is opaque bytes: not merged
+                jr.accumulator = merge(jr.accumulator, result.accumulator)
             jr.report.events_processed += n
             jr.report.bytes_from_tertiary += result.bytes_from_tertiary
             if result.source == "cache":

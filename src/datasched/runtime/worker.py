@@ -21,12 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import uproot
 from distributed import get_worker
 from distributed.diagnostics.plugin import WorkerPlugin
 
+from datasched.runtime.compute import PacketError, run_processor
 from datasched.runtime.diskcache import Acquired, DiskCache, StagingArea
-from datasched.runtime.events import EventsError, ReadSpec, forget_open_files, open_events
+from datasched.runtime.events import ReadSpec, forget_open_files
 from datasched.runtime.peers import (
     PEER_OP,
     PeerServer,
@@ -37,7 +37,9 @@ from datasched.runtime.peers import (
 )
 from datasched.runtime.priority import packet_priority, thread_nice
 from datasched.runtime.processor import ShippedProcessor, unship, user_traceback
+from datasched.runtime.sandboxed import sandboxed_packet
 from datasched.runtime.storage import LocalDiskFull, StorageError, Throttle, copy_file
+from datasched.sandbox.confine import Confinement, UserCode
 
 __all__ = [
     "CACHE_DIR_ENV",
@@ -165,6 +167,11 @@ class PacketSpec:
     calibration left a copy."""
     nice: int | None = None
     """The OS priority to compute it at (its session's, ``Policy.packet_nice``), or None."""
+    code: UserCode | None = None
+    """The service's jobs: the user's processor as data, run in a sandbox
+    (:mod:`datasched.sandbox`) with ``confine``, its result returned as opaque bytes; None:
+    ``processor`` runs in this process (``datasched run``: the user's own code)."""
+    confine: Confinement | None = None
 
 
 @dataclass(slots=True)
@@ -193,24 +200,6 @@ class PacketResult:
     nice: int | None = None
     """The nice value its thread computed at (None: not asked for)."""
     """Something to tell the user once (a full cache disk)."""
-
-
-class PacketError(Exception):
-    """A packet failed for a reason retrying elsewhere will not fix: its data or its code.
-
-    ``kind`` is ``"data"`` (missing, unreadable or corrupted file) or ``"processor"`` (the
-    user's code raised); ``traceback`` is then the user's traceback (their file and line).
-    """
-
-    def __init__(self, kind: str, url: str, message: str, traceback: str = "") -> None:
-        super().__init__(f"{url}: {message}")
-        self.kind = kind
-        self.url = url
-        self.message = message
-        self.traceback = traceback
-
-    def __reduce__(self) -> tuple[object, ...]:
-        return (PacketError, (self.kind, self.url, self.message, self.traceback))
 
 
 def cache_plugin(worker: Any = None) -> tuple[str, CachePlugin]:
@@ -359,26 +348,9 @@ def release_file(plugin: CachePlugin, got: Acquired | None, keep: bool) -> None:
         plugin.staging.release(got)
 
 
-_READERS = (str(Path(uproot.__file__).resolve().parent),)
-"""Where the code that reads files lives (uproot; coffea's NanoEvents read through it)."""
-
-
-def read_failed(exc: BaseException) -> bool:
-    """Whether ``exc``, raised while a processor ran, came from reading the file: events are
-    read lazily, so a corrupted basket breaks inside the processor's call, in uproot."""
-    tb = exc.__traceback__
-    while tb is not None:
-        if tb.tb_frame.f_code.co_filename.startswith(_READERS):
-            return True
-        tb = tb.tb_next
-    return False
-
-
 def process_events(spec: PacketSpec, path: str, repeats: int = 1) -> tuple[Any, int, float, float]:
     """Open the packet's events and run its processor ``repeats`` times: ``(accumulator,
     bytes read, open seconds, least compute seconds)``."""
-    t0 = time.perf_counter()
-    a, b = spec.local_start, spec.local_stop
     try:
         proc = unship(spec.processor)
     except Exception as exc:
@@ -389,35 +361,17 @@ def process_events(spec: PacketSpec, path: str, repeats: int = 1) -> tuple[Any, 
             f"{type(exc).__name__}: {exc}",
             user_traceback(exc),
         ) from exc
-    try:
-        with open_events(path, spec.url, spec.tree, spec.read, a, b) as opened:
-            if len(opened.events) != b - a:
-                raise EventsError(f"read {len(opened.events)} entries, expected {b - a}")
-            t1 = time.perf_counter()
-            best = float("inf")
-            accumulator = None
-            for _ in range(repeats):
-                t2 = time.perf_counter()
-                try:
-                    accumulator = proc.process(opened.events)
-                except Exception as exc:
-                    if read_failed(exc):  # a lazy read of the file broke, not the user's code
-                        raise PacketError(
-                            "data", spec.url, f"cannot read entries {a}-{b}: {exc}"
-                        ) from exc
-                    raise PacketError(
-                        "processor",
-                        spec.url,
-                        f"processor {spec.processor.name} failed on entries {a}-{b}: "
-                        f"{type(exc).__name__}: {exc}",
-                        user_traceback(exc),
-                    ) from exc
-                best = min(best, time.perf_counter() - t2)
-            return accumulator, opened.bytes_read(), t1 - t0, best
-    except PacketError:
-        raise
-    except Exception as exc:
-        raise PacketError("data", spec.url, f"cannot read entries {a}-{b}: {exc}") from exc
+    return run_processor(
+        proc,
+        spec.processor.name,
+        path,
+        spec.url,
+        spec.tree,
+        spec.read,
+        spec.local_start,
+        spec.local_stop,
+        repeats,
+    )
 
 
 def run_packet(spec: PacketSpec) -> PacketResult:
@@ -438,9 +392,21 @@ def packet_on(worker: Any, spec: PacketSpec) -> PacketResult:
         with plugin.compute, packet_priority(spec.nice) as nice_note:
             ran_at = thread_nice() if spec.nice is not None else None
             fetch_s = time.perf_counter() - t0
-            accumulator, bytes_read, open_s, compute_s = process_events(
-                spec, str(got.path) if got is not None else spec.url
-            )
+            where = str(got.path) if got is not None else spec.url
+            if spec.code is not None:
+                accumulator, bytes_read, open_s, compute_s, child_cpu = sandboxed_packet(
+                    spec.code,
+                    spec.confine or Confinement(),
+                    where,
+                    url=spec.url,
+                    tree=spec.tree,
+                    start=spec.local_start,
+                    stop=spec.local_stop,
+                    read=spec.read,
+                )
+                cpu0 -= child_cpu
+            else:
+                accumulator, bytes_read, open_s, compute_s = process_events(spec, where)
     except PacketError as exc:
         release_file(plugin, got, keep)
         if exc.kind == "data" and got is not None and plugin.cache is not None:

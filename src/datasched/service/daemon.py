@@ -28,8 +28,15 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from datasched.service.contracts import ElementaryJob, JobState, PacketDone, RunnerListener
+from datasched.service.contracts import (
+    ElementaryJob,
+    JobState,
+    PacketDone,
+    ProcessorWork,
+    RunnerListener,
+)
 from datasched.service.fairshare import FairShare, GroupTurn, cluster_slots
+from datasched.service.merger import Merger
 from datasched.service.store.db import Store
 from datasched.service.store.models import Group, Job, Packet, Request, User
 from datasched.service.store.ops import (
@@ -53,7 +60,9 @@ class Runner(Protocol):
     ``start(listener)`` starts it, reporting to ``listener`` from then on; ``submit`` hands
     it a job with the ranges ``(url, start, stop)`` already done, which it must not run
     again; ``cancel`` stops a job (reported ``aborted``); ``cluster`` describes the cluster
-    (nodes, slots, cache fill, what runs where) as JSON; ``stop`` stops it."""
+    (nodes, slots, cache fill, what runs where) as JSON; ``merge`` merges a request's packet
+    results (opaque bytes) where user code may run, never in the daemon; ``stop`` stops
+    it."""
 
     def start(self, listener: RunnerListener) -> None: ...
 
@@ -62,6 +71,8 @@ class Runner(Protocol):
     def cancel(self, job_id: str) -> None: ...
 
     def cluster(self) -> Mapping[str, Any]: ...
+
+    def merge(self, work: ProcessorWork, results: Sequence[bytes]) -> bytes: ...
 
     def stop(self) -> None: ...
 
@@ -176,6 +187,8 @@ class Dispatcher:
         self.listener = StoreListener(store)
         self.listener.on_packet = self._used
         self.listener.on_final = self.wake
+        self.merger = Merger(store, runner)
+        """Merges each completed request's results on a worker."""
         self._owners: dict[str, tuple[str, str]] = {}
         self._lock = threading.Lock()
         self._capacity: int | None = max_held
@@ -370,8 +383,9 @@ class Dispatcher:
             return self.fair.achieved(self.clock())
 
     def wake(self) -> None:
-        """Dispatch now (a request was just accepted)."""
+        """Dispatch now (a request was just accepted, or a job ended: it may need merging)."""
         self._wake.set()
+        self.merger.wake()
 
     def start(self) -> None:
         """Recover, start the runner, and run the loop in a thread."""
@@ -381,6 +395,7 @@ class Dispatcher:
         self.runner.start(self.listener)
         self._thread = threading.Thread(target=self._loop, name="dispatcher", daemon=True)
         self._thread.start()
+        self.merger.start()
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -397,4 +412,5 @@ class Dispatcher:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
+        self.merger.stop()
         self.runner.stop()

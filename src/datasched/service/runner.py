@@ -25,21 +25,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
+import time
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import cloudpickle
-
 from datasched.core.data import DataSpace
 from datasched.core.packets import PacketSizing
-from datasched.runtime.commands import STDIN_FILELIST, CommandOutcome, CommandSpec, split_command
+from datasched.runtime.commands import (
+    STDIN_FILELIST,
+    CommandOutcome,
+    CommandSpec,
+    split_command,
+    substitute,
+)
 from datasched.runtime.dataset import Dataset, FileEntry
 from datasched.runtime.engine import RuntimeEngine
-from datasched.runtime.jobspec import JobSpec, job_processor
+from datasched.runtime.jobspec import JobSpec
 from datasched.runtime.reports import EngineConfig, PacketReport
+from datasched.runtime.sandboxed import merge_task, worker_sandbox_problem
 from datasched.runtime.session import (
     Calibration,
     ClusterOptions,
@@ -48,15 +54,16 @@ from datasched.runtime.session import (
     default_calibration,
     open_cluster,
 )
+from datasched.sandbox.confine import Confinement, UserCode, sandbox_problem
 from datasched.service.contracts import (
     CommandWork,
     ElementaryJob,
-    FileRef,
     JobState,
     PacketDone,
     ProcessorWork,
     RunnerListener,
 )
+from datasched.service.request.paths import Outside, confine, confine_output, locate
 
 __all__ = ["COMMAND_SCHEME", "Runner", "RunnerError"]
 
@@ -73,9 +80,12 @@ class RunnerError(RuntimeError):
 class Runner:
     """Runs elementary jobs on a cluster (see the module docstring).
 
-    ``processor_root``: where processor files (``file.py:attr``) and relative command
-    executables are found; ``output_root``: where a command's ``stdout``/``stderr``/``stdin``
-    paths lie (None: commands may not name any; their output is kept in the log)."""
+    ``roots``: where processor files, command executables and the files a command's
+    arguments name are found (relative paths from the first), and where commands' outputs
+    go; ``user_dirs``: outputs go under each user's own directory of a root
+    (``<root>/<user>/``: a daemon of several users); ``confine``: how user code is confined
+    (:class:`~datasched.sandbox.confine.Confinement`: a sandbox, an account without
+    privileges, the limits)."""
 
     def __init__(
         self,
@@ -84,8 +94,9 @@ class Runner:
         policy: str,
         cluster: ClusterOptions | None = None,
         policy_params: dict[str, Any] | None = None,
-        processor_root: Path = Path("."),
-        output_root: Path | None = None,
+        roots: Sequence[Path] = (),
+        user_dirs: bool = False,
+        confine: Confinement | None = None,
         config: EngineConfig | None = None,
         packets: PacketSizing | None = None,
         calibration: Calibration | None = None,
@@ -94,14 +105,17 @@ class Runner:
         self.policy = policy
         self.opts = cluster or ClusterOptions()
         self.policy_params = policy_params
-        self.processor_root = processor_root
-        self.output_root = output_root
+        self.roots = [Path(r).resolve() for r in roots]
+        self.user_dirs = user_dirs
+        self.confine = confine or Confinement()
         self.config = config
         self.packets = packets
         self.calibration = calibration
         self._engine: RuntimeEngine | None = None
         self._task: asyncio.Task[Any] | None = None
+        self._watch: asyncio.Task[Any] | None = None
         self._stack: contextlib.AsyncExitStack | None = None
+        self._client: Any = None
         self._jobs: dict[str, ElementaryJob] = {}
         """Jobs accepted and not over."""
         self._preferred: dict[str, str] = {}
@@ -109,6 +123,10 @@ class Runner:
         """A command's log, from its packet to its end."""
         self._whole: dict[str, set[str]] = {}
         """A command job's files reported done before it was resumed: not reported again."""
+        self._cpu: dict[str, float] = {}
+        """CPU seconds of each job's packets so far (its limit's measure)."""
+        self._began: dict[str, float] = {}
+        """When each job's first packet was sent (its wall time limit's start)."""
         self.error: BaseException | None = None
         """What stopped the engine, if it stopped by itself."""
 
@@ -118,9 +136,19 @@ class Runner:
         """Open (or join) the cluster, build the core and start the engine."""
         if self._engine is not None:
             raise RunnerError("runner: already started")
+        if self.confine.bwrap and sandbox_problem() is not None:
+            raise RunnerError(f"runner: user code cannot be confined: {sandbox_problem()}")
         stack = contextlib.AsyncExitStack()
         try:
             client, names = await stack.enter_async_context(open_cluster(self.opts))
+            if self.confine.bwrap:
+                problems = await client.run(worker_sandbox_problem)
+                bad = {w: p for w, p in problems.items() if p}
+                if bad:
+                    worker, problem = sorted(bad.items())[0]
+                    raise RunnerError(
+                        f"runner: worker {worker} cannot confine user code: {problem}"
+                    )
             calibration = self.calibration or default_calibration(self.opts.tertiary_bytes_per_s)
             scheduler = build_scheduler(
                 len(names),
@@ -138,9 +166,10 @@ class Runner:
         except BaseException:
             await stack.aclose()
             raise
-        self._stack, self._engine = stack, engine
+        self._stack, self._engine, self._client = stack, engine, client
         self._task = asyncio.create_task(engine.serve(known_cache=known))
         self._task.add_done_callback(self._ended)
+        self._watch = asyncio.create_task(self._watch_limits())
         ready = asyncio.create_task(engine.ready.wait())
         await asyncio.wait({ready, self._task}, return_when=asyncio.FIRST_COMPLETED)
         if not ready.done():
@@ -152,7 +181,10 @@ class Runner:
         """Stop at once: jobs not over stay as they are (nothing more is reported about
         them); the cluster is closed if this runner started it."""
         engine, task, stack = self._engine, self._task, self._stack
-        self._engine = self._task = self._stack = None
+        self._engine = self._task = self._stack = self._client = None
+        if self._watch is not None:
+            self._watch.cancel()
+            self._watch = None
         if engine is not None:
             engine.stop()
         if task is not None:
@@ -160,7 +192,7 @@ class Runner:
                 await task
         if stack is not None:
             await stack.aclose()
-        for kept in (self._jobs, self._preferred, self._logs, self._whole):
+        for kept in (self._jobs, self._preferred, self._logs, self._whole, self._cpu, self._began):
             kept.clear()
 
     def _ended(self, task: asyncio.Task[Any]) -> None:
@@ -190,13 +222,11 @@ class Runner:
         user, group = job.user or "user", job.group or "default"
         try:
             if isinstance(job.work, CommandWork):
+                # A command always runs, once, whatever its files' reports say: a file of a
+                # command has no event count (0), and is never taken as done before it ran.
                 spec, command = self._command_job(job)
-                if job.files and _all_done(job, done):
-                    self._accepted(job)
-                    self._finish(job.id, JobState.COMPLETED, "all of its files were done already")
-                    return
                 engine.submit(spec, command=command, user=user, group=group)
-                self._whole[job.id] = {f.url for f in job.files if _all_done_file(f, done)}
+                self._whole[job.id] = {u for u, ranges in done.items() if ranges}
             else:
                 spec = self._processor_job(job, job.work)
                 engine.submit(spec, done=done, user=user, group=group)
@@ -238,8 +268,8 @@ class Runner:
 
     def _finish(self, job_id: str, state: JobState, log_text: str = "", **kw: Any) -> None:
         self._jobs.pop(job_id, None)
-        self._whole.pop(job_id, None)
-        self._preferred.pop(job_id, None)
+        for kept in (self._whole, self._preferred, self._cpu, self._began):
+            kept.pop(job_id, None)
         self.listener.job_state(job_id, state, log=log_text, **kw)
 
     # -- elementary jobs as engine jobs -------------------------------------------------------
@@ -253,44 +283,80 @@ class Runner:
             files.append(FileEntry(f.url, tree, f.n_events, f.n_bytes))
         name = next((f.dataset for f in job.files if f.dataset), job.id)
         dataset = Dataset(job.id, tuple(files), {"dataset": name})
-        spec = JobSpec(
+        return JobSpec(
             id=job.id,
             dataset=dataset,
             start=0,
             stop=dataset.n_events,
             processor=work.processor,
             output=Path("-"),
-            base_dir=self.processor_root,
-            processor_args=dict(work.processor_args),
             schema=work.schema,
             columns=work.columns,
+            code=self.user_code(work),
+            confine=self.confine,
         )
+
+    def user_code(self, work: ProcessorWork) -> UserCode:
+        """The job's processor as data: a file's text read as bytes (never imported here),
+        or a module's name, with its arguments as JSON."""
+        ref = work.processor.strip()
+        target, sep, _ = ref.rpartition(":")
+        target = target if sep else ref
         try:
-            loaded = job_processor(spec)
-        except Exception as exc:
-            raise ValueError(f"processor: {exc}") from exc
-        return replace(spec, loaded=loaded)
+            args = json.dumps(dict(work.processor_args), sort_keys=True)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"processor_args: not plain data: {exc}") from None
+        if not target.endswith(".py"):
+            return UserCode(ref, None, None, args)
+        try:
+            path = locate(target, self.roots)
+            source = path.read_bytes()
+        except (Outside, OSError) as exc:
+            raise ValueError(f"processor: {ref!r}: {exc}") from None
+        return UserCode(ref, source, str(path), args)
 
     def _command_job(self, job: ElementaryJob) -> tuple[JobSpec, CommandSpec]:
         """The core sees a command job as one event of a pseudo-file of its own (it cannot
         be split; its bytes are its files'), run as one packet on one slot."""
         work = job.work
         assert isinstance(work, CommandWork)
+        variables = star_variables(job)
         argv = list(split_command(work.command))
-        exe = Path(argv[0])
-        if not exe.is_absolute() and "/" in argv[0]:
-            argv[0] = str((self.processor_root / exe).resolve())
+        readable: list[str] = []
+        exe = argv[0]
+        if "/" in exe and not exe.startswith("/"):  # ./reco.py: under a root
+            try:
+                found = locate(exe, self.roots)
+            except Outside as exc:
+                raise ValueError(f"process.command: {exe}: {exc}") from None
+            argv[0] = str(found)
+            readable.append(str(found))
+        elif exe.startswith("/"):  # under a root (bound), or the system's (already there)
+            with contextlib.suppress(Outside):
+                readable.append(str(locate(exe, self.roots)))
+        for arg in argv[1:]:
+            # A file under a root named as an argument (a script, a macro, a configuration)
+            # is bound read-only in the sandbox, at its own path; nothing else of the roots.
+            if arg.startswith("/") and "$" not in arg:
+                with contextlib.suppress(Outside):
+                    named = confine(arg, self.roots)
+                    if named.exists():
+                        readable.append(str(named))
         stdin = work.stdin
         if stdin is not None and stdin not in (STDIN_FILELIST, "$FILELIST"):
-            stdin = self._on_root("stdin", stdin)
+            stdin = self._on_root("stdin", stdin, job, variables, writing=False)
+            readable.append(stdin)
         command = CommandSpec(
             packet_id=-1,
             job_id=-1,
             argv=tuple(argv),
             files=tuple((f.url, f.n_bytes) for f in job.files),
             stdin=stdin,
-            stdout=self._on_root("stdout", work.stdout) if work.stdout else None,
-            stderr=self._on_root("stderr", work.stderr) if work.stderr else None,
+            stdout=self._on_root("stdout", work.stdout, job, variables) if work.stdout else None,
+            stderr=self._on_root("stderr", work.stderr, job, variables) if work.stderr else None,
+            variables=tuple(sorted(variables.items())),
+            readable=tuple(dict.fromkeys(readable)),
+            confine=self.confine,
         )
         n_bytes = sum(f.n_bytes for f in job.files)
         pseudo = FileEntry(f"{COMMAND_SCHEME}{job.id}", "", 1, n_bytes)
@@ -304,21 +370,62 @@ class Runner:
         )
         return spec, command
 
-    def _on_root(self, field: str, path: str) -> str:
-        """``path`` on the output root (relative to it, or inside it)."""
-        if self.output_root is None:
-            raise ValueError(f"process.{field}: {path!r}: no output root is configured")
-        root = self.output_root.resolve()
-        target = (root / path).resolve()
-        if not target.is_relative_to(root):
-            raise ValueError(f"process.{field}: {path!r} is outside the output root {root}")
-        return str(target)
+    def _on_root(
+        self,
+        field: str,
+        path: str,
+        job: ElementaryJob,
+        variables: Mapping[str, str],
+        *,
+        writing: bool = True,
+    ) -> str:
+        """``path`` (STAR's variables filled in) on a root: relative to the first, and, for
+        an output of a daemon of several users, in the job's user's own directory."""
+        if not self.roots:
+            raise ValueError(f"process.{field}: {path!r}: no storage root is configured")
+        full = substitute(path, variables)
+        try:
+            if writing:
+                owner = (job.user or "user") if self.user_dirs else None
+                return str(confine_output(full, self.roots, owner))
+            return str(locate(full, self.roots))
+        except Outside as exc:
+            raise ValueError(f"process.{field}: {path!r}: {exc}") from None
 
     # -- what the engine tells -----------------------------------------------------------------
 
     def _running(self, job_id: str, node: str) -> None:
         if job_id in self._jobs:
+            self._began.setdefault(job_id, time.monotonic())
             self.listener.job_state(job_id, JobState.RUNNING, node=node)
+
+    async def _watch_limits(self, period_s: float = 1.0) -> None:
+        """Fail each job whose wall time (from its first packet) passed its limit."""
+        while True:
+            await asyncio.sleep(period_s)
+            now = time.monotonic()
+            limit = self.confine.wall_s
+            for job_id, began in list(self._began.items()):
+                if now - began > limit and job_id in self._jobs and self._engine is not None:
+                    self._began.pop(job_id, None)
+                    why = f"the job's wall time limit ({limit:g} s) was reached"
+                    self._engine.cancel(job_id, why, failed=True)
+
+    async def merge(self, work: ProcessorWork, results: Sequence[bytes]) -> bytes:
+        """The merge of a request's packet results, done on a worker in a sandbox that loaded
+        its processor (its ``postprocess`` applied once): bytes, never unpickled here.
+        ``ValueError`` saying why they cannot be merged."""
+        client = self._client
+        if client is None:
+            raise RunnerError("runner: not running")
+        code = self.user_code(work)
+        future = client.submit(
+            merge_task, self.confine, code, list(results), self.confine.wall_s, pure=False
+        )
+        merged = await future
+        if not isinstance(merged, bytes):
+            raise RunnerError("runner: a merge did not give bytes")
+        return merged
 
     def _packet(self, packet: PacketReport) -> None:
         job = self._jobs.get(packet.job)
@@ -340,6 +447,9 @@ class Runner:
             outcome = packet.accumulator
             self._logs[job.id] = outcome.log if isinstance(outcome, CommandOutcome) else ""
             return
+        result = packet.accumulator
+        if not isinstance(result, bytes):  # made in a sandbox: never anything else here
+            raise RunnerError(f"job {job.id}: a packet's result is not opaque bytes")
         self.listener.packet_done(
             PacketDone(
                 job_id=job.id,
@@ -349,9 +459,13 @@ class Runner:
                 node=stat.node,
                 n_bytes=stat.bytes_read,
                 cpu_s=stat.cpu_s,
-                result=cloudpickle.dumps(packet.accumulator),
+                result=result,
             )
         )
+        used = self._cpu[job.id] = self._cpu.get(job.id, 0.0) + stat.cpu_s
+        if used > self.confine.cpu_s and self._engine is not None:
+            why = f"the job's CPU time limit ({self.confine.cpu_s:g} s) was reached"
+            self._engine.cancel(job.id, why, failed=True)
 
     def _done(self, job_id: str, status: str, error: str, traceback: str) -> None:
         if job_id not in self._jobs:
@@ -371,19 +485,17 @@ class Runner:
         self._finish(job_id, JobState.FAILED, text, failed_file=failed)
 
 
-def _all_done(job: ElementaryJob, done: Mapping[str, Sequence[tuple[int, int]]]) -> bool:
-    """Whether ``done`` covers every entry of every file of ``job``."""
-    return all(_all_done_file(f, done) for f in job.files)
-
-
-def _all_done_file(f: FileRef, done: Mapping[str, Sequence[tuple[int, int]]]) -> bool:
-    """Whether ``done`` covers every entry of ``f``."""
-    at = 0
-    for a, b in sorted(done.get(f.url, ())):
-        if a > at:
-            return False
-        at = max(at, b)
-    return at >= f.n_events
+def star_variables(job: ElementaryJob) -> dict[str, str]:
+    """STAR's variables of an elementary job that the runner knows: ``JOBID`` (the request's
+    id and the job's index, joined as STAR joins them), ``REQUESTID``, ``PROCESSID`` (the
+    job's index) and ``USER`` (its owner); the worker adds its inputs', ``FILELIST`` and
+    ``SCRATCH``."""
+    return {
+        "JOBID": f"{job.request_id}_{job.index}",
+        "REQUESTID": job.request_id,
+        "PROCESSID": str(job.index),
+        "USER": job.user or "user",
+    }
 
 
 class _Relay:

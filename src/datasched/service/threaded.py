@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from datasched.runtime.session import ClusterOptions
-from datasched.service.contracts import ElementaryJob, RunnerListener
+from datasched.sandbox.confine import Confinement
+from datasched.service.contracts import ElementaryJob, ProcessorWork, RunnerListener
 
 __all__ = ["ThreadedRunner", "make_runner"]
 
@@ -26,6 +27,8 @@ T = TypeVar("T")
 
 START_TIMEOUT_S = 600.0
 """A cluster of batch jobs may wait in its queue; a local one starts in seconds."""
+MERGE_TIMEOUT_S = 3600.0
+"""How long the daemon waits for a request's results to be merged on a worker."""
 
 
 class ThreadedRunner:
@@ -83,6 +86,15 @@ class ThreadedRunner:
     def cancel(self, job_id: str) -> None:
         self._call(self._runner.cancel, job_id)
 
+    def merge(self, work: ProcessorWork, results: Sequence[bytes]) -> bytes:
+        """The merge of ``results`` (opaque bytes), made on a worker in a sandbox."""
+        loop, runner = self._loop, self._runner
+        if loop is None or runner is None:
+            raise RuntimeError("runner: not started")
+        future = asyncio.run_coroutine_threadsafe(runner.merge(work, results), loop)
+        merged: bytes = future.result(timeout=MERGE_TIMEOUT_S)
+        return merged
+
     def cluster(self) -> Mapping[str, Any]:
         if self._runner is None or self._loop is None:
             return {"running": False, "nodes": [], "jobs": []}
@@ -119,11 +131,14 @@ def make_runner(
     jobqueue: Any = None,
     cache_gb: float | None = None,
     tertiary_mb_s: float | None = None,
+    confine: Confinement | None = None,
+    user_dirs: bool = False,
 ) -> ThreadedRunner:
     """The daemon's runner: ``workers`` local Dask workers (default 4), or the cluster at
-    ``scheduler``, or ``workers`` batch jobs (``jobqueue``); processors and commands are
-    found, and commands' outputs written, under the first of ``roots`` (the current
-    directory if none)."""
+    ``scheduler``, or ``workers`` batch jobs (``jobqueue``); processors, commands and the
+    files they name are found, and commands' outputs written, under ``roots`` (relative
+    paths from the first; with ``user_dirs``, outputs in each user's own directory); user
+    code runs confined by ``confine`` (default: a sandbox)."""
     kw: dict[str, Any] = {"scheduler_address": scheduler, "jobqueue": jobqueue}
     if workers is not None:
         kw["workers"] = workers
@@ -133,10 +148,10 @@ def make_runner(
         kw["cache_bytes"] = int(cache_gb * 1e9)
     if tertiary_mb_s is not None:  # storage throttled per worker (demos, tests)
         kw["tertiary_bytes_per_s"] = tertiary_mb_s * 1e6
-    root = Path(roots[0]) if roots else Path(".").resolve()
     return ThreadedRunner(
         policy=policy,
         cluster=ClusterOptions(**kw),
-        processor_root=root,
-        output_root=root,
+        roots=list(roots),
+        confine=confine,
+        user_dirs=user_dirs,
     )

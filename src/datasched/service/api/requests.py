@@ -10,10 +10,10 @@ from fastapi import APIRouter, HTTPException, Response
 from fastapi import Request as HttpRequest
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
+from sqlalchemy import select
 
 from datasched.service.api.deps import CallerDep, ServiceState, StateDep, not_found
 from datasched.service.contracts import FieldError, JobState, RequestInvalid
-from datasched.service.results import ResultRefused, merge_packets
 from datasched.service.store import ops
 from datasched.service.store.models import Packet, Request
 from datasched.service.users import Caller
@@ -202,42 +202,48 @@ def logs(request_id: str, svc: StateDep, caller: CallerDep) -> dict[str, Any]:
 
 @router.get("/{request_id}/result")
 def result(request_id: str, svc: StateDep, caller: CallerDep, packets: bool = False) -> Response:
-    """The merged result, pickled (``application/octet-stream``). With ``packets=true``, or
-    when the result holds classes the daemon does not unpickle (409), the packets' own
-    pickles: a pickled list of bytes, merged by the client."""
+    """The merged result (``application/octet-stream``): a pickle made on a worker, served
+    as it is; the daemon never unpickles it (``datasched result`` reads it with an
+    allow-list). 409 while the request is not completed, while its results are being merged
+    (with ``Retry-After``), when they could not be merged (the reason), and for a command's
+    request (its outputs are its files). With ``packets=true``: the packets' own results, a
+    pickled list of bytes."""
     with svc.store.reading() as s:
         req = ops.find_request(s, caller, request_id)
         if req is None:
             raise not_found(request_id)
         if JobState(req.state) != JobState.COMPLETED and not packets:
-            raise HTTPException(
-                409,
-                detail={
-                    "errors": [
-                        {"field": "state", "reason": f"the request is {req.state}, not completed"}
-                    ]
-                },
-            )
+            raise _conflict("state", f"the request is {req.state}, not completed")
         job_ids = [j.id for j in req.jobs]
-        blobs = [
-            b
-            for (b,) in s.execute(
-                Packet.__table__.select()
-                .with_only_columns(Packet.result)
-                .where(Packet.job_id.in_(job_ids))
-                .order_by(Packet.job_id, Packet.url, Packet.start)
+        commands = bool(req.jobs) and all(j.work.get("kind") == "command" for j in req.jobs)
+        if packets:
+            blobs = [
+                b
+                for b in s.scalars(
+                    select(Packet.result)
+                    .where(Packet.job_id.in_(job_ids), Packet.result.is_not(None))
+                    .order_by(Packet.job_id, Packet.url, Packet.start)
+                )
+                if b is not None
+            ]
+            # A list of bytes pickled here: it holds nothing of the user's but bytes.
+            data = pickle.dumps(blobs, protocol=pickle.HIGHEST_PROTOCOL)
+            return Response(data, media_type="application/octet-stream")
+        if commands:
+            raise _conflict(
+                "result", "a command's request has no result: its outputs are its files"
             )
-        ]
-    if packets:
-        data = pickle.dumps([b for b in blobs if b is not None], protocol=pickle.HIGHEST_PROTOCOL)
-        return Response(data, media_type="application/octet-stream")
-    try:
-        merged = merge_packets(blobs)
-    except ResultRefused as exc:
-        raise HTTPException(
-            409, detail={"errors": [{"field": "result", "reason": str(exc)}]}
-        ) from exc
-    return Response(
-        pickle.dumps(merged, protocol=pickle.HIGHEST_PROTOCOL),
-        media_type="application/octet-stream",
+        merged = s.scalar(select(Request.result).where(Request.id == req.id))
+        error = req.result_error
+    if error:
+        raise _conflict("result", error)
+    if merged is None:
+        raise _conflict("result", "its results are being merged; try again shortly", retry_s=2)
+    return Response(merged, media_type="application/octet-stream")
+
+
+def _conflict(field: str, reason: str, retry_s: int | None = None) -> HTTPException:
+    headers = {"Retry-After": str(retry_s)} if retry_s is not None else None
+    return HTTPException(
+        409, detail={"errors": [{"field": field, "reason": reason}]}, headers=headers
     )

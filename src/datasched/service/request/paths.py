@@ -10,7 +10,16 @@ from pathlib import Path
 
 from datasched.service.request.fields import strip_file_scheme
 
-__all__ = ["Outside", "confine", "expand", "is_remote", "resolve_roots", "writable_problem"]
+__all__ = [
+    "Outside",
+    "confine",
+    "confine_output",
+    "expand",
+    "is_remote",
+    "locate",
+    "resolve_roots",
+    "writable_problem",
+]
 
 
 class Outside(ValueError):
@@ -82,3 +91,37 @@ def writable_problem(path: Path) -> str | None:
     if not parent.is_dir():
         return f"{parent} is not a directory"
     return None if os.access(parent, os.W_OK | os.X_OK) else f"{parent} is not writable"
+
+
+def locate(target: str, roots: Sequence[Path]) -> Path:
+    """The file ``target`` names: an absolute path under a root, or a relative one under
+    the first root holding it; :class:`Outside` naming the reason otherwise."""
+    if os.path.isabs(strip_file_scheme(target)) or not roots:
+        candidates = [target]
+    else:
+        candidates = [os.path.join(r, strip_file_scheme(target)) for r in roots]
+    for candidate in candidates:
+        path = confine(candidate, roots)
+        if path.is_file():
+            return path
+    raise Outside(f"no file {target} under the configured roots")
+
+
+def confine_output(path: str, roots: Sequence[Path], user: str | None) -> Path:
+    """``path`` resolved, where a job of ``user`` may write: under a root, and, when
+    ``user`` is given (a daemon of several users), in that user's own directory of it
+    (``<root>/<user>/...``), so that no user's job writes over another's outputs;
+    :class:`Outside` naming the reason otherwise."""
+    if user is not None and ("/" in user or user in ("", ".", "..")):
+        raise Outside(f"user {user!r} has no directory of their own")
+    resolved = confine(path, roots)
+    if user is None:
+        return resolved
+    for root in roots:
+        own = Path(root) / user
+        if resolved == own or resolved.is_relative_to(own):
+            if resolved == own:
+                break
+            return resolved
+    mine = " or ".join(f"{Path(r) / user}/" for r in roots)
+    raise Outside(f"{resolved}: outputs go under your own directory ({mine})")

@@ -94,6 +94,10 @@ class Request(Base):
     errors: Mapped[list[Any]] = mapped_column(JSON, default=list)
     policy: Mapped[str | None] = mapped_column(String(64), nullable=True)
     split: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    result: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True, deferred=True)
+    """The merged result once it completed: bytes a worker made, never unpickled here."""
+    result_error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    """Why its results could not be merged (their owner reads it)."""
     created: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     updated: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), default=utcnow, onupdate=utcnow

@@ -1,0 +1,129 @@
+"""Each completed request's result, merged on a worker and kept in the store.
+
+A packet's result is bytes a user's code made in a sandbox; merging them means running that
+code's classes (their ``__add__``, their ``postprocess``), so the daemon never does it: the
+:class:`Merger` hands a completed request's packet results to the runner, which merges them
+on a worker, in a sandbox that loaded the request's processor, and stores the merged bytes
+(or why they could not be merged) on the request. ``GET /requests/{id}/result`` serves them
+as they are. A daemon restarted before a merge ended merges again.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import threading
+from collections.abc import Sequence
+from typing import Protocol
+
+from sqlalchemy import select
+
+from datasched.service.contracts import JobState, ProcessorWork
+from datasched.service.store.db import Store
+from datasched.service.store.models import Job, Packet, Request
+from datasched.service.store.ops import work_from_json
+
+__all__ = ["EMPTY_RESULT", "Merger", "Merges"]
+
+log = logging.getLogger(__name__)
+
+EMPTY_RESULT = pickle.dumps(None, protocol=pickle.HIGHEST_PROTOCOL)
+"""The result of a request none of whose packets returned one (no events)."""
+
+
+class Merges(Protocol):
+    """What the merger needs of the runner."""
+
+    def merge(self, work: ProcessorWork, results: Sequence[bytes]) -> bytes:
+        """The merge of ``results``, made on a worker; ``ValueError`` saying why not."""
+        ...
+
+
+class Merger:
+    """A thread merging completed requests' results, one at a time, every ``period_s`` or
+    when woken."""
+
+    def __init__(self, store: Store, runner: Merges, *, period_s: float = 1.0) -> None:
+        self.store = store
+        self.runner = runner
+        self.period_s = period_s
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def pending(self, limit: int = 20) -> list[tuple[str, ProcessorWork]]:
+        """Completed requests of processor work without a result or an error yet."""
+        out: list[tuple[str, ProcessorWork]] = []
+        with self.store.reading() as s:
+            ids = s.scalars(
+                select(Request.id)
+                .where(
+                    Request.state == JobState.COMPLETED.value,
+                    Request.result.is_(None),
+                    Request.result_error.is_(None),
+                )
+                .order_by(Request.updated)
+                .limit(limit)
+            ).all()
+            for request_id in ids:
+                job = s.scalars(select(Job).where(Job.request_id == request_id).limit(1)).first()
+                work = work_from_json(job.work) if job is not None else None
+                if isinstance(work, ProcessorWork):
+                    out.append((request_id, work))
+        return out
+
+    def merge_once(self) -> int:
+        """Merge what is pending; how many requests got a result or an error."""
+        n = 0
+        for request_id, work in self.pending():
+            with self.store.reading() as s:
+                blobs = [
+                    b
+                    for b in s.scalars(
+                        select(Packet.result)
+                        .join(Job, Packet.job_id == Job.id)
+                        .where(Job.request_id == request_id, Packet.result.is_not(None))
+                        .order_by(Packet.job_id, Packet.url, Packet.start)
+                    )
+                    if b is not None
+                ]
+            merged: bytes | None = None
+            error: str | None = None
+            if not blobs:
+                merged = EMPTY_RESULT
+            else:
+                try:
+                    merged = self.runner.merge(work, blobs)
+                except ValueError as exc:
+                    error = f"the results could not be merged: {exc}"[:20000]
+                except Exception:  # the runner is down or busy: tried again later
+                    log.exception("merging the results of request %s failed", request_id)
+                    continue
+            with self.store.session() as s:
+                req = s.get(Request, request_id)
+                if req is not None:
+                    req.result, req.result_error = merged, error
+            n += 1
+        return n
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="merger", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.merge_once()
+            except Exception:  # keep serving; the next round retries
+                log.exception("merging results failed")
+            self._wake.wait(self.period_s)
+            self._wake.clear()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
