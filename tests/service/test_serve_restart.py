@@ -43,7 +43,8 @@ def _serve(db: str, port: int) -> subprocess.Popen[bytes]:
     }
     return subprocess.Popen(
         [sys.executable, "-m", "datasched", "serve", "--db", db, "--port", str(port),
-         "--runner", "svc_support:make_fake_runner", "--language", "svc_support:FakeLanguage"],
+         "--runner", "svc_support:make_fake_runner", "--language", "svc_support:FakeLanguage",
+         "--no-sandbox"],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -142,7 +142,10 @@ def test_serve_refuses_bad_options_before_touching_the_store(tmp_path: Path) -> 
         (["--workers", "2", "--scheduler", "tcp://127.0.0.1:1"], "--workers and --scheduler"),
         (["--split", "by-moon"], "--split: 'by-moon' is not one of"),
         (["--runner", "no_such_module:make"], "--runner: cannot load"),
-        (["--runner", "svc_support:make_fake_runner", "--db", "mysql://h/d"], "--db: 'mysql'"),
+        (
+            ["--runner", "svc_support:make_fake_runner", "--db", "mysql://h/d", "--no-sandbox"],
+            "--db: 'mysql'",
+        ),
     ):
         r = cli.invoke(app, ["serve", "--db", str(db), *args])
         assert r.exit_code == 2, r.output

@@ -20,6 +20,7 @@ from datasched.cli.common import err, fail, out
 from datasched.cli.options import JobqueueArgsOpt, JobqueueOpt, PolicyOpt, jobqueue_spec
 
 if TYPE_CHECKING:
+    from datasched.sandbox.confine import Confinement
     from datasched.service.daemon import Runner
     from datasched.service.store.db import Store
 
@@ -125,10 +126,78 @@ def serve(
             help="Half-life, in seconds, of the groups' CPU usage behind fair share.",
         ),
     ] = 3600.0,
+    run_as: Annotated[
+        str | None,
+        typer.Option(
+            help="The account without privileges that users' jobs run as (never the "
+            "daemon's own; needed when the daemon runs as root).",
+            rich_help_panel="Confinement of users' code",
+        ),
+    ] = None,
+    no_sandbox: Annotated[
+        bool,
+        typer.Option(
+            "--no-sandbox",
+            help="Run users' code without bubblewrap: only for a single user's own machine "
+            "(warns at every start).",
+            rich_help_panel="Confinement of users' code",
+        ),
+    ] = False,
+    job_network: Annotated[
+        bool,
+        typer.Option(
+            "--job-network",
+            help="Let jobs use the network (by default they have none).",
+            rich_help_panel="Confinement of users' code",
+        ),
+    ] = False,
+    job_memory_gb: Annotated[
+        float,
+        typer.Option(
+            min=0.25,
+            help="Memory (address space) of each process of a job, in GiB.",
+            rich_help_panel="Confinement of users' code",
+        ),
+    ] = 4.0,
+    job_cpu_h: Annotated[
+        float,
+        typer.Option(
+            min=0.0001,
+            help="CPU time of a job, in hours (all its packets).",
+            rich_help_panel="Confinement of users' code",
+        ),
+    ] = 24.0,
+    job_wall_h: Annotated[
+        float,
+        typer.Option(
+            min=0.0001,
+            help="Wall time of a job from its first packet, in hours.",
+            rich_help_panel="Confinement of users' code",
+        ),
+    ] = 24.0,
+    job_processes: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Processes (and threads) a job may run at once on a node.",
+            rich_help_panel="Confinement of users' code",
+        ),
+    ] = 256,
+    check_timeout: Annotated[
+        float,
+        typer.Option(
+            min=1.0,
+            help="Seconds a processor may take to load (in a sandbox) when its request is checked.",
+            rich_help_panel="Confinement of users' code",
+        ),
+    ] = 60.0,
 ) -> None:
     """Run the service's daemon: the API (/api/v1) and the loop handing requests' elementary
     jobs to the runner. The store is upgraded to the newest schema first; what was running
-    before a restart is resumed from the event ranges already done."""
+    before a restart is resumed from the event ranges already done.
+
+    Users' code (processors, commands) never runs in the daemon: it runs on the workers, in
+    a bubblewrap sandbox, as the --run-as account, with the job's limits (docs/security.md)."""
     if workers is not None and scheduler is not None:
         fail("--workers and --scheduler: give one or the other")
     batch = jobqueue_spec(jobqueue, jobqueue_args, scheduler)
@@ -151,7 +220,23 @@ def serve(
         fail(f"--split: {split!r} is not one of {', '.join(s.value for s in SplitStrategy)}")
     roots = [r.resolve() for r in roots or []]
     runner_factory = _load(runner, "--runner")
-    lang = ContractLanguage(roots) if language is None else _load(language, "--language")()
+    confine = _confinement(
+        run_as=run_as,
+        no_sandbox=no_sandbox,
+        network=job_network,
+        memory_gb=job_memory_gb,
+        cpu_h=job_cpu_h,
+        wall_h=job_wall_h,
+        processes=job_processes,
+    )
+    many = confine.bwrap  # a daemon of several users: each writes in their own directory
+    if language is None:
+        from datasched.service.usercode import SandboxCheck
+
+        check = SandboxCheck(confine, roots, timeout_s=check_timeout)
+        lang = ContractLanguage(roots, user_dirs=many, code_check=check)
+    else:
+        lang = _load(language, "--language")()
     store = open_store(db)
     the_runner: Runner = runner_factory(
         workers=workers,
@@ -161,6 +246,8 @@ def serve(
         policy=policy,
         jobqueue=batch,
         cache_gb=cache_gb,
+        confine=confine,
+        user_dirs=many,
     )
     state = build_state(
         store,
@@ -180,6 +267,57 @@ def serve(
     )
     uvicorn.run(create_app(state), host=host, port=port, log_level="warning")
     store.close()
+
+
+def _confinement(
+    *,
+    run_as: str | None,
+    no_sandbox: bool,
+    network: bool,
+    memory_gb: float,
+    cpu_h: float,
+    wall_h: float,
+    processes: int,
+) -> Confinement:
+    """The confinement of users' code from ``serve``'s options; refuses (exit 2, saying
+    what to do) when no sandbox can be made, or when a root daemon has no account to run
+    jobs as."""
+    from datasched.sandbox.confine import Confinement, account, sandbox_problem
+
+    limits = {
+        "network": network,
+        "memory_bytes": int(memory_gb * (1 << 30)),
+        "cpu_s": cpu_h * 3600.0,
+        "wall_s": wall_h * 3600.0,
+        "processes": processes,
+    }
+    if no_sandbox:
+        err.print(
+            "datasched serve: WARNING: --no-sandbox: users' code runs unconfined, as the "
+            "workers' account, with the daemon's machine in view; use it only on a machine of "
+            "your own, for yourself alone (docs/security.md)",
+            style="bold red",
+            highlight=False,
+            soft_wrap=True,
+        )
+        return Confinement(bwrap=False, **limits)  # type: ignore[arg-type]
+    problem = sandbox_problem()
+    if problem is not None:
+        fail(f"users' code cannot be confined: {problem}")
+    if run_as is not None:
+        try:
+            account(run_as)
+        except ValueError as exc:
+            fail(f"--run-as: {str(exc).removeprefix('run_as: ')}")
+        if os.geteuid() != 0 and account(run_as)[0] != os.geteuid():
+            fail(f"--run-as {run_as}: only a daemon started as root runs jobs as another account")
+    elif os.geteuid() == 0:
+        fail(
+            "--run-as: the daemon runs as root, so users' jobs need an account without "
+            "privileges to run as (e.g. useradd --system --no-create-home datasched-job, "
+            "then --run-as datasched-job)"
+        )
+    return Confinement(run_as=run_as, **limits)  # type: ignore[arg-type]
 
 
 @users_app.command("add")

@@ -22,9 +22,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["DemoRequest", "ServiceDemo", "demo_requests", "run_service_demo"]
+if TYPE_CHECKING:
+    from datasched.sandbox.confine import Confinement
+
+__all__ = ["DemoRequest", "ServiceDemo", "demo_confinement", "demo_requests", "run_service_demo"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +87,25 @@ def demo_requests(data_dir: Path, tools_dir: Path) -> list[DemoRequest]:
     ]
 
 
+DEMO_ACCOUNT = "nobody"
+"""The account the demo's jobs run as when it runs as root."""
+
+
+def demo_confinement() -> Confinement:
+    """The demo's confinement: a sandbox where one can be made (as root, jobs run as
+    ``nobody``); else, saying so on stderr, a plain child process, as ``serve --no-sandbox``
+    gives on one's own machine."""
+    import os
+
+    from datasched.sandbox.confine import Confinement, sandbox_problem
+
+    problem = sandbox_problem()
+    if problem is None:
+        return Confinement(run_as=DEMO_ACCOUNT if os.geteuid() == 0 else None)
+    print(f"users' code runs unconfined in this demo ({problem})", file=sys.stderr)
+    return Confinement(bwrap=False)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -111,9 +133,11 @@ def serving(
     users: dict[str, str],
     tertiary_mb_s: float | None = None,
     eta_period_s: float = 2.0,
+    confine: Confinement | None = None,
 ) -> Iterator[ServiceDemo]:
     """The daemon over a fresh store in ``work``, its catalog the demo dataset, ``users``
-    (name → group) with tokens, serving on a free loopback port until the block ends."""
+    (name → group) with tokens, serving on a free loopback port until the block ends; users'
+    code confined by ``confine`` (default :func:`demo_confinement`)."""
     import uvicorn
 
     from datasched.service.app import build_state, create_app
@@ -121,6 +145,7 @@ def serving(
     from datasched.service.ports import ContractLanguage
     from datasched.service.store.db import Store
     from datasched.service.threaded import make_runner
+    from datasched.service.usercode import SandboxCheck
     from datasched.service.users import add_user
 
     store_url = f"sqlite:///{work / 'service.db'}"
@@ -128,14 +153,17 @@ def serving(
     Catalog(store).import_yaml(data_dir / "catalog.yaml")
     with store.session() as s:
         tokens = {name: add_user(s, name, group) for name, group in users.items()}
+    confine = confine or demo_confinement()
+    roots = [data_dir.parent.resolve(), work.resolve()]
     runner = make_runner(
         workers=workers,
         cache_dir=work / "cache",
-        roots=[data_dir.parent, work],
+        roots=roots,
         policy=policy,
         tertiary_mb_s=tertiary_mb_s,
+        confine=confine,
     )
-    language = ContractLanguage([data_dir.parent.resolve(), work.resolve()])
+    language = ContractLanguage(roots, code_check=SandboxCheck(confine, roots))
     state = build_state(store, language, runner=runner, policy=policy, eta_period_s=eta_period_s)
     port = _free_port()
     server = uvicorn.Server(

@@ -14,8 +14,10 @@ from typing import Protocol
 from datasched.service.contracts import (
     CatalogLookup,
     ElementaryJob,
+    FieldError,
     FileRef,
     MetaJobRequest,
+    ProcessorWork,
     RequestInvalid,
     SplitStrategy,
 )
@@ -60,8 +62,10 @@ class ContractLanguage:
     """:class:`RequestLanguage` by :mod:`datasched.service.request`. ``roots`` are the
     directories that paths in requests must lie under; ``cache_holders`` (optional) tells
     the ``by-cache`` split which nodes cache each file now; ``max_files_per_job`` is the
-    administrator's cap. A processor is looked for, never imported: user code runs on the
-    workers only."""
+    administrator's cap; ``user_dirs``: outputs go under each user's own directory of a
+    root; ``code_check``: the check of a processor that needs its code, which runs it in a
+    sandbox (:class:`~datasched.service.usercode.SandboxCheck`). The daemon never imports a
+    processor."""
 
     def __init__(
         self,
@@ -70,8 +74,12 @@ class ContractLanguage:
         cache_holders: Callable[[], Mapping[str, Sequence[str]]] | None = None,
         max_files_per_job: int | None = None,
         count_events: Callable[[str, str | None], int] | None = count_root_events,
+        user_dirs: bool = False,
+        code_check: Callable[[ProcessorWork], FieldError | None] | None = None,
     ) -> None:
         self.roots = tuple(roots)
+        self.user_dirs = user_dirs
+        self.code_check = code_check
         self.cache_holders = cache_holders
         self.max_files_per_job = max_files_per_job
         self.count_events = count_events
@@ -86,7 +94,12 @@ class ContractLanguage:
         from datasched.service.request import check_request
 
         files, errors = check_request(
-            request, catalog, roots=self.roots, count_events=self.count_events
+            request,
+            catalog,
+            roots=self.roots,
+            count_events=self.count_events,
+            user_dirs=self.user_dirs,
+            code_check=self.code_check,
         )
         if errors:
             raise RequestInvalid(errors)

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -64,6 +63,7 @@ from datasched.service.contracts import (
     RunnerListener,
 )
 from datasched.service.request.paths import Outside, confine, confine_output, locate
+from datasched.service.usercode import user_code
 
 __all__ = ["COMMAND_SCHEME", "Runner", "RunnerError"]
 
@@ -297,23 +297,8 @@ class Runner:
         )
 
     def user_code(self, work: ProcessorWork) -> UserCode:
-        """The job's processor as data: a file's text read as bytes (never imported here),
-        or a module's name, with its arguments as JSON."""
-        ref = work.processor.strip()
-        target, sep, _ = ref.rpartition(":")
-        target = target if sep else ref
-        try:
-            args = json.dumps(dict(work.processor_args), sort_keys=True)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"processor_args: not plain data: {exc}") from None
-        if not target.endswith(".py"):
-            return UserCode(ref, None, None, args)
-        try:
-            path = locate(target, self.roots)
-            source = path.read_bytes()
-        except (Outside, OSError) as exc:
-            raise ValueError(f"processor: {ref!r}: {exc}") from None
-        return UserCode(ref, source, str(path), args)
+        """The job's processor as data (:func:`~datasched.service.usercode.user_code`)."""
+        return user_code(work, self.roots)
 
     def _command_job(self, job: ElementaryJob) -> tuple[JobSpec, CommandSpec]:
         """The core sees a command job as one event of a pseudo-file of its own (it cannot

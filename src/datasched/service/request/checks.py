@@ -36,24 +36,39 @@ from datasched.service.request.fields import FILELIST, processor_ref_problem
 from datasched.service.request.paths import (
     Outside,
     confine,
+    confine_output,
     expand,
     is_remote,
     resolve_roots,
     writable_problem,
 )
 
-__all__ = ["COMMAND_VARIABLES", "EventCounter", "ProcessorCheck", "check_request"]
+__all__ = [
+    "COMMAND_VARIABLES",
+    "PATH_VARIABLES",
+    "CodeCheck",
+    "EventCounter",
+    "ProcessorCheck",
+    "check_request",
+]
 
 ProcessorCheck = Literal["exists", "import"]
+CodeCheck = Callable[[ProcessorWork], FieldError | None]
+"""A check of a processor that needs its code (it loads, its class takes the arguments),
+run where user code may run: a sandbox (:class:`datasched.service.usercode.SandboxCheck`)."""
 EventCounter = Callable[[str, str | None], int]
 """Counts the events of a file on storage that the catalog does not know: ``(url, tree)``;
 raises ``ValueError`` saying why it cannot."""
 
-COMMAND_VARIABLES = re.compile(
-    r"\$(?:\{(?:FILELIST|JOBID|INPUTFILE\d+)\}|FILELIST|JOBID|INPUTFILE\d+)"
-)
+_NAMES = r"FILELIST|JOBID|REQUESTID|PROCESSID|USER|SCRATCH|INPUTFILECOUNT|INPUTFILE\d+"
+COMMAND_VARIABLES = re.compile(rf"\$(?:\{{(?:{_NAMES})\}}|(?:{_NAMES}))")
 """The scheduler's variables a command's arguments may hold (STAR's): the runner puts in the
-file list's path, the elementary job's id and its input files."""
+file list's path, the elementary job's id, its input files, its scratch directory and its
+owner."""
+PATH_VARIABLES = {"JOBID": "x_0", "REQUESTID": "x", "PROCESSID": "0", "USER": "user"}
+"""The variables an output path may hold (what the runner knows before the job runs), with
+the stand-ins the check puts in to look at the path."""
+_PATH_VARIABLE = re.compile(r"\$\{?([A-Z][A-Z0-9]*)\}?")
 _OPERATORS = frozenset("();<>|&")
 MAX_FILELIST_BYTES = 4 << 20
 
@@ -67,7 +82,11 @@ class _Check:
         tree: str | None,
         max_files: int,
         needs_events: bool,
+        user: str | None = None,
+        user_dirs: bool = False,
     ) -> None:
+        self.user = user
+        self.user_dirs = user_dirs
         self.catalog = catalog
         self.roots = roots
         self.count_events = count_events
@@ -266,7 +285,8 @@ class _Check:
             elif any("$" in COMMAND_VARIABLES.sub("", t) for t in tokens):
                 self.add(
                     "command",
-                    "only the variables $FILELIST, $INPUTFILEn and $JOBID are filled in "
+                    "only the scheduler's variables $FILELIST, $INPUTFILECOUNT, $INPUTFILEn, "
+                    "$SCRATCH, $JOBID, $REQUESTID, $PROCESSID and $USER are filled in "
                     "(no shell runs it)",
                 )
         exe = shlex.split(command)[0] if allow_shell else tokens[0]
@@ -296,8 +316,15 @@ class _Check:
         if is_remote(where):
             self.add(field, f"{where}: outputs go to a local path under the configured roots")
             return
+        unknown = sorted({m for m in _PATH_VARIABLE.findall(where) if m not in PATH_VARIABLES})
+        if unknown:
+            known = ", ".join(f"${v}" for v in PATH_VARIABLES)
+            self.add(field, f"${unknown[0]} is not filled in in an output path (only {known})")
+            return
+        values = {**PATH_VARIABLES, "USER": self.user or "user"}
+        looked = _PATH_VARIABLE.sub(lambda m: values.get(m.group(1), m.group(0)), where)
         try:
-            path = confine(where, self.roots)
+            path = confine_output(looked, self.roots, self.user if self.user_dirs else None)
         except Outside as exc:
             self.add(field, str(exc))
             return
@@ -338,6 +365,8 @@ def check_request(
     search_path: str | None = None,
     count_events: EventCounter | None = None,
     max_files: int = 100_000,
+    user_dirs: bool = False,
+    code_check: CodeCheck | None = None,
 ) -> tuple[list[FileRef], list[FieldError]]:
     """The request's files (each once, in the order its inputs name them) and every problem
     found. ``roots``: the directories a request may read and write under (the first is where
@@ -345,10 +374,22 @@ def check_request(
     ``"import"`` (load it, as ``datasched run``). ``allow_shell``: commands may be shell
     lines. ``search_path``: the PATH commands are looked up on (None: this process's).
     ``count_events``: counts the events of a processor's file that the catalog does not
-    know (None: such a file is refused); a command's files need no count (0)."""
+    know (None: such a file is refused); a command's files need no count (0).
+    ``user_dirs``: outputs go under the request's user's own directory of a root (a daemon
+    of several users). ``code_check``: the check that needs the processor's code, run (in a
+    sandbox) only once everything else holds."""
     tree = mjr.work.tree if isinstance(mjr.work, ProcessorWork) else None
     needs_events = isinstance(mjr.work, ProcessorWork)
-    check = _Check(catalog, resolve_roots(roots), count_events, tree, max_files, needs_events)
+    check = _Check(
+        catalog,
+        resolve_roots(roots),
+        count_events,
+        tree,
+        max_files,
+        needs_events,
+        user=mjr.username or None,
+        user_dirs=user_dirs,
+    )
     files: list[FileRef] = []
     seen: set[str] = set()
     for i, spec in enumerate(mjr.inputs):
@@ -371,4 +412,8 @@ def check_request(
                 check.writable(where, key)
     if mjr.output is not None:
         check.writable(mjr.output, "output")
+    if not check.errors and code_check is not None and isinstance(work, ProcessorWork):
+        problem = code_check(work)
+        if problem is not None:
+            check.errors.append(problem)
     return files, check.errors
