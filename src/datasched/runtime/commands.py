@@ -40,7 +40,13 @@ from datasched.runtime.worker import (
     cache_plugin,
     release_file,
 )
-from datasched.sandbox.confine import SCRATCH, Confinement, Layout, SandboxUnavailable
+from datasched.sandbox.confine import (
+    SCRATCH,
+    Confinement,
+    Layout,
+    SandboxUnavailable,
+    limit_reason,
+)
 from datasched.sandbox.host import make_scratch, run_confined
 
 __all__ = [
@@ -277,8 +283,13 @@ def _execute(spec: CommandSpec, paths: list[str]) -> tuple[CommandOutcome, float
                 log = f"cannot start {spec.argv[0]}: {getattr(exc, 'strerror', None) or exc}\n"
                 return CommandOutcome(127, log, spec.stdout, spec.stderr, paths), 0.0
         log = log_tail(out, "stdout") + ("" if same else log_tail(err, "stderr"))
-        if ended.reason:
-            log = f"{ended.reason}\n{log}"
+        reason = ended.reason or (
+            limit_reason(conf, exit_code=ended.exit_code, cpu_s=ended.cpu_s, said=log)
+            if ended.exit_code
+            else ""
+        )
+        if reason:
+            log = f"{reason}\n{log}"
         code = ended.exit_code
         if code == 127 and boxed and not log.strip():
             log = f"cannot start {spec.argv[0]} in the sandbox (not found, or not executable)\n"

@@ -297,12 +297,14 @@ def outer_args(conf: Confinement, layout: Layout, extra_ro: Iterable[str] = ()) 
 LAUNCHER = (
     "import json,os,resource,sys\n"
     "for k,v in json.loads(sys.argv[1]).items():\n"
-    " resource.setrlimit(getattr(resource,k),(v,v))\n"
+    " resource.setrlimit(getattr(resource,k),(v,v+5 if k=='RLIMIT_CPU' else v))\n"
     "os.umask(0o077)\n"
     "os.execvp(sys.argv[2],sys.argv[2:])\n"
 )
 """Sets the limits inside the sandbox (after its user namespace exists: the processes limit
-then counts only the sandbox's processes), then becomes the job's program."""
+then counts only the sandbox's processes), then becomes the job's program. The CPU limit's
+hard value is 5 s past its soft one, so that a job past it gets SIGXCPU (which says why)
+before SIGKILL."""
 
 
 def command_line(conf: Confinement, layout: Layout, argv: Sequence[str]) -> list[str]:

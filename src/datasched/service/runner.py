@@ -463,7 +463,10 @@ class Runner:
             self._finish(job_id, JobState.ABORTED, error)
             return
         text = error + (f"\n{traceback}" if traceback else "")
-        failed = error.split(": ", 2)[1] if error.count(": ") >= 2 else None
+        # "data error: <url>: why": the file that could not be read (not a processor's
+        # error or a limit, where the file is only where it happened).
+        data = error.startswith("data error: ") and error.count(": ") >= 2
+        failed = error.split(": ", 2)[1] if data else None
         job = self._jobs[job_id]
         if failed not in {f.url for f in job.files}:
             failed = None
