@@ -149,3 +149,50 @@ def test_test_modules_have_unique_basenames() -> None:
             clashes.append(f"{seen[path.name].relative_to(tests)} and {path.relative_to(tests)}")
         seen.setdefault(path.name, path)
     assert not clashes, "test modules with the same name: " + "; ".join(clashes)
+
+
+USER_CODE_LOADERS = ("datasched.runtime.processor", "datasched.sandbox.child", "cloudpickle")
+"""Modules that load or run what a user wrote (or unpickle what it made)."""
+LOADING_NAMES = frozenset(
+    {"job_processor", "load_processor", "load_processor_source", "load_jobs", "unship"}
+)
+UNPICKLING = frozenset({"load", "loads", "Unpickler"})
+
+
+def _unpickles(tree: ast.AST) -> list[str]:
+    """Calls of ``pickle.load``/``loads``/``Unpickler`` (and the names imported from it)."""
+    found = []
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr in UNPICKLING
+            and isinstance(node.value, ast.Name)
+            and node.value.id in ("pickle", "cloudpickle")
+        ):
+            found.append(f"{node.value.id}.{node.attr}")
+        if isinstance(node, ast.ImportFrom) and node.module in ("pickle", "cloudpickle"):
+            found += [f"{node.module}.{a.name}" for a in node.names if a.name in UNPICKLING]
+    return found
+
+
+@pytest.mark.parametrize(
+    "path",
+    sorted((PACKAGE / "service").rglob("*.py")),
+    ids=lambda p: str(p.relative_to(PACKAGE)),
+)
+def test_the_service_never_loads_user_code_nor_unpickles_results(path: Path) -> None:
+    """The daemon treats users' processors and results as data (docs/security.md): it
+    imports no module that loads user code, calls none of the functions that do, and never
+    unpickles."""
+    tree = ast.parse(path.read_text())
+    bad = matching(imported_modules(path), USER_CODE_LOADERS)
+    assert not bad, f"{path.name} imports {sorted(bad)}"
+    names = {
+        a.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom)
+        for a in node.names
+        if a.name in LOADING_NAMES
+    }
+    assert not names, f"{path.name} imports {sorted(names)}"
+    assert not _unpickles(tree), f"{path.name} unpickles: {_unpickles(tree)}"

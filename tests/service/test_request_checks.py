@@ -12,6 +12,7 @@ import pytest
 
 from datasched.service.contracts import (
     CommandWork,
+    FieldError,
     FileRef,
     InputSpec,
     MetaJobRequest,
@@ -206,11 +207,21 @@ def test_a_processor_is_found_without_running_it(root: Path) -> None:
         assert problem in fields(processor_request(ref), root)["processor"], ref
 
 
-def test_loading_a_processor_is_asked_for(root: Path) -> None:
+def test_a_check_that_needs_the_code_is_the_callers_and_runs_last(root: Path) -> None:
     (root / "proc.py").write_text("def processor(e): pass\n")
-    assert fields(processor_request("proc.py"), root, processors="import") == {}
-    errors = fields(processor_request("proc.py:nothing"), root, processors="import")
-    assert "not found" in errors["processor"]
+    seen: list[str] = []
+
+    def code_check(work: ProcessorWork) -> FieldError | None:
+        seen.append(work.processor)
+        return FieldError("processor", "does not load") if "nothing" in work.processor else None
+
+    assert fields(processor_request("proc.py"), root, code_check=code_check) == {}
+    errors = fields(processor_request("proc.py:nothing"), root, code_check=code_check)
+    assert errors["processor"] == "does not load"
+    # Not asked while anything else is wrong: a missing file is reported, nothing is loaded.
+    errors = fields(processor_request("missing.py:f"), root, code_check=code_check)
+    assert "no file" in errors["processor"]
+    assert seen == ["proc.py", "proc.py:nothing"]
 
 
 def test_a_processor_needs_event_counts(root: Path) -> None:

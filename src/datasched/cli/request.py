@@ -122,7 +122,7 @@ def check(
         mjr,
         lookup,
         roots=[r.resolve() for r in roots] if roots else [Path.cwd()],
-        processors="import" if load else "exists",
+        code_check=_load_here(roots) if load else None,
         allow_shell=allow_shell,
         count_events=_count_events,
     )
@@ -154,3 +154,31 @@ def check(
         first = j.files[0].url if j.files else "-"
         table.add_row(j.id, j.node or "-", str(len(j.files)), str(j.n_events), first)
     out.print(table)
+
+
+def _load_here(roots: list[Path] | None) -> Any:
+    """``--load``: the processor loaded in this process, as ``datasched run`` loads it on the
+    user's own machine (never what the daemon does: it loads one in a sandbox)."""
+    from datasched.runtime.processor import ProcessorError, load_processor
+    from datasched.service.contracts import FieldError, ProcessorWork
+    from datasched.service.request.paths import Outside, locate
+
+    where = [r.resolve() for r in roots] if roots else [Path.cwd()]
+
+    def check(work: ProcessorWork) -> FieldError | None:
+        ref = work.processor.strip()
+        target, sep, attr = ref.rpartition(":")
+        if not sep:
+            target, attr = ref, ""
+        if target.endswith(".py"):
+            try:
+                ref = f"{locate(target, where)}:{attr}" if attr else str(locate(target, where))
+            except Outside as exc:
+                return FieldError("processor", str(exc))
+        try:
+            load_processor(ref, where[0], work.processor_args)
+        except ProcessorError as exc:
+            return FieldError("processor", str(exc))
+        return None
+
+    return check

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from datasched.service.contracts import FieldError, RequestInvalid
 from datasched.service.request.accept import accept_request
-from datasched.service.request.checks import COMMAND_VARIABLES, ProcessorCheck, check_request
+from datasched.service.request.checks import COMMAND_VARIABLES, CodeCheck, check_request
 from datasched.service.request.offline import DatasetsCatalog
 from datasched.service.request.parse import MAX_REQUEST_BYTES, form_of, parse_request
 from datasched.service.request.render import to_xml, to_yaml
@@ -22,9 +22,9 @@ from datasched.service.request.xml_form import schema_text
 __all__ = [
     "COMMAND_VARIABLES",
     "MAX_REQUEST_BYTES",
+    "CodeCheck",
     "DatasetsCatalog",
     "FieldError",
-    "ProcessorCheck",
     "RequestInvalid",
     "accept_request",
     "check_request",

@@ -56,7 +56,6 @@ def accept_request(
         mjr,
         catalog,
         roots=roots,
-        processors="exists",
         allow_shell=allow_shell,
         search_path=search_path,
         count_events=count_events,

@@ -2,11 +2,12 @@
 resolves to files (in the catalog or on storage under the configured roots), the command or
 the processor resolves, and every location written lies under the roots and can be written.
 
-User code is never run here. The daemon checks a processor by looking: a ``file.py`` must
-exist under a root, a module must be found on the import path (found, not imported: its
-parent packages are searched as directories), and the attribute must be a name. Loading it
-(``processors="import"``) is what ``datasched run`` does on the user's own machine, and
-what ``datasched request check --load`` does; in the service, the worker loads it.
+User code is never run here. A processor is checked by looking: a ``file.py`` must exist
+under a root, a module must be found on the import path (found, not imported: its parent
+packages are searched as directories), and the attribute must be a name. The checks that need
+the code itself are a ``code_check`` given by the caller: the daemon's loads the processor in
+a sandbox (:class:`datasched.service.usercode.SandboxCheck`); ``datasched request check
+--load`` loads it on the user's own machine.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import stat
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Literal
 
 from datasched.service.contracts import (
     CatalogLookup,
@@ -48,11 +48,9 @@ __all__ = [
     "PATH_VARIABLES",
     "CodeCheck",
     "EventCounter",
-    "ProcessorCheck",
     "check_request",
 ]
 
-ProcessorCheck = Literal["exists", "import"]
 CodeCheck = Callable[[ProcessorWork], FieldError | None]
 """A check of a processor that needs its code (it loads, its class takes the arguments),
 run where user code may run: a sandbox (:class:`datasched.service.usercode.SandboxCheck`)."""
@@ -221,7 +219,7 @@ class _Check:
 
     # -- work -----------------------------------------------------------------------------
 
-    def processor(self, work: ProcessorWork, mode: ProcessorCheck) -> None:
+    def processor(self, work: ProcessorWork) -> None:
         ref = work.processor
         problem = processor_ref_problem(ref)
         if problem:
@@ -230,22 +228,10 @@ class _Check:
         target, sep, _attr = ref.strip().rpartition(":")
         if not sep:
             target = ref.strip()
-        base = self.roots[0] if self.roots else Path.cwd()
         if target.endswith(".py"):
-            found = self.processor_file(target)
-            if found is None:
-                return
-            base = found.parent
-        elif mode == "exists" and not _module_found(target, self.roots):
+            self.processor_file(target)
+        elif not _module_found(target, self.roots):
             self.add("processor", f"no module {target!r} on the import path or under the roots")
-            return
-        if mode == "import":
-            from datasched.runtime.processor import ProcessorError, load_processor
-
-            try:
-                load_processor(ref, base, work.processor_args)
-            except ProcessorError as exc:
-                self.add("processor", str(exc))
 
     def processor_file(self, target: str) -> Path | None:
         candidates = (
@@ -360,7 +346,6 @@ def check_request(
     catalog: CatalogLookup | None,
     *,
     roots: Sequence[Path],
-    processors: ProcessorCheck = "exists",
     allow_shell: bool = False,
     search_path: str | None = None,
     count_events: EventCounter | None = None,
@@ -370,8 +355,7 @@ def check_request(
 ) -> tuple[list[FileRef], list[FieldError]]:
     """The request's files (each once, in the order its inputs name them) and every problem
     found. ``roots``: the directories a request may read and write under (the first is where
-    relative paths start). ``processors``: ``"exists"`` (the daemon: look, never import) or
-    ``"import"`` (load it, as ``datasched run``). ``allow_shell``: commands may be shell
+    relative paths start). ``allow_shell``: commands may be shell
     lines. ``search_path``: the PATH commands are looked up on (None: this process's).
     ``count_events``: counts the events of a processor's file that the catalog does not
     know (None: such a file is refused); a command's files need no count (0).
@@ -401,7 +385,7 @@ def check_request(
         check.add("input", f"at most {max_files} files, got {len(files)}")
     work = mjr.work
     if isinstance(work, ProcessorWork):
-        check.processor(work, processors)
+        check.processor(work)
     else:
         check.command(work, allow_shell, search_path)
         if work.stdin is not None:
