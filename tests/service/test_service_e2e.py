@@ -23,7 +23,7 @@ from datasched.service.catalog import Catalog
 from datasched.service.ports import ContractLanguage
 from datasched.service.store.db import Store
 from datasched.service.threaded import make_runner
-from datasched.service.usercode import SandboxCheck
+from datasched.service.usercode import SandboxCheck, SandboxCounter
 from datasched.service.users import add_user
 from runtime_support import reference_counts
 from sandbox_support import confinement
@@ -45,7 +45,9 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
     runner = make_runner(
         workers=2, cache_dir=root / "cache", roots=[root], policy="out-of-order", confine=confine
     )
-    language = ContractLanguage([root], code_check=SandboxCheck(confine, [root]))
+    language = ContractLanguage(
+        [root], code_check=SandboxCheck(confine, [root]), count_events=SandboxCounter(confine)
+    )
     state = build_state(store, language, runner=runner, period_s=0.1)
     with TestClient(create_app(state)) as client:
         yield {"client": client, "tokens": tokens, "root": root, "catalog": catalog_yaml}

@@ -231,10 +231,11 @@ def serve(
     )
     many = confine.bwrap  # a daemon of several users: each writes in their own directory
     if language is None:
-        from datasched.service.usercode import SandboxCheck
+        from datasched.service.usercode import SandboxCheck, SandboxCounter
 
         check = SandboxCheck(confine, roots, timeout_s=check_timeout)
-        lang = ContractLanguage(roots, user_dirs=many, code_check=check)
+        count = SandboxCounter(confine, timeout_s=check_timeout)
+        lang = ContractLanguage(roots, user_dirs=many, code_check=check, count_events=count)
     else:
         lang = _load(language, "--language")()
     store = open_store(db)

@@ -11,7 +11,9 @@ request is one message (:mod:`~datasched.sandbox.wire`):
   user's classes travel with it), opaque to the host;
 * ``merge`` (payload: results, each framed by its length): the merge of them, coffea's rules,
   then the processor's ``postprocess`` if asked (``final``);
-* ``check``: ``load``, then nothing: the processor loads and takes its arguments.
+* ``check``: ``load``, then nothing: the processor loads and takes its arguments;
+* ``count`` (one descriptor): the entries of a tree in a ROOT file, which the daemon's
+  checks need of a file the catalog does not know.
 
 Every answer is ``{"ok": true, ...}`` or ``{"ok": false, "kind": ..., "message": ...,
 "traceback": ...}``. The host decides what to believe of it.
@@ -161,6 +163,38 @@ class _Child:
             {"ok": True, "bytes_read": n_bytes, "open_s": open_s, "compute_s": compute_s}, blob
         )
 
+    def count(self, header: dict[str, Any], fds: list[int]) -> None:
+        """The entries of a tree in the file handed over: what the daemon's check needs of a
+        file the catalog does not know, without parsing a user's file itself."""
+        import uproot
+
+        url, tree = str(header["url"]), str(header["tree"])
+        if len(fds) != 1:
+            for fd in fds:
+                os.close(fd)
+            self.fail("data", "no file given")
+            return
+        try:
+            with uproot.open(f"/proc/self/fd/{fds[0]}") as f:
+                if tree not in f:
+                    names = sorted(
+                        {k.split(";")[0] for k, c in f.classnames().items() if c == "TTree"}
+                    )
+                    has = f"its trees: {', '.join(names)}" if names else "it holds no tree"
+                    self.fail("data", f"{url}: no tree {tree!r} ({has})")
+                    return
+                obj = f[tree]
+                if not hasattr(obj, "num_entries"):
+                    self.fail("data", f"{url}: {tree!r} is a {f.classname_of(tree)}, not a tree")
+                    return
+                n = int(obj.num_entries)
+        except Exception as exc:
+            self.fail("data", f"{url}: not a readable ROOT file: {exc}")
+            return
+        finally:
+            os.close(fds[0])
+        self.answer({"ok": True, "n_events": n})
+
     def merge(self, header: dict[str, Any], payload: bytes) -> None:
         import pickle
 
@@ -197,6 +231,8 @@ class _Child:
                 self.packet(header, fds)
             elif op == "merge":
                 self.merge(header, payload)
+            elif op == "count":
+                self.count(header, fds)
             else:
                 self.fail("host", f"unknown request {op!r}")
 

@@ -306,6 +306,21 @@ class Child:
         }
         return blob, stats
 
+    def count(self, path: str, *, url: str, tree: str, timeout_s: float) -> int:
+        """The entries of ``tree`` in the ROOT file at ``path`` (handed over read-only),
+        read in the sandbox; :class:`ChildFailed` (``data``) saying why it cannot."""
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            head, _ = self._ask(
+                {"op": "count", "url": url, "tree": tree}, fds=[fd], timeout_s=timeout_s
+            )
+        finally:
+            os.close(fd)
+        n = head.get("n_events")
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            raise ChildFailed("data", f"{url}: no event count")
+        return n
+
     def merge(self, blobs: list[bytes], *, final: bool, timeout_s: float) -> bytes:
         """The merge of ``blobs`` (results pickled by children), postprocessed if ``final``."""
         payload = join_blobs(blobs)
@@ -331,11 +346,11 @@ class ChildPool:
 
     @contextlib.contextmanager
     def borrow(
-        self, conf: Confinement, code: UserCode, *, scratch_base: str | Path | None = None
+        self, conf: Confinement, code: UserCode | None, *, scratch_base: str | Path | None = None
     ) -> Iterator[Child]:
-        """A child for ``code`` (an idle one, or a new one), given back afterwards unless
-        it broke."""
-        key = (code.key, conf)
+        """A child for ``code`` (an idle one, or a new one; None: a child loading no code),
+        given back afterwards unless it broke."""
+        key = (code.key if code is not None else "", conf)
         with self._lock:
             stack = self._idle.get(key, [])
             child = stack.pop() if stack else None

@@ -145,7 +145,7 @@ def serving(
     from datasched.service.ports import ContractLanguage
     from datasched.service.store.db import Store
     from datasched.service.threaded import make_runner
-    from datasched.service.usercode import SandboxCheck
+    from datasched.service.usercode import SandboxCheck, SandboxCounter
     from datasched.service.users import add_user
 
     store_url = f"sqlite:///{work / 'service.db'}"
@@ -163,7 +163,9 @@ def serving(
         tertiary_mb_s=tertiary_mb_s,
         confine=confine,
     )
-    language = ContractLanguage(roots, code_check=SandboxCheck(confine, roots))
+    language = ContractLanguage(
+        roots, code_check=SandboxCheck(confine, roots), count_events=SandboxCounter(confine)
+    )
     state = build_state(store, language, runner=runner, policy=policy, eta_period_s=eta_period_s)
     port = _free_port()
     server = uvicorn.Server(

@@ -22,7 +22,7 @@ from datasched.service.contracts import (
     SplitStrategy,
 )
 
-__all__ = ["ContractLanguage", "RequestLanguage", "count_root_events"]
+__all__ = ["ContractLanguage", "RequestLanguage"]
 
 MIME = {"xml": "application/xml", "yaml": "application/yaml"}
 """The API's content kinds as the request package's media types."""
@@ -45,26 +45,16 @@ class RequestLanguage(Protocol):
     ) -> list[ElementaryJob]: ...
 
 
-def count_root_events(url: str, tree: str | None) -> int:
-    """The entries of ``tree`` in the ROOT file at ``url`` (a file the catalog does not
-    know). Reads the file's header only, with uproot: no user code runs."""
-    from datasched.runtime.dataset import DatasetError, _open_file
-
-    if tree is None:
-        raise ValueError(f"{url}: name the tree to count its events")
-    try:
-        return _open_file(url, tree).n_events
-    except DatasetError as exc:
-        raise ValueError(str(exc)) from exc
-
-
 class ContractLanguage:
     """:class:`RequestLanguage` by :mod:`datasched.service.request`. ``roots`` are the
     directories that paths in requests must lie under; ``cache_holders`` (optional) tells
     the ``by-cache`` split which nodes cache each file now; ``max_files_per_job`` is the
-    administrator's cap; ``user_dirs``: outputs go under each user's own directory of a
-    root; ``code_check``: the check of a processor that needs its code, which runs it in a
-    sandbox (:class:`~datasched.service.usercode.SandboxCheck`). The daemon never imports a
+    administrator's cap; ``count_events`` counts the events of a file the catalog does not
+    know (None: such a file is refused for a processor; the daemon's counts in a sandbox:
+    :class:`~datasched.service.usercode.SandboxCounter`); ``user_dirs``: outputs go under
+    each user's own directory of a root; ``code_check``: the check of a processor that
+    needs its code, which runs it in a sandbox
+    (:class:`~datasched.service.usercode.SandboxCheck`). The daemon never imports a
     processor."""
 
     def __init__(
@@ -73,7 +63,7 @@ class ContractLanguage:
         *,
         cache_holders: Callable[[], Mapping[str, Sequence[str]]] | None = None,
         max_files_per_job: int | None = None,
-        count_events: Callable[[str, str | None], int] | None = count_root_events,
+        count_events: Callable[[str, str | None], int] | None = None,
         user_dirs: bool = False,
         code_check: Callable[[ProcessorWork], FieldError | None] | None = None,
     ) -> None:

@@ -15,12 +15,12 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 
-from datasched.sandbox.confine import Confinement, UserCode
-from datasched.sandbox.host import check_code
+from datasched.sandbox.confine import Confinement, LimitReached, SandboxUnavailable, UserCode
+from datasched.sandbox.host import ChildFailed, ChildPool, check_code
 from datasched.service.contracts import FieldError, ProcessorWork
 from datasched.service.request.paths import Outside, locate
 
-__all__ = ["SandboxCheck", "user_code"]
+__all__ = ["SandboxCheck", "SandboxCounter", "user_code"]
 
 KEEP_GOOD = 1024
 """Processors (text and arguments) remembered as loading, most recent first."""
@@ -76,3 +76,26 @@ class SandboxCheck:
             return None
         trace = f"\n{failed.traceback}" if failed.traceback else ""
         return FieldError("processor", f"{failed.message}{trace}")
+
+
+class SandboxCounter:
+    """Counts the events of a ROOT file the catalog does not know, for the daemon's checks,
+    in a sandbox: parsing a user's file (uproot builds classes from what the file says) is
+    not done in the daemon either. One child serves the counts, kept while they come."""
+
+    def __init__(self, confine: Confinement, *, timeout_s: float = 60.0) -> None:
+        self.confine = confine
+        self.timeout_s = timeout_s
+        self.pool = ChildPool(keep=1, idle_s=30.0)
+
+    def __call__(self, url: str, tree: str | None) -> int:
+        if tree is None:
+            raise ValueError(f"{url}: name the tree to count its events")
+        path = url.removeprefix("file://")
+        try:
+            with self.pool.borrow(self.confine, None) as child:
+                return child.count(path, url=url, tree=tree, timeout_s=self.timeout_s)
+        except ChildFailed as exc:
+            raise ValueError(exc.message) from None
+        except (LimitReached, SandboxUnavailable, OSError) as exc:
+            raise ValueError(f"{url}: cannot count its events: {exc}") from None
