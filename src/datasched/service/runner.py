@@ -254,9 +254,11 @@ class Runner:
             node["slots_total"] = self.opts.slots
         for j in snap["jobs"]:
             j["preferred_node"] = self._preferred.get(j["id"])
+        scheduler = getattr(getattr(self._client, "scheduler", None), "address", None)
         return {
             "running": self._task is not None and not self._task.done(),
             "policy": self.policy,
+            "scheduler": scheduler,
             **snap,
         }
 
