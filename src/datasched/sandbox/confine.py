@@ -50,6 +50,7 @@ __all__ = [
     "limit_reason",
     "python_dirs",
     "sandbox_problem",
+    "view_args",
 ]
 
 GiB = 1 << 30
@@ -213,6 +214,10 @@ def _system_args() -> list[str]:
     return [*args, "--ro-bind", "/etc", "/etc"]
 
 
+SHM = ["--perms", "1777", "--tmpfs", "/dev/shm"]
+"""POSIX shared memory (multiprocessing's locks and queues need it), of the sandbox alone."""
+
+
 class _Mounts:
     """bwrap arguments binding paths at the same or other places, each parent directory
     made first and traversable (mode 0755), so that an account without privileges reaches a
@@ -261,6 +266,7 @@ def inner_args(conf: Confinement, layout: Layout) -> list[str]:
     for src, dest in layout.rw:
         m.bind(src, dest, writable=True)
     args = ["bwrap", *_namespaces(conf), *_system_args(), "--proc", "/proc", "--dev", "/dev"]
+    args += SHM
     # /tmp first: a file bound below it (an argument's) must not be hidden by it.
     args += ["--bind", str(layout.scratch / "tmp"), "/tmp", *m.args, "--chdir", SCRATCH]
     args.append("--clearenv")
@@ -269,27 +275,46 @@ def inner_args(conf: Confinement, layout: Layout) -> list[str]:
     return args
 
 
-def outer_args(conf: Confinement, layout: Layout, extra_ro: Iterable[str] = ()) -> list[str]:
-    """A root process's way in: a view of what the sandbox binds (and ``extra_ro``), each
-    path at its own place and reachable, then ``setpriv`` to the job's account. The host's
-    ``/proc`` is bound, so that the sandbox inside may mount its own."""
+def outer_args(conf: Confinement, layout: Layout) -> list[str]:
+    """A root process's way in: a view of what the sandbox binds, each path at its own place
+    and reachable, then ``setpriv`` to the job's account."""
     if conf.run_as is None:
         raise SandboxUnavailable(
             "as root, user code runs only as an account without privileges: give --run-as "
             "(e.g. useradd --system --no-create-home datasched-job, then --run-as datasched-job)"
         )
-    uid, gid = account(conf.run_as)
+    ro = [src for src, _ in layout.ro]
+    rw = [str(layout.scratch), *(src for src, _ in layout.rw)]
+    return view_args(conf.run_as, ro=ro, rw=rw)
+
+
+def view_args(
+    run_as: str,
+    *,
+    ro: Iterable[str] = (),
+    rw: Iterable[str] = (),
+    tmp: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> list[str]:
+    """bwrap's arguments for a root process to start something as ``run_as``: a mount
+    namespace holding the system, the Python environment, ``ro`` (read-only) and ``rw``
+    (writable) at their own paths, each reachable through traversable parents (``/root``
+    may be closed to the account), ``/tmp`` (a tmpfs, or ``tmp`` bound there), the host's
+    ``/proc`` (so that a sandbox inside may mount its own) and a clean environment (``PATH``
+    and ``env``); then ``setpriv`` to the account, without capabilities or new privileges.
+    The command follows."""
+    uid, gid = account(run_as)
     m = _Mounts()
-    for d in (*python_dirs(), *extra_ro):
+    for d in (*python_dirs(), *ro):
         m.bind(d, d)
-    for src, _ in layout.ro:
-        m.bind(src, src)
-    m.bind(str(layout.scratch), str(layout.scratch), writable=True)
-    for src, _ in layout.rw:
-        m.bind(src, src, writable=True)
+    for d in rw:
+        m.bind(d, d, writable=True)
     args = ["bwrap", "--unshare-ipc", "--unshare-uts", "--die-with-parent", "--new-session"]
-    args += [*_system_args(), "--bind", "/proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    args += [*_system_args(), "--bind", "/proc", "/proc", "--dev", "/dev", *SHM]
+    args += ["--bind", tmp, "/tmp"] if tmp is not None else ["--tmpfs", "/tmp"]
     args += [*m.args, "--clearenv", "--setenv", "PATH", JOB_PATH]
+    for key, value in (env or {}).items():
+        args += ["--setenv", key, value]
     args += ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups"]
     return [*args, "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
 

@@ -1,0 +1,174 @@
+"""The service's own local workers, confined: each a Dask nanny and worker started as the
+jobs' account (never the daemon's), in a view of its own, with a clean environment.
+
+A confined worker sees the system, the Python environment, its node cache (writable), the
+roots (where it reads local tertiary files and writes commands' outputs, as the jobs'
+account), its TLS credentials (read-only) and a ``/tmp`` of its own: not the store, not the
+daemon's files, not its environment (no store credentials). The users' code it runs is
+confined further, each job in a sandbox of its own (:mod:`datasched.sandbox`).
+
+Started by :func:`confined_workers` as a :class:`distributed.SpecCluster`'s workers: the
+scheduler stays in the daemon's process, the workers are processes of their own that the
+cluster starts and stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from distributed.deploy.spec import ProcessInterface
+
+from datasched.sandbox.confine import Confinement, account, python_dirs, view_args
+
+__all__ = ["ConfinedWorker", "worker_specs"]
+
+
+class ConfinedWorker(ProcessInterface):  # type: ignore[misc]
+    """A nanny and its worker (``name``) in a process of their own, started as
+    ``confine.run_as`` in a view holding ``rw`` (writable: the cache root, the roots) and
+    ``ro`` (the TLS credentials), with ``env`` (Dask's settings) and nothing else."""
+
+    def __init__(
+        self,
+        scheduler: str,
+        name: str,
+        *,
+        confine: Confinement,
+        nthreads: int,
+        memory_limit: str,
+        rw: Sequence[str] = (),
+        ro: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        log_dir: str | None = None,
+    ) -> None:
+        super().__init__(scheduler=scheduler, name=name)
+        self.scheduler = scheduler
+        self.name = name
+        self.confine = confine
+        self.nthreads = nthreads
+        self.memory_limit = memory_limit
+        self.rw = list(rw)
+        self.ro = list(ro)
+        self.env = dict(env or {})
+        self.log_dir = log_dir
+        self.process: asyncio.subprocess.Process | None = None
+        self.tmp: str | None = None
+
+    def command(self) -> list[str]:
+        """The command line starting the nanny (through the account's view when root)."""
+        spec = {
+            "cls": "distributed.Nanny",
+            "opts": {
+                "name": self.name,
+                "nthreads": self.nthreads,
+                "memory_limit": self.memory_limit,
+                "host": "127.0.0.1",
+                "dashboard": False,
+                "dashboard_address": None,
+            },
+        }
+        argv = [sys.executable, "-m", "distributed.cli.dask_spec", self.scheduler]
+        argv += ["--spec", json.dumps(spec)]
+        import datasched
+
+        env = {
+            "HOME": "/tmp",
+            "LANG": "C.UTF-8",
+            "PYTHONPATH": str(Path(datasched.__file__).resolve().parent.parent),
+            **self.env,
+        }
+        if os.geteuid() != 0 or self.confine.run_as is None:
+            return ["env", "-i", f"PATH={os.environ.get('PATH', '')}", *_pairs(env), *argv]
+        assert self.tmp is not None
+        return [
+            *view_args(self.confine.run_as, ro=self.ro, rw=self.rw, tmp=self.tmp, env=env),
+            *argv,
+        ]
+
+    async def start(self) -> None:
+        self.tmp = tempfile.mkdtemp(prefix=f"datasched-worker-{self.name}-")
+        if os.geteuid() == 0 and self.confine.run_as is not None:
+            uid, gid = account(self.confine.run_as)
+            os.chown(self.tmp, uid, gid)
+        log = (
+            open(Path(self.log_dir) / f"worker-{self.name}.log", "ab")  # noqa: SIM115
+            if self.log_dir
+            else None
+        )
+        try:
+            self.process = await asyncio.create_subprocess_exec(
+                *self.command(),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=log or asyncio.subprocess.DEVNULL,
+                stderr=log or asyncio.subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        finally:
+            if log is not None:
+                log.close()
+        await super().start()
+
+    async def close(self) -> None:
+        proc, self.process = self.process, None
+        if proc is not None and proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                await asyncio.wait_for(proc.wait(), timeout=10)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                await proc.wait()
+        if self.tmp is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            self.tmp = None
+        await super().close()
+
+
+def _pairs(env: Mapping[str, str]) -> list[str]:
+    return [f"{k}={v}" for k, v in env.items()]
+
+
+def worker_specs(
+    n: int,
+    *,
+    confine: Confinement,
+    nthreads: int,
+    memory_limit: str,
+    cache_root: Path,
+    roots: Sequence[Path],
+    tls_dir: Path | None,
+    env: Mapping[str, str],
+    log_dir: Path | None = None,
+) -> dict[Any, dict[str, Any]]:
+    """The workers of a confined cluster (``SpecCluster(workers=...)``), named ``0`` ...
+    ``n-1`` as a LocalCluster names them. The cache root is made and given to the account."""
+    cache_root.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() == 0 and confine.run_as is not None:
+        uid, gid = account(confine.run_as)
+        for path in (cache_root, *cache_root.rglob("*")):
+            with contextlib.suppress(OSError):
+                os.chown(path, uid, gid, follow_symlinks=False)
+    rw = [str(cache_root.resolve()), *(str(Path(r).resolve()) for r in roots)]
+    ro = [str(tls_dir)] if tls_dir is not None else []
+    known = set(python_dirs())
+    options = {
+        "confine": confine,
+        "nthreads": nthreads,
+        "memory_limit": memory_limit,
+        "rw": [p for p in rw if p not in known],
+        "ro": ro,
+        "env": dict(env),
+        "log_dir": str(log_dir) if log_dir is not None else None,
+    }
+    return {i: {"cls": ConfinedWorker, "options": {**options, "name": str(i)}} for i in range(n)}
