@@ -33,7 +33,7 @@ from datasched.sandbox.confine import Confinement, account, python_dirs, view_ar
 __all__ = ["ConfinedWorker", "worker_specs"]
 
 
-class ConfinedWorker(ProcessInterface):  # type: ignore[misc]
+class ConfinedWorker(ProcessInterface):
     """A nanny and its worker (``name``) in a process of their own, started as
     ``confine.run_as`` in a view holding ``rw`` (writable: the cache root, the roots) and
     ``ro`` (the TLS credentials), with ``env`` (Dask's settings) and nothing else."""
@@ -51,7 +51,7 @@ class ConfinedWorker(ProcessInterface):  # type: ignore[misc]
         env: Mapping[str, str] | None = None,
         log_dir: str | None = None,
     ) -> None:
-        super().__init__(scheduler=scheduler, name=name)
+        super().__init__(scheduler=scheduler, name=name)  # type: ignore[no-untyped-call]
         self.scheduler = scheduler
         self.name = name
         self.confine = confine
@@ -116,7 +116,7 @@ class ConfinedWorker(ProcessInterface):  # type: ignore[misc]
         finally:
             if log is not None:
                 log.close()
-        await super().start()
+        await super().start()  # type: ignore[no-untyped-call]
 
     async def close(self) -> None:
         proc, self.process = self.process, None
@@ -132,7 +132,7 @@ class ConfinedWorker(ProcessInterface):  # type: ignore[misc]
         if self.tmp is not None:
             shutil.rmtree(self.tmp, ignore_errors=True)
             self.tmp = None
-        await super().close()
+        await super().close()  # type: ignore[no-untyped-call]
 
 
 def _pairs(env: Mapping[str, str]) -> list[str]:
