@@ -104,6 +104,8 @@ class Daemon:
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     require_sandbox()
+    if os.geteuid() != 0:
+        pytest.skip("the daemon must start as root to run jobs as another account")
     account = job_account()
     base = tmp_path_factory.mktemp("hostile")
     root = base / "root"

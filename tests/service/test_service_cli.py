@@ -4,6 +4,7 @@ on loopback (uvicorn in a thread, with the stand-in language and runner)."""
 
 from __future__ import annotations
 
+import os
 import pickle
 import socket
 import threading
@@ -172,3 +173,30 @@ def test_groups_set_and_list_against_a_daemon(
     assert r.exit_code == 0, r.output
     row = next(line for line in r.stdout.splitlines() if "│ g " in line)
     assert [c.strip() for c in row.strip("│ ").split("│")][:4] == ["g", "3", "25", "2"]
+
+
+def test_serve_confines_users_code_or_refuses_to_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import datasched.sandbox.confine as confine
+
+    db = tmp_path / "s.db"
+    base = ["serve", "--db", str(db), "--runner", "svc_support:make_fake_runner"]
+    if os.geteuid() == 0:
+        r = cli.invoke(app, base)
+        assert r.exit_code == 2 and "--run-as: users' jobs need an account" in r.stderr
+        r = cli.invoke(app, [*base, "--run-as", "no-such-account-xyz"])
+        assert r.exit_code == 2 and "no account 'no-such-account-xyz'" in r.stderr
+        r = cli.invoke(app, [*base, "--run-as", "root"])
+        assert r.exit_code == 2 and "is root" in r.stderr
+    else:
+        r = cli.invoke(app, base)
+        assert r.exit_code == 2 and "never run as the daemon's own account" in r.stderr
+    # Without bubblewrap it says how to install it.
+    monkeypatch.setattr(confine, "sandbox_problem", lambda: "bubblewrap (bwrap) is not installed")
+    r = cli.invoke(app, [*base, "--run-as", "nobody"])
+    assert r.exit_code == 2 and "bubblewrap (bwrap) is not installed" in r.stderr
+    assert not db.exists()
+    # --no-sandbox warns, every start (this one stops at the store).
+    r = cli.invoke(app, [*base, "--no-sandbox", "--db", "mysql://h/d"])
+    assert r.exit_code == 2 and "WARNING: --no-sandbox" in r.stderr

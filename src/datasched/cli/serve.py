@@ -305,19 +305,21 @@ def _confinement(
     problem = sandbox_problem()
     if problem is not None:
         fail(f"users' code cannot be confined: {problem}")
-    if run_as is not None:
-        try:
-            account(run_as)
-        except ValueError as exc:
-            fail(f"--run-as: {str(exc).removeprefix('run_as: ')}")
-        if os.geteuid() != 0 and account(run_as)[0] != os.geteuid():
-            fail(f"--run-as {run_as}: only a daemon started as root runs jobs as another account")
-    elif os.geteuid() == 0:
+    if os.geteuid() != 0:
         fail(
-            "--run-as: the daemon runs as root, so users' jobs need an account without "
-            "privileges to run as (e.g. useradd --system --no-create-home datasched-job, "
-            "then --run-as datasched-job)"
+            "users' jobs never run as the daemon's own account: start the daemon as root "
+            "with --run-as ACCOUNT (an account without privileges), or, for yourself alone "
+            "on your own machine, --no-sandbox"
         )
+    if run_as is None:
+        fail(
+            "--run-as: users' jobs need an account without privileges to run as (e.g. "
+            "useradd --system --no-create-home datasched-job, then --run-as datasched-job)"
+        )
+    try:
+        account(run_as)
+    except ValueError as exc:
+        fail(f"--run-as: {str(exc).removeprefix('run_as: ')}")
     return Confinement(run_as=run_as, **limits)  # type: ignore[arg-type]
 
 
