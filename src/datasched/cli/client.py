@@ -9,7 +9,6 @@ the token ``--token`` (default ``$DATASCHED_TOKEN``). The server's errors are pr
 from __future__ import annotations
 
 import os
-import pickle
 import time
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
@@ -59,14 +58,18 @@ class ApiClient:
     def __exit__(self, *exc: object) -> None:
         self.http.close()
 
-    def call(self, method: str, path: str, **kwargs: Any) -> Any:
-        """The response to ``method path``, if it succeeded."""
+    def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        """The response to ``method path``, whatever its status (exit 1 if unreachable)."""
         import httpx
 
         try:
-            r = self.http.request(method, path, **kwargs)
+            return self.http.request(method, path, **kwargs)
         except httpx.HTTPError as exc:
             fail(f"--server: cannot reach {self.server}: {exc}", code=1)
+
+    def call(self, method: str, path: str, **kwargs: Any) -> Any:
+        """The response to ``method path``, if it succeeded."""
+        r = self.request(method, path, **kwargs)
         if r.status_code >= 400:
             self.refused(r)
         return r
@@ -213,27 +216,163 @@ def logs(
             out.print(j["log"].rstrip("\n"), markup=False, highlight=False)
 
 
+RESULT_WAIT_S = 120.0
+"""How long ``datasched result`` waits for a result the server is still merging."""
+
+TrustOpt = Annotated[
+    bool,
+    typer.Option(
+        "--trust",
+        help="Load the result even if it holds classes off datasched's list of what results "
+        "may hold: that runs code from the result. Only for your own results.",
+    ),
+]
+
+
 @app.command("result")
 def result(
     request_id: Annotated[str, typer.Argument(help="A completed request.")],
     out_dir: Annotated[Path, typer.Option("--out", help="Directory to write result.pkl in.")],
+    trust: TrustOpt = False,
     server: ServerOpt = None,
     token: TokenOpt = None,
 ) -> None:
-    """Write a completed request's merged result to DIR/result.pkl. If the server does not
-    unpickle it (it holds your own classes), the packets are fetched and merged here."""
-    from datasched.runtime.outputs import merge_all, write_output
+    """Write a completed request's merged result to DIR/result.pkl, as the server serves it,
+    then load it with datasched.safepickle and print what it holds. A result holding classes
+    off its list (the user's own) stays written but is not loaded: exit 1, unless --trust.
+    From a server that does not merge the result, the packets are merged here, through the
+    same loader (docs/service.md, "Results and user code")."""
+    from datasched import safepickle
+    from datasched._files import atomic_write_bytes
 
     check_out_dir(out_dir)
+    path = out_dir / "result.pkl"
     with ApiClient(server, token) as client:
-        r = client.http.get(f"/requests/{request_id}/result")
-        if r.status_code == 409 and _is_json(r) and r.json()["errors"][0]["field"] == "result":
-            r = client.call("GET", f"/requests/{request_id}/result", params={"packets": "true"})
-            merged = merge_all(pickle.loads(b) for b in pickle.loads(r.content))
-        elif r.status_code >= 400:
-            client.refused(r)
-        else:
-            merged = pickle.loads(r.content)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    write_output(merged, out_dir / "result.pkl")
-    out.print(str(out_dir / "result.pkl"), highlight=False)
+        data, refusal = _fetch_result(client, request_id)
+        if data is None:
+            merged = _merge_packets(client, request_id, refusal, trust)
+    if data is None:
+        from datasched.runtime.outputs import write_output
+
+        write_output(merged, path)
+        out.print(str(path), highlight=False)
+        _print_summary(merged)
+        return
+    atomic_write_bytes(path, data, fsync=True)
+    out.print(str(path), highlight=False)
+    try:
+        loaded = safepickle.loads(data, trust=trust)
+    except safepickle.Refused as exc:
+        fail(f"result: {path} written, not loaded: {exc.reason}; {TRUST_ADVICE}", code=1)
+    except Exception as exc:  # a pickle broken or refused by its own library
+        fail(f"result: {path} written, but it does not load: {_one_line(exc)}", code=1)
+    _print_summary(loaded)
+
+
+TRUST_ADVICE = "--trust loads it, running its code: only for your own results"
+
+
+def _one_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:300]
+
+
+def _fetch_result(client: ApiClient, request_id: str) -> tuple[bytes | None, Any]:
+    """The merged result's bytes; or ``(None, response)`` when the server answers that it
+    does not merge this result (409 on ``result`` with no ``Retry-After``): the caller then
+    merges the packets. A result being merged is waited for, up to RESULT_WAIT_S."""
+    deadline = time.monotonic() + RESULT_WAIT_S
+    while True:
+        r = client.request("GET", f"/requests/{request_id}/result")
+        if r.status_code == 200:
+            return r.content, None
+        if r.status_code == 409 and _is_json(r) and _first_field(r) == "result":
+            retry = r.headers.get("Retry-After")
+            if retry is None:
+                return None, r
+            if time.monotonic() < deadline:
+                time.sleep(min(max(float(retry), 0.1), 5.0))
+                continue
+        client.refused(r)
+
+
+def _first_field(r: Any) -> Any:
+    errors = r.json().get("errors") or [{}]
+    return errors[0].get("field")
+
+
+def _merge_packets(client: ApiClient, request_id: str, refusal: Any, trust: bool) -> Any:
+    """The merge of the request's packets' results, each loaded with datasched.safepickle
+    (plain pickle with ``trust``); exits 1 naming what it refuses."""
+    from datasched import safepickle
+    from datasched.runtime.outputs import merge_all
+
+    r = client.call("GET", f"/requests/{request_id}/result", params={"packets": "true"})
+    try:
+        blobs = safepickle.loads(r.content)  # a list of bytes: loads nothing of the user's
+    except Exception as exc:
+        fail(f"result: the server's packets do not load: {_one_line(exc)}", code=1)
+    if not (isinstance(blobs, list) and all(isinstance(b, bytes) for b in blobs)):
+        fail("result: the server's packets are not a list of bytes", code=1)
+    if not blobs:
+        client.refused(refusal)
+    try:
+        return merge_all(safepickle.loads(b, trust=trust) for b in blobs)
+    except safepickle.Refused as exc:
+        fail(f"result: not merged here, nothing written: {exc.reason}; {TRUST_ADVICE}", code=1)
+    except Exception as exc:
+        server_said = refusal.json()["errors"][0].get("reason")
+        fail(f"result: {server_said}; merged here: {_one_line(exc)}", code=1)
+
+
+def _print_summary(value: Any) -> None:
+    for line in describe_result(value):
+        out.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def describe_result(value: Any, limit: int = 40) -> list[str]:
+    """What a result holds, a line each: a mapping's top-level keys and the type of each
+    (``mass: hist.Hist (1 axis, 60 bins)``), or ``result: TYPE`` for anything else."""
+    from collections.abc import Mapping
+
+    if not isinstance(value, Mapping):
+        return [f"result: {_describe(value)}"]
+    lines = [f"{key}: {_describe(v)}" for key, v in list(value.items())[:limit]]
+    if len(value) > limit:
+        lines.append(f"... and {len(value) - limit} more keys")
+    return lines or ["result: an empty mapping"]
+
+
+def _type_name(cls: type) -> str:
+    module = cls.__module__
+    if module == "builtins":
+        return cls.__qualname__
+    top = "coffea.processor" if module.startswith("coffea.processor") else module.split(".")[0]
+    return f"{top}.{cls.__qualname__}"
+
+
+def _plural(n: int, word: str, many: str | None = None) -> str:
+    return f"{n} {word if n == 1 else many or word + 's'}"
+
+
+def _describe(v: Any) -> str:
+    from collections.abc import Mapping, Sized
+
+    name = _type_name(type(v))
+    if v is None:
+        return "None"
+    if hasattr(v, "axes") and hasattr(v, "storage_type"):  # hist / boost-histogram
+        bins = 1
+        for axis in v.axes:
+            bins *= len(axis)
+        return f"{name} ({_plural(len(v.axes), 'axis', 'axes')}, {_plural(bins, 'bin')})"
+    if hasattr(v, "shape") and hasattr(v, "dtype") and hasattr(v, "ndim") and v.ndim:
+        return f"{name} (shape {tuple(v.shape)}, {v.dtype})"
+    if type(v).__module__.startswith("awkward"):
+        return f"{name} ({' '.join(str(getattr(v, 'type', '')).split())[:80]})"
+    if isinstance(v, bool | int | float | complex | str | bytes) or hasattr(v, "dtype"):
+        return f"{name} {v!r:.60}"
+    if isinstance(v, Mapping):
+        return f"{name} ({_plural(len(v), 'key')})"
+    if isinstance(v, Sized):
+        return f"{name} ({_plural(len(v), 'item')})"
+    return name

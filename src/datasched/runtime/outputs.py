@@ -152,11 +152,16 @@ def write_output(result: Any, path: Path) -> None:
         )
 
 
-def read_output(path: Path) -> Any:
-    """A result written by :func:`write_output` as a pickle or a coffea file."""
-    if path.suffix == ".coffea":
-        import coffea.util
+def read_output(path: Path, *, trust: bool = False) -> Any:
+    """A result written by :func:`write_output` as a pickle or a coffea file (lz4-compressed),
+    loaded with :mod:`datasched.safepickle`: a result holding classes off its list (a user's
+    own) is refused unless ``trust`` (plain pickle, running their code: for one's own
+    results, such as those ``datasched run`` writes)."""
+    from datasched import safepickle
 
-        return coffea.util.load(str(path))
-    with open(path, "rb") as fh:
-        return pickle.load(fh)
+    if path.suffix == ".coffea":
+        import fsspec  # coffea's own dependency, as is lz4
+
+        with fsspec.open(str(path), "rb", compression="lz4") as fh:
+            return safepickle.load(fh, trust=trust)
+    return safepickle.load(path, trust=trust)
