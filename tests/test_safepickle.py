@@ -346,6 +346,8 @@ def test_a_reduce_to_os_system_is_refused_and_runs_nothing(tmp_path: Path) -> No
     for data in protocols({"h": hist.Hist.new.Reg(2, 0, 1).Double(), "x": RunsShell(marker)}, 2):
         exc = refused(data, "posix.system")
         assert exc.name == "posix.system"
+        again = pickle.loads(pickle.dumps(exc))  # it crosses processes whole
+        assert (str(again), again.name) == (str(exc), exc.name)
         assert not marker.exists()
     loads(data, trust=True)  # the same bytes, trusted: the attack is real
     assert marker.read_text().strip() == "ran"

@@ -69,6 +69,9 @@ class Refused(pickle.UnpicklingError, ValueError):
         self.reason = reason
         self.name = name
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.reason, self.name))
+
 
 def loads(data: bytes | bytearray | memoryview, *, trust: bool = False) -> Any:
     """The object pickled in ``data``, if it holds only what results may hold (else

@@ -35,13 +35,23 @@ _ALIGNED_STRUCT = 0x80
 """numpy's NPY_ALIGNED_STRUCT flag: the only flag a dtype's state decides (align=True)."""
 
 
+def _brief(x: Any) -> str:
+    """``x`` for a message: a plain value's repr, cut short; else only its type (the repr of
+    a pickle's objects is their code, run on their data, and may be huge)."""
+    if x is None or isinstance(x, bool | int | float | str | bytes):
+        return repr(x)[:60]
+    if isinstance(x, tuple) and len(x) <= 10:
+        return "(" + ", ".join(_brief(v) for v in x) + ")"
+    return f"a {type(x).__module__}.{type(x).__qualname__}"
+
+
 def _is_int(x: Any) -> bool:
     return type(x) is int
 
 
 def _shape(x: Any, what: str) -> tuple[int, ...]:
     if not (isinstance(x, tuple) and all(_is_int(n) and n >= 0 for n in x)):
-        raise StateError(f"{what}: expected a shape (whole numbers of at least 0), got {x!r:.80}")
+        raise StateError(f"{what}: expected a shape (whole numbers of at least 0), got {_brief(x)}")
     return x
 
 
@@ -55,20 +65,20 @@ def dtype_from_state(args: tuple[Any, ...], state: Any) -> Any:
         raise StateError(f"numpy.dtype: expected 1 to 3 arguments, got {len(args)}")
     base = np.dtype(args[0], bool(args[1]) if len(args) > 1 else False)
     if not (isinstance(state, tuple) and state and state[0] in (3, 4)):
-        raise StateError(f"numpy.dtype: not a state numpy writes: {state!r:.80}")
+        raise StateError(f"numpy.dtype: not a state numpy writes: {_brief(state)}")
     if len(state) != (8 if state[0] == 3 else 9):
         raise StateError(f"numpy.dtype: a version {state[0]} state of {len(state)} items")
     endian, sub, names, fields, elsize, _alignment, flags = state[1:8]
     extra = state[8] if state[0] == 4 else None
     if not (_is_int(elsize) and _is_int(flags)) or endian not in ("<", ">", "=", "|"):
-        raise StateError(f"numpy.dtype: not a state numpy writes: {state!r:.80}")
+        raise StateError(f"numpy.dtype: not a state numpy writes: {_brief(state)}")
     metadata, unit = extra if isinstance(extra, tuple) and len(extra) == 2 else (extra, None)
     if names is not None:
         dt = _structured(names, fields, elsize, bool(flags & _ALIGNED_STRUCT))
     elif sub is not None:
         if not (isinstance(sub, tuple) and len(sub) == 2 and isinstance(sub[0], np.dtype)):
             raise StateError(
-                f"numpy.dtype: a subarray state that is not (dtype, shape): {sub!r:.80}"
+                f"numpy.dtype: a subarray state that is not (dtype, shape): {_brief(sub)}"
             )
         dt = np.dtype((sub[0], _shape(sub[1], "numpy.dtype subarray")))
     elif base.names is not None or base.subdtype is not None:
@@ -87,7 +97,7 @@ def dtype_from_state(args: tuple[Any, ...], state: Any) -> Any:
         dt = dt.newbyteorder(endian)
     if metadata is not None:
         if not isinstance(metadata, dict):
-            raise StateError(f"numpy.dtype: metadata that is not a dict: {metadata!r:.80}")
+            raise StateError(f"numpy.dtype: metadata that is not a dict: {_brief(metadata)}")
         if metadata:
             dt = np.dtype(dt, metadata=metadata)
     return dt
@@ -103,7 +113,7 @@ def _structured(names: Any, fields: Any, elsize: int, aligned: bool) -> Any:
         field = fields.get(name) if isinstance(name, str) else None
         ok = isinstance(field, tuple) and len(field) in (2, 3)
         if not (ok and isinstance(field[0], np.dtype) and _is_int(field[1])):  # type: ignore[index]
-            raise StateError(f"numpy.dtype: field {name!r:.40} is not (dtype, offset[, title])")
+            raise StateError(f"numpy.dtype: field {_brief(name)} is not (dtype, offset[, title])")
         assert isinstance(field, tuple)
         formats.append(field[0])
         offsets.append(field[1])
@@ -126,10 +136,10 @@ def _datetime_unit(unit: Any) -> str:
     if unit is None:
         return ""
     if not (isinstance(unit, tuple) and len(unit) >= 2 and _is_int(unit[1])):
-        raise StateError(f"numpy.dtype: a datetime unit numpy does not write: {unit!r:.80}")
+        raise StateError(f"numpy.dtype: a datetime unit numpy does not write: {_brief(unit)}")
     name = unit[0].decode("ascii") if isinstance(unit[0], bytes) else unit[0]
     if not (isinstance(name, str) and name.isalpha()):
-        raise StateError(f"numpy.dtype: a datetime unit numpy does not write: {unit!r:.80}")
+        raise StateError(f"numpy.dtype: a datetime unit numpy does not write: {_brief(unit)}")
     return "" if name == "generic" else f"[{unit[1]}{name}]"
 
 
@@ -176,7 +186,7 @@ def check_call(name: str, args: tuple[Any, ...]) -> None:
     elif name.startswith("awkward._pickle."):
         _check_awkward(short, args)
     elif name == "boost_histogram.axis.transform._internal_conversion" and args not in _BH_FNS:
-        raise StateError(f"boost-histogram transform: not one of its own: {args!r:.80}")
+        raise StateError(f"boost-histogram transform: not one of its own: {_brief(args)}")
 
 
 def _check_awkward(short: str, args: tuple[Any, ...]) -> None:
