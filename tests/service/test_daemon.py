@@ -9,6 +9,8 @@ import time
 import pytest
 from sqlalchemy import func, select
 
+from datasched import safepickle
+from datasched.runtime.outputs import merge_all
 from datasched.service.contracts import (
     ElementaryJob,
     FileRef,
@@ -17,7 +19,6 @@ from datasched.service.contracts import (
     ProcessorWork,
 )
 from datasched.service.daemon import Dispatcher
-from datasched.service.results import merge_packets
 from datasched.service.store import ops
 from datasched.service.store.db import Store
 from datasched.service.store.models import Packet, Request
@@ -93,7 +94,7 @@ def test_a_restart_mid_request_counts_every_event_once(store: Store, replay: boo
         mine = sorted((a, b) for u, a, b in ranges if u == url)
         assert mine[0][0] == 0 and mine[-1][1] == n
         assert all(x[1] == y[0] for x, y in itertools.pairwise(mine))
-    assert merge_packets(r for *_, r in rows) == {"events": sum(EVENTS)}
+    assert merge_all(safepickle.loads(r) for *_, r in rows if r) == {"events": sum(EVENTS)}
     if replay:
         assert d2.listener.replays == sum(done_before.values())
 
