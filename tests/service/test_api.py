@@ -47,6 +47,16 @@ class Api:
                 return got
             time.sleep(0.02)
 
+    def result(self, who: str, rid: str, timeout: float = 10.0) -> Any:
+        """The request's result once merged (409 with Retry-After while it is merging)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            r = self.client.get(f"/api/v1/requests/{rid}/result", headers=self.h(who))
+            if r.status_code != 409 or "Retry-After" not in r.headers:
+                return r
+            assert time.monotonic() < deadline, r.text
+            time.sleep(0.02)
+
 
 @pytest.fixture
 def api(sqlite_store: Store) -> Iterator[Api]:
@@ -74,7 +84,7 @@ def test_a_request_runs_to_completion_with_its_progress_and_merged_result(api: A
     assert {j["node"] for j in got["jobs"]} == {"node-0"}
     assert got["jobs"][0]["files"] == ["/star/auau/0.root"]
     assert got["progress"] == {"events": 90, "bytes": 9000, "packets": 9, "events_total": 90}
-    res = api.client.get(f"/api/v1/requests/{rid}/result", headers=api.h("ann"))
+    res = api.result("ann", rid)
     assert res.status_code == 200
     assert pickle.loads(res.content) == {"events": 90}
     raw = api.client.get(f"/api/v1/requests/{rid}/result?packets=true", headers=api.h("ann"))
@@ -257,12 +267,7 @@ def test_the_daemon_serves_a_result_as_bytes_and_never_unpickles_it(
 def test_a_completed_request_is_merged_by_the_runner_once(api: Api) -> None:
     rid = api.submit("ann", "processor: p\ninput: [{catalog: year=2004}]\n").json()["id"]
     api.wait("ann", rid, "completed")
-    for _ in range(200):
-        r = api.client.get(f"/api/v1/requests/{rid}/result", headers=api.h("ann"))
-        if r.status_code != 409:
-            break
-        assert r.headers.get("Retry-After") == "2", r.text
-        time.sleep(0.05)
+    r = api.result("ann", rid)
     assert r.status_code == 200, r.text
     assert pickle.loads(r.content) == {"events": 90}
     assert api.runner.merged == [9]  # 3 files of 30 events in packets of 10, merged once

@@ -47,7 +47,8 @@ from datasched.sandbox.confine import (
     SandboxUnavailable,
     limit_reason,
 )
-from datasched.sandbox.host import make_scratch, run_confined
+from datasched.sandbox.host import make_scratch
+from datasched.sandbox.run import run_confined
 
 __all__ = [
     "STDIN_FILELIST",

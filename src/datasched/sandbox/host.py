@@ -11,7 +11,6 @@ time or passes a limit fails the packet with the reason, and is not used again.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import signal
@@ -22,9 +21,8 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import psutil
 
@@ -32,7 +30,6 @@ from datasched.sandbox import wire
 from datasched.sandbox.child import join_blobs
 from datasched.sandbox.confine import (
     JOB_PATH,
-    SCRATCH,
     Confinement,
     Layout,
     LimitReached,
@@ -48,11 +45,10 @@ __all__ = [
     "Child",
     "ChildFailed",
     "ChildPool",
-    "Ended",
     "check_code",
+    "host_env",
     "make_scratch",
     "merge_results",
-    "run_confined",
 ]
 
 MAX_RESULT_BYTES = 256 << 20
@@ -85,7 +81,7 @@ def make_scratch(conf: Confinement, base: str | Path | None = None) -> Path:
     return path
 
 
-def _host_env(conf: Confinement, scratch: Path, extra: Mapping[str, str]) -> dict[str, str]:
+def host_env(conf: Confinement, scratch: Path, extra: Mapping[str, str]) -> dict[str, str]:
     """The environment given to the process started: bubblewrap sets the job's inside; a
     plain child gets the job's at once, its scratch at its real place."""
     if conf.bwrap:
@@ -163,7 +159,7 @@ class Child:
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=log,
-                    env=_host_env(self.conf, self.scratch, {}),
+                    env=host_env(self.conf, self.scratch, {}),
                     cwd=self.scratch,
                     start_new_session=True,
                 )
@@ -460,74 +456,3 @@ def check_code(
     finally:
         child.close()
     return None
-
-
-# -- commands ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Ended:
-    """How a confined command ended: its exit code (negative: killed by that signal), its
-    CPU seconds (its whole sandbox's) and, if it passed a limit, which."""
-
-    exit_code: int
-    cpu_s: float
-    reason: str = ""
-
-
-def run_confined(
-    conf: Confinement,
-    layout: Layout,
-    argv: Sequence[str],
-    *,
-    stdin: IO[bytes] | int,
-    stdout: IO[bytes] | int,
-    stderr: IO[bytes] | int,
-    timeout_s: float,
-) -> Ended:
-    """Run ``argv`` once, confined, in ``layout`` (its scratch is the working directory),
-    killed at ``timeout_s``. ``OSError`` if it cannot be started at all."""
-    line = command_line(conf, layout, argv)
-    proc = subprocess.Popen(
-        line,
-        stdin=stdin,
-        stdout=stdout,
-        stderr=stderr,
-        env=_host_env(conf, layout.scratch, layout.env),
-        cwd=layout.scratch,
-        start_new_session=True,
-    )
-    timed_out = threading.Event()
-
-    def kill() -> None:
-        timed_out.set()
-        with contextlib.suppress(OSError):
-            os.killpg(proc.pid, signal.SIGKILL)
-
-    timer = threading.Timer(timeout_s, kill)
-    timer.daemon = True
-    timer.start()
-    try:
-        _, status, usage = os.wait4(proc.pid, 0)
-    finally:
-        timer.cancel()
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    cpu = usage.ru_utime + usage.ru_stime
-    if timed_out.is_set():
-        return Ended(
-            proc.returncode, cpu, f"the job's wall time limit ({timeout_s:g} s) was reached"
-        )
-    reason = limit_reason(conf, exit_code=proc.returncode, cpu_s=cpu) if proc.returncode else ""
-    return Ended(proc.returncode, cpu, reason)
-
-
-def scratch_path(layout: Layout, conf: Confinement, inside: str) -> Path:
-    """Where a path inside the sandbox's scratch (``/scratch/...``) lies on this host."""
-    if conf.bwrap and inside.startswith(SCRATCH):
-        return layout.scratch / inside[len(SCRATCH) :].lstrip("/")
-    return Path(inside)
-
-
-def dumps_args(args: Mapping[str, Any]) -> str:
-    """A processor's arguments as the JSON a :class:`UserCode` carries."""
-    return json.dumps(dict(args), sort_keys=True)

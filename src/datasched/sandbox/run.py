@@ -1,0 +1,78 @@
+"""A command run once in a sandbox (STAR's elementary jobs), killed at its wall time.
+
+The command's standard input, output and error are files its host opened for it; what it
+may see is the sandbox's :class:`~datasched.sandbox.confine.Layout`. Its CPU time is its
+whole sandbox's, as the kernel counts it; a limit it passed is named.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import IO
+
+from datasched.sandbox.confine import Confinement, Layout, command_line, limit_reason
+from datasched.sandbox.host import host_env
+
+__all__ = ["Ended", "run_confined"]
+
+
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """How a confined command ended: its exit code (negative: killed by that signal), its
+    CPU seconds (its whole sandbox's) and, if it passed a limit, which."""
+
+    exit_code: int
+    cpu_s: float
+    reason: str = ""
+
+
+def run_confined(
+    conf: Confinement,
+    layout: Layout,
+    argv: Sequence[str],
+    *,
+    stdin: IO[bytes] | int,
+    stdout: IO[bytes] | int,
+    stderr: IO[bytes] | int,
+    timeout_s: float,
+) -> Ended:
+    """Run ``argv`` once, confined, in ``layout`` (its scratch is the working directory),
+    killed at ``timeout_s``. ``OSError`` if it cannot be started at all."""
+    line = command_line(conf, layout, argv)
+    proc = subprocess.Popen(
+        line,
+        stdin=stdin,
+        stdout=stdout,
+        stderr=stderr,
+        env=host_env(conf, layout.scratch, layout.env),
+        cwd=layout.scratch,
+        start_new_session=True,
+    )
+    timed_out = threading.Event()
+
+    def kill() -> None:
+        timed_out.set()
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+    timer = threading.Timer(timeout_s, kill)
+    timer.daemon = True
+    timer.start()
+    try:
+        _, status, usage = os.wait4(proc.pid, 0)
+    finally:
+        timer.cancel()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    cpu = usage.ru_utime + usage.ru_stime
+    if timed_out.is_set():
+        return Ended(
+            proc.returncode, cpu, f"the job's wall time limit ({timeout_s:g} s) was reached"
+        )
+    reason = limit_reason(conf, exit_code=proc.returncode, cpu_s=cpu) if proc.returncode else ""
+    return Ended(proc.returncode, cpu, reason)
