@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from datasched.runtime.session import ClusterOptions
+from datasched.runtime.tls import check_tls_options
 from datasched.service.contracts import ElementaryJob, RunnerListener
 
 __all__ = ["ThreadedRunner", "make_runner"]
@@ -119,12 +120,19 @@ def make_runner(
     jobqueue: Any = None,
     cache_gb: float | None = None,
     tertiary_mb_s: float | None = None,
+    tls_ca_file: Path | None = None,
+    tls_cert: Path | None = None,
+    tls_key: Path | None = None,
 ) -> ThreadedRunner:
     """The daemon's runner: ``workers`` local Dask workers (default 4), or the cluster at
-    ``scheduler``, or ``workers`` batch jobs (``jobqueue``); processors and commands are
-    found, and commands' outputs written, under the first of ``roots`` (the current
-    directory if none)."""
-    kw: dict[str, Any] = {"scheduler_address": scheduler, "jobqueue": jobqueue}
+    ``scheduler`` (a ``tls://`` one with ``tls_ca_file``, ``tls_cert`` and ``tls_key``,
+    checked here: :class:`~datasched.runtime.tls.TlsError` names the option), or
+    ``workers`` batch jobs (``jobqueue``); processors and commands are found, and commands'
+    outputs written, under the first of ``roots`` (the current directory if none). A
+    cluster the runner starts is closed: TLS with credentials made for it, its HTTP servers
+    on loopback (docs/runtime.md, "A closed cluster")."""
+    tls = check_tls_options(scheduler, tls_ca_file, tls_cert, tls_key)
+    kw: dict[str, Any] = {"scheduler_address": scheduler, "jobqueue": jobqueue, "tls": tls}
     if workers is not None:
         kw["workers"] = workers
     if cache_dir is not None:
