@@ -11,6 +11,9 @@ from typing import Any
 
 N_EVENTS = 12_000
 N_FILES = 6
+TLS_OPTIONS = ("--tls-ca-file", "--tls-cert", "--tls-key")
+"""What ``dask scheduler`` and ``dask worker`` (and datasched) call the CA, certificate and
+key files."""
 
 
 def reference_counts(catalog: Path, start: int, stop: int) -> list[float]:
@@ -39,9 +42,15 @@ class DaskProcesses:
     """A real ``dask scheduler`` and ``dask worker`` processes on loopback (what a user starts
     on a cluster), each worker with its own environment (``DATASCHED_CACHE_DIR``: a cache
     directory of its own, shared with no one). The address is ``.address``; ``close()`` stops
-    them all."""
+    them all.
 
-    def __init__(self, workers: dict[str, dict[str, str]], *, nthreads: int = 2) -> None:
+    With ``tls`` (a :class:`~datasched.runtime.tls.ClusterCredentials`), a closed cluster as
+    a user starts one: ``tls://``, the scheduler presenting the scheduler's certificate and
+    the workers the workers'; ``.security`` is a client's (the scheduler's files)."""
+
+    def __init__(
+        self, workers: dict[str, dict[str, str]], *, nthreads: int = 2, tls: Any = None
+    ) -> None:
         import os
         import subprocess
         import sys
@@ -49,10 +58,21 @@ class DaskProcesses:
 
         from distributed import Client
 
+        from datasched.runtime.tls import security
+
         src = str(Path(__file__).resolve().parent.parent / "src")
         base = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
         port = free_port()
-        self.address = f"tcp://127.0.0.1:{port}"
+        scheme = "tcp" if tls is None else "tls"
+        self.address = f"{scheme}://127.0.0.1:{port}"
+        self.security = None if tls is None else security(tls.scheduler)
+
+        def tls_args(files: Any) -> list[str]:
+            if files is None:
+                return []
+            paths = (files.ca, files.cert, files.key)
+            return [a for o, p in zip(TLS_OPTIONS, paths, strict=True) for a in (o, str(p))]
+
         quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
         self.procs = [
             subprocess.Popen(
@@ -65,7 +85,10 @@ class DaskProcesses:
                     "127.0.0.1",
                     "--port",
                     str(port),
+                    "--protocol",
+                    scheme,
                     "--no-dashboard",
+                    *tls_args(None if tls is None else tls.scheduler),
                 ],
                 env=base,
                 **quiet,
@@ -90,6 +113,7 @@ class DaskProcesses:
                             "--no-dashboard",
                             "--memory-limit",
                             "2GiB",
+                            *tls_args(None if tls is None else tls.worker),
                         ],
                         env={**base, **env},
                         **quiet,
@@ -98,7 +122,7 @@ class DaskProcesses:
             deadline = time.monotonic() + 60
             while True:
                 try:
-                    with Client(self.address, timeout=5) as client:
+                    with Client(self.address, timeout=5, security=self.security) as client:
                         client.wait_for_workers(
                             len(workers), timeout=max(deadline - time.monotonic(), 1)
                         )

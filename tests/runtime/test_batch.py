@@ -94,7 +94,13 @@ def test_cluster_kwargs_one_worker_a_job_with_stable_names() -> None:
         "cores": 3,
         "memory": "1GiB",
         "processes": 1,
-        "scheduler_options": {"dashboard_address": ":0", "host": "127.0.0.1"},
+        # No dashboards; Dask's HTTP servers on loopback, the scheduler's and the workers'.
+        "scheduler_options": {
+            "dashboard_address": "127.0.0.1:0",
+            "dashboard": False,
+            "host": "127.0.0.1",
+        },
+        "worker_extra_args": ["--no-dashboard", "--dashboard-address", "127.0.0.1:0"],
         "job_script_prologue": ["a", 'export DATASCHED_CACHE_DIR="/scratch/$USER/c"'],
     }
     odd = parse_jobqueue_args("pbs", ["""worker_cache_dir='/s/a"b`c'"""])
@@ -161,12 +167,13 @@ def test_missing_submit_command_and_missing_dask_jobqueue_are_named(
 
 
 def _fake_submitter(directory: Path) -> None:
-    """``sbatch`` that accepts a job which never starts, and ``scancel`` that notes what it
-    was asked to cancel."""
+    """``sbatch`` that keeps the job script it is given (``script``: the last one) and
+    accepts a job which never starts, and ``scancel`` that notes what it was asked to
+    cancel."""
     directory.mkdir()
     cancelled = directory / "cancelled"
     for name, body in (
-        ("sbatch", "echo 'Submitted batch job 42'"),
+        ("sbatch", f"cat \"$1\" > {directory / 'script'}\necho 'Submitted batch job 42'"),
         ("scancel", f'echo "$@" >> {cancelled}'),
     ):
         path = directory / name
@@ -179,7 +186,9 @@ def test_workers_that_never_start_are_an_error_after_wait_s(
 ) -> None:
     _fake_submitter(tmp_path / "bin")
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
-    spec = parse_jobqueue_args("slurm", ["host=127.0.0.1 wait_s=1"])
+    shared = tmp_path / "shared"  # the nodes would read the credentials here
+    shared.mkdir()
+    spec = parse_jobqueue_args("slurm", [f"host=127.0.0.1 wait_s=1 tls_dir={shared}"])
     opts = ClusterOptions(workers=2, cache_root=tmp_path / "c", jobqueue=spec)
 
     async def start() -> None:
@@ -190,6 +199,35 @@ def test_workers_that_never_start_are_an_error_after_wait_s(
         asyncio.run(start())
     # Both jobs submitted, and cancelled when the cluster closed.
     assert (tmp_path / "bin" / "cancelled").read_text().split() == ["42", "42"]
+    # A job's worker joins the scheduler over TLS with the workers' credentials, by path in
+    # the private directory under tls_dir (gone now, with the cluster), and keeps its
+    # dashboard off and its HTTP server on loopback.
+    words = (tmp_path / "bin" / "script").read_text().split()
+    scheduler = words[words.index("distributed.cli.dask_worker") + 1]
+    assert scheduler.startswith("tls://127.0.0.1:")
+    paths = {o: Path(words[words.index(o) + 1]) for o in ("--tls-ca-file", "--tls-cert")}
+    paths["--tls-key"] = Path(words[words.index("--tls-key") + 1])
+    assert {o: p.name for o, p in paths.items()} == {
+        "--tls-ca-file": "ca.pem",
+        "--tls-cert": "worker.pem",
+        "--tls-key": "worker-key.pem",
+    }
+    assert {p.parent.parent for p in paths.values()} == {shared}
+    assert list(shared.iterdir()) == []
+    i = words.index("--dashboard-address")
+    assert words[i - 1 : i + 2] == ["--no-dashboard", "--dashboard-address", "127.0.0.1:0"]
+
+
+def test_a_tls_dir_that_cannot_hold_the_credentials_is_named(tmp_path: Path) -> None:
+    spec = parse_jobqueue_args("slurm", [f"tls_dir={tmp_path / 'absent'}"])
+    opts = ClusterOptions(workers=1, cache_root=tmp_path / "c", jobqueue=spec)
+
+    async def start() -> None:
+        async with open_cluster(opts):
+            pass
+
+    with pytest.raises(JobqueueError, match="--jobqueue-args: tls_dir: cannot make a private"):
+        asyncio.run(start())
 
 
 @pytest.mark.parametrize(

@@ -24,7 +24,14 @@ from datasched.core.model import ModelError
 from datasched.core.policy import ParamError
 from datasched.policies import UnknownPolicyError
 from datasched.sim.experiment import ConfigError
-from datasched.sim.parallel import ClusterError, check_scheduler, usable_cores
+from datasched.sim.parallel import (
+    INSTALL_HINT,
+    ClusterError,
+    DaskScheduler,
+    SchedulerRef,
+    check_scheduler,
+    usable_cores,
+)
 from datasched.sim.workload import TraceError, WorkloadError
 
 __all__ = [
@@ -195,13 +202,28 @@ def cluster_errors() -> Iterator[None]:
         fail(f"--scheduler: {exc.reason}", code=1)
 
 
-def where_to_run(processes: int | None, scheduler: str | None) -> tuple[int, str | None]:
-    """``--processes`` and ``--scheduler`` checked: ``(processes, scheduler)`` to run with.
+def where_to_run(
+    processes: int | None,
+    scheduler: str | None,
+    tls_ca_file: Path | None = None,
+    tls_cert: Path | None = None,
+    tls_key: Path | None = None,
+) -> tuple[int, SchedulerRef | None]:
+    """``--processes``, ``--scheduler`` and ``--tls-*`` checked: ``(processes, scheduler)``
+    to run with (a ``tls://`` scheduler comes with its credentials, a
+    :class:`~datasched.sim.parallel.DaskScheduler`).
 
     Without ``--scheduler``, :func:`processes_or_default`. With it, the scheduler must answer
     now (within a few seconds), so that a wrong address is one error line before anything
-    runs; ``--processes`` beside it is refused rather than silently ignored.
+    runs; ``--processes`` beside it is refused rather than silently ignored, and so are
+    credentials beside a ``tcp://`` address (docs/runtime.md, "A closed cluster").
     """
+    from datasched.runtime.tls import TlsError, check_tls_options, security
+
+    try:
+        files = check_tls_options(scheduler, tls_ca_file, tls_cert, tls_key)
+    except TlsError as exc:
+        fail(str(exc))
     if scheduler is None:
         return processes_or_default(processes), None
     if processes is not None:
@@ -209,8 +231,14 @@ def where_to_run(processes: int | None, scheduler: str | None) -> tuple[int, str
             "--processes: not with --scheduler (the cluster's workers decide how many "
             "simulations run at once)"
         )
+    target: SchedulerRef = scheduler
+    if files is not None:
+        try:
+            target = DaskScheduler(scheduler, security(files))
+        except ModuleNotFoundError as exc:
+            fail(f"--scheduler: running on a Dask cluster needs Dask: {INSTALL_HINT} ({exc.name})")
     try:
-        workers = check_scheduler(scheduler)
+        workers = check_scheduler(target)
     except ClusterError as exc:
         fail(f"--scheduler: {exc.reason}")
     if workers == 0:
@@ -221,4 +249,4 @@ def where_to_run(processes: int | None, scheduler: str | None) -> tuple[int, str
             highlight=False,
             soft_wrap=True,
         )
-    return 1, scheduler
+    return 1, target

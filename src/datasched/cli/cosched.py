@@ -23,7 +23,15 @@ from datasched.cli.common import (
     user_errors,
     where_to_run,
 )
-from datasched.cli.options import JsonOpt, ProcessesOpt, ReportDirOpt, SchedulerOpt
+from datasched.cli.options import (
+    JsonOpt,
+    ProcessesOpt,
+    ReportDirOpt,
+    SchedulerOpt,
+    TlsCaOpt,
+    TlsCertOpt,
+    TlsKeyOpt,
+)
 from datasched.policies.mincostflow import NETWORKS, InstanceError, parse_instance, solve_instance
 
 __all__: list[str] = []
@@ -103,6 +111,9 @@ def reproduce_romosan(
     as_json: JsonOpt = False,
     processes: ProcessesOpt = None,
     scheduler: SchedulerOpt = None,
+    tls_ca_file: TlsCaOpt = None,
+    tls_cert: TlsCertOpt = None,
+    tls_key: TlsKeyOpt = None,
 ) -> None:
     """Re-run the experiments of romosan (co-scheduling data movement with computation):
     10,000 jobs over 100 files on 1 to 32 servers under FIFO, SJF and the min-cost flow;
@@ -115,14 +126,14 @@ def reproduce_romosan(
     from datasched.sim.romosan_reproduce import run_romosan, write_romosan
 
     check_out_dir(out_dir)
-    processes, scheduler = where_to_run(processes, scheduler)
+    processes, target = where_to_run(processes, scheduler, tls_ca_file, tls_cert, tls_key)
     study = romosan.QUICK if quick else romosan.FULL
-    where = f"on {scheduler}" if scheduler else f"in {processes} processes"
+    where = f"on {target}" if target else f"in {processes} processes"
     with err.status(f"running the reproduction {where} ...") as status, cluster_errors():
         outcome = run_romosan(
             study,
             processes=processes,
-            scheduler=scheduler,
+            scheduler=target,
             progress=None if as_json else lambda m: status.update(m),
         )
     with user_errors():

@@ -19,7 +19,15 @@ from datasched.cli.common import (
     user_errors,
     where_to_run,
 )
-from datasched.cli.options import JsonOpt, ProcessesOpt, ReportDirOpt, SchedulerOpt
+from datasched.cli.options import (
+    JsonOpt,
+    ProcessesOpt,
+    ReportDirOpt,
+    SchedulerOpt,
+    TlsCaOpt,
+    TlsCertOpt,
+    TlsKeyOpt,
+)
 
 __all__: list[str] = []
 
@@ -48,6 +56,9 @@ def reproduce_grid(
     as_json: JsonOpt = False,
     processes: ProcessesOpt = None,
     scheduler: SchedulerOpt = None,
+    tls_ca_file: TlsCaOpt = None,
+    tls_cert: TlsCertOpt = None,
+    tls_key: TlsKeyOpt = None,
 ) -> None:
     """Re-run the experiments of ranganathan-foster (decoupling computation and data
     scheduling in data grids): 120 users, 30 sites, 200 datasets, 6,000 jobs; the 4 external
@@ -67,14 +78,14 @@ def reproduce_grid(
         replace(BASE, local=local).check()
     except GridError as exc:
         fail(f"--local: {exc.reason}")
-    processes, scheduler = where_to_run(processes, scheduler)
+    processes, target = where_to_run(processes, scheduler, tls_ca_file, tls_cert, tls_key)
     study = replace(QUICK if quick else FULL, local=local)
-    where = f"on {scheduler}" if scheduler else f"in {processes} processes"
+    where = f"on {target}" if target else f"in {processes} processes"
     with err.status(f"running the reproduction {where} ...") as status, cluster_errors():
         outcome = run_grid_study(
             study,
             processes=processes,
-            scheduler=scheduler,
+            scheduler=target,
             progress=None if as_json else lambda m: status.update(m),
         )
     with user_errors():

@@ -30,6 +30,7 @@ __all__ = [
     "jobqueue_spec",
     "make_config",
     "policy_params_of",
+    "tls_files_of",
     "trace_rate_jobs_per_h",
     "with_policy_options",
 ]
@@ -200,12 +201,63 @@ SchedulerOpt = Annotated[
         "--scheduler",
         metavar="ADDR",
         help="Run the simulations on the workers of an existing Dask cluster, the one whose "
-        "scheduler is at ADDR (tcp://HOST:PORT), instead of in local processes; the results "
-        "are the same. The workers need datasched installed (this version). Not with "
-        "--processes: the cluster's workers decide how many run at once.",
+        "scheduler is at ADDR (tcp://HOST:PORT, or tls://HOST:PORT with --tls-ca-file, "
+        "--tls-cert, --tls-key), instead of in local processes; the results are the same. "
+        "The workers need datasched installed (this version). Not with --processes: the "
+        "cluster's workers decide how many run at once.",
         show_default=False,
     ),
 ]
+TlsCaOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--tls-ca-file",
+        metavar="PEM",
+        help="With --scheduler tls://...: the CA certificate the cluster's certificates are "
+        "signed by.",
+        show_default=False,
+        rich_help_panel="TLS (an existing cluster)",
+    ),
+]
+TlsCertOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--tls-cert",
+        metavar="PEM",
+        help="With --scheduler tls://...: this client's certificate, signed by that CA.",
+        show_default=False,
+        rich_help_panel="TLS (an existing cluster)",
+    ),
+]
+TlsKeyOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--tls-key",
+        metavar="PEM",
+        help="With --scheduler tls://...: the certificate's private key (unencrypted; keep "
+        "it readable only by you).",
+        show_default=False,
+        rich_help_panel="TLS (an existing cluster)",
+    ),
+]
+"""``--tls-ca-file``, ``--tls-cert``, ``--tls-key``: every command with ``--scheduler``;
+checked by :func:`tls_files_of`."""
+
+
+def tls_files_of(
+    scheduler: str | None, ca: Path | None, cert: Path | None, key: Path | None
+) -> Any:
+    """The TLS files for ``--scheduler`` (a :class:`~datasched.runtime.tls.TlsFiles`), or
+    ``None`` for a ``tcp://`` address or none; a bad combination, or a file that cannot be
+    read or used, exits with one line naming the option (docs/runtime.md, "A closed
+    cluster")."""
+    from datasched.runtime.tls import TlsError, check_tls_options
+
+    try:
+        return check_tls_options(scheduler, ca, cert, key)
+    except TlsError as exc:
+        fail(str(exc))
+
 
 JobqueueOpt = Annotated[
     str | None,

@@ -24,8 +24,12 @@ from datasched.cli.options import (
     ParamOpt,
     ReplicateHotOpt,
     SlotsOpt,
+    TlsCaOpt,
+    TlsCertOpt,
+    TlsKeyOpt,
     jobqueue_spec,
     policy_params_of,
+    tls_files_of,
     with_policy_options,
 )
 from datasched.policies import UnknownPolicyError, get_policy
@@ -131,9 +135,11 @@ def cluster_options(
     slots: int = 1,
     jobqueue: Any = None,
     replicate_hot: int | None = None,
+    tls: Any = None,
 ) -> Any:
     """The cluster's options from the command line's; ``jobqueue``: a checked
-    :func:`~datasched.cli.options.jobqueue_spec`."""
+    :func:`~datasched.cli.options.jobqueue_spec`; ``tls``: checked
+    :func:`~datasched.cli.options.tls_files_of`."""
     from datasched.runtime.session import ClusterOptions
 
     if workers < 1:
@@ -155,6 +161,7 @@ def cluster_options(
         tertiary_bytes_per_s=tertiary_mb_s * 1e6 if tertiary_mb_s else None,
         jobqueue=jobqueue,
         replicate_hot=replicate_hot,
+        tls=tls,
     )
 
 
@@ -186,8 +193,11 @@ SchedulerOption = Annotated[
     typer.Option(
         "--scheduler",
         metavar="ADDR",
-        help="Use an existing Dask cluster (tcp://HOST:PORT) instead of starting one; its "
-        "workers must have stable names (dask worker --name, or dask-jobqueue).",
+        help="Use an existing Dask cluster (tcp://HOST:PORT, or tls://HOST:PORT with "
+        "--tls-ca-file, --tls-cert, --tls-key) instead of starting one; its workers must have "
+        "stable names (dask worker --name, or dask-jobqueue). The cluster datasched starts "
+        "itself is closed: TLS with credentials made for it, nothing on other interfaces "
+        "than loopback.",
     ),
 ]
 TertiaryOption = Annotated[
@@ -213,6 +223,9 @@ def run(
     cache_gb: CacheGbOption = 2.0,
     cache_dir: CacheDirOption = Path(".datasched-cache"),
     scheduler: SchedulerOption = None,
+    tls_ca_file: TlsCaOpt = None,
+    tls_cert: TlsCertOpt = None,
+    tls_key: TlsKeyOpt = None,
     jobqueue: JobqueueOpt = None,
     jobqueue_args: JobqueueArgsOpt = None,
     tertiary_mb_s: TertiaryOption = None,
@@ -293,6 +306,7 @@ def run(
             fail(f"--maxchunks: must be at least 1, got {maxchunks}")
         if report_dir is not None and report_dir.exists() and not report_dir.is_dir():
             fail(f"--report: {report_dir} exists and is not a directory")
+        tls = tls_files_of(scheduler, tls_ca_file, tls_cert, tls_key)
         batch = jobqueue_spec(jobqueue, jobqueue_args, scheduler)
         opts = cluster_options(
             workers,
@@ -303,6 +317,7 @@ def run(
             slots,
             jobqueue=batch,
             replicate_hot=replicate_hot,
+            tls=tls,
         )
         if scheduler is None and batch is None:  # the embedded cluster's caches are here
             from datasched.runtime.session import check_cache_root

@@ -17,7 +17,16 @@ import typer
 
 from datasched.cli.app import app
 from datasched.cli.common import err, fail, out
-from datasched.cli.options import JobqueueArgsOpt, JobqueueOpt, PolicyOpt, jobqueue_spec
+from datasched.cli.options import (
+    JobqueueArgsOpt,
+    JobqueueOpt,
+    PolicyOpt,
+    TlsCaOpt,
+    TlsCertOpt,
+    TlsKeyOpt,
+    jobqueue_spec,
+    tls_files_of,
+)
 
 if TYPE_CHECKING:
     from datasched.sandbox.confine import Confinement
@@ -83,8 +92,17 @@ def serve(
         int | None, typer.Option(min=1, help="Local Dask workers to start (or --scheduler).")
     ] = None,
     scheduler: Annotated[
-        str | None, typer.Option(help="A running Dask scheduler (tcp://host:port).")
+        str | None,
+        typer.Option(
+            help="A running Dask scheduler (tcp://host:port, or tls://host:port with "
+            "--tls-ca-file, --tls-cert, --tls-key). The cluster the daemon starts itself "
+            "(--workers) is closed: TLS with credentials made for it, nothing on other "
+            "interfaces than loopback."
+        ),
     ] = None,
+    tls_ca_file: TlsCaOpt = None,
+    tls_cert: TlsCertOpt = None,
+    tls_key: TlsKeyOpt = None,
     jobqueue: JobqueueOpt = None,
     jobqueue_args: JobqueueArgsOpt = None,
     cache_dir: Annotated[
@@ -200,6 +218,7 @@ def serve(
     a bubblewrap sandbox, as the --run-as account, with the job's limits (docs/security.md)."""
     if workers is not None and scheduler is not None:
         fail("--workers and --scheduler: give one or the other")
+    tls = tls_files_of(scheduler, tls_ca_file, tls_cert, tls_key)
     batch = jobqueue_spec(jobqueue, jobqueue_args, scheduler)
     from datasched.policies import available
 
@@ -249,6 +268,9 @@ def serve(
         cache_gb=cache_gb,
         confine=confine,
         user_dirs=many,
+        **(
+            {} if tls is None else {"tls_ca_file": tls.ca, "tls_cert": tls.cert, "tls_key": tls.key}
+        ),
     )
     state = build_state(
         store,

@@ -47,6 +47,9 @@ from datasched.cli.options import (
     SchedulerOpt,
     SeedOpt,
     SlotsOpt,
+    TlsCaOpt,
+    TlsCertOpt,
+    TlsKeyOpt,
     TraceOpt,
     WarmupOpt,
     check_named,
@@ -66,6 +69,7 @@ from datasched.sim.experiment import (
 )
 from datasched.sim.experiment import sweep as run_sweep
 from datasched.sim.metrics import Summary
+from datasched.sim.parallel import SchedulerRef
 from datasched.sim.plots import plot_sweep, uses_cache
 
 __all__ = ["run_all", "write_sweep"]
@@ -235,7 +239,7 @@ def run_all(
     configs: Sequence[SimConfig],
     *,
     processes: int = 1,
-    scheduler: str | None = None,
+    scheduler: SchedulerRef | None = None,
     quiet: bool = False,
 ) -> list[Summary]:
     """Simulate every config (in up to ``processes`` processes, or on the Dask cluster at
@@ -348,6 +352,9 @@ def sweep(
     node_repair_h: RepairOpt = 1.0,
     processes: ProcessesOpt = None,
     scheduler: SchedulerOpt = None,
+    tls_ca_file: TlsCaOpt = None,
+    tls_cert: TlsCertOpt = None,
+    tls_key: TlsKeyOpt = None,
     named: dict[str, str] | None = None,
 ) -> None:
     """Simulate every policy (and cache size) at every load: a table, a CSV and a plot of
@@ -396,8 +403,8 @@ def sweep(
                         )
                     )
     check_out_dir(out_dir)
-    processes, scheduler = where_to_run(processes, scheduler)
-    results = run_all(configs, processes=processes, scheduler=scheduler)
+    processes, target = where_to_run(processes, scheduler, tls_ca_file, tls_cert, tls_key)
+    results = run_all(configs, processes=processes, scheduler=target)
     with user_errors():
         csv_path, png_path = write_sweep(results, out_dir)
     out.print(summary_table(results, title=f"{nodes} nodes, {jobs} jobs per run"))

@@ -38,6 +38,9 @@ from datasched.cli.options import (
     ReportDirOpt,
     SchedulerOpt,
     SeedOpt,
+    TlsCaOpt,
+    TlsCertOpt,
+    TlsKeyOpt,
     make_config,
 )
 from datasched.cli.sim import run_all, write_sweep
@@ -137,6 +140,9 @@ def perf_map(
     seed: SeedOpt = 0,
     processes: ProcessesOpt = None,
     scheduler: SchedulerOpt = None,
+    tls_ca_file: TlsCaOpt = None,
+    tls_cert: TlsCertOpt = None,
+    tls_key: TlsKeyOpt = None,
 ) -> None:
     """Build the performance map of delayed scheduling (ponce-hersch Figure 9): its maximal
     sustainable load at every period, stripe size and cache size. Adaptive delay (§6) reads
@@ -157,7 +163,7 @@ def perf_map(
         fail(f"--out: {out_path} is a directory")
     with user_errors():
         base = SimConfig(policy="delayed", n_nodes=nodes, n_jobs=jobs, seed=seed)
-    processes, scheduler = where_to_run(processes, scheduler)
+    processes, target = where_to_run(processes, scheduler, tls_ca_file, tls_cert, tls_key)
     total = len(periods) * len(stripe_list) * len(caches)
     progress = Progress(
         TextColumn("{task.description}"),
@@ -185,7 +191,7 @@ def perf_map(
                 caches_gb=caches,
                 on_point=done,
                 processes=processes,
-                scheduler=scheduler,
+                scheduler=target,
             )
     meta = {"nodes": nodes, "jobs": jobs, "seed": seed, "command": "datasched perf-map"}
     with user_errors():
@@ -202,6 +208,9 @@ def reproduce_ponce(
     ] = False,
     processes: ProcessesOpt = None,
     scheduler: SchedulerOpt = None,
+    tls_ca_file: TlsCaOpt = None,
+    tls_cert: TlsCertOpt = None,
+    tls_key: TlsKeyOpt = None,
 ) -> None:
     """Re-run the experiments behind ponce-hersch's numbers and figures (§3-§8): our
     Figures 3-12 and 14-16 (CSV and PNG each) and a report with the paper's value beside ours
@@ -210,13 +219,13 @@ def reproduce_ponce(
     from datasched.sim.reproduce import run_ponce, write_report
 
     check_out_dir(out_dir)
-    processes, scheduler = where_to_run(processes, scheduler)
-    where = f"on {scheduler}" if scheduler else f"in {processes} processes"
+    processes, target = where_to_run(processes, scheduler, tls_ca_file, tls_cert, tls_key)
+    where = f"on {target}" if target else f"in {processes} processes"
     with err.status(f"running the reproduction {where} ...") as status, cluster_errors():
         claims, results = run_ponce(
             quick=quick,
             processes=processes,
-            scheduler=scheduler,
+            scheduler=target,
             progress=lambda m: status.update(m),
         )
     figs = {}
@@ -269,18 +278,21 @@ def demo_sim(
     ] = False,
     processes: ProcessesOpt = None,
     scheduler: SchedulerOpt = None,
+    tls_ca_file: TlsCaOpt = None,
+    tls_cert: TlsCertOpt = None,
+    tls_key: TlsKeyOpt = None,
 ) -> None:
     """A short tour (well under a minute): the three first-come-first-served policies of
     ponce-hersch (processing farm, job splitting, cache-oriented splitting with 100 GB caches)
     at four loads on the paper's 10-node cluster, as a table, a CSV and a plot."""
     check_out_dir(out_dir)
-    processes, scheduler = where_to_run(processes, scheduler)
+    processes, target = where_to_run(processes, scheduler, tls_ca_file, tls_cert, tls_key)
     configs = [
         SimConfig(policy=p, load_jobs_per_h=load, n_jobs=DEMO_JOBS, cache_gb=100.0)
         for p in DEMO_POLICIES
         for load in DEMO_LOADS
     ]
-    results = run_all(configs, processes=processes, scheduler=scheduler, quiet=as_json)
+    results = run_all(configs, processes=processes, scheduler=target, quiet=as_json)
     with user_errors():
         csv_path, png_path = write_sweep(results, out_dir)
     if as_json:

@@ -18,6 +18,7 @@ import shlex
 import shutil
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 __all__ = [
@@ -174,12 +175,15 @@ OWN_KEYS: dict[str, _Key] = {
     "host": _Key(_text),
     "wait_s": _Key(_positive_float),
     "worker_cache_dir": _Key(_text),
+    "tls_dir": _Key(_text),
 }
 """Keys of datasched itself: ``host``, the address the scheduler listens on (the workers'
 jobs connect to it); ``wait_s``, how long to wait for the workers' jobs to start (queues can
 be slow); ``worker_cache_dir``, the cache root on the worker nodes (node-local scratch, set
 as ``DATASCHED_CACHE_DIR`` in the job) when it is not ``--cache-dir`` on a shared file
-system."""
+system; ``tls_dir``, where the cluster's TLS credentials are written for the run (a private
+directory in it, removed at the end): the jobs read them by path, so it must be on a file
+system the nodes share (default: the current directory)."""
 
 KIND_KEYS: dict[str, _Key] = {
     "queue": _Key(_text),
@@ -234,6 +238,12 @@ class JobqueueSpec:
     @property
     def wait_s(self) -> float:
         return float(self.args.get("wait_s", DEFAULT_WAIT_S))
+
+    @property
+    def tls_dir(self) -> Path:
+        """Where the run's credentials go (see :data:`OWN_KEYS`), made absolute: the jobs
+        are given absolute paths."""
+        return Path(self.args.get("tls_dir", ".")).expanduser().resolve()
 
 
 def _unknown_key(key: str, kind: str, keys: Iterable[str]) -> str:
@@ -302,12 +312,14 @@ def cluster_kwargs(
 ) -> dict[str, Any]:
     """The dask-jobqueue cluster's keyword arguments: one worker process a job (a node of
     the core), ``threads`` cores a job and ``memory`` unless the arguments say otherwise,
-    the scheduler's dashboard on a free port, and stable worker names."""
+    no dashboards (the HTTP servers Dask starts anyway on free loopback ports: the
+    scheduler's here, each worker's on its node), and stable worker names."""
     args = dict(spec.args)
     host = args.pop("host", None)
     args.pop("wait_s", None)
+    args.pop("tls_dir", None)
     cache_dir = args.pop("worker_cache_dir", None)
-    scheduler_options: dict[str, Any] = {"dashboard_address": ":0"}
+    scheduler_options: dict[str, Any] = {"dashboard_address": "127.0.0.1:0", "dashboard": False}
     if host is not None:
         scheduler_options["host"] = host
     kwargs: dict[str, Any] = {
@@ -319,6 +331,11 @@ def cluster_kwargs(
         "scheduler_options": scheduler_options,
         **args,
     }
+    # After the user's: dask worker takes the last of a repeated option.
+    kwargs["worker_extra_args"] = [
+        *kwargs.get("worker_extra_args", []),
+        *("--no-dashboard", "--dashboard-address", "127.0.0.1:0"),
+    ]
     if cache_dir is not None:
         prologue = list(kwargs.get("job_script_prologue", []))
         # In double quotes: $TMPDIR or $USER are expanded on the node, nothing else is.
@@ -353,13 +370,26 @@ def job_script(
 
 
 async def open_batch_cluster(
-    spec: JobqueueSpec, *, workers: int, threads: int, memory: str, cache_bytes: int
+    spec: JobqueueSpec,
+    *,
+    workers: int,
+    threads: int,
+    memory: str,
+    cache_bytes: int,
+    security: Any = None,
 ) -> Any:
     """A started dask-jobqueue cluster (its scheduler in this process) asked for ``workers``
-    jobs; the caller waits for them (``spec.wait_s``) and closes it (which cancels them)."""
+    jobs; the caller waits for them (``spec.wait_s``) and closes it (which cancels them).
+
+    With ``security`` (a :class:`distributed.security.Security` of files), the scheduler
+    listens on ``tls://`` and each job's worker is started with the worker role's CA,
+    certificate and key by path (dask-jobqueue's ``--tls-ca-file``, ``--tls-cert``,
+    ``--tls-key``)."""
     cls = _cluster_class(spec)
     check_submit_command(spec)
     kwargs = cluster_kwargs(spec, threads=threads, memory=memory, cache_bytes=cache_bytes)
+    if security is not None:
+        kwargs.update(security=security, protocol="tls://")
     try:
         cluster = await cls(asynchronous=True, silence_logs="error", **kwargs)
     except (TypeError, ValueError) as exc:

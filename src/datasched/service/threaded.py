@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from datasched.runtime.session import ClusterOptions
+from datasched.runtime.tls import check_tls_options
 from datasched.sandbox.confine import Confinement
 from datasched.service.contracts import ElementaryJob, ProcessorWork, RunnerListener
 
@@ -133,13 +134,21 @@ def make_runner(
     tertiary_mb_s: float | None = None,
     confine: Confinement | None = None,
     user_dirs: bool = False,
+    tls_ca_file: Path | None = None,
+    tls_cert: Path | None = None,
+    tls_key: Path | None = None,
 ) -> ThreadedRunner:
     """The daemon's runner: ``workers`` local Dask workers (default 4), or the cluster at
-    ``scheduler``, or ``workers`` batch jobs (``jobqueue``); processors, commands and the
-    files they name are found, and commands' outputs written, under ``roots`` (relative
-    paths from the first; with ``user_dirs``, outputs in each user's own directory); user
-    code runs confined by ``confine`` (default: a sandbox)."""
-    kw: dict[str, Any] = {"scheduler_address": scheduler, "jobqueue": jobqueue}
+    ``scheduler`` (a ``tls://`` one with ``tls_ca_file``, ``tls_cert`` and ``tls_key``,
+    checked here: :class:`~datasched.runtime.tls.TlsError` names the option), or
+    ``workers`` batch jobs (``jobqueue``); processors, commands and the files they name are
+    found, and commands' outputs written, under ``roots`` (relative paths from the first;
+    with ``user_dirs``, outputs in each user's own directory); user code runs confined by
+    ``confine`` (default: a sandbox). A cluster the runner starts is closed: TLS with
+    credentials made for it, its HTTP servers on loopback (docs/runtime.md, "A closed
+    cluster")."""
+    tls = check_tls_options(scheduler, tls_ca_file, tls_cert, tls_key)
+    kw: dict[str, Any] = {"scheduler_address": scheduler, "jobqueue": jobqueue, "tls": tls}
     if workers is not None:
         kw["workers"] = workers
     if cache_dir is not None:

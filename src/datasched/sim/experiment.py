@@ -23,7 +23,7 @@ from datasched.policies import build_policy
 from datasched.sim.engine import SimEngine, SimRun
 from datasched.sim.faults import NodeFaults
 from datasched.sim.metrics import Summary, summarise
-from datasched.sim.parallel import map_in_processes
+from datasched.sim.parallel import SchedulerRef, map_in_processes
 from datasched.sim.workload import JobRecord, WorkloadSpec, generate, load_trace
 
 __all__ = [
@@ -414,7 +414,7 @@ def sweep(
     *,
     on_result: Callable[[Summary], None] | None = None,
     processes: int = 1,
-    scheduler: str | None = None,
+    scheduler: SchedulerRef | None = None,
 ) -> list[Summary]:
     """Simulate each config, in up to ``processes`` worker processes or on the Dask cluster
     whose scheduler is at ``scheduler`` (see :func:`map_in_processes`); the summaries come back

@@ -32,7 +32,7 @@ from datasched.sim.grid_study import (
     summarise,
     variant_pairs,
 )
-from datasched.sim.parallel import map_in_processes
+from datasched.sim.parallel import SchedulerRef, map_in_processes
 
 __all__ = ["GridOutcome", "run_grid_study", "write_grid"]
 
@@ -53,7 +53,7 @@ def run_grid_study(
     study: GridStudy,
     *,
     processes: int = 1,
-    scheduler: str | None = None,
+    scheduler: SchedulerRef | None = None,
     progress: Progress | None = None,
 ) -> GridOutcome:
     """Run every simulation of ``study`` in ``processes`` processes (or on the Dask cluster

@@ -4,7 +4,8 @@ A simulation is one Python thread's work from start to end, so the only way to u
 core is a second process. Each run is seeded by its own config, so the results do not depend
 on how many processes computed them, on which machines, or in which order they finished.
 
-The Dask path (``scheduler="tcp://HOST:PORT"``) imports ``distributed`` only when it is used:
+The Dask path (``scheduler="tcp://HOST:PORT"``, or a :class:`DaskScheduler` whose ``tls://``
+address comes with the client's credentials) imports ``distributed`` only when it is used:
 the simulator itself needs no Dask.
 """
 
@@ -21,11 +22,14 @@ from concurrent.futures import (
     as_completed,
 )
 from contextlib import suppress
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any, TypeAlias, TypeVar
 
 __all__ = [
     "CONNECT_TIMEOUT_S",
     "ClusterError",
+    "DaskScheduler",
+    "SchedulerRef",
     "check_scheduler",
     "map_in_processes",
     "usable_cores",
@@ -50,6 +54,32 @@ class ClusterError(Exception):
         self.reason = reason
 
 
+@dataclass(frozen=True, slots=True)
+class DaskScheduler:
+    """A Dask scheduler to run on: its address and, for a ``tls://`` one, the client's
+    credentials as a :class:`distributed.security.Security` (the command line builds it
+    from ``--tls-ca-file``, ``--tls-cert``, ``--tls-key``)."""
+
+    address: str
+    security: Any = None
+
+    def __str__(self) -> str:  # what progress lines and messages show
+        return self.address
+
+
+SchedulerRef: TypeAlias = str | DaskScheduler
+"""A scheduler's address alone (``tcp://HOST:PORT``), or with its credentials."""
+
+TLS_HINT = (
+    "a scheduler that requires TLS takes its tls:// address and --tls-ca-file, --tls-cert, "
+    "--tls-key"
+)
+
+
+def _scheduler(ref: SchedulerRef) -> DaskScheduler:
+    return ref if isinstance(ref, DaskScheduler) else DaskScheduler(ref)
+
+
 def usable_cores() -> int:
     """The cores this process may run on (its CPU affinity, which a container or a batch
     system may narrow; all of the machine's where the platform cannot say)."""
@@ -63,12 +93,13 @@ def map_in_processes(
     items: Sequence[T],
     *,
     processes: int = 1,
-    scheduler: str | None = None,
+    scheduler: SchedulerRef | None = None,
     on_done: Callable[[int, R], None] | None = None,
 ) -> list[R]:
     """``[fn(item) for item in items]``, in up to ``processes`` worker processes, or as tasks
-    on the Dask cluster whose scheduler is at ``scheduler`` (``tcp://HOST:PORT``; then
-    ``processes`` is not used: the cluster's workers decide how many run at once).
+    on the Dask cluster whose scheduler is at ``scheduler`` (``tcp://HOST:PORT``, or a
+    :class:`DaskScheduler` with its credentials; then ``processes`` is not used: the
+    cluster's workers decide how many run at once).
 
     ``on_done(index, result)`` is called in this process as each result arrives (in the order
     they finish when parallel; drives a progress bar). With one process, or one item, nothing
@@ -79,7 +110,7 @@ def map_in_processes(
     so does losing it midway.
     """
     if scheduler is not None:
-        return _map_on_cluster(fn, items, scheduler, on_done)
+        return _map_on_cluster(fn, items, _scheduler(scheduler), on_done)
     if processes < 1:
         raise ValueError(f"processes: must be at least 1, got {processes}")
     if processes == 1 or len(items) <= 1:
@@ -118,23 +149,32 @@ def _import_distributed(address: str) -> Any:
     return distributed
 
 
-def check_scheduler(address: str, *, timeout_s: float | None = None) -> int:
-    """Ask the Dask scheduler at ``address`` who it is; return how many workers it has now.
+def check_scheduler(scheduler: SchedulerRef, *, timeout_s: float | None = None) -> int:
+    """Ask the Dask scheduler at ``scheduler`` who it is; return how many workers it has now.
 
     Raises :class:`ClusterError` when the address is malformed, when nothing answers within
-    ``timeout_s`` (default :data:`CONNECT_TIMEOUT_S`), when what answers is not a Dask
-    scheduler, or when Dask is not installed. Bounded in time even against a server that
-    accepts the connection and says nothing (``distributed.Client`` alone would wait forever).
+    ``timeout_s`` (default :data:`CONNECT_TIMEOUT_S`), when the scheduler closes the
+    connection (a TLS one reached without credentials, or refusing them), when what answers
+    is not a Dask scheduler, or when Dask is not installed. Bounded in time even against a
+    server that accepts the connection and says nothing (``distributed.Client`` alone would
+    wait forever).
     """
+    target = _scheduler(scheduler)
+    address = target.address
     _import_distributed(address)
-    from distributed.comm.core import connect
+    from distributed.comm.core import CommClosedError, connect
 
     timeout = CONNECT_TIMEOUT_S if timeout_s is None else timeout_s
+    is_tls = address.startswith("tls://")
+    if is_tls and target.security is None:
+        raise ClusterError(address, f"{address} is a tls:// address: {TLS_HINT}")
+    hint = "" if is_tls else f" ({TLS_HINT})"
+    args = {} if target.security is None else target.security.get_connection_args("client")
 
     async def identity() -> Any:
         comm = None
         try:
-            comm = await connect(address, timeout=timeout)  # type: ignore[no-untyped-call]
+            comm = await connect(address, timeout=timeout, **args)  # type: ignore[no-untyped-call]
             await comm.write({"op": "identity", "reply": True})
             return await comm.read()
         finally:
@@ -147,9 +187,12 @@ def check_scheduler(address: str, *, timeout_s: float | None = None) -> int:
         raise ClusterError(
             address, f"{address!r} is not a scheduler address like tcp://HOST:PORT ({exc})"
         ) from exc
+    except CommClosedError as exc:  # TLS refused, or a TLS scheduler reached over tcp://
+        why = " ".join(str(exc).split())
+        raise ClusterError(address, f"{address} closed the connection: {why}{hint}") from exc
     except (OSError, TimeoutError) as exc:
         raise ClusterError(
-            address, f"no Dask scheduler answered at {address} within {timeout:g} s"
+            address, f"no Dask scheduler answered at {address} within {timeout:g} s{hint}"
         ) from exc
     except Exception as exc:  # garbage from another kind of server, read as a frame
         raise ClusterError(address, f"{address} does not answer as a Dask scheduler") from exc
@@ -174,16 +217,19 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
 def _map_on_cluster(
     fn: Callable[[T], R],
     items: Sequence[T],
-    address: str,
+    target: DaskScheduler,
     on_done: Callable[[int, R], None] | None,
 ) -> list[R]:
     """:func:`map_in_processes` on a Dask cluster: one task per item."""
+    address = target.address
     distributed = _import_distributed(address)
-    check_scheduler(address)
+    check_scheduler(target)
     if not items:
         return []
     try:
-        client = distributed.Client(address, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
+        client = distributed.Client(
+            address, timeout=CONNECT_TIMEOUT_S, set_as_default=False, security=target.security
+        )
     except (OSError, TimeoutError) as exc:  # gone since it answered check_scheduler
         raise ClusterError(address, f"lost the Dask scheduler at {address}: {exc}") from exc
     results: dict[int, R] = {}

@@ -19,7 +19,7 @@ from typing import Any
 from datasched._files import atomic_write_text
 from datasched.policies.adaptive import MapPoint, PerformanceMap, load_map
 from datasched.sim.experiment import SimConfig, find_max_load
-from datasched.sim.parallel import map_in_processes
+from datasched.sim.parallel import SchedulerRef, map_in_processes
 
 __all__ = [
     "DEFAULT_CACHES_GB",
@@ -57,7 +57,7 @@ def build_map(
     caches_gb: Sequence[float] = DEFAULT_CACHES_GB,
     on_point: Callable[[MapPoint], None] | None = None,
     processes: int = 1,
-    scheduler: str | None = None,
+    scheduler: SchedulerRef | None = None,
 ) -> PerformanceMap:
     """Maximal sustainable load of delayed scheduling at every grid point (``base`` gives the
     cluster, workload size and seed; its policy and cache size are replaced). The searches

@@ -20,7 +20,7 @@ from typing import Any
 from datasched.sim.claims import Claim, fill_claims
 from datasched.sim.claims_ponce import PONCE_FCFS_CLAIMS, PONCE_POLICY_CLAIMS
 from datasched.sim.figures import FigureResult
-from datasched.sim.parallel import map_in_processes
+from datasched.sim.parallel import SchedulerRef, map_in_processes
 from datasched.sim.ponce_measure import (
     MAX_LOAD_POLICIES,
     Progress,
@@ -72,7 +72,7 @@ def run_ponce(
     *,
     quick: bool = False,
     processes: int = 1,
-    scheduler: str | None = None,
+    scheduler: SchedulerRef | None = None,
     progress: Progress | None = None,
 ) -> tuple[list[Claim], list[FigureResult]]:
     """Every experiment of the reproduction: the claims and the figures (in the paper's

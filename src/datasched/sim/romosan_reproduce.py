@@ -10,7 +10,7 @@ from pathlib import Path
 
 from datasched.sim.claims import Claim, fill_claims
 from datasched.sim.claims_romosan import ROMOSAN_CLAIMS, measure_romosan
-from datasched.sim.parallel import map_in_processes
+from datasched.sim.parallel import SchedulerRef, map_in_processes
 from datasched.sim.report import write_report
 from datasched.sim.romosan import (
     CLUSTER,
@@ -47,7 +47,7 @@ def run_romosan(
     *,
     cluster: RomosanCluster = CLUSTER,
     processes: int = 1,
-    scheduler: str | None = None,
+    scheduler: SchedulerRef | None = None,
     progress: Progress | None = None,
 ) -> RomosanOutcome:
     """Run every experiment of ``study``: the simulations in ``processes`` processes (or on
