@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import shutil
 import signal
@@ -24,13 +25,20 @@ import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import dask.config
+import psutil
+from distributed import Scheduler, SpecCluster
 from distributed.deploy.spec import ProcessInterface
 
+from datasched.runtime.tls import ClusterCredentials
 from datasched.sandbox.confine import Confinement, account, python_dirs, view_args
 
-__all__ = ["ConfinedWorker", "worker_specs"]
+if TYPE_CHECKING:
+    from distributed.security import Security
+
+__all__ = ["ConfinedCluster", "ConfinedWorker", "confined_cluster", "worker_specs"]
 
 
 class ConfinedWorker(ProcessInterface):
@@ -100,6 +108,7 @@ class ConfinedWorker(ProcessInterface):
         if os.geteuid() == 0 and self.confine.run_as is not None:
             uid, gid = account(self.confine.run_as)
             os.chown(self.tmp, uid, gid)
+        # Its log (errors only: Dask's logging is set so) goes to the daemon's, or to a file.
         log = (
             open(Path(self.log_dir) / f"worker-{self.name}.log", "ab")  # noqa: SIM115
             if self.log_dir
@@ -110,7 +119,7 @@ class ConfinedWorker(ProcessInterface):
                 *self.command(),
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=log or asyncio.subprocess.DEVNULL,
-                stderr=log or asyncio.subprocess.DEVNULL,
+                stderr=log,
                 start_new_session=True,
             )
         finally:
@@ -121,18 +130,32 @@ class ConfinedWorker(ProcessInterface):
     async def close(self) -> None:
         proc, self.process = self.process, None
         if proc is not None and proc.returncode is None:
+            # The whole tree: bubblewrap, the nanny and the worker process it spawned (in
+            # sessions of their own), asked to end, then killed.
+            tree = _tree(proc.pid)
+            for p in tree:
+                with contextlib.suppress(psutil.Error):
+                    p.send_signal(signal.SIGTERM)
+            _, alive = await asyncio.to_thread(psutil.wait_procs, tree, timeout=10)
+            for p in alive:
+                with contextlib.suppress(psutil.Error):
+                    p.kill()
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                await asyncio.wait_for(proc.wait(), timeout=10)
-            except TimeoutError:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                await proc.wait()
+                os.killpg(proc.pid, signal.SIGKILL)
+            await proc.wait()
         if self.tmp is not None:
             shutil.rmtree(self.tmp, ignore_errors=True)
             self.tmp = None
         await super().close()  # type: ignore[no-untyped-call]
+
+
+def _tree(pid: int) -> list[psutil.Process]:
+    """The process ``pid`` and its descendants, deepest first."""
+    try:
+        top = psutil.Process(pid)
+        return [*reversed(top.children(recursive=True)), top]
+    except psutil.Error:
+        return []
 
 
 def _pairs(env: Mapping[str, str]) -> list[str]:
@@ -172,3 +195,95 @@ def worker_specs(
         "log_dir": str(log_dir) if log_dir is not None else None,
     }
     return {i: {"cls": ConfinedWorker, "options": {**options, "name": str(i)}} for i in range(n)}
+
+
+class ConfinedCluster(SpecCluster):
+    """A scheduler in this process and :class:`ConfinedWorker` s (the service's own local
+    cluster)."""
+
+
+def _as_env(config: Mapping[str, Any]) -> dict[str, str]:
+    """Dask settings as the environment variables Dask reads them from."""
+    return {
+        "DASK_" + key.upper().replace(".", "__").replace("-", "_"): json.dumps(value)
+        for key, value in config.items()
+    }
+
+
+def worker_credentials(creds: ClusterCredentials, account_name: str) -> Path:
+    """A directory of the workers' credentials (the CA, their certificate and key) that the
+    jobs' account can read: the cluster's private one is the daemon's alone."""
+    uid, gid = account(account_name)
+    where = creds.directory / "workers"
+    where.mkdir(mode=0o700)
+    os.chown(where, uid, gid)
+    for src in (creds.worker.ca, creds.worker.cert, creds.worker.key):
+        dest = where / src.name
+        shutil.copyfile(src, dest)
+        os.chmod(dest, 0o600)
+        os.chown(dest, uid, gid)
+    return where
+
+
+async def confined_cluster(
+    n_workers: int,
+    conf: Confinement,
+    creds: ClusterCredentials,
+    sec: Security,
+    *,
+    nthreads: int,
+    memory_limit: str,
+    cache_root: Path,
+    roots: Sequence[Path],
+    http_config: Mapping[str, Any],
+    worker_config: Mapping[str, Any],
+    host: str,
+) -> ConfinedCluster:
+    """The service's local cluster: the scheduler here, over TLS on ``host``; ``n_workers``
+    workers started as ``conf.run_as`` in views of their own (their ``cache_root``, the
+    ``roots``), with their credentials and Dask's settings (``worker_config``,
+    ``http_config``) in a clean environment."""
+    assert conf.run_as is not None
+    where = worker_credentials(creds, conf.run_as)
+    env = _as_env(
+        {
+            **worker_config,
+            **http_config,
+            "logging.distributed": "error",
+            "distributed.comm.require-encryption": True,
+            "distributed.comm.default-scheme": "tls",
+            "distributed.comm.tls.ca-file": str(where / creds.worker.ca.name),
+            "distributed.comm.tls.worker.cert": str(where / creds.worker.cert.name),
+            "distributed.comm.tls.worker.key": str(where / creds.worker.key.name),
+        }
+    )
+    workers = worker_specs(
+        n_workers,
+        confine=conf,
+        nthreads=nthreads,
+        memory_limit=memory_limit,
+        cache_root=cache_root,
+        roots=roots,
+        tls_dir=where,
+        env=env,
+    )
+    scheduler = {
+        "cls": Scheduler,
+        "options": {
+            "host": host,
+            "protocol": "tls://",
+            "security": sec,
+            "dashboard": False,
+            "dashboard_address": f"{host}:0",
+        },
+    }
+    with dask.config.set(dict(http_config)):
+        cluster = await ConfinedCluster(  # type: ignore[no-untyped-call]
+            workers=workers,
+            scheduler=scheduler,
+            asynchronous=True,
+            security=sec,
+            silence_logs=logging.ERROR,
+            name="datasched-confined",
+        )
+    return cluster

@@ -207,6 +207,7 @@ def run_service_demo(
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="datasched-service-") as tmp:
         work = Path(tmp)
+        work.chmod(0o755)  # a root of the service's: the jobs' account reaches it
         requests = demo_requests(data_dir.resolve(), work)
         users = {r.user: r.group for r in requests}
         with serving(

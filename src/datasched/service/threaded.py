@@ -157,6 +157,9 @@ def make_runner(
         kw["cache_bytes"] = int(cache_gb * 1e9)
     if tertiary_mb_s is not None:  # storage throttled per worker (demos, tests)
         kw["tertiary_bytes_per_s"] = tertiary_mb_s * 1e6
+    # The daemon's own local workers run as the jobs' account, confined (as root).
+    kw["confine_workers"] = confine
+    kw["worker_roots"] = tuple(Path(r).resolve() for r in roots)
     return ThreadedRunner(
         policy=policy,
         cluster=ClusterOptions(**kw),
