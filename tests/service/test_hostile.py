@@ -455,3 +455,49 @@ def test_a_fork_bomb_and_a_memory_hog_fail_on_their_limits(daemon: Daemon) -> No
     # The daemon and its workers live on: an ordinary job still runs.
     sent = daemon.submit("ann", _command_request("true"))
     assert daemon.final("ann", sent.json()["id"])["state"] == "completed"
+
+
+def test_a_dask_client_without_credentials_cannot_reach_the_cluster(daemon: Daemon) -> None:
+    admin = {"Authorization": f"Bearer {daemon.tokens['root']}"}
+    cluster = httpx.get(f"{daemon.url}/cluster", headers=admin, timeout=30).json()
+    address = cluster.get("scheduler")
+    assert isinstance(address, str) and address.startswith("tls://127.0.0.1:"), cluster
+    probe = (
+        "import os, sys\n"
+        "from distributed import Client\n"
+        "try:\n"
+        "    c = Client(sys.argv[1], timeout=5)\n"
+        "    print('ran in', c.run_on_scheduler(os.getpid))\n"
+        "except Exception as exc:\n"
+        "    print('refused', type(exc).__name__)\n"
+    )
+    for addr in (address, address.replace("tls://", "tcp://")):
+        got = subprocess.run(
+            [sys.executable, "-c", probe, addr],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert got.stdout.startswith("refused"), got.stdout + got.stderr
+        assert str(daemon.proc.pid) not in got.stdout
+
+
+def test_the_daemons_own_workers_run_as_the_jobs_account_without_its_secrets(
+    daemon: Daemon,
+) -> None:
+    import psutil
+
+    tree = psutil.Process(daemon.proc.pid).children(recursive=True)
+    workers = [
+        p
+        for p in tree
+        if p.name() != "bwrap" and "distributed.cli.dask_spec" in " ".join(p.cmdline())
+    ]
+    assert len(workers) >= 2, [p.cmdline() for p in tree]
+    for p in workers:
+        assert p.uids().real == daemon.uid, p.cmdline()
+        env = p.environ()
+        assert "DATASCHED_DB" not in env and SECRET not in repr(env), sorted(env)
+        # Its view holds no store: the daemon's store path is not there.
+        assert not Path(f"/proc/{p.pid}/root{daemon.db}").exists()

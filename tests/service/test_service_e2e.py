@@ -36,6 +36,7 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
     from datasched.runtime.demodata import write_demo_dataset
 
     root = tmp_path_factory.mktemp("service-e2e")
+    root.chmod(0o755)  # a root of the service's: the jobs' account reaches it
     catalog_yaml = write_demo_dataset(root / "data", n_events=N_EVENTS, n_files=3, seed=5)
     store = Store(f"sqlite:///{root / 'store.db'}")
     Catalog(store).import_yaml(catalog_yaml)

@@ -151,14 +151,8 @@ async def open_cluster(opts: ClusterOptions) -> AsyncIterator[tuple[Client, list
             tertiary_bytes_per_s=opts.tertiary_bytes_per_s,
             compute_slots=opts.slots,
         )
-        try:
-            registered = client.register_plugin(plugin, name=PLUGIN_NAME)
-            if registered is not None:
-                await registered
-        except CacheDirError as exc:
-            raise ClusterSetupError(f"--cache-dir: {exc}") from exc
-        if opts.jobqueue is not None:
-            await wait_for_jobs(client, opts.workers, opts.jobqueue)
+        # Their plugin is set up as they join: each is up before it is registered, so that
+        # a cache directory one cannot make is an error here, not a log line there.
         if isinstance(cluster, ConfinedCluster):  # processes of their own: not up at once
             try:
                 wait: Any = client.wait_for_workers  # the asynchronous client's: a coroutine
@@ -168,6 +162,14 @@ async def open_cluster(opts: ClusterOptions) -> AsyncIterator[tuple[Client, list
                     f"--workers: the confined workers did not start within "
                     f"{WORKERS_TIMEOUT_S:g} s ({exc}); their errors are in the daemon's log"
                 ) from exc
+        try:
+            registered = client.register_plugin(plugin, name=PLUGIN_NAME)
+            if registered is not None:
+                await registered
+        except CacheDirError as exc:
+            raise ClusterSetupError(f"--cache-dir: {exc}") from exc
+        if opts.jobqueue is not None:
+            await wait_for_jobs(client, opts.workers, opts.jobqueue)
         assert client.scheduler is not None
         info = await client.scheduler.identity()
         names = sorted(str(w.get("name")) for w in info.get("workers", {}).values())

@@ -305,10 +305,12 @@ def view_args(
     The command follows."""
     uid, gid = account(run_as)
     m = _Mounts()
-    for d in (*python_dirs(), *ro):
+    for d in python_dirs():
         m.bind(d, d)
-    for d in rw:
-        m.bind(d, d, writable=True)
+    # Outer paths first: a path bound inside another stays in view (not hidden under it).
+    wanted = [(d, False) for d in ro] + [(d, True) for d in rw]
+    for d, writable in sorted(wanted, key=lambda w: len(Path(w[0]).parts)):
+        m.bind(d, d, writable=writable)
     args = ["bwrap", "--unshare-ipc", "--unshare-uts", "--die-with-parent", "--new-session"]
     args += [*_system_args(), "--bind", "/proc", "/proc", "--dev", "/dev", *SHM]
     args += ["--bind", tmp, "/tmp"] if tmp is not None else ["--tmpfs", "/tmp"]

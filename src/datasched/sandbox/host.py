@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import shutil
 import signal
 import socket
@@ -53,6 +54,8 @@ __all__ = [
 
 MAX_RESULT_BYTES = 256 << 20
 """The largest result a child may send back (a packet's, or a merge's)."""
+WATCH_S = 0.5
+"""How often a host looks at a busy child's CPU time."""
 START_TIMEOUT_S = 120.0
 """How long a child may take to start and load its processor (imports included)."""
 LOG_TAIL = 4000
@@ -215,23 +218,37 @@ class Child:
         fds: Sequence[int] = (),
         *,
         timeout_s: float,
+        cpu_budget_s: float | None = None,
         expect_ready: bool = False,
     ) -> tuple[dict[str, Any], bytes]:
         """Send a request (none for the first answer, ``expect_ready``) and read the answer:
-        ``(header, payload)``; :class:`ChildFailed` if the child says it failed, or dies."""
+        ``(header, payload)``; :class:`ChildFailed` if the child says it failed, or dies;
+        :class:`LimitReached` (the child killed) past ``timeout_s`` seconds, or past
+        ``cpu_budget_s`` CPU seconds of its sandbox for this request."""
         sock = self.sock
         if sock is None or self.broken:
             raise ChildFailed("processor", "the job's sandbox is not running")
-        t0 = time.monotonic()
+        deadline = time.monotonic() + timeout_s
+        cpu0 = self.cpu_s() if cpu_budget_s is not None else 0.0
         try:
             sock.settimeout(timeout_s)
             if not expect_ready:
                 wire.send(sock, header, payload, fds)
+            # Wait for the answer, looking at the sandbox's CPU time meanwhile.
+            while not select.select([sock], [], [], WATCH_S)[0]:
+                if time.monotonic() > deadline:
+                    raise TimeoutError
+                if cpu_budget_s is not None and self.cpu_s() - cpu0 > cpu_budget_s:
+                    self.close()
+                    raise LimitReached(
+                        f"the job's CPU time limit ({self.conf.cpu_s:g} s) was reached"
+                    )
+            sock.settimeout(max(deadline - time.monotonic(), 1.0))
             answer, data, _ = wire.recv(sock, max_payload=MAX_RESULT_BYTES)
         except TimeoutError:
             self.close()
             raise LimitReached(
-                f"the job's wall time limit ({timeout_s:g} s for this step) was reached"
+                f"the job's wall time limit ({self.conf.wall_s:g} s) was reached"
             ) from None
         except (wire.WireError, OSError) as exc:
             raise self._died(exc) from None
@@ -239,12 +256,10 @@ class Child:
         if answer.get("ok") is True:
             return answer, data
         kind = answer.get("kind") if answer.get("kind") in ("data", "processor") else "processor"
-        elapsed = time.monotonic() - t0
         message = _text(answer.get("message"), 4000) or "failed, saying nothing"
         reason = limit_reason(self.conf, exit_code=None, cpu_s=0.0, said=message)
         if reason:
             message = f"{reason} ({message})"
-        del elapsed
         raise ChildFailed(str(kind), message, _text(answer.get("traceback"), 20000))
 
     def _died(self, exc: BaseException) -> ChildFailed:
@@ -273,6 +288,7 @@ class Child:
         stop: int,
         read: Mapping[str, Any],
         timeout_s: float,
+        cpu_budget_s: float | None = None,
     ) -> tuple[bytes, dict[str, float]]:
         """Run the processor on entries ``[start, stop)`` of ``url``, whose local copy is
         ``path`` (handed over read-only): ``(result bytes, stats)``; stats are
@@ -283,7 +299,12 @@ class Child:
         t0 = time.monotonic()
         try:
             header = {"op": "packet", "url": url, "tree": tree, "start": start, "stop": stop}
-            head, blob = self._ask({**header, "read": dict(read)}, fds=[fd], timeout_s=timeout_s)
+            head, blob = self._ask(
+                {**header, "read": dict(read)},
+                fds=[fd],
+                timeout_s=timeout_s,
+                cpu_budget_s=cpu_budget_s,
+            )
         finally:
             os.close(fd)
         wall = time.monotonic() - t0
