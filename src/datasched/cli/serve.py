@@ -53,16 +53,26 @@ DbOpt = Annotated[
 def open_store(db: str | None) -> Store:
     """The store named by ``--db`` (or the default), at the newest schema."""
     try:
-        from datasched.service.store.db import Store, StoreError
+        from datasched.service.store.db import (
+            Store,
+            StoreError,
+            StoreUnavailable,
+            masked_url,
+            scrub,
+        )
     except ModuleNotFoundError as exc:
         fail(f"the service is not installed ({exc.name}): pip install 'datasched[service]'")
     url = db or os.environ.get("DATASCHED_DB") or DEFAULT_DB
+    # Every message naming the store shows its URL with the password masked.
     try:
         return Store(url)
+    except StoreUnavailable as exc:  # a database that cannot be reached or upgraded
+        fail(scrub(str(exc), url), code=1)
     except StoreError as exc:
-        fail(str(exc))
-    except Exception as exc:  # a database that cannot be reached or upgraded
-        fail(f"--db: cannot open the store {url!r}: {type(exc).__name__}: {exc}", code=1)
+        fail(scrub(str(exc), url))
+    except Exception as exc:  # anything else on the way: its text scrubbed as well
+        reason = scrub(f"{type(exc).__name__}: {exc}", url)
+        fail(f"--db: cannot open the store {masked_url(url)}: {reason}", code=1)
 
 
 def _load(spec: str, option: str) -> Any:
@@ -262,7 +272,7 @@ def serve(
     )
     err.print(
         f"datasched serve: the API at http://{host}:{port}/api/v1, the dashboard at "
-        f"http://{host}:{port}/dashboard (store {store.engine.url!r})",
+        f"http://{host}:{port}/dashboard (store {store.shown_url})",
         highlight=False,
         soft_wrap=True,
     )
