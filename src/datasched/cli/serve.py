@@ -118,9 +118,44 @@ def serve(
         str | None,
         typer.Option(help="The request language's factory, module:attr.", hidden=True),
     ] = None,
-    max_request_kb: Annotated[int, typer.Option(min=1, help="Largest request body.")] = 1000,
+    max_request_kb: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Largest request body, in kB (1000 bytes); a larger one is answered 413 "
+            "as soon as it passes the limit, unread beyond it.",
+        ),
+    ] = 1000,
+    max_json_kb: Annotated[
+        int,
+        typer.Option(min=1, help="Largest body of any other API call (JSON), in kB."),
+    ] = 64,
     rate: Annotated[float, typer.Option(min=0.0, help="API calls a second per user.")] = 20.0,
     burst: Annotated[int, typer.Option(min=1, help="API calls at once per user.")] = 40,
+    max_pending: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Requests of a user not yet final (pending, queued, running); past it a "
+            "submission is refused (429, field 'pending') and not stored.",
+        ),
+    ] = 100,
+    refused_keep: Annotated[
+        int,
+        typer.Option(
+            min=1, help="Refused requests kept per user (for their reasons); the oldest go."
+        ),
+    ] = 50,
+    refused_days: Annotated[
+        float,
+        typer.Option(min=0.0, help="Days a refused request is kept before it is deleted."),
+    ] = 7.0,
+    refused_body_kb: Annotated[
+        int,
+        typer.Option(
+            min=0, help="kB of a refused request's body kept; the rest is cut (and said so)."
+        ),
+    ] = 16,
     max_held: Annotated[
         int | None,
         typer.Option(
@@ -265,7 +300,16 @@ def serve(
         lang,
         runner=the_runner,
         split=strategy,
-        limits=Limits(max_request_kb * 1000, rate, burst),
+        limits=Limits(
+            max_request_bytes=max_request_kb * 1000,
+            rate_per_s=rate,
+            burst=burst,
+            max_json_bytes=max_json_kb * 1000,
+            max_pending=max_pending,
+            refused_keep=refused_keep,
+            refused_days=refused_days,
+            refused_body_bytes=refused_body_kb * 1000,
+        ),
         policy=policy,
         max_held=max_held,
         usage_half_life_s=usage_half_life,

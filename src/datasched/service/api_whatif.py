@@ -3,7 +3,8 @@ each policy, predicted by the simulator from the daemon's live snapshot.
 
 The route needs the snapshot: it depends on :func:`get_snapshot`, which the application
 overrides (``app.dependency_overrides[get_snapshot] = ...``) with its own; left alone, the
-route answers 503. Errors follow the service's form: ``{"detail": {"field", "reason"}}``.
+route answers 503. Errors are ``{"field", "reason"}`` details, which the application answers
+as ``{"errors": [{"field", "reason"}]}``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, HTTPException, Query
 
 from datasched.policies.registry import UnknownPolicyError
+from datasched.service.api.errors import error_responses
 from datasched.service.contracts import ClusterSnapshot, SnapshotError
 from datasched.service.whatif import compare
 
@@ -29,7 +31,7 @@ def get_snapshot() -> ClusterSnapshot:
     raise HTTPException(503, {"field": "snapshot", "reason": "no live cluster state here"})
 
 
-@router.get("/api/v1/whatif")
+@router.get("/api/v1/whatif", tags=["whatif"], responses=error_responses(400, 422, 500, 503))
 def whatif(
     snapshot: Annotated[ClusterSnapshot, Depends(get_snapshot)],
     policy: Annotated[list[str], Query(min_length=1)],

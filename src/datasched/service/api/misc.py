@@ -10,6 +10,7 @@ from fastapi import APIRouter, HTTPException
 from sqlalchemy import func, select
 
 from datasched.service.api.deps import CallerDep, StateDep
+from datasched.service.api.errors import error_responses
 from datasched.service.catalog import CatalogQueryError
 from datasched.service.store.models import Job
 
@@ -18,7 +19,7 @@ __all__ = ["router"]
 router = APIRouter()
 
 
-@router.get("/catalog/datasets", tags=["catalog"])
+@router.get("/catalog/datasets", tags=["catalog"], responses=error_responses(401, 422, 429))
 def datasets(svc: StateDep, caller: CallerDep, query: str = "") -> dict[str, Any]:
     """The datasets matching ``query`` (``year=2004 system=AuAu energy>=100 keyword``)."""
     try:
@@ -30,7 +31,7 @@ def datasets(svc: StateDep, caller: CallerDep, query: str = "") -> dict[str, Any
     return {"datasets": [asdict(d) for d in found]}
 
 
-@router.get("/cluster", tags=["cluster"])
+@router.get("/cluster", tags=["cluster"], responses=error_responses(401, 429))
 def cluster(svc: StateDep, caller: CallerDep) -> dict[str, Any]:
     """The cluster as the runner sees it, and the elementary jobs by state."""
     with svc.store.reading() as s:
