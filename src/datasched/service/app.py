@@ -18,7 +18,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI
 from fastapi import Request as HttpRequest
@@ -32,10 +32,10 @@ from datasched import __version__
 from datasched.service import api_whatif
 from datasched.service.api import groups, misc, requests
 from datasched.service.api.bodies import BoundedBodies
-from datasched.service.api.deps import Limits, ServiceState, current_caller
+from datasched.service.api.deps import CallerDep, Limits, ServiceState, StateDep, current_caller
 from datasched.service.api.errors import ERROR_STATUSES, error_responses
 from datasched.service.catalog import Catalog
-from datasched.service.contracts import SplitStrategy
+from datasched.service.contracts import ClusterSnapshot, SplitStrategy
 from datasched.service.daemon import Dispatcher, Runner
 from datasched.service.dashboard import router as dashboard_router
 from datasched.service.eta_watch import EtaWatch
@@ -44,6 +44,7 @@ from datasched.service.ports import RequestLanguage
 from datasched.service.store import ops
 from datasched.service.store.db import Store
 from datasched.service.store.models import Job, Packet
+from datasched.service.visibility import Scope, scope_of
 
 __all__ = ["API_PREFIX", "build_state", "create_app", "sweep_refused"]
 
@@ -216,7 +217,8 @@ def create_app(svc: ServiceState) -> FastAPI:
     app.include_router(misc.router, prefix=API_PREFIX)
     app.include_router(groups.router, prefix=API_PREFIX)
     app.include_router(dashboard_router)
-    # What-if: the simulator over the live state, for any user with a token.
+    # What-if: the simulator over the live state, for any user with a token, who sees the
+    # ETAs of their own requests only (an administrator: everyone's).
     app.include_router(
         api_whatif.router,
         dependencies=[Depends(current_caller)],
@@ -227,6 +229,16 @@ def create_app(svc: ServiceState) -> FastAPI:
         app.dependency_overrides[api_whatif.get_snapshot] = lambda: live_snapshot(
             svc.store, runner.cluster()
         )
+
+    def whatif_scope(
+        state: StateDep,
+        caller: CallerDep,
+        snapshot: Annotated[ClusterSnapshot, Depends(api_whatif.get_snapshot)],
+    ) -> Scope:
+        with state.store.reading() as s:
+            return scope_of(s, caller, [j.id for j in snapshot.jobs])
+
+    app.dependency_overrides[api_whatif.get_scope] = whatif_scope
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: HttpRequest, exc: StarletteHTTPException) -> JSONResponse:
