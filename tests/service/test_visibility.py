@@ -91,12 +91,15 @@ def two(sqlite_store: Store) -> Iterator[Two]:
             )
             assert r.status_code == 201, r.text
             ids[who] = r.json()["id"]
-        deadline = time.monotonic() + 10
-        while len(runner.submitted) < 2:
-            assert time.monotonic() < deadline, "the jobs were not handed to the runner"
+        deadline = time.monotonic() + 30
+        root = {"Authorization": f"Bearer {tokens['root']}"}
+        while {
+            client.get(f"/api/v1/requests/{rid}", headers=root).json()["state"]
+            for rid in ids.values()
+        } != {"running"}:
+            assert time.monotonic() < deadline, "the jobs did not start"
             time.sleep(0.02)
         yield Two(client, tokens, ids["ann"], ids["bob"])
-        root = {"Authorization": f"Bearer {tokens['root']}"}
         for rid in ids.values():
             client.delete(f"/api/v1/requests/{rid}", headers=root)  # end the held jobs
     runner.wait()
