@@ -57,7 +57,8 @@ def run(users: int, requests: int, db: str) -> dict[str, Any]:
         FakeLanguage(),
         runner=FakeRunner(packet=1000),
         period_s=0.05,
-        limits=Limits(rate_per_s=1000, burst=1000),
+        # Every request of a user may be pending at once: the load is what is measured.
+        limits=Limits(rate_per_s=1000, burst=1000, max_pending=max(requests, 1)),
     )
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

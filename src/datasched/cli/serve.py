@@ -62,16 +62,26 @@ DbOpt = Annotated[
 def open_store(db: str | None) -> Store:
     """The store named by ``--db`` (or the default), at the newest schema."""
     try:
-        from datasched.service.store.db import Store, StoreError
+        from datasched.service.store.db import (
+            Store,
+            StoreError,
+            StoreUnavailable,
+            masked_url,
+            scrub,
+        )
     except ModuleNotFoundError as exc:
         fail(f"the service is not installed ({exc.name}): pip install 'datasched[service]'")
     url = db or os.environ.get("DATASCHED_DB") or DEFAULT_DB
+    # Every message naming the store shows its URL with the password masked.
     try:
         return Store(url)
+    except StoreUnavailable as exc:  # a database that cannot be reached or upgraded
+        fail(scrub(str(exc), url), code=1)
     except StoreError as exc:
-        fail(str(exc))
-    except Exception as exc:  # a database that cannot be reached or upgraded
-        fail(f"--db: cannot open the store {url!r}: {type(exc).__name__}: {exc}", code=1)
+        fail(scrub(str(exc), url))
+    except Exception as exc:  # anything else on the way: its text scrubbed as well
+        reason = scrub(f"{type(exc).__name__}: {exc}", url)
+        fail(f"--db: cannot open the store {masked_url(url)}: {reason}", code=1)
 
 
 def _load(spec: str, option: str) -> Any:
@@ -126,9 +136,44 @@ def serve(
         str | None,
         typer.Option(help="The request language's factory, module:attr.", hidden=True),
     ] = None,
-    max_request_kb: Annotated[int, typer.Option(min=1, help="Largest request body.")] = 1000,
+    max_request_kb: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Largest request body, in kB (1000 bytes); a larger one is answered 413 "
+            "as soon as it passes the limit, unread beyond it.",
+        ),
+    ] = 1000,
+    max_json_kb: Annotated[
+        int,
+        typer.Option(min=1, help="Largest body of any other API call (JSON), in kB."),
+    ] = 64,
     rate: Annotated[float, typer.Option(min=0.0, help="API calls a second per user.")] = 20.0,
     burst: Annotated[int, typer.Option(min=1, help="API calls at once per user.")] = 40,
+    max_pending: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Requests of a user not yet final (pending, queued, running); past it a "
+            "submission is refused (429, field 'pending') and not stored.",
+        ),
+    ] = 100,
+    refused_keep: Annotated[
+        int,
+        typer.Option(
+            min=1, help="Refused requests kept per user (for their reasons); the oldest go."
+        ),
+    ] = 50,
+    refused_days: Annotated[
+        float,
+        typer.Option(min=0.0, help="Days a refused request is kept before it is deleted."),
+    ] = 7.0,
+    refused_body_kb: Annotated[
+        int,
+        typer.Option(
+            min=0, help="kB of a refused request's body kept; the rest is cut (and said so)."
+        ),
+    ] = 16,
     max_held: Annotated[
         int | None,
         typer.Option(
@@ -277,14 +322,23 @@ def serve(
         lang,
         runner=the_runner,
         split=strategy,
-        limits=Limits(max_request_kb * 1000, rate, burst),
+        limits=Limits(
+            max_request_bytes=max_request_kb * 1000,
+            rate_per_s=rate,
+            burst=burst,
+            max_json_bytes=max_json_kb * 1000,
+            max_pending=max_pending,
+            refused_keep=refused_keep,
+            refused_days=refused_days,
+            refused_body_bytes=refused_body_kb * 1000,
+        ),
         policy=policy,
         max_held=max_held,
         usage_half_life_s=usage_half_life,
     )
     err.print(
         f"datasched serve: the API at http://{host}:{port}/api/v1, the dashboard at "
-        f"http://{host}:{port}/dashboard (store {store.engine.url!r})",
+        f"http://{host}:{port}/dashboard (store {store.shown_url})",
         highlight=False,
         soft_wrap=True,
     )

@@ -61,8 +61,11 @@ def _from_server(server: str, token: str | None, policies: list[str]) -> dict[st
             return body
     except urllib.error.HTTPError as exc:
         detail: Any = exc.reason
-        with contextlib.suppress(ValueError, AttributeError):
-            detail = json.loads(exc.read()).get("detail", detail)
+        with contextlib.suppress(ValueError, AttributeError, TypeError, KeyError):
+            answer = json.loads(exc.read())
+            detail = answer.get("detail", detail)
+            if answer.get("errors"):  # the service's form: {"errors": [{field, reason}]}
+                detail = "; ".join(f"{e['field']}: {e['reason']}" for e in answer["errors"])
         if isinstance(detail, dict) and "field" in detail:
             detail = f"{detail['field']}: {detail.get('reason', '')}"
         fail(f"--server: {exc.code}: {detail}", code=1)
@@ -88,6 +91,9 @@ def _table(result: dict[str, Any]) -> Table:
         table.add_column(p, justify="right")
     for row in result["requests"]:
         table.add_row(row["request"], *(_seconds(row["eta_s"][p]) for p in policies))
+    others = (result.get("others") or {}).get("requests")
+    if others:  # the server shows a user their own requests only
+        table.add_row(f"({others} of other users)", *("" for _ in policies))
     table.add_section()
     table.add_row("makespan", *(_seconds(result["makespan_s"][p]) for p in policies))
     return table

@@ -3,7 +3,11 @@ each policy, predicted by the simulator from the daemon's live snapshot.
 
 The route needs the snapshot: it depends on :func:`get_snapshot`, which the application
 overrides (``app.dependency_overrides[get_snapshot] = ...``) with its own; left alone, the
-route answers 503. Errors follow the service's form: ``{"detail": {"field", "reason"}}``.
+route answers 503. What the caller may see by id comes from :func:`get_scope`, which the
+application overrides with the caller's scope (an ordinary user: their own requests and
+jobs; :mod:`datasched.service.visibility`); left alone, everything (the router on its own
+has no callers). Errors are ``{"field", "reason"}`` details, which the application answers
+as ``{"errors": [{"field", "reason"}]}``.
 """
 
 from __future__ import annotations
@@ -13,10 +17,12 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, HTTPException, Query
 
 from datasched.policies.registry import UnknownPolicyError
+from datasched.service.api.errors import error_responses
 from datasched.service.contracts import ClusterSnapshot, SnapshotError
+from datasched.service.visibility import EVERYTHING, Scope, whatif_view
 from datasched.service.whatif import compare
 
-__all__ = ["get_snapshot", "router"]
+__all__ = ["get_scope", "get_snapshot", "router"]
 
 MAX_POLICIES = 8
 """Policies one request may ask for (each is a simulation of the whole queue)."""
@@ -29,18 +35,30 @@ def get_snapshot() -> ClusterSnapshot:
     raise HTTPException(503, {"field": "snapshot", "reason": "no live cluster state here"})
 
 
-@router.get("/api/v1/whatif")
+def get_scope() -> Scope:
+    """What the caller may see by id; the application overrides this dependency."""
+    return EVERYTHING
+
+
+@router.get(
+    "/api/v1/whatif",
+    tags=["whatif"],
+    responses=error_responses(400, 422, 500, 503),
+)
 def whatif(
     snapshot: Annotated[ClusterSnapshot, Depends(get_snapshot)],
+    scope: Annotated[Scope, Depends(get_scope)],
     policy: Annotated[list[str], Query(min_length=1)],
 ) -> dict[str, Any]:
-    """Each request's ETA (seconds from the snapshot's time) and the makespan, per policy."""
+    """Each request's ETA (seconds from the snapshot's time) and the makespan, per policy.
+    An ordinary user gets the ETAs of their own requests and jobs only, and how many others
+    were predicted (``others``); an administrator everyone's."""
     if len(policy) > MAX_POLICIES:
         raise HTTPException(
             400, {"field": "policy", "reason": f"at most {MAX_POLICIES} policies at once"}
         )
     try:
-        return compare(snapshot, policy).as_dict()
+        return whatif_view(compare(snapshot, policy).as_dict(), scope)
     except UnknownPolicyError as exc:
         raise HTTPException(400, {"field": "policy", "reason": str(exc)}) from exc
     except SnapshotError as exc:

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 from fastapi import Depends, HTTPException
 from fastapi import Request as HttpRequest
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from datasched.service.catalog import Catalog
 from datasched.service.contracts import SplitStrategy
@@ -21,6 +22,7 @@ from datasched.service.store.db import Store
 from datasched.service.users import Caller, authenticate
 
 __all__ = [
+    "BEARER",
     "CallerDep",
     "Limits",
     "ServiceState",
@@ -34,12 +36,25 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """The API's limits: the largest request body, and each user's rate (calls a second,
-    sustained) and burst (calls at once)."""
+    """The API's limits (each a ``datasched serve`` option; docs/service.md, "Limits"): the
+    largest request body and the largest body of any other call, each user's rate (calls a
+    second, sustained) and burst (calls at once), each user's requests not yet final, and
+    what is kept of refused requests: how many per user, for how many days, and the first
+    bytes of each body."""
 
     max_request_bytes: int = 1_000_000
     rate_per_s: float = 20.0
     burst: int = 40
+    max_json_bytes: int = 64_000
+    """Largest body of a call other than a submission (JSON: ``PUT /groups/{name}``)."""
+    max_pending: int = 100
+    """Requests of a user not yet final (pending, submitted, queued, running)."""
+    refused_keep: int = 50
+    """Refused requests kept per user; past it the oldest are deleted."""
+    refused_days: float = 7.0
+    """Days a refused request is kept."""
+    refused_body_bytes: int = 16_000
+    """Bytes of a refused request's body kept (the rest is cut, and the cut said)."""
 
 
 class TokenBucket:
@@ -79,6 +94,8 @@ class ServiceState:
     eta: EtaWatch | None = None
     """Each open request's ETA, refreshed (None: no predictions)."""
     metrics: Metrics = field(default_factory=Metrics)
+    sweep_period_s: float = 3600.0
+    """How often refused requests past ``limits.refused_days`` are deleted."""
     bucket: TokenBucket = field(init=False)
 
     def __post_init__(self) -> None:
@@ -92,10 +109,24 @@ def service_state(request: HttpRequest) -> ServiceState:
 
 StateDep = Annotated[ServiceState, Depends(service_state)]
 
+BEARER = HTTPBearer(
+    scheme_name="bearer",
+    bearerFormat="ds_<id>_<secret>",
+    description="A user's token (`datasched users add`), as `Authorization: Bearer TOKEN`.",
+    auto_error=False,
+)
+"""The API's security scheme, as OpenAPI declares it; :func:`current_caller` checks it."""
 
-def current_caller(request: HttpRequest, svc: StateDep) -> Caller:
+
+def current_caller(
+    request: HttpRequest,
+    svc: StateDep,
+    bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER)],
+) -> Caller:
     """The caller, from ``Authorization: Bearer TOKEN``: 401 without a valid token, 429
-    past the caller's rate."""
+    past the caller's rate. (``BEARER`` is a dependency so that every operation needing a
+    caller declares the scheme in the OpenAPI schema; the header is read here, to answer
+    in the API's own error form.)"""
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
     caller = None

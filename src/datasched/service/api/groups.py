@@ -10,6 +10,7 @@ from fastapi import APIRouter, HTTPException
 from pydantic import BaseModel, ConfigDict
 
 from datasched.service.api.deps import CallerDep, ServiceState, StateDep
+from datasched.service.api.errors import error_responses
 from datasched.service.store.ops import group_queues
 from datasched.service.users import GroupInfo, UserError, list_groups, set_group
 
@@ -51,7 +52,7 @@ def _rows(svc: ServiceState, groups: list[GroupInfo]) -> list[dict[str, Any]]:
     return rows
 
 
-@router.get("")
+@router.get("", responses=error_responses(401, 429))
 def groups(svc: StateDep, caller: CallerDep) -> dict[str, Any]:
     """Every group: priority, quota, users, jobs waiting and running, its target share (its
     weight, quota x priority, over those of the groups with work) and the share of the
@@ -61,10 +62,11 @@ def groups(svc: StateDep, caller: CallerDep) -> dict[str, Any]:
     return {"groups": _rows(svc, found)}
 
 
-@router.put("/{name}")
+@router.put("/{name}", responses=error_responses(401, 403, 413, 422, 429))
 def change(name: str, body: GroupChange, svc: StateDep, caller: CallerDep) -> dict[str, Any]:
     """Set a group's priority and/or quota (made if new): administrators only (403 for
-    others); 422 naming the field for a value not > 0."""
+    others); 422 naming the field for a value not > 0; 413 for a body past
+    ``--max-json-kb``."""
     if not caller.admin:
         raise HTTPException(
             403,

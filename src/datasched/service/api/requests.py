@@ -3,6 +3,7 @@ one (state, elementary jobs, progress), cancel it, read its logs and its merged 
 
 from __future__ import annotations
 
+import math
 import pickle
 from typing import Any
 
@@ -12,7 +13,9 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from sqlalchemy import select
 
+from datasched.service.api.bodies import too_large
 from datasched.service.api.deps import CallerDep, ServiceState, StateDep, not_found
+from datasched.service.api.errors import error_responses
 from datasched.service.contracts import FieldError, JobState, RequestInvalid
 from datasched.service.store import ops
 from datasched.service.store.models import Packet, Request
@@ -38,10 +41,13 @@ _BODY = {
 }
 
 
-def _errors(status: int, *errors: FieldError, **extra: Any) -> JSONResponse:
+def _errors(
+    status: int, *errors: FieldError, headers: dict[str, str] | None = None, **extra: Any
+) -> JSONResponse:
     return JSONResponse(
         {**extra, "errors": [e.as_dict() for e in errors]},
         status_code=status,
+        headers=headers,
     )
 
 
@@ -57,20 +63,41 @@ def summary(req: Request) -> dict[str, Any]:
     }
 
 
-@router.post("", status_code=201, openapi_extra=_BODY)
+class PendingFull(Exception):
+    """The caller has as many requests not yet final as ``--max-pending`` allows."""
+
+    def __init__(self, count: int) -> None:
+        super().__init__(count)
+        self.count = count
+
+
+@router.post(
+    "",
+    status_code=201,
+    openapi_extra=_BODY,
+    responses=error_responses(401, 413, 415, 422, 429, 503, refused=True),
+)
 async def submit(http: HttpRequest, svc: StateDep, caller: CallerDep) -> JSONResponse:
     """Submit a request: XML (STAR's) or YAML by ``Content-Type``. 201 with ``id`` and
-    ``state``; 422 with ``errors: [{field, reason}]`` (the request is kept, refused)."""
+    ``state``; 422 with ``errors: [{field, reason}]`` (the request is kept, refused, its
+    body cut to ``--refused-body-kb``); 413 past ``--max-request-kb`` (the body is read
+    only up to the limit); 429 (field ``pending``) when the caller already has
+    ``--max-pending`` requests not yet final (nothing is stored)."""
+    limit = svc.limits.max_request_bytes
     declared = http.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > svc.limits.max_request_bytes:
-        return _too_large(svc.limits.max_request_bytes)
-    body = await http.body()
-    if len(body) > svc.limits.max_request_bytes:
-        return _too_large(svc.limits.max_request_bytes)
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        return _too_large(limit)
     ctype = http.headers.get("content-type", "").split(";")[0].strip().lower()
     if ctype not in CONTENT_TYPES:
         known = ", ".join(sorted(CONTENT_TYPES))
         return _errors(415, FieldError("Content-Type", f"{ctype or 'none'}: expected {known}"))
+    try:
+        await run_in_threadpool(_check_pending, svc, caller)
+    except PendingFull as exc:
+        return await run_in_threadpool(_pending_full, svc, caller, exc.count)
+    body = await _read_body(http, limit)
+    if body is None:
+        return _too_large(limit)
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -80,18 +107,74 @@ async def submit(http: HttpRequest, svc: StateDep, caller: CallerDep) -> JSONRes
         status, answer = await run_in_threadpool(_accept, svc, caller, text, ctype)
     except ModuleNotFoundError as exc:  # the request language is a part of its own
         return _errors(503, FieldError("server", f"cannot read requests: {exc}"))
+    except PendingFull as exc:  # another submission of the caller's got there first
+        return await run_in_threadpool(_pending_full, svc, caller, exc.count)
     svc.metrics.submitted.labels(answer["state"]).inc()
     if status == 201 and svc.dispatcher is not None:
         svc.dispatcher.wake()
     return JSONResponse(answer, status_code=status)
 
 
+async def _read_body(http: HttpRequest, limit: int) -> bytes | None:
+    """The body, read as it arrives; None as soon as it passes ``limit`` bytes (the rest is
+    never read: the answer closes the connection). A declared ``Content-Length`` is no
+    bound: a chunked body has none."""
+    body = bytearray()
+    async for chunk in http.stream():
+        body += chunk
+        if len(body) > limit:
+            return None
+    return bytes(body)
+
+
 def _too_large(limit: int) -> JSONResponse:
-    return _errors(413, FieldError("body", f"larger than the limit of {limit} bytes"))
+    return JSONResponse(too_large(limit), status_code=413, headers={"Connection": "close"})
+
+
+def _check_pending(svc: ServiceState, caller: Caller) -> None:
+    """Raise :class:`PendingFull` when the caller is at ``--max-pending`` (read before the
+    body; checked again, under the caller's lock, when the request is stored)."""
+    with svc.store.reading() as s:
+        count = ops.open_requests(s, caller.id)
+    if count >= svc.limits.max_pending:
+        raise PendingFull(count)
+
+
+PENDING_RETRY_S = 60
+"""Retry-After when the daemon predicts no end for the caller's open requests."""
+
+
+def _pending_full(svc: ServiceState, caller: Caller, count: int) -> JSONResponse:
+    """429 naming the field ``pending``; ``Retry-After`` is the soonest predicted end of one
+    of the caller's open requests (their ETAs), else a minute."""
+    wait = PENDING_RETRY_S
+    if svc.eta is not None:
+        with svc.store.reading() as s:
+            ids = list(
+                s.scalars(
+                    select(Request.id).where(
+                        Request.owner_id == caller.id, Request.state.in_(ops.OPEN)
+                    )
+                )
+            )
+        lefts = [
+            float(eta["seconds_left"])
+            for eta in (svc.eta.eta(i) for i in ids)
+            if eta and eta.get("seconds_left") is not None
+        ]
+        if lefts:
+            wait = min(3600, max(1, math.ceil(min(lefts))))
+    svc.metrics.submitted.labels("pending-limit").inc()
+    reason = (
+        f"you have {count} requests not yet final, the limit is {svc.limits.max_pending}; "
+        "wait for one to end, or cancel one"
+    )
+    return _errors(429, FieldError("pending", reason), headers={"Retry-After": str(wait)})
 
 
 def _accept(svc: ServiceState, caller: Caller, text: str, ctype: str) -> tuple[int, dict[str, Any]]:
     lang = svc.language
+    limits = svc.limits
     title = ""
     try:
         mjr = lang.parse(text, CONTENT_TYPES[ctype], caller.name)
@@ -107,21 +190,34 @@ def _accept(svc: ServiceState, caller: Caller, text: str, ctype: str) -> tuple[i
             raise RequestInvalid([FieldError("input", "selects no file")])
     except RequestInvalid as exc:
         with svc.store.session() as s:
-            req = ops.store_refused(s, caller, text, ctype, exc.errors, title=title)
+            req = ops.store_refused(
+                s,
+                caller,
+                text,
+                ctype,
+                exc.errors,
+                title=title,
+                body_bytes=limits.refused_body_bytes,
+                keep=limits.refused_keep,
+            )
             return 422, {"id": req.id, "state": req.state, "errors": req.errors}
     with svc.store.session() as s:
+        ops.lock_user(s, caller.id)
+        count = ops.open_requests(s, caller.id)
+        if count >= limits.max_pending:
+            raise PendingFull(count)
         req = ops.store_accepted(s, caller, request_id, text, ctype, mjr, jobs)
         return 201, {"id": req.id, "state": req.state, "jobs": len(jobs)}
 
 
-@router.get("")
+@router.get("", responses=error_responses(401, 429))
 def list_requests(svc: StateDep, caller: CallerDep) -> dict[str, Any]:
     """The caller's requests (an administrator's: everyone's), newest first."""
     with svc.store.reading() as s:
         return {"requests": [summary(r) for r in ops.list_requests(s, caller)]}
 
 
-@router.get("/{request_id}")
+@router.get("/{request_id}", responses=error_responses(401, 404, 429))
 def get_request(request_id: str, svc: StateDep, caller: CallerDep) -> dict[str, Any]:
     """A request: its state, its elementary jobs (node, state, files, progress), its
     progress (events, bytes, packets) and, if refused, its errors."""
@@ -161,7 +257,7 @@ def get_request(request_id: str, svc: StateDep, caller: CallerDep) -> dict[str, 
         }
 
 
-@router.delete("/{request_id}")
+@router.delete("/{request_id}", responses=error_responses(401, 404, 429))
 def cancel(request_id: str, svc: StateDep, caller: CallerDep) -> dict[str, Any]:
     """Cancel a request: it and its unfinished jobs become ``aborted``."""
     with svc.store.session() as s:
@@ -176,7 +272,7 @@ def cancel(request_id: str, svc: StateDep, caller: CallerDep) -> dict[str, Any]:
     return {"id": request_id, "state": state}
 
 
-@router.get("/{request_id}/logs")
+@router.get("/{request_id}/logs", responses=error_responses(401, 404, 429))
 def logs(request_id: str, svc: StateDep, caller: CallerDep) -> dict[str, Any]:
     """Each elementary job's log, and the file that failed, if one did."""
     with svc.store.reading() as s:
@@ -200,7 +296,19 @@ def logs(request_id: str, svc: StateDep, caller: CallerDep) -> dict[str, Any]:
         }
 
 
-@router.get("/{request_id}/result")
+@router.get(
+    "/{request_id}/result",
+    responses={
+        200: {
+            "description": "The merged result, or with `packets=true` the packets' own "
+            "pickles (a pickled list of bytes)",
+            "content": {
+                "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}
+            },
+        },
+        **error_responses(401, 404, 409, 422, 429),
+    },
+)
 def result(request_id: str, svc: StateDep, caller: CallerDep, packets: bool = False) -> Response:
     """The merged result (``application/octet-stream``): a pickle made on a worker, served
     as it is; the daemon never unpickles it (``datasched result`` reads it with an

@@ -2,7 +2,11 @@
 style sheet, and the HTML fragments the page fetches every second with the token the user
 logged in with (``Authorization: Bearer``, as the API): who is logged in, the cluster and
 its queue, the caller's requests with their progress, and one request with its jobs, its
-packets' statistics and a plot. Submitting and cancelling go through the API itself."""
+packets' statistics and a plot. Submitting and cancelling go through the API itself.
+
+An ordinary user sees what the API shows them (:mod:`datasched.service.visibility`): the
+cluster in aggregate, with only their own jobs by id, and their own requests; an
+administrator sees everyone's."""
 
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ from datasched.service.dashboard.views import (
     request_rows,
 )
 from datasched.service.store import ops
+from datasched.service.visibility import cluster_view, scope_of, view_job_ids
 
 __all__ = ["PACKETS_SHOWN", "REQUESTS_SHOWN", "router"]
 
@@ -115,10 +120,11 @@ def whoami(caller: CallerDep) -> HTMLResponse:
 
 @router.get("/dashboard/fragments/cluster")
 def cluster(svc: StateDep, caller: CallerDep) -> HTMLResponse:
-    """The nodes (slots, cache fill, what each runs), the elementary jobs by state, and
-    each group's queue."""
-    view = dict(svc.runner.cluster()) if svc.runner is not None else {"nodes": []}
+    """The nodes (slots, cache fill, what each runs: an ordinary user sees the ids of their
+    own jobs only), the elementary jobs by state, and each group's queue."""
+    runner_view = dict(svc.runner.cluster()) if svc.runner is not None else {"nodes": []}
     with svc.store.reading() as s:
+        view = cluster_view(runner_view, {}, scope_of(s, caller, view_job_ids(runner_view)))
         queue = queue_counts(s)
         groups = ops.group_queues(
             s, svc.dispatcher.shares() if svc.dispatcher is not None else None

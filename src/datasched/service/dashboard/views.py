@@ -59,8 +59,9 @@ class Progress:
 @dataclass(frozen=True, slots=True)
 class NodeRow:
     """A node as the runner reports it: its slots (busy of total), its cache fill (0–1, or
-    None when the runner does not say), the jobs it runs and the files its cache holds
-    (None when not said)."""
+    None when the runner does not say), the jobs it runs that the viewer may see by id,
+    the files its cache holds (None when not said), and how many busy slots run jobs the
+    viewer may not see (other users')."""
 
     name: str
     up: bool
@@ -69,6 +70,7 @@ class NodeRow:
     cache_fill: float | None
     running: tuple[str, ...]
     cached_files: int | None = None
+    hidden: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,18 +143,23 @@ def node_rows(view: Mapping[str, Any]) -> list[NodeRow]:
     """The nodes of a runner's cluster view. Two shapes are read: the runtime's (``slots``
     a list of ``{slot, job}``, ``slots_total``, ``cached_bytes`` of
     ``cache_capacity_bytes``, ``cached_files``) and a plain one (``slots`` a count, ``cache_fill``,
-    ``running`` a list of job ids)."""
+    ``running`` a list of job ids); either as :func:`~datasched.service.visibility.cluster_view`
+    shows it to an ordinary user (a slot ``busy`` with no job, ``slots_busy``)."""
     rows = []
     for node in view.get("nodes") or []:
         if not isinstance(node, Mapping):
             continue
         slots = node.get("slots")
         running: list[str] = [str(j) for j in node.get("running") or []]
+        busy = len(running)
         if isinstance(slots, list):
-            running += [str(s["job"]) for s in slots if isinstance(s, Mapping) and s.get("job")]
+            taken = [s for s in slots if isinstance(s, Mapping) and (s.get("job") or s.get("busy"))]
+            running += [str(s["job"]) for s in taken if s.get("job")]
+            busy += len(taken)
             total = _int(node.get("slots_total"), len(slots))
         else:
             total = _int(slots)
+        busy = max(busy, _int(node.get("slots_busy")))
         fill = node.get("cache_fill")
         capacity = _int(node.get("cache_capacity_bytes"))
         if fill is None and capacity > 0 and "cached_bytes" in node:
@@ -161,11 +168,12 @@ def node_rows(view: Mapping[str, Any]) -> list[NodeRow]:
             NodeRow(
                 name=str(node.get("name", "?")),
                 up=bool(node.get("up", True)),
-                slots_busy=len(running),
-                slots_total=max(total, len(running)),
+                slots_busy=busy,
+                slots_total=max(total, busy),
                 cache_fill=min(1.0, max(0.0, float(fill))) if fill is not None else None,
                 running=tuple(running),
                 cached_files=_int(node["cached_files"]) if "cached_files" in node else None,
+                hidden=busy - len(running),
             )
         )
     return rows

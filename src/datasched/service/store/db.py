@@ -3,14 +3,20 @@ mode; PostgreSQL through psycopg 3), sessions, and the schema brought to Alembic
 
 The migrations ship inside the package (``migrations/``), so ``datasched serve`` upgrades
 any store it opens to the schema of the code that runs it.
+
+A store's URL may hold a password (``postgresql://user:secret@host/db``): whatever prints
+or logs one shows :func:`masked_url` of it, and an error's text goes through
+:func:`scrub` first (a driver's message may quote what it was given).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
@@ -21,17 +27,83 @@ __all__ = [
     "MIGRATIONS",
     "Store",
     "StoreError",
+    "StoreUnavailable",
     "database_url",
     "make_engine",
+    "masked_url",
+    "scrub",
     "upgrade",
 ]
+
+MASK = "***"
+"""What a password is shown as."""
+_QUERY_SECRET = re.compile(r"(?i)([?&](?:password|passwd|pwd|pass)=)([^&#\s]*)")
+_URL_PASSWORD = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://[^\s:@/]*):[^\s@]*@")
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 """The Alembic scripts of the store (package data)."""
 
 
 class StoreError(ValueError):
-    """A database URL that cannot be used; the message says why."""
+    """A database URL that cannot be used, or a store that cannot be opened; the message
+    says why (with the URL's password masked)."""
+
+
+class StoreUnavailable(StoreError):
+    """A store whose URL is right but that cannot be reached or upgraded."""
+
+
+def _split_secret(url_or_path: str) -> tuple[str, str, str] | None:
+    """``(before, password, after)`` of a URL's user information, read as loosely as any
+    parser might: the password runs from the first ``:`` after the user name to the *last*
+    ``@`` (a password with an ``@`` left unencoded is still all masked); None without one."""
+    scheme, sep, rest = url_or_path.partition("://")
+    at = rest.rfind("@")
+    if not sep or at < 0:
+        return None
+    user, colon, password = rest[:at].partition(":")
+    if not colon:
+        return None
+    return f"{scheme}://{user}:", password, rest[at:]
+
+
+def masked_url(url_or_path: str) -> str:
+    """``url_or_path`` as it may be shown: a URL's password (in its user information or a
+    ``password=`` parameter) replaced by ``***``, whether or not the URL parses. A path is
+    shown as it is."""
+    split = _split_secret(url_or_path)
+    shown = url_or_path if split is None else f"{split[0]}{MASK}{split[2]}"
+    return _QUERY_SECRET.sub(lambda m: m.group(1) + MASK, shown)
+
+
+def _secrets(url_or_path: str) -> set[str]:
+    """Every form the URL's password may take in a message: as written, decoded, and as
+    SQLAlchemy reads it."""
+    found: set[str] = set()
+    split = _split_secret(url_or_path)
+    if split is not None:
+        found |= {split[1], unquote(split[1])}
+    found |= {m.group(2) for m in _QUERY_SECRET.finditer(url_or_path)}
+    found |= {unquote(m.group(2)) for m in _QUERY_SECRET.finditer(url_or_path)}
+    try:
+        parsed = make_url(database_url(url_or_path))
+    except Exception:  # a URL that does not parse has no parsed password
+        parsed = None
+    if parsed is not None and parsed.password:
+        found.add(str(parsed.password))
+    return {x for x in found if x}
+
+
+def scrub(text: str, url_or_path: str = "") -> str:
+    """``text`` (an error's message) safe to show: ``url_or_path`` in it masked, its
+    password wherever else it appears replaced by ``***``, and any other URL's password
+    masked too."""
+    if url_or_path:
+        text = text.replace(url_or_path, masked_url(url_or_path))
+        for secret in sorted(_secrets(url_or_path), key=len, reverse=True):
+            text = text.replace(secret, MASK)
+    text = _URL_PASSWORD.sub(lambda m: f"{m.group(1)}:{MASK}@", text)
+    return _QUERY_SECRET.sub(lambda m: m.group(1) + MASK, text)
 
 
 def database_url(url_or_path: str) -> str:
@@ -52,8 +124,9 @@ def make_engine(url_or_path: str, *, immediate: bool = True) -> Engine:
     url = database_url(url_or_path)
     try:
         parsed = make_url(url)
-    except ArgumentError as exc:
-        raise StoreError(f"--db: {url_or_path!r} is not a database URL or a path") from exc
+    except (ArgumentError, ValueError):  # ValueError: a port that is not a number
+        shown = masked_url(url_or_path)
+        raise StoreError(f"--db: {shown!r} is not a database URL or a path") from None
     if parsed.get_backend_name() not in ("sqlite", "postgresql"):
         raise StoreError(
             f"--db: {parsed.get_backend_name()!r} is not supported (sqlite or postgresql)"
@@ -104,9 +177,20 @@ class Store:
     transaction (committed on leaving, rolled back on an error)."""
 
     def __init__(self, url_or_path: str, *, migrate: bool = True) -> None:
+        self.shown_url = masked_url(url_or_path)
+        """The store's URL as it may be printed (its password masked)."""
         self.engine = make_engine(url_or_path)
         if migrate:
-            upgrade(self.engine)
+            try:
+                upgrade(self.engine)
+            except Exception as exc:
+                # The driver's message may quote the URL or its password: the cause is not
+                # chained (a traceback would print it), its text is scrubbed.
+                self.engine.dispose()
+                reason = scrub(f"{type(exc).__name__}: {exc}", url_or_path)
+                raise StoreUnavailable(
+                    f"--db: cannot open the store {self.shown_url}: {reason}"
+                ) from None
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         self._reader: Engine | None = None
         readers = self._sessions
@@ -126,6 +210,9 @@ class Store:
         """A transaction that only reads (on SQLite it does not wait for the writers)."""
         with self._readers() as s, s.begin():
             yield s
+
+    def __repr__(self) -> str:
+        return f"Store({self.shown_url!r})"
 
     def close(self) -> None:
         self.engine.dispose()
