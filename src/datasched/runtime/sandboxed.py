@@ -33,9 +33,12 @@ def sandboxed_packet(
     start: int,
     stop: int,
     read: ReadSpec,
+    cpu_budget_s: float | None = None,
+    wall_budget_s: float | None = None,
 ) -> tuple[bytes, int, float, float, float]:
-    """Run a packet of a service job in its sandbox: ``(result bytes, bytes read, open s,
-    compute s, CPU s of the sandbox)``; :class:`PacketError` with the reason."""
+    """Run a packet of a service job in its sandbox, within what the job has left of its CPU
+    and wall time: ``(result bytes, bytes read, open s, compute s, CPU s of the sandbox)``;
+    :class:`PacketError` with the reason."""
     if "://" in path and not path.startswith("file://"):
         raise PacketError(
             "data",
@@ -58,7 +61,8 @@ def sandboxed_packet(
                 start=start,
                 stop=stop,
                 read=spec,
-                timeout_s=conf.wall_s,
+                timeout_s=min(conf.wall_s, wall_budget_s or conf.wall_s),
+                cpu_budget_s=cpu_budget_s,
             )
     except ChildFailed as exc:
         raise PacketError(exc.kind, url, exc.message, exc.traceback) from None

@@ -89,6 +89,8 @@ class _JobRun:
     user: str = "user"
     group: str = "default"
     """Whose job it is (the core's fair shares, PROOF's groups)."""
+    cpu_s: float = 0.0
+    """CPU seconds of its packets back so far."""
 
 
 class PacketStreams:
@@ -230,8 +232,22 @@ class PacketStreams:
             nice=self.scheduler.policy.packet_nice(jr.job_id),
             code=jr.spec.code,
             confine=jr.spec.confine,
+            **self._budget(jr),
         )
         self._submit_task(index, jr, a, b, pid, address, run_packet, spec)
+
+    def _budget(self, jr: _JobRun) -> dict[str, float]:
+        """What a confined job has left of its CPU time (its packets' so far counted) and of
+        its wall time (from its first packet): its next packet's sandbox is killed past
+        them, so that packets in flight do not each spend the whole of the job's limits."""
+        conf = jr.spec.confine
+        if conf is None:
+            return {}
+        began = jr.first_packet_s if jr.first_packet_s is not None else self.now()
+        return {
+            "cpu_budget_s": max(conf.cpu_s - jr.cpu_s, 1.0),
+            "wall_budget_s": max(conf.wall_s - (self.now() - began), 1.0),
+        }
 
     def _command_spec(
         self, index: int, jr: _JobRun, pid: int, start: Start | Assign
@@ -373,6 +389,7 @@ class PacketStreams:
         jr.done = jr.done | piece
         slot.processed = slot.processed | piece
         slot.cpu_s += result.cpu_s
+        jr.cpu_s += result.cpu_s
         n = b - a
         if not jr.failed:
             if jr.spec.code is None:  # a sandboxed job's result is opaque bytes: not merged

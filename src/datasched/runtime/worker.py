@@ -172,6 +172,10 @@ class PacketSpec:
     (:mod:`datasched.sandbox`) with ``confine``, its result returned as opaque bytes; None:
     ``processor`` runs in this process (``datasched run``: the user's own code)."""
     confine: Confinement | None = None
+    cpu_budget_s: float | None = None
+    """What the job has left of its CPU time: this packet's sandbox is killed past it."""
+    wall_budget_s: float | None = None
+    """What the job has left of its wall time, likewise."""
 
 
 @dataclass(slots=True)
@@ -403,6 +407,8 @@ def packet_on(worker: Any, spec: PacketSpec) -> PacketResult:
                     start=spec.local_start,
                     stop=spec.local_stop,
                     read=spec.read,
+                    cpu_budget_s=spec.cpu_budget_s,
+                    wall_budget_s=spec.wall_budget_s,
                 )
                 cpu0 -= child_cpu
             else:

@@ -61,6 +61,22 @@ START_TIMEOUT_S = 120.0
 LOG_TAIL = 4000
 
 
+def _child_command() -> list[str]:
+    """Python, isolated (no user site, no environment's settings), running the child from
+    the datasched this process runs (bound in every sandbox), whatever ``sys.path`` says."""
+    import datasched
+
+    where = str(Path(datasched.__file__).resolve().parent.parent)
+    code = (
+        f"import sys; sys.path.insert(0, {where!r}); "
+        "from datasched.sandbox.child import main; sys.exit(main(sys.argv[1:]))"
+    )
+    return [sys.executable, "-I", "-c", code]
+
+
+CHILD_COMMAND = _child_command()
+
+
 class ChildFailed(RuntimeError):
     """The child said the work failed (``kind``: ``data``, ``processor``), or died;
     ``traceback`` is the user's, when their code raised."""
@@ -151,7 +167,7 @@ class Child:
         sandbox to start it in)."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock = ours
-        argv = [sys.executable, "-I", "-m", "datasched.sandbox.child", str(theirs.fileno())]
+        argv = [*CHILD_COMMAND, str(theirs.fileno())]
         layout = Layout(self.scratch)
         try:
             line = command_line(self.conf, layout, argv)
