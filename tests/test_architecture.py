@@ -36,6 +36,15 @@ ENGINE_RULES = {
     "sim": ("datasched.runtime", "datasched.compare", "datasched.cli", "datasched.service"),
     "runtime": ("datasched.sim", "datasched.compare", "datasched.cli", "datasched.service"),
     "compare": ("datasched.cli", "datasched.service"),
+    # Where users' code runs, and how results are read: no Dask, no daemon, no engine.
+    "sandbox": (
+        *("dask", "distributed", "datasched.service", "datasched.sim", "datasched.cli"),
+        "datasched.compare",
+    ),
+    "safepickle": (
+        *("dask", "distributed", "datasched.service", "datasched.sim", "datasched.cli"),
+        *("datasched.compare", "datasched.runtime", "datasched.sandbox"),
+    ),
 }
 
 
