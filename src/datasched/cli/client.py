@@ -255,11 +255,11 @@ def result(
         from datasched.runtime.outputs import write_output
 
         write_output(merged, path)
-        out.print(str(path), highlight=False)
+        out.print(str(path), highlight=False, soft_wrap=True)
         _print_summary(merged)
         return
     atomic_write_bytes(path, data, fsync=True)
-    out.print(str(path), highlight=False)
+    out.print(str(path), highlight=False, soft_wrap=True)
     try:
         loaded = safepickle.loads(data, trust=trust)
     except safepickle.Refused as exc:

@@ -154,7 +154,7 @@ def serving(
     with store.session() as s:
         tokens = {name: add_user(s, name, group) for name, group in users.items()}
     confine = confine or demo_confinement()
-    roots = [data_dir.parent.resolve(), work.resolve()]
+    roots = [data_dir.resolve(), work.resolve()]
     runner = make_runner(
         workers=workers,
         cache_dir=work / "cache",
