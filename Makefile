@@ -38,6 +38,7 @@ bench: venv
 	$(BIN)/python benchmarks/run.py --repeat 3
 	$(BIN)/python benchmarks/runtime.py
 	$(BIN)/python benchmarks/cosched_solver.py
+	$(BIN)/python benchmarks/sandbox.py
 
 # The full reproduction (about ten minutes on two cores), then its report and figures
 # copied over the committed ones in docs/.

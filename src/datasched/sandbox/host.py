@@ -111,14 +111,18 @@ def host_env(conf: Confinement, scratch: Path, extra: Mapping[str, str]) -> dict
     return env
 
 
-def _tree_cpu_s(pid: int) -> float:
-    """CPU seconds of the process ``pid`` and all its descendants, live or reaped, as the
-    kernel counts them."""
+def _tree(pid: int) -> list[psutil.Process]:
+    """The process ``pid`` and its descendants (finding them reads every process of the
+    machine: done at a child's start and now and then, not at every packet)."""
     try:
         top = psutil.Process(pid)
-        procs = [top, *top.children(recursive=True)]
+        return [top, *top.children(recursive=True)]
     except psutil.Error:
-        return 0.0
+        return []
+
+
+def _cpu_s(procs: Sequence[psutil.Process]) -> float:
+    """CPU seconds of ``procs`` and their reaped children, as the kernel counts them."""
     total = 0.0
     for p in procs:
         with contextlib.suppress(psutil.Error):
@@ -158,6 +162,7 @@ class Child:
         self.cpu_at_start = 0.0
         self.last_used = time.monotonic()
         self.has_postprocess = False
+        self._procs: list[psutil.Process] = []
 
     # -- life -----------------------------------------------------------------------------
 
@@ -204,7 +209,7 @@ class Child:
         except BaseException:
             self.close()
             raise
-        self.cpu_at_start = self.cpu_s()
+        self.cpu_at_start = self.cpu_s(look_again=True)
 
     def close(self) -> None:
         """Kill the child (its whole sandbox) and remove its scratch directory."""
@@ -221,9 +226,14 @@ class Child:
                 proc.wait(timeout=10)
         shutil.rmtree(self.scratch, ignore_errors=True)
 
-    def cpu_s(self) -> float:
-        """CPU seconds its sandbox used so far (measured here)."""
-        return _tree_cpu_s(self.proc.pid) if self.proc is not None else 0.0
+    def cpu_s(self, *, look_again: bool = False) -> float:
+        """CPU seconds its sandbox used so far (measured here): its processes as last seen
+        (``look_again``: found anew, with any it started since), and all they reaped."""
+        if self.proc is None:
+            return 0.0
+        if look_again or not self._procs:
+            self._procs = _tree(self.proc.pid)
+        return _cpu_s(self._procs)
 
     # -- talking ----------------------------------------------------------------------------
 
@@ -250,11 +260,15 @@ class Child:
             sock.settimeout(timeout_s)
             if not expect_ready:
                 wire.send(sock, header, payload, fds)
-            # Wait for the answer, looking at the sandbox's CPU time meanwhile.
+            # Wait for the answer, looking at the sandbox's CPU time meanwhile (and at
+            # which processes it has, every tenth look).
+            looks = 0
             while not select.select([sock], [], [], WATCH_S)[0]:
                 if time.monotonic() > deadline:
                     raise TimeoutError
-                if cpu_budget_s is not None and self.cpu_s() - cpu0 > cpu_budget_s:
+                looks += 1
+                used = self.cpu_s(look_again=looks % 10 == 0) - cpu0
+                if cpu_budget_s is not None and used > cpu_budget_s:
                     self.close()
                     raise LimitReached(
                         f"the job's CPU time limit ({self.conf.cpu_s:g} s) was reached"
