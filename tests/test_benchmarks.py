@@ -79,3 +79,15 @@ def test_instruction_count_grows_with_the_jobs() -> None:
         assert match is not None, done.stdout
         counts.append(int(match.group(1).replace(",", "")))
     assert 0 < counts[0] < counts[1]
+
+
+def test_the_sandbox_benchmark_runs_the_same_packets_both_ways() -> None:
+    from sandbox_support import require_sandbox
+
+    require_sandbox()
+    done = _run("--events", "100,300", "--repeat", "1", "--json", script=BENCHMARKS / "sandbox.py")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert [r["events"] for r in result["packets"]] == [100, 300]
+    assert all(r["sandbox_s"] > 0 and r["here_s"] > 0 for r in result["packets"])
+    assert result["child_start_s"] > 0
