@@ -371,3 +371,43 @@ def test_jobs_that_cannot_run_fail_at_once_naming_the_field(
     assert rec.states("b.5") == [JobState.QUEUED, JobState.RUNNING, JobState.FAILED]
     final = rec.final("b.5")
     assert final is not None and "exited with code 1" in final[3]
+
+
+def test_every_root_takes_outputs_and_a_users_own_directory_only(
+    data: tuple[Path, list[FileRef]], scheduler_address: str, tmp_path: Path
+) -> None:
+    _, files = data
+    first, second = tmp_path / "a", tmp_path / "b"
+    for root in (first, second):
+        (root / "ann").mkdir(parents=True)
+        root.chmod(0o755)
+        (root / "ann").chmod(0o777)  # the jobs' account writes there
+    rec = Recorder()
+    job = ElementaryJob(
+        "o",
+        0,
+        (files[0],),
+        CommandWork("echo $USER $JOBID", stdout=f"{second}/ann/$JOBID.out"),
+        user="ann",
+    )
+    elsewhere = ElementaryJob(
+        "o", 1, (files[0],), CommandWork("true", stdout=f"{second}/bob.out"), user="ann"
+    )
+
+    async def main() -> None:
+        runner = make_runner(rec, scheduler_address, tmp_path, user_dirs=True)
+        runner.roots = [first.resolve(), second.resolve()]
+        await runner.start()
+        try:
+            runner.submit(job)
+            runner.submit(elsewhere)
+            await rec.wait_final(job.id)
+        finally:
+            await runner.stop()
+
+    asyncio.run(main())
+    assert rec.states(job.id)[-1] == JobState.COMPLETED, rec.final(job.id)
+    assert (second / "ann" / "o_0.out").read_text() == "ann o_0\n"
+    final = rec.final(elsewhere.id)
+    assert final is not None and final[1] == JobState.FAILED
+    assert "your own directory" in final[3] and not (second / "bob.out").exists()
