@@ -40,8 +40,8 @@ from sandbox_support import job_account, require_sandbox
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 SECRET = "planted-secret-7f3a9c"
-CPU_LIMIT_S = 12.0
-WALL_LIMIT_S = 45.0
+CPU_LIMIT_S = 6.0
+WALL_LIMIT_S = 40.0
 
 
 def _port() -> int:

@@ -47,6 +47,7 @@ import json
 import time
 import uuid
 from collections import deque
+from contextlib import suppress
 from typing import Any
 
 from distributed import Client, Future
@@ -93,6 +94,7 @@ from datasched.runtime.reports import (
     ProgressSink,
     RunReport,
 )
+from datasched.runtime.sandboxed import abort_job
 from datasched.runtime.serving import Serving
 from datasched.runtime.space import job_events
 from datasched.runtime.streams import PacketStreams, _JobRun, _Slot, _Worker
@@ -380,6 +382,19 @@ class RuntimeEngine(Serving, PacketStreams, DataMoves):
             jr.report.error = message
             jr.report.traceback = traceback
             self._emit(JobCancelled(self.now(), jr.job_id, message))
+            if jr.spec.code is not None and jr.first_packet_s is not None:
+                # A confined job's packets in flight are stopped on their workers, not left
+                # to run to their limits (a user's code may never return).
+                self._abort_on_workers(self._token(jr))
+
+    def _abort_on_workers(self, token: str) -> None:
+        async def abort() -> None:
+            with suppress(Exception):  # a worker gone meanwhile: its packets went with it
+                await self.client.run(abort_job, token)
+
+        task = asyncio.ensure_future(abort())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _complete(self, jr: _JobRun) -> None:
         now = self.now()

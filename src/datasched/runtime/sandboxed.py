@@ -8,19 +8,49 @@ the master unpickles what a user's code made.
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Iterator, Sequence
 
 from datasched.runtime.compute import PacketError
 from datasched.runtime.events import ReadSpec
 from datasched.sandbox.confine import Confinement, LimitReached, SandboxUnavailable, UserCode
 from datasched.sandbox.confine import sandbox_problem as _problem
-from datasched.sandbox.host import ChildFailed, ChildPool, merge_results
+from datasched.sandbox.host import Child, ChildFailed, ChildPool, merge_results
 
-__all__ = ["CHILDREN", "merge_task", "sandboxed_packet", "worker_sandbox_problem"]
+__all__ = [
+    "CHILDREN",
+    "abort_job",
+    "merge_task",
+    "sandboxed_packet",
+    "worker_sandbox_problem",
+]
 
 CHILDREN = ChildPool()
 """This worker's sandboxed children, kept between a job's packets."""
+_LOCK = threading.Lock()
+_RUNNING: dict[str, set[Child]] = {}
+"""The children running a packet, by the job's token."""
+_ABORTED: dict[str, float] = {}
+"""Jobs stopped (failed, cancelled), by token, with when: their next packets do not run."""
+ABORTED_KEPT_S = 3600.0
+
+
+def abort_job(token: str) -> int:
+    """Stop a job's packets on this worker (``client.run``): the children running one are
+    killed (their packets fail at once, not at the job's limits), and packets still to come
+    fail without running. How many children were killed."""
+    now = time.monotonic()
+    with _LOCK:
+        for old in [t for t, at in _ABORTED.items() if now - at > ABORTED_KEPT_S]:
+            del _ABORTED[old]
+        _ABORTED[token] = now
+        running = list(_RUNNING.get(token, ()))
+    for child in running:
+        child.close()
+    return len(running)
 
 
 def sandboxed_packet(
@@ -35,6 +65,7 @@ def sandboxed_packet(
     read: ReadSpec,
     cpu_budget_s: float | None = None,
     wall_budget_s: float | None = None,
+    token: str = "",
 ) -> tuple[bytes, int, float, float, float]:
     """Run a packet of a service job in its sandbox, within what the job has left of its CPU
     and wall time: ``(result bytes, bytes read, open s, compute s, CPU s of the sandbox)``;
@@ -52,8 +83,11 @@ def sandboxed_packet(
         "schema": read.schema,
         "columns": list(read.columns) if read.columns is not None else None,
     }
+    with _LOCK:
+        if token in _ABORTED:
+            raise PacketError("processor", url, "its job was stopped")
     try:
-        with CHILDREN.borrow(conf, code) as child:
+        with CHILDREN.borrow(conf, code) as child, _running(token, child):
             blob, stats = child.packet(
                 path.removeprefix("file://"),
                 url=url,
@@ -70,6 +104,20 @@ def sandboxed_packet(
         raise PacketError("processor", url, str(exc)) from None
     bytes_read = int(stats["bytes_read"])
     return blob, bytes_read, stats["open_s"], stats["compute_s"], stats["cpu_s"]
+
+
+@contextlib.contextmanager
+def _running(token: str, child: Child) -> Iterator[None]:
+    with _LOCK:
+        _RUNNING.setdefault(token, set()).add(child)
+    try:
+        yield
+    finally:
+        with _LOCK:
+            kids = _RUNNING.get(token, set())
+            kids.discard(child)
+            if not kids:
+                _RUNNING.pop(token, None)
 
 
 def merge_task(

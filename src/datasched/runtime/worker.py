@@ -176,6 +176,9 @@ class PacketSpec:
     """What the job has left of its CPU time: this packet's sandbox is killed past it."""
     wall_budget_s: float | None = None
     """What the job has left of its wall time, likewise."""
+    token: str = ""
+    """The job's name on the workers (its run and id): :func:`~datasched.runtime.sandboxed.
+    abort_job` stops its packets."""
 
 
 @dataclass(slots=True)
@@ -409,6 +412,7 @@ def packet_on(worker: Any, spec: PacketSpec) -> PacketResult:
                     read=spec.read,
                     cpu_budget_s=spec.cpu_budget_s,
                     wall_budget_s=spec.wall_budget_s,
+                    token=spec.token,
                 )
                 cpu0 -= child_cpu
             else:

@@ -37,6 +37,7 @@ from datasched.service.contracts import (
 )
 from datasched.service.fairshare import FairShare, GroupTurn, cluster_slots
 from datasched.service.merger import Merger
+from datasched.service.periodic import Periodic
 from datasched.service.store.db import Store
 from datasched.service.store.models import Group, Job, Packet, Request, User
 from datasched.service.store.ops import (
@@ -160,11 +161,13 @@ def _events(job: Job) -> int:
 _OPEN = (Request.state.not_in([JobState.ABORTED.value, JobState.REFUSED.value]),)
 
 
-class Dispatcher:
+class Dispatcher(Periodic):
     """The daemon's loop: every ``period_s`` (or when woken), hands pending jobs to the
     runner by fair share while it holds fewer than ``max_held`` (None: twice the cluster's
     slots), each with its ranges done, and marks them ``submitted``. Usage decays with
     ``half_life_s``; ``clock`` gives POSIX seconds (the stored packets' times)."""
+
+    name = "dispatcher"
 
     def __init__(
         self,
@@ -178,6 +181,7 @@ class Dispatcher:
     ) -> None:
         if max_held is not None and max_held < 1:
             raise ValueError(f"max_held: expected a number >= 1, got {max_held}")
+        super().__init__()
         self.store = store
         self.runner = runner
         self.period_s = period_s
@@ -192,9 +196,6 @@ class Dispatcher:
         self._owners: dict[str, tuple[str, str]] = {}
         self._lock = threading.Lock()
         self._capacity: int | None = max_held
-        self._stop = threading.Event()
-        self._wake = threading.Event()
-        self._thread: threading.Thread | None = None
 
     def recover(self) -> int:
         """Requeue what the runner held before a restart (how many jobs), and read the
@@ -384,7 +385,7 @@ class Dispatcher:
 
     def wake(self) -> None:
         """Dispatch now (a request was just accepted, or a job ended: it may need merging)."""
-        self._wake.set()
+        super().wake()
         self.merger.wake()
 
     def start(self) -> None:
@@ -393,24 +394,14 @@ class Dispatcher:
         if n:
             log.info("requeued %d elementary jobs held before the restart", n)
         self.runner.start(self.listener)
-        self._thread = threading.Thread(target=self._loop, name="dispatcher", daemon=True)
-        self._thread.start()
+        super().start()
         self.merger.start()
 
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.dispatch_once()
-            except Exception:  # keep serving; the next round retries
-                log.exception("dispatching elementary jobs failed")
-            self._wake.wait(self.period_s)
-            self._wake.clear()
+    def round(self) -> int:
+        return self.dispatch_once()
 
     def stop(self) -> None:
         """Stop the loop, then the runner."""
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+        super().stop()
         self.merger.stop()
         self.runner.stop()

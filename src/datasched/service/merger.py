@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import logging
 import pickle
-import threading
 from collections.abc import Sequence
 from typing import Protocol
 
 from sqlalchemy import select
 
 from datasched.service.contracts import JobState, ProcessorWork
+from datasched.service.periodic import Periodic
 from datasched.service.store.db import Store
 from datasched.service.store.models import Job, Packet, Request
 from datasched.service.store.ops import work_from_json
@@ -39,17 +39,17 @@ class Merges(Protocol):
         ...
 
 
-class Merger:
+class Merger(Periodic):
     """A thread merging completed requests' results, one at a time, every ``period_s`` or
     when woken."""
 
+    name = "merger"
+
     def __init__(self, store: Store, runner: Merges, *, period_s: float = 1.0) -> None:
+        super().__init__()
         self.store = store
         self.runner = runner
         self.period_s = period_s
-        self._stop = threading.Event()
-        self._wake = threading.Event()
-        self._thread: threading.Thread | None = None
 
     def pending(self, limit: int = 20) -> list[tuple[str, ProcessorWork]]:
         """Completed requests of processor work without a result or an error yet."""
@@ -106,24 +106,4 @@ class Merger:
             n += 1
         return n
 
-    def wake(self) -> None:
-        self._wake.set()
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="merger", daemon=True)
-        self._thread.start()
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.merge_once()
-            except Exception:  # keep serving; the next round retries
-                log.exception("merging results failed")
-            self._wake.wait(self.period_s)
-            self._wake.clear()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+    round = merge_once
