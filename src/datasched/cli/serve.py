@@ -360,6 +360,7 @@ def _confinement(
     what to do) when no sandbox can be made, or when a root daemon has no account to run
     jobs as."""
     from datasched.sandbox.confine import Confinement, account, sandbox_problem
+    from datasched.sandbox.run import selftest
 
     limits = {
         "network": network,
@@ -396,7 +397,11 @@ def _confinement(
         account(run_as)
     except ValueError as exc:
         fail(f"--run-as: {str(exc).removeprefix('run_as: ')}")
-    return Confinement(run_as=run_as, **limits)  # type: ignore[arg-type]
+    confine = Confinement(run_as=run_as, **limits)  # type: ignore[arg-type]
+    problem = selftest(confine)
+    if problem is not None:
+        fail(f"users' code cannot be confined as {run_as}: {problem}")
+    return confine
 
 
 @users_app.command("add")

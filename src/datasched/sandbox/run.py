@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import threading
@@ -16,10 +17,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import IO
 
-from datasched.sandbox.confine import Confinement, Layout, command_line, limit_reason
-from datasched.sandbox.host import host_env
+from datasched.sandbox.confine import (
+    Confinement,
+    Layout,
+    SandboxUnavailable,
+    command_line,
+    limit_reason,
+)
+from datasched.sandbox.host import host_env, make_scratch
 
-__all__ = ["Ended", "run_confined"]
+__all__ = ["Ended", "run_confined", "selftest"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,3 +83,34 @@ def run_confined(
         )
     reason = limit_reason(conf, exit_code=proc.returncode, cpu_s=cpu) if proc.returncode else ""
     return Ended(proc.returncode, cpu, reason)
+
+
+def selftest(conf: Confinement, timeout_s: float = 60.0) -> str | None:
+    """Why a sandbox cannot be made here as ``conf`` asks (None: it can): ``true`` is run in
+    one, through the account's view when this process is root, so that a daemon refuses to
+    start rather than fail every job (unprivileged user namespaces off, an account that
+    cannot reach the Python environment, ...)."""
+    scratch = make_scratch(conf)
+    try:
+        err = scratch / "tmp" / "selftest.err"
+        with open(err, "wb") as fh:
+            try:
+                ended = run_confined(
+                    conf,
+                    Layout(scratch),
+                    ["true"],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=fh,
+                    timeout_s=timeout_s,
+                )
+            except (OSError, SandboxUnavailable) as exc:
+                return str(exc)
+        if ended.exit_code == 0:
+            return None
+        said = err.read_text(errors="replace").strip().splitlines()
+        return f"a sandbox could not run 'true' (exit code {ended.exit_code}): " + (
+            said[-1] if said else ended.reason or "it said nothing"
+        )
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
