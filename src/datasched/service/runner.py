@@ -8,17 +8,22 @@ long-lived :class:`~datasched.runtime.engine.RuntimeEngine` (its
 :class:`~datasched.service.contracts.RunnerListener` everything that happens, from the
 engine's loop, in order: ``queued`` when it is accepted, ``running`` when its first packet
 is sent (with the node), every packet whose result is in (:class:`PacketDone`: the file's
-entry range and the packet's accumulator, pickled with cloudpickle), and at the end
-``completed``, ``failed`` (with the log) or ``aborted``. No packet of a job is reported
-after its ``aborted`` or ``failed``, nor after :meth:`Runner.stop`.
+entry range and the packet's accumulator, pickled by the user's code in its sandbox: opaque
+bytes here), and at the end ``completed``, ``failed`` (with the log) or ``aborted``. No
+packet of a job is reported after its ``aborted`` or ``failed``, nor after
+:meth:`Runner.stop`.
 
 A job handed back with the entry ranges already done (what a daemon killed and restarted
 read from its store) runs only the rest: the core's job is its events less those ranges, so
 every event's result is reported exactly once over the two runs.
 
-Processor work runs as ``datasched run`` runs it (packets cut by the policy, each through
-the node's cache). Command work (STAR's) is one unit: see :mod:`datasched.runtime.commands`
-for what the command gets, and docs/service-runner.md for how the core sees it.
+Processor work runs in packets cut by the policy, each through the node's cache, as
+``datasched run``'s do, but the processor is never loaded here: its file's text travels as
+data (:class:`~datasched.sandbox.confine.UserCode`) and each worker runs it in a sandbox
+(:mod:`datasched.runtime.sandboxed`), confined by :attr:`Runner.confine`. Command work
+(STAR's) is one unit, run once, sandboxed too: see :mod:`datasched.runtime.commands` for what
+the command gets, and docs/service-runner.md for how the core sees it. A completed request's
+results are merged on a worker (:meth:`Runner.merge`).
 """
 
 from __future__ import annotations
