@@ -221,3 +221,20 @@ def test_the_daemon_counts_a_users_file_in_a_sandbox() -> None:
     with pytest.raises(ValueError, match="not a readable ROOT file"):
         count(__file__, TREE)
     count.pool.close()
+
+
+def test_closing_a_child_ends_its_whole_sandbox(tmp_path: Path) -> None:
+    import psutil
+
+    from datasched.sandbox.host import Child
+
+    child = Child(confinement(), _code(tmp_path, COUNTING))
+    child.start()
+    assert child.proc is not None
+    inside = psutil.Process(child.proc.pid).children(recursive=True)
+    assert inside, "no sandbox under bubblewrap"
+    # As root, the sandbox runs under bubblewrap's second instance, as the jobs' account,
+    # in sessions of their own: killing the first does not end them; close() does.
+    child.close()
+    _, alive = psutil.wait_procs(inside, timeout=10)
+    assert not alive, [p.cmdline()[:3] for p in alive]

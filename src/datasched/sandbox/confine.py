@@ -317,7 +317,10 @@ def view_args(
     args += [*m.args, "--clearenv", "--setenv", "PATH", JOB_PATH]
     for key, value in (env or {}).items():
         args += ["--setenv", key, value]
+    # The parent-death signal is cleared when the account changes: set again, so that what
+    # runs as the account dies with bubblewrap (and bubblewrap with its parent).
     args += ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups"]
+    args += ["--pdeathsig", "SIGKILL"]
     return [*args, "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
 
 

@@ -48,6 +48,7 @@ __all__ = [
     "ChildPool",
     "check_code",
     "host_env",
+    "kill_tree",
     "make_scratch",
     "merge_results",
 ]
@@ -119,6 +120,17 @@ def _tree(pid: int) -> list[psutil.Process]:
         return [top, *top.children(recursive=True)]
     except psutil.Error:
         return []
+
+
+def kill_tree(pid: int) -> None:
+    """Kill the process ``pid``, its group and every descendant (a sandbox's processes may
+    sit in sessions of their own, under bubblewrap)."""
+    tree = _tree(pid)
+    with contextlib.suppress(OSError):
+        os.killpg(pid, signal.SIGKILL)
+    for p in tree:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
 
 
 def _cpu_s(procs: Sequence[psutil.Process]) -> float:
@@ -220,8 +232,7 @@ class Child:
             self.sock = None
         proc, self.proc = self.proc, None
         if proc is not None:
-            with contextlib.suppress(OSError):
-                os.killpg(proc.pid, signal.SIGKILL)
+            kill_tree(proc.pid)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=10)
         shutil.rmtree(self.scratch, ignore_errors=True)

@@ -7,10 +7,8 @@ whole sandbox's, as the kernel counts it; a limit it passed is named.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import signal
 import subprocess
 import threading
 from collections.abc import Sequence
@@ -24,7 +22,7 @@ from datasched.sandbox.confine import (
     command_line,
     limit_reason,
 )
-from datasched.sandbox.host import host_env, make_scratch
+from datasched.sandbox.host import host_env, kill_tree, make_scratch
 
 __all__ = ["Ended", "run_confined", "selftest"]
 
@@ -65,8 +63,7 @@ def run_confined(
 
     def kill() -> None:
         timed_out.set()
-        with contextlib.suppress(OSError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        kill_tree(proc.pid)
 
     timer = threading.Timer(timeout_s, kill)
     timer.daemon = True

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from datasched.sandbox.confine import Confinement, LimitReached, SandboxUnavailable, UserCode
@@ -55,6 +56,8 @@ class SandboxCheck:
         self, confine: Confinement, roots: Sequence[Path], *, timeout_s: float = 60.0
     ) -> None:
         self.confine = confine
+        self.bounded = replace(confine, cpu_s=timeout_s, wall_s=timeout_s)
+        """A check's sandbox ends within its time, whatever becomes of the daemon."""
         self.roots = [Path(r) for r in roots]
         self.timeout_s = timeout_s
         self._good: OrderedDict[str, None] = OrderedDict()
@@ -68,7 +71,7 @@ class SandboxCheck:
         if code.key in self._good:
             self._good.move_to_end(code.key)
             return None
-        failed = check_code(self.confine, code, timeout_s=self.timeout_s)
+        failed = check_code(self.bounded, code, timeout_s=self.timeout_s)
         if failed is None:
             self._good[code.key] = None
             while len(self._good) > KEEP_GOOD:
@@ -84,7 +87,7 @@ class SandboxCounter:
     not done in the daemon either. One child serves the counts, kept while they come."""
 
     def __init__(self, confine: Confinement, *, timeout_s: float = 60.0) -> None:
-        self.confine = confine
+        self.confine = replace(confine, cpu_s=timeout_s, wall_s=timeout_s)
         self.timeout_s = timeout_s
         self.pool = ChildPool(keep=1, idle_s=30.0)
 
