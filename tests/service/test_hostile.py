@@ -501,3 +501,15 @@ def test_the_daemons_own_workers_run_as_the_jobs_account_without_its_secrets(
         assert "DATASCHED_DB" not in env and SECRET not in repr(env), sorted(env)
         # Its view holds no store: the daemon's store path is not there.
         assert not Path(f"/proc/{p.pid}/root{daemon.db}").exists()
+
+
+def test_an_output_the_jobs_account_cannot_write_fails_the_job_saying_so(daemon: Daemon) -> None:
+    closed = daemon.root / "ann" / "closed"
+    closed.mkdir()
+    closed.chmod(0o755)  # the daemon's (root's): the jobs' account cannot write in it
+    sent = daemon.submit("ann", _command_request("true", str(closed / "x.out")))
+    assert sent.status_code == 201, sent.text
+    body = daemon.final("ann", sent.json()["id"])
+    assert body["state"] == "failed", body
+    assert "cannot write" in daemon.logs("ann", sent.json()["id"])
+    assert not (closed / "x.out").exists()

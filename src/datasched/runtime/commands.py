@@ -262,7 +262,12 @@ def _execute(spec: CommandSpec, paths: list[str]) -> tuple[CommandOutcome, float
         out = Path(spec.stdout) if spec.stdout else scratch / "tmp" / "stdout.txt"
         err = Path(spec.stderr) if spec.stderr else scratch / "tmp" / "stderr.txt"
         for target in (out, err):
-            target.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.touch()
+            except OSError as exc:  # not the account's to write: the user's to fix
+                why = f"cannot write {target}: {exc.strerror or exc}"
+                raise PacketError("command", str(target), why) from None
         if spec.stdin in (STDIN_FILELIST, "$FILELIST"):
             stdin_path: Path | None = scratch / "filelist.txt"
         else:
