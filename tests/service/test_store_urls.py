@@ -102,14 +102,18 @@ def test_the_serve_banner_masks_the_password(postgres_server: str, tmp_path: Pat
             stderr=subprocess.STDOUT,
         )  # fmt: skip
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 120
         while "the API at" not in log.read_text():
             assert proc.poll() is None, log.read_text()
             assert time.monotonic() < deadline, "no banner"
             time.sleep(0.1)
     finally:
         proc.terminate()
-        proc.wait(timeout=30)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:  # a loaded machine: what it printed is what counts
+            proc.kill()
+            proc.wait()
     text = log.read_text()
     assert SECRET not in text
     assert f"postgres:***@{postgres_server.split('@', 1)[1]}" in text
