@@ -9,9 +9,11 @@ these fakes live in tests/ only.
 from __future__ import annotations
 
 import pickle
+import socket
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import yaml
@@ -253,3 +255,30 @@ def seed(store: Store) -> dict[str, str]:
     )
     cat.put("pp", [FileRef("/star/pp/0.root", 15, 1500, "T")], {"year": 2005, "system": "pp"})
     return tokens
+
+
+@contextmanager
+def serving_on_loopback(state: Any) -> Iterator[str]:
+    """The application over ``state`` (a ServiceState) served by uvicorn on a free loopback
+    port, in a thread, until the block ends: yields its URL."""
+    import uvicorn
+
+    from datasched.service.app import create_app
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    srv = uvicorn.Server(
+        uvicorn.Config(create_app(state), host="127.0.0.1", port=port, log_level="warning")
+    )
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not srv.started:
+        assert time.monotonic() < deadline, "the daemon did not start"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        srv.should_exit = True
+        thread.join(timeout=10)

@@ -29,7 +29,7 @@ from datasched.service.api.bodies import BodyTooLarge, BoundedBodies
 from datasched.service.api.deps import Limits
 from datasched.service.app import build_state, create_app, sweep_refused
 from datasched.service.contracts import FieldError
-from datasched.service.store import ops
+from datasched.service.store import ops, refused
 from datasched.service.store.db import Store
 from datasched.service.store.models import Request
 from datasched.service.users import add_user, list_users
@@ -280,8 +280,8 @@ def test_the_middleware_stops_an_endless_body_at_its_limit() -> None:
 
 
 def test_clip_body_cuts_on_a_character_and_says_how_much() -> None:
-    assert ops.clip_body("short", 10) == "short"
-    clipped = ops.clip_body("aé" * 10, 5)  # "aé" is 3 bytes: the 5th byte is inside an é
+    assert refused.clip_body("short", 10) == "short"
+    clipped = refused.clip_body("aé" * 10, 5)  # "aé" is 3 bytes: the 5th byte is inside an é
     assert clipped.startswith("aéa\n") and "26 more bytes" in clipped
 
 
@@ -347,12 +347,12 @@ def test_refused_requests_are_pruned_and_swept_on_both_backends(
     ann, bob = users["ann"], users["bob"]
     errors = [FieldError("x", "bad")]
     with store.session() as s:
-        ids = [ops.store_refused(s, ann, "r", "yaml", errors).id for _ in range(4)]
-        bobs = ops.store_refused(s, bob, "r", "yaml", errors).id
+        ids = [refused.store_refused(s, ann, "r", "yaml", errors).id for _ in range(4)]
+        bobs = refused.store_refused(s, bob, "r", "yaml", errors).id
     for age, rid in zip((4, 3, 2, 1), ids, strict=True):
         _age(store, rid, age)
     with store.session() as s:  # a fifth: the quota of 2 keeps it and the newest other
-        fifth = ops.store_refused(s, ann, "r", "yaml", errors, keep=2, body_bytes=1).id
+        fifth = refused.store_refused(s, ann, "r", "yaml", errors, keep=2, body_bytes=1).id
     with store.reading() as s:
         left = set(s.scalars(select(Request.id).where(Request.owner_id == ann.id)))
         assert left == {fifth, ids[3]}
@@ -365,7 +365,7 @@ def test_refused_requests_are_pruned_and_swept_on_both_backends(
         s.add(Request(id=open_id, owner_id=bob.id, state="pending", raw="", content_type="y"))
     _age(store, open_id, 30)
     with store.session() as s:
-        assert ops.sweep_refused(s, datetime.now(UTC) - timedelta(days=7)) == 2
+        assert refused.sweep_refused(s, datetime.now(UTC) - timedelta(days=7)) == 2
     with store.reading() as s:
         assert set(s.scalars(select(Request.id))) == {fifth, open_id}
         assert ops.open_requests(s, bob.id) == 1 and ops.open_requests(s, ann.id) == 0
@@ -375,8 +375,8 @@ def test_the_daemon_sweeps_old_refused_requests_when_it_starts(sqlite_store: Sto
     tokens = seed(sqlite_store)
     with sqlite_store.session() as s:
         ann = next(u for u in list_users(s) if u.name == "ann")
-        old = ops.store_refused(s, ann, "r", "yaml", [FieldError("x", "bad")]).id
-        new = ops.store_refused(s, ann, "r", "yaml", [FieldError("x", "bad")]).id
+        old = refused.store_refused(s, ann, "r", "yaml", [FieldError("x", "bad")]).id
+        new = refused.store_refused(s, ann, "r", "yaml", [FieldError("x", "bad")]).id
     _age(sqlite_store, old, 8)
     _age(sqlite_store, new, 6)
     state = build_state(sqlite_store, FakeLanguage(), limits=Limits(refused_days=7))

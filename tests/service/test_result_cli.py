@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import socket
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,18 +16,17 @@ from typing import Any
 
 import hist
 import pytest
-import uvicorn
 from typer.testing import CliRunner
 
 from datasched.cli import app
-from datasched.service.app import build_state, create_app
+from datasched.service.app import build_state
 from datasched.service.catalog import Catalog
 from datasched.service.contracts import FileRef, PacketDone
 from datasched.service.daemon import StoreListener
 from datasched.service.store.db import Store
 from datasched.service.store.models import Request
 from datasched.service.users import add_user
-from svc_support import FakeLanguage, FakeRunner
+from svc_support import FakeLanguage, FakeRunner, serving_on_loopback
 
 cli = CliRunner()
 
@@ -78,36 +75,23 @@ def served(sqlite_store: Store, tmp_path: Path) -> Iterator[Served]:
     Catalog(sqlite_store).put("d", [FileRef(f"/d/{i}.root", 20, 200) for i in range(2)], {})
     runner = FakeRunner(packet=5)
     state = build_state(sqlite_store, FakeLanguage(), runner=runner, period_s=0.05)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    srv = uvicorn.Server(
-        uvicorn.Config(create_app(state), host="127.0.0.1", port=port, log_level="warning")
-    )
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not srv.started:
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
-    url = f"http://127.0.0.1:{port}"
-    req = tmp_path / "request.yaml"
-    req.write_text("processor: p.py:P\ninput: [/d/0.root, /d/1.root]\nfiles_per_job: 2\n")
-    r = cli.invoke(app, ["submit", str(req), "--server", url, "--token", tokens["ann"]])
-    req.unlink()
-    assert r.exit_code == 0, r.output
-    rid = r.stdout.strip()
-    while True:  # completed, and merged by the daemon's merger
-        with sqlite_store.reading() as s:
-            got = s.get(Request, rid)
-            assert got is not None
-            if got.result is not None:
-                break
-        assert time.monotonic() < deadline + 20
-        time.sleep(0.05)
-    yield Served(url, tokens, sqlite_store, rid)
-    srv.should_exit = True
-    thread.join(timeout=10)
+    with serving_on_loopback(state) as url:
+        req = tmp_path / "request.yaml"
+        req.write_text("processor: p.py:P\ninput: [/d/0.root, /d/1.root]\nfiles_per_job: 2\n")
+        r = cli.invoke(app, ["submit", str(req), "--server", url, "--token", tokens["ann"]])
+        req.unlink()
+        assert r.exit_code == 0, r.output
+        rid = r.stdout.strip()
+        deadline = time.monotonic() + 30
+        while True:  # completed, and merged by the daemon's merger
+            with sqlite_store.reading() as s:
+                got = s.get(Request, rid)
+                assert got is not None
+                if got.result is not None:
+                    break
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        yield Served(url, tokens, sqlite_store, rid)
     runner.wait()
 
 

@@ -6,23 +6,19 @@ from __future__ import annotations
 
 import os
 import pickle
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import uvicorn
 from typer.testing import CliRunner
 
 from datasched.cli import app
-from datasched.service.app import build_state, create_app
+from datasched.service.app import build_state
 from datasched.service.catalog import Catalog
 from datasched.service.contracts import FileRef
 from datasched.service.store.db import Store
 from datasched.service.users import add_user
-from svc_support import FakeLanguage, FakeRunner
+from svc_support import FakeLanguage, FakeRunner, serving_on_loopback
 
 DATA = Path(__file__).parents[1] / "data"
 cli = CliRunner()
@@ -81,21 +77,8 @@ def server(sqlite_store: Store) -> Iterator[tuple[str, dict[str, str]]]:
         runner=FakeRunner(packet=5, hold_users=frozenset({"bob"})),
         period_s=0.05,
     )
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    srv = uvicorn.Server(
-        uvicorn.Config(create_app(state), host="127.0.0.1", port=port, log_level="warning")
-    )
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not srv.started:
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
-    yield f"http://127.0.0.1:{port}", tokens
-    srv.should_exit = True
-    thread.join(timeout=10)
+    with serving_on_loopback(state) as url:
+        yield url, tokens
 
 
 def test_the_client_commands_against_a_daemon(

@@ -21,7 +21,7 @@ from datasched.service.contracts import (
     ProcessorWork,
 )
 from datasched.service.daemon import StoreListener
-from datasched.service.store import ops
+from datasched.service.store import ops, refused
 from datasched.service.store.db import Store, database_url
 from datasched.service.store.models import Base, Packet
 from datasched.service.users import UserError, add_user, authenticate, list_users
@@ -104,7 +104,7 @@ def test_a_refused_request_is_kept_with_its_errors(store: Store) -> None:
     with store.session() as s:
         add_user(s, "ann", "g")
         ann = list_users(s)[0]
-        req = ops.store_refused(s, ann, "<x/>", "application/xml", [FieldError("a.b", "bad")])
+        req = refused.store_refused(s, ann, "<x/>", "application/xml", [FieldError("a.b", "bad")])
         rid = req.id
     with store.session() as s:
         req2 = ops.find_request(s, ann, rid)

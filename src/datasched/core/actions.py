@@ -1,6 +1,7 @@
 """What the scheduler asks for: the outputs of :meth:`Scheduler.handle`.
 
-An action is a request; its outcome comes back as a later event (DESIGN.md, "The core"):
+An action is a request; its outcome comes back as a later event (docs/design.md, "Events and
+actions"):
 
 =============  ==================================================================
 action         answered by

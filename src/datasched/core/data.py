@@ -1,4 +1,5 @@
-"""The data model: datasets of files, numbered as one event space (DESIGN.md, "Data model").
+"""The data model: datasets of files, numbered as one event space (docs/design.md, "The data
+model").
 
 Every file is a contiguous range of event numbers, files laid end to end in the order they
 were added, so a job's data, a subjob, a packet, a cache's content and a transfer are all

@@ -2,7 +2,7 @@
 ... the state of all disk caches in the cluster").
 
 A global sorted map from event range to the set of nodes holding it, so "who caches [a, b)"
-costs a bisect and a walk over the overlapped segments, not a scan of every node (DESIGN.md,
+costs a bisect and a walk over the overlapped segments, not a scan of every node (docs/design.md,
 "Cheap").
 """
 

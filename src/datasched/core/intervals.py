@@ -1,10 +1,10 @@
 """IntervalSet: sets of collision events as sorted, disjoint half-open ranges.
 
-Events are numbered 0..N-1 (DESIGN.md, "Dataspace"); a job's data, a subjob's data, a cache's
-content are all IntervalSets. Immutable and hashable. No trees: most sets hold one to five ranges
-(caches thousands) and the simulator calls these on its hot path. Single ranges take fast paths;
-a small operand's ranges are spliced into a copy of the other's lists with ``bisect`` and slice
-assignment (C speed: a memmove of pointers, not a rebuilt list); else the lists are merged.
+Events are numbered 0..N-1 (docs/design.md, "The data model"); a job's data, a subjob's data, a
+cache's content are all IntervalSets. Immutable and hashable. No trees: most sets hold one to five
+ranges (caches thousands) and the simulator calls these on its hot path. Single ranges take fast
+paths; a small operand's ranges are spliced into a copy of the other's lists with ``bisect`` and
+slice assignment (C speed: a memmove of pointers, not a rebuilt list); else the lists are merged.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The scheduling model: jobs, subjobs, the cluster's topology and its cost model.
 
-These are the nouns of the papers and of DESIGN.md ("Data model"): nodes with slots and a disk
-cache, grouped in sites; links with bandwidths between nodes, sites and tertiary storage; jobs
+These are the nouns of the papers and of docs/design.md ("The data model"): nodes with slots and a
+disk cache, grouped in sites; links with bandwidths between nodes, sites and tertiary storage; jobs
 that name their data as event ranges of a :class:`~datasched.core.data.DataSpace`. Everything
 here is an immutable value; the mutable bookkeeping lives in :mod:`datasched.core.scheduler`.
 """
@@ -187,7 +187,7 @@ class Link:
 
 @dataclass(frozen=True)
 class Topology:
-    """Nodes, sites and the links between them (DESIGN.md, "Data model": Topology).
+    """Nodes, sites and the links between them (docs/design.md, "The data model": Topology).
 
     A node's own links (to its site, and to tertiary storage if it has a path of its own) are
     derived from the node; ``links`` adds the rest: between sites, and from sites to tertiary
@@ -356,7 +356,7 @@ class Topology:
 
 @dataclass(frozen=True, slots=True)
 class Job:
-    """A user's request to process a set of events (ponce-hersch §2.4, DESIGN.md)."""
+    """A user's request to process a set of events (ponce-hersch §2.4, docs/design.md)."""
 
     job_id: int
     submit_s: float

@@ -1,6 +1,6 @@
 """Datasets: ordered lists of files on (tertiary) storage, events numbered across them.
 
-A dataset's events are numbered 0..N-1 over its files in order, as DESIGN.md's data model
+A dataset's events are numbered 0..N-1 over its files in order, as docs/design.md's data model
 says ("a dataset maps event ranges to files"); the core schedules event ranges and the runtime
 uses :meth:`Dataset.locate` to turn a range back into (file, local entries) pieces. A catalog
 (YAML) names datasets, so jobs can say ``dataset: zmumu``; a coffea fileset (``{dataset:

@@ -1,7 +1,7 @@
 """The Dask engine: the same built :class:`Scheduler` core as the simulator, driving real
 workers.
 
-The master is one asyncio loop (DESIGN.md, "Runtime"). It turns the world into core events
+The master is one asyncio loop (docs/design.md, "The engines"). It turns the world into core events
 (jobs arriving at their submission times, packets returning, workers leaving and coming back,
 wake-ups) and carries out the core's actions. A node of the core is one Dask worker (with its
 own disk cache); each of its slots runs one subjob at a time:
@@ -43,11 +43,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import time
 import uuid
 from collections import deque
-from contextlib import suppress
 from typing import Any
 
 from distributed import Client, Future
@@ -82,7 +80,8 @@ from datasched.core.model import Job
 from datasched.core.scheduler import Scheduler
 from datasched.runtime.commands import CommandSpec
 from datasched.runtime.datamoves import evict_files, pin_files, unpin_files
-from datasched.runtime.jobspec import JobSpec, job_processor
+from datasched.runtime.jobspec import JobSpec, processor_for
+from datasched.runtime.limits import JobLimits
 from datasched.runtime.moves import DataMoves
 from datasched.runtime.outputs import merge, write_output
 from datasched.runtime.processor import Processor, ShippedProcessor, user_traceback
@@ -94,7 +93,6 @@ from datasched.runtime.reports import (
     ProgressSink,
     RunReport,
 )
-from datasched.runtime.sandboxed import abort_job
 from datasched.runtime.serving import Serving
 from datasched.runtime.space import job_events
 from datasched.runtime.streams import PacketStreams, _JobRun, _Slot, _Worker
@@ -105,7 +103,7 @@ __all__ = ["RuntimeEngine"]
 _EMPTY = IntervalSet()
 
 
-class RuntimeEngine(Serving, PacketStreams, DataMoves):
+class RuntimeEngine(JobLimits, Serving, PacketStreams, DataMoves):
     """Runs :class:`JobSpec` s on the workers of a Dask ``client``, one worker a node of
     ``scheduler``'s topology (``worker_names[i]`` is node ``i``): a batch (:meth:`run`), or
     jobs submitted and cancelled while it runs (:meth:`serve`, :class:`Serving`)."""
@@ -212,22 +210,7 @@ class RuntimeEngine(Serving, PacketStreams, DataMoves):
             output=str(spec.output),
             skipped_files=list(spec.skipped),
         )
-        proc: Processor | None = None
-        shipped: ShippedProcessor | None = None
-        if command is None and spec.code is not None:
-            shipped = ShippedProcessor(spec.processor, key=spec.code.key)  # data, not code
-        elif command is None and spec.loaded is not None:
-            proc, shipped = spec.loaded  # as it was when the job was read or submitted
-        elif command is None:
-            # Loaded and pickled once per processor and arguments: the packets carry it.
-            key = json.dumps(
-                [spec.processor, str(spec.base_dir), dict(spec.processor_args)],
-                sort_keys=True,
-                default=repr,
-            )
-            if key not in self._processors:
-                self._processors[key] = job_processor(spec)
-            proc, shipped = self._processors[key]
+        proc, shipped = (None, None) if command else processor_for(spec, self._processors)
         jr = _JobRun(
             spec,
             next(self._job_ids),
@@ -382,19 +365,7 @@ class RuntimeEngine(Serving, PacketStreams, DataMoves):
             jr.report.error = message
             jr.report.traceback = traceback
             self._emit(JobCancelled(self.now(), jr.job_id, message))
-            if jr.spec.code is not None and jr.first_packet_s is not None:
-                # A confined job's packets in flight are stopped on their workers, not left
-                # to run to their limits (a user's code may never return).
-                self._abort_on_workers(self._token(jr))
-
-    def _abort_on_workers(self, token: str) -> None:
-        async def abort() -> None:
-            with suppress(Exception):  # a worker gone meanwhile: its packets went with it
-                await self.client.run(abort_job, token)
-
-        task = asyncio.ensure_future(abort())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+            self._abort_on_workers(jr)
 
     def _complete(self, jr: _JobRun) -> None:
         now = self.now()

@@ -48,7 +48,7 @@ from datasched.runtime.jobchecks import Err, check_columns, check_output, check_
 from datasched.runtime.processor import Processor, ShippedProcessor, load_processor, ship
 from datasched.sandbox.confine import Confinement, UserCode
 
-__all__ = ["JobSpec", "JobSpecError", "job_processor", "limit_chunks", "load_jobs"]
+__all__ = ["JobSpec", "JobSpecError", "job_processor", "limit_chunks", "load_jobs", "processor_for"]
 
 JOB_KEYS = frozenset(
     {
@@ -145,6 +145,27 @@ def job_processor(spec: JobSpec) -> tuple[Processor, ShippedProcessor]:
         return spec.loaded
     proc = load_processor(spec.processor, spec.base_dir, spec.processor_args)
     return proc, ship(proc, spec.processor)
+
+
+def processor_for(
+    spec: JobSpec, loaded: dict[str, tuple[Processor, ShippedProcessor]]
+) -> tuple[Processor | None, ShippedProcessor]:
+    """What a job's packets run, and the master's copy: a confined job's processor as data
+    (:attr:`JobSpec.code`, never loaded here: no master's copy), the one loaded when the jobs
+    file was read, or one loaded now, once per processor and arguments (kept in
+    ``loaded``)."""
+    if spec.code is not None:
+        return None, ShippedProcessor(spec.processor, key=spec.code.key)  # data, not code
+    if spec.loaded is not None:
+        return spec.loaded  # as it was when the job was read or submitted
+    key = json.dumps(
+        [spec.processor, str(spec.base_dir), dict(spec.processor_args)],
+        sort_keys=True,
+        default=repr,
+    )
+    if key not in loaded:
+        loaded[key] = job_processor(spec)
+    return loaded[key]
 
 
 def _names(keys: Any) -> str:

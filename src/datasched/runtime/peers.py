@@ -113,7 +113,7 @@ def await_peer(
 ) -> bool:
     """Whether the peer's cached copy is there to read, waiting for it while the peer is still
     fetching it: that fetch started first, so it ends sooner than a fetch of our own would
-    (DESIGN.md: "a second reader of data being fetched waits for it rather than fetching
+    (docs/design.md: "a second reader of data being fetched waits for it rather than fetching
     again"). The wait is bounded by ``limit_s``, the time our own fetch would take; past
     that, or if the peer's fetch fails, the caller reads from tertiary storage. ``state()``
     is polled every :data:`PEER_POLL_S` seconds of ``clock``, by ``sleep`` (tests pass a clock

@@ -18,7 +18,8 @@ from datasched.runtime.compute import PacketError
 from datasched.runtime.events import ReadSpec
 from datasched.sandbox.confine import Confinement, LimitReached, SandboxUnavailable, UserCode
 from datasched.sandbox.confine import sandbox_problem as _problem
-from datasched.sandbox.host import Child, ChildFailed, ChildPool, merge_results
+from datasched.sandbox.host import Child, ChildFailed, merge_results
+from datasched.sandbox.pool import ChildPool
 
 __all__ = [
     "CHILDREN",

@@ -1,6 +1,6 @@
 """The runtime's files in the core's data space (:class:`~datasched.core.data.DataSpace`).
 
-The core speaks in event numbers (DESIGN.md, "Data model"); the runtime speaks in files. A
+The core speaks in event numbers (docs/design.md, "The data model"); the runtime speaks in files. A
 job's dataset is placed in the data space (files already there, named by another dataset,
 list or glob, keep their events, so the cache directory sees the overlap) and its event range
 becomes the union of the matching file ranges: an :class:`IntervalSet`.

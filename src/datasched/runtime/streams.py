@@ -237,21 +237,7 @@ class PacketStreams:
         self._submit_task(index, jr, a, b, pid, address, run_packet, spec)
 
     def _budget(self, jr: _JobRun) -> dict[str, Any]:
-        """What a confined job has left of its CPU time (its packets' so far counted) and of
-        its wall time (from its first packet): its next packet's sandbox is killed past
-        them, so that packets in flight do not each spend the whole of the job's limits."""
-        conf = jr.spec.confine
-        if conf is None:
-            return {}
-        began = jr.first_packet_s if jr.first_packet_s is not None else self.now()
-        return {
-            "cpu_budget_s": max(conf.cpu_s - jr.cpu_s, 1.0),
-            "wall_budget_s": max(conf.wall_s - (self.now() - began), 1.0),
-            "token": self._token(jr),
-        }
-
-    def _token(self, jr: _JobRun) -> str:
-        return f"{self._run_id}-{jr.job_id}"
+        raise NotImplementedError  # runtime.limits.JobLimits
 
     def _command_spec(
         self, index: int, jr: _JobRun, pid: int, start: Start | Assign

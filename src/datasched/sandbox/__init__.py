@@ -12,7 +12,9 @@ bytes, each bounded. See docs/security.md.
   bubblewrap command lines;
 * :mod:`~datasched.sandbox.wire`: the messages between a child and its host;
 * :mod:`~datasched.sandbox.child`: the program inside the sandbox;
-* :mod:`~datasched.sandbox.host`: the host's side (a worker's, or the daemon's checks).
+* :mod:`~datasched.sandbox.host`: the host's side (a worker's, or the daemon's checks);
+* :mod:`~datasched.sandbox.pool`: children kept between a job's packets;
+* :mod:`~datasched.sandbox.run`: a command run once.
 
 Nothing here imports Dask or the service.
 """

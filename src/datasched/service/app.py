@@ -41,7 +41,7 @@ from datasched.service.dashboard import router as dashboard_router
 from datasched.service.eta_watch import EtaWatch
 from datasched.service.live import live_snapshot
 from datasched.service.ports import RequestLanguage
-from datasched.service.store import ops
+from datasched.service.store import refused
 from datasched.service.store.db import Store
 from datasched.service.store.models import Job, Packet
 from datasched.service.visibility import Scope, scope_of
@@ -94,7 +94,7 @@ def sweep_refused(svc: ServiceState) -> int:
     """Delete the refused requests older than ``--refused-days``; how many."""
     cutoff = datetime.now(UTC) - timedelta(days=svc.limits.refused_days)
     with svc.store.session() as s:
-        return ops.sweep_refused(s, cutoff)
+        return refused.sweep_refused(s, cutoff)
 
 
 async def _sweep_forever(svc: ServiceState) -> None:

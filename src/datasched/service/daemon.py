@@ -2,13 +2,13 @@
 :class:`StoreListener` that writes what the runner reports, and the :class:`Dispatcher`
 loop that hands queued elementary jobs over.
 
-Restart (issue 18): the store holds every job and every packet done. On start,
+Restart: the store holds every job and every packet done. On start,
 :meth:`Dispatcher.start` puts back to ``pending`` every job the runner held (submitted,
 queued, running) and hands each over again with the ranges already done; a packet the
 runner reports twice is stored once (the packets table's UNIQUE constraint), so no event is
 counted twice or lost.
 
-Admission (issue 18's group priorities and quotas): the dispatcher keeps at most
+Admission (the groups' priorities and quotas): the dispatcher keeps at most
 ``max_held`` jobs in the runner (default twice the cluster's slots) and, as room opens,
 hands the next job by fair share (:mod:`datasched.service.fairshare`): the group furthest
 below its target share first, its users in turn, each user's oldest first. Usage is read

@@ -1,4 +1,4 @@
-"""Each request's ETA, refreshed as the run goes (issue 18, item 11): every ``period_s`` while
+"""Each request's ETA, refreshed as the run goes: every ``period_s`` while
 requests are open, the simulator predicts the live snapshot (:mod:`datasched.service.live`)
 under the daemon's policy, and each open request's predicted finish is kept in its
 :class:`~datasched.service.eta.EtaRecord`. When a request ends, its record takes the real end

@@ -39,11 +39,7 @@ from typing import Any
 from datasched.core.data import DataSpace
 from datasched.core.packets import PacketSizing
 from datasched.runtime.commands import (
-    STDIN_FILELIST,
     CommandOutcome,
-    CommandSpec,
-    split_command,
-    substitute,
 )
 from datasched.runtime.dataset import Dataset, FileEntry
 from datasched.runtime.engine import RuntimeEngine
@@ -59,6 +55,7 @@ from datasched.runtime.session import (
     open_cluster,
 )
 from datasched.sandbox.confine import Confinement, UserCode, sandbox_problem
+from datasched.service.command_jobs import command_job
 from datasched.service.contracts import (
     CommandWork,
     ElementaryJob,
@@ -67,15 +64,11 @@ from datasched.service.contracts import (
     ProcessorWork,
     RunnerListener,
 )
-from datasched.service.request.paths import Outside, confine, confine_output, locate
 from datasched.service.usercode import user_code
 
-__all__ = ["COMMAND_SCHEME", "Runner", "RunnerError"]
+__all__ = ["Runner", "RunnerError"]
 
 log = logging.getLogger("datasched.runner")
-
-COMMAND_SCHEME = "command:"
-"""A command job's one pseudo-file in the data space: ``command:<job id>``."""
 
 
 class RunnerError(RuntimeError):
@@ -229,7 +222,9 @@ class Runner:
             if isinstance(job.work, CommandWork):
                 # A command always runs, once, whatever its files' reports say: a file of a
                 # command has no event count (0), and is never taken as done before it ran.
-                spec, command = self._command_job(job)
+                spec, command = command_job(
+                    job, roots=self.roots, user_dirs=self.user_dirs, confinement=self.confine
+                )
                 engine.submit(spec, command=command, user=user, group=group)
                 self._whole[job.id] = {u for u, ranges in done.items() if ranges}
             else:
@@ -306,83 +301,6 @@ class Runner:
     def user_code(self, work: ProcessorWork) -> UserCode:
         """The job's processor as data (:func:`~datasched.service.usercode.user_code`)."""
         return user_code(work, self.roots)
-
-    def _command_job(self, job: ElementaryJob) -> tuple[JobSpec, CommandSpec]:
-        """The core sees a command job as one event of a pseudo-file of its own (it cannot
-        be split; its bytes are its files'), run as one packet on one slot."""
-        work = job.work
-        assert isinstance(work, CommandWork)
-        variables = star_variables(job)
-        argv = list(split_command(work.command))
-        readable: list[str] = []
-        exe = argv[0]
-        if "/" in exe and not exe.startswith("/"):  # ./reco.py: under a root
-            try:
-                found = locate(exe, self.roots)
-            except Outside as exc:
-                raise ValueError(f"process.command: {exe}: {exc}") from None
-            argv[0] = str(found)
-            readable.append(str(found))
-        elif exe.startswith("/"):  # under a root (bound), or the system's (already there)
-            with contextlib.suppress(Outside):
-                readable.append(str(locate(exe, self.roots)))
-        for arg in argv[1:]:
-            # A file under a root named as an argument (a script, a macro, a configuration)
-            # is bound read-only in the sandbox, at its own path; nothing else of the roots.
-            if arg.startswith("/") and "$" not in arg:
-                with contextlib.suppress(Outside):
-                    named = confine(arg, self.roots)
-                    if named.exists():
-                        readable.append(str(named))
-        stdin = work.stdin
-        if stdin is not None and stdin not in (STDIN_FILELIST, "$FILELIST"):
-            stdin = self._on_root("stdin", stdin, job, variables, writing=False)
-            readable.append(stdin)
-        command = CommandSpec(
-            packet_id=-1,
-            job_id=-1,
-            argv=tuple(argv),
-            files=tuple((f.url, f.n_bytes) for f in job.files),
-            stdin=stdin,
-            stdout=self._on_root("stdout", work.stdout, job, variables) if work.stdout else None,
-            stderr=self._on_root("stderr", work.stderr, job, variables) if work.stderr else None,
-            variables=tuple(sorted(variables.items())),
-            readable=tuple(dict.fromkeys(readable)),
-            confine=self.confine,
-        )
-        n_bytes = sum(f.n_bytes for f in job.files)
-        pseudo = FileEntry(f"{COMMAND_SCHEME}{job.id}", "", 1, n_bytes)
-        spec = JobSpec(
-            id=job.id,
-            dataset=Dataset(job.id, (pseudo,)),
-            start=0,
-            stop=1,
-            processor=work.command,
-            output=Path("-"),
-        )
-        return spec, command
-
-    def _on_root(
-        self,
-        field: str,
-        path: str,
-        job: ElementaryJob,
-        variables: Mapping[str, str],
-        *,
-        writing: bool = True,
-    ) -> str:
-        """``path`` (STAR's variables filled in) on a root: relative to the first, and, for
-        an output of a daemon of several users, in the job's user's own directory."""
-        if not self.roots:
-            raise ValueError(f"process.{field}: {path!r}: no storage root is configured")
-        full = substitute(path, variables)
-        try:
-            if writing:
-                owner = (job.user or "user") if self.user_dirs else None
-                return str(confine_output(full, self.roots, owner))
-            return str(locate(full, self.roots))
-        except Outside as exc:
-            raise ValueError(f"process.{field}: {path!r}: {exc}") from None
 
     # -- what the engine tells -----------------------------------------------------------------
 
@@ -478,19 +396,6 @@ class Runner:
         if failed not in {f.url for f in job.files}:
             failed = None
         self._finish(job_id, JobState.FAILED, text, failed_file=failed)
-
-
-def star_variables(job: ElementaryJob) -> dict[str, str]:
-    """STAR's variables of an elementary job that the runner knows: ``JOBID`` (the request's
-    id and the job's index, joined as STAR joins them), ``REQUESTID``, ``PROCESSID`` (the
-    job's index) and ``USER`` (its owner); the worker adds its inputs', ``FILELIST`` and
-    ``SCRATCH``."""
-    return {
-        "JOBID": f"{job.request_id}_{job.index}",
-        "REQUESTID": job.request_id,
-        "PROCESSID": str(job.index),
-        "USER": job.user or "user",
-    }
 
 
 class _Relay:

@@ -17,7 +17,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from datasched.sandbox.confine import Confinement, LimitReached, SandboxUnavailable, UserCode
-from datasched.sandbox.host import ChildFailed, ChildPool, check_code
+from datasched.sandbox.host import ChildFailed, check_code
+from datasched.sandbox.pool import ChildPool
 from datasched.service.contracts import FieldError, ProcessorWork
 from datasched.service.request.paths import Outside, locate
 

@@ -4,7 +4,7 @@ Events are ordered by ``(time, seq)`` (SimPy's habit: the counter makes ties det
 A running subjob costs one heap entry, not one per collision event: when it starts, its data is
 cut into segments by where each event is read from (own cache, a peer's cache, tertiary
 storage), each with its time per event from the cost model, so its end time, and on preemption
-exactly how many events it has processed, follow in closed form (ponce-hersch §2.3, DESIGN.md).
+exactly how many events it has processed, follow in closed form (ponce-hersch §2.3, docs/design.md).
 Where caches hold whole files, a file read from tertiary storage is first fetched whole (a
 segment of no events lasting its transfer), then read from the local disk, as the runtime does.
 

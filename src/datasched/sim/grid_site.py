@@ -1,4 +1,4 @@
-"""A grid site whose local scheduler is one of our cluster policies (issue 17): the site's
+"""A grid site whose local scheduler is one of our cluster policies: the site's
 processors are the nodes of a core :class:`~datasched.core.scheduler.Scheduler`, one slot
 each, with a node cache of ``GridConfig.node_cache_gb``.
 

@@ -1,4 +1,4 @@
-"""Transfers over shared links, as a fluid (DESIGN.md, "Engines"; ranganathan-foster §5.1:
+"""Transfers over shared links, as a fluid (docs/design.md, "The engines"; ranganathan-foster §5.1:
 "keeping track of the number of simultaneous data transfers across a link and decreasing the
 bandwidth available for each transfer accordingly").
 

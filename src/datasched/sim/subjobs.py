@@ -1,4 +1,4 @@
-"""A subjob running on a simulated slot, costed in closed form (ponce-hersch §2.3, DESIGN.md):
+"""A subjob running on a simulated slot, costed in closed form (ponce-hersch §2.3, docs/design.md):
 its data cut into segments by where each event is read from (own cache, a peer's cache,
 tertiary storage), each with its time per event, so its end, and how far it got when it is
 stopped or shrunk, follow without an event per collision event. Where caches hold whole

@@ -17,7 +17,7 @@ from datasched.service.api.bodies import too_large
 from datasched.service.api.deps import CallerDep, ServiceState, StateDep, not_found
 from datasched.service.api.errors import error_responses
 from datasched.service.contracts import FieldError, JobState, RequestInvalid
-from datasched.service.store import ops
+from datasched.service.store import ops, refused
 from datasched.service.store.models import Packet, Request
 from datasched.service.users import Caller
 
@@ -190,7 +190,7 @@ def _accept(svc: ServiceState, caller: Caller, text: str, ctype: str) -> tuple[i
             raise RequestInvalid([FieldError("input", "selects no file")])
     except RequestInvalid as exc:
         with svc.store.session() as s:
-            req = ops.store_refused(
+            req = refused.store_refused(
                 s,
                 caller,
                 text,

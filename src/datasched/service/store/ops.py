@@ -11,16 +11,14 @@ from __future__ import annotations
 import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from datasched.service.contracts import (
     CommandWork,
     ElementaryJob,
-    FieldError,
     FileRef,
     JobState,
     MetaJobRequest,
@@ -35,8 +33,6 @@ __all__ = [
     "OPEN",
     "GroupQueue",
     "cancel_request",
-    "clip_body",
-    "clip_errors",
     "done_ranges",
     "elementary_job",
     "find_request",
@@ -50,12 +46,9 @@ __all__ = [
     "packet_nodes",
     "pending_jobs",
     "progress",
-    "prune_refused",
     "refresh_request_state",
     "requeue_unfinished",
     "store_accepted",
-    "store_refused",
-    "sweep_refused",
     "work_from_json",
     "work_to_json",
 ]
@@ -65,11 +58,6 @@ HANDED_OVER = (JobState.SUBMITTED, JobState.QUEUED, JobState.RUNNING)
 
 OPEN = tuple(st.value for st in JobState if not st.final)
 """States of a request not yet final (what the per-user cap on pending requests counts)."""
-
-MAX_ERRORS_KEPT = 100
-"""Errors of a refused request kept and answered; past them one more says how many were cut."""
-MAX_REASON_CHARS = 1000
-"""Characters of an error's field and of its reason kept (a reason may quote the input)."""
 
 
 def new_request_id() -> str:
@@ -104,34 +92,6 @@ def _file_json(f: FileRef) -> dict[str, Any]:
     return data
 
 
-def clip_body(raw: str, max_bytes: int) -> str:
-    """``raw`` cut to its first ``max_bytes`` bytes of UTF-8 (never inside a character),
-    followed, when cut, by a line saying how many bytes were not kept."""
-    data = raw.encode("utf-8")
-    if len(data) <= max_bytes:
-        return raw
-    kept = data[:max_bytes].decode("utf-8", errors="ignore")
-    cut = len(data) - len(kept.encode("utf-8"))
-    return f"{kept}\n[datasched: {cut} more bytes of this refused request were not kept]\n"
-
-
-def _clip(text: str) -> str:
-    if len(text) <= MAX_REASON_CHARS:
-        return text
-    return f"{text[:MAX_REASON_CHARS]}... ({len(text) - MAX_REASON_CHARS} more characters)"
-
-
-def clip_errors(errors: Sequence[FieldError]) -> list[dict[str, str]]:
-    """The errors as kept and answered: at most :data:`MAX_ERRORS_KEPT`, each field and
-    reason at most :data:`MAX_REASON_CHARS` characters (a hostile request can make as many
-    errors as it has lines, each quoting its input)."""
-    out = [{"field": _clip(e.field), "reason": _clip(e.reason)} for e in errors[:MAX_ERRORS_KEPT]]
-    if len(errors) > MAX_ERRORS_KEPT:
-        more = len(errors) - MAX_ERRORS_KEPT
-        out.append({"field": "errors", "reason": f"{more} more errors not shown"})
-    return out
-
-
 def lock_user(s: Session, user_id: int) -> None:
     """Lock the user's row until the transaction ends (PostgreSQL's ``FOR UPDATE``; SQLite's
     transactions hold the write lock already), so that a user's concurrent submissions
@@ -143,72 +103,6 @@ def open_requests(s: Session, owner_id: int) -> int:
     """How many of the user's requests are not yet final."""
     q = select(func.count()).select_from(Request)
     return int(s.scalar(q.where(Request.owner_id == owner_id, Request.state.in_(OPEN))) or 0)
-
-
-def store_refused(
-    s: Session,
-    caller: Caller,
-    raw: str,
-    content_type: str,
-    errors: Sequence[FieldError],
-    *,
-    title: str = "",
-    body_bytes: int | None = None,
-    keep: int | None = None,
-) -> Request:
-    """Keep a refused request with its errors, so that its owner can read why: its body
-    cut to ``body_bytes`` (None: whole), and the caller's refused requests pruned to the
-    ``keep`` newest, this one included (None: all kept)."""
-    if keep is not None:
-        lock_user(s, caller.id)
-    req = Request(
-        id=new_request_id(),
-        owner_id=caller.id,
-        state=JobState.REFUSED.value,
-        raw=raw if body_bytes is None else clip_body(raw, body_bytes),
-        content_type=content_type,
-        title=title[:256],
-        errors=clip_errors(errors),
-    )
-    s.add(req)
-    s.flush()
-    if keep is not None:
-        prune_refused(s, caller.id, keep, spare=req.id)
-    return req
-
-
-def _refused_alone() -> Any:
-    """Refused requests with no job (a refused request never has one: this guards the
-    deletes below against a request whose state was ever changed)."""
-    return (Request.state == JobState.REFUSED.value) & ~Request.jobs.any()
-
-
-def prune_refused(s: Session, owner_id: int, keep: int, *, spare: str | None = None) -> int:
-    """Delete the user's refused requests but the ``keep`` newest (``spare``, the one just
-    stored, always stays and counts as one). Returns how many were deleted."""
-    others = max(keep - (1 if spare is not None else 0), 0)
-    q = select(Request.id).where(Request.owner_id == owner_id, _refused_alone())
-    if spare is not None:
-        q = q.where(Request.id != spare)
-    old = q.order_by(Request.created.desc(), Request.id.desc()).offset(others)
-    # A subquery, not the ids: it also works when a lower --refused-keep leaves many.
-    gone = s.execute(
-        delete(Request)
-        .where(Request.id.in_(select(old.subquery().c.id)))
-        .execution_options(synchronize_session=False)
-    )
-    return int(getattr(gone, "rowcount", 0) or 0)
-
-
-def sweep_refused(s: Session, older_than: datetime) -> int:
-    """Delete every refused request stored before ``older_than`` (an aware UTC time).
-    Returns how many."""
-    gone = s.execute(
-        delete(Request)
-        .where(_refused_alone(), Request.created < older_than)
-        .execution_options(synchronize_session=False)
-    )
-    return int(getattr(gone, "rowcount", 0) or 0)
 
 
 def store_accepted(

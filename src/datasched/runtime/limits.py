@@ -1,0 +1,61 @@
+"""A confined job's limits as the master keeps them (the service's jobs, run in sandboxes):
+what each packet may still spend of the job's CPU and wall time, and the stop of its packets
+in flight on their workers when it fails or is cancelled. A base of
+:class:`~datasched.runtime.engine.RuntimeEngine`."""
+
+from __future__ import annotations
+
+import asyncio
+from contextlib import suppress
+from typing import Any
+
+from distributed import Client
+
+from datasched.runtime.sandboxed import abort_job
+from datasched.runtime.streams import _JobRun
+
+__all__ = ["JobLimits"]
+
+
+class JobLimits:
+    """What a confined job has left, and stopping it on the workers."""
+
+    # Provided by the engine.
+    client: Client
+    _run_id: str
+    _tasks: set[asyncio.Task[None]]
+
+    def now(self) -> float:
+        raise NotImplementedError
+
+    def _budget(self, jr: _JobRun) -> dict[str, Any]:
+        """What a confined job has left of its CPU time (its packets' so far counted) and of
+        its wall time (from its first packet): its next packet's sandbox is killed past
+        them, so that packets in flight do not each spend the whole of the job's limits."""
+        conf = jr.spec.confine
+        if conf is None:
+            return {}
+        began = jr.first_packet_s if jr.first_packet_s is not None else self.now()
+        return {
+            "cpu_budget_s": max(conf.cpu_s - jr.cpu_s, 1.0),
+            "wall_budget_s": max(conf.wall_s - (self.now() - began), 1.0),
+            "token": self._token(jr),
+        }
+
+    def _token(self, jr: _JobRun) -> str:
+        return f"{self._run_id}-{jr.job_id}"
+
+    def _abort_on_workers(self, jr: _JobRun) -> None:
+        """A confined job failed or was cancelled: its packets in flight are stopped on their
+        workers, not left to run to their limits (a user's code may never return)."""
+        if jr.spec.code is None or jr.first_packet_s is None:
+            return
+        token = self._token(jr)
+
+        async def abort() -> None:
+            with suppress(Exception):  # a worker gone meanwhile: its packets went with it
+                await self.client.run(abort_job, token)
+
+        task = asyncio.ensure_future(abort())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
