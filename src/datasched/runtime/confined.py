@@ -34,6 +34,7 @@ from distributed.deploy.spec import ProcessInterface
 
 from datasched.runtime.tls import ClusterCredentials
 from datasched.sandbox.confine import Confinement, account, python_dirs, view_args
+from datasched.sandbox.host import process_tree
 
 if TYPE_CHECKING:
     from distributed.security import Security
@@ -132,7 +133,7 @@ class ConfinedWorker(ProcessInterface):
         if proc is not None and proc.returncode is None:
             # The whole tree: bubblewrap, the nanny and the worker process it spawned (in
             # sessions of their own), asked to end, then killed.
-            tree = _tree(proc.pid)
+            tree = process_tree(proc.pid)[::-1]  # deepest first
             for p in tree:
                 with contextlib.suppress(psutil.Error):
                     p.send_signal(signal.SIGTERM)
@@ -147,15 +148,6 @@ class ConfinedWorker(ProcessInterface):
             shutil.rmtree(self.tmp, ignore_errors=True)
             self.tmp = None
         await super().close()  # type: ignore[no-untyped-call]
-
-
-def _tree(pid: int) -> list[psutil.Process]:
-    """The process ``pid`` and its descendants, deepest first."""
-    try:
-        top = psutil.Process(pid)
-        return [*reversed(top.children(recursive=True)), top]
-    except psutil.Error:
-        return []
 
 
 def _pairs(env: Mapping[str, str]) -> list[str]:

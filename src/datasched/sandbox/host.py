@@ -49,6 +49,7 @@ __all__ = [
     "kill_tree",
     "make_scratch",
     "merge_results",
+    "process_tree",
 ]
 
 MAX_RESULT_BYTES = 256 << 20
@@ -110,9 +111,9 @@ def host_env(conf: Confinement, scratch: Path, extra: Mapping[str, str]) -> dict
     return env
 
 
-def _tree(pid: int) -> list[psutil.Process]:
-    """The process ``pid`` and its descendants (finding them reads every process of the
-    machine: done at a child's start and now and then, not at every packet)."""
+def process_tree(pid: int) -> list[psutil.Process]:
+    """The process ``pid`` and its descendants, ``pid`` first (finding them reads every
+    process of the machine: done at a child's start and now and then, not at every packet)."""
     try:
         top = psutil.Process(pid)
         return [top, *top.children(recursive=True)]
@@ -123,7 +124,7 @@ def _tree(pid: int) -> list[psutil.Process]:
 def kill_tree(pid: int) -> None:
     """Kill the process ``pid``, its group and every descendant (a sandbox's processes may
     sit in sessions of their own, under bubblewrap)."""
-    tree = _tree(pid)
+    tree = process_tree(pid)
     with contextlib.suppress(OSError):
         os.killpg(pid, signal.SIGKILL)
     for p in tree:
@@ -241,7 +242,7 @@ class Child:
         if self.proc is None:
             return 0.0
         if look_again or not self._procs:
-            self._procs = _tree(self.proc.pid)
+            self._procs = process_tree(self.proc.pid)
         return _cpu_s(self._procs)
 
     # -- talking ----------------------------------------------------------------------------
