@@ -17,7 +17,6 @@ from collections.abc import Iterator, Sequence
 from datasched.runtime.compute import PacketError
 from datasched.runtime.events import ReadSpec
 from datasched.sandbox.confine import Confinement, LimitReached, SandboxUnavailable, UserCode
-from datasched.sandbox.confine import sandbox_problem as _problem
 from datasched.sandbox.host import Child, ChildFailed, merge_results
 from datasched.sandbox.pool import ChildPool
 
@@ -26,7 +25,6 @@ __all__ = [
     "abort_job",
     "merge_task",
     "sandboxed_packet",
-    "worker_sandbox_problem",
 ]
 
 CHILDREN = ChildPool()
@@ -135,8 +133,3 @@ def merge_task(
         raise ValueError(text) from None
     except (LimitReached, SandboxUnavailable) as exc:
         raise ValueError(str(exc)) from None
-
-
-def worker_sandbox_problem() -> str | None:
-    """Why this worker cannot confine user code (None: it can); run on every worker."""
-    return _problem()

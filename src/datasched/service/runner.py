@@ -45,7 +45,7 @@ from datasched.runtime.dataset import Dataset, FileEntry
 from datasched.runtime.engine import RuntimeEngine
 from datasched.runtime.jobspec import JobSpec
 from datasched.runtime.reports import EngineConfig, PacketReport
-from datasched.runtime.sandboxed import merge_task, worker_sandbox_problem
+from datasched.runtime.sandboxed import merge_task
 from datasched.runtime.session import (
     Calibration,
     ClusterOptions,
@@ -140,7 +140,7 @@ class Runner:
         try:
             client, names = await stack.enter_async_context(open_cluster(self.opts))
             if self.confine.bwrap:
-                problems = await client.run(worker_sandbox_problem)
+                problems = await client.run(sandbox_problem)  # on every worker
                 bad = {w: p for w, p in problems.items() if p}
                 if bad:
                     worker, problem = sorted(bad.items())[0]
