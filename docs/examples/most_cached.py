@@ -9,7 +9,15 @@ from collections import deque
 from typing import ClassVar
 
 from datasched.core.model import Subjob
-from datasched.core.policy import JobView, Param, Policy, ReadMode, Returned, SchedulerView
+from datasched.core.policy import (
+    DEFAULT,
+    JobView,
+    Param,
+    Policy,
+    ReadMode,
+    Returned,
+    SchedulerView,
+)
 
 
 class MostCached(Policy):
@@ -20,7 +28,7 @@ class MostCached(Policy):
         Param("cache_fill", bool, True, "keep what a job reads in its node's cache"),
     )
 
-    def __init__(self, *, cache_fill: bool = True) -> None:
+    def __init__(self, *, cache_fill: bool = DEFAULT) -> None:
         self.reads = ReadMode(cache_fill=cache_fill)
         self.returned: deque[Subjob] = deque()
 

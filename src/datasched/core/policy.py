@@ -25,25 +25,26 @@ The hooks:
 A policy declares its parameters once (:class:`Param`): the command line, the runtime,
 ``datasched policies --json`` and the service build their options from that declaration, and
 :func:`datasched.policies.build_policy` checks values against it. Counters the simulator's
-reports want are a separate, optional protocol, :class:`PolicyMetrics`.
+reports want (:class:`PolicyMetrics`) are methods of :class:`Policy` with defaults (none
+kept); a policy overrides those it keeps.
 """
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Mapping, Sequence, Set
-from typing import ClassVar, NamedTuple, Protocol, runtime_checkable
+from typing import ClassVar, NamedTuple, Protocol
 
 from datasched.core.data import DataSpace
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import CostModel, Job, Subjob, Topology
 from datasched.core.packets import PacketRequest, PacketSizing, default_packet_stop
-from datasched.core.params import Param, ParamError
+from datasched.core.params import DEFAULT, Param, ParamError, check_defaults, fill_defaults
 
 __all__ = [
+    "DEFAULT",
     "DirectoryView",
     "JobView",
-    "NoMetrics",
     "Param",
     "ParamError",
     "Policy",
@@ -52,6 +53,8 @@ __all__ = [
     "Returned",
     "RunningView",
     "SchedulerView",
+    "check_defaults",
+    "fill_defaults",
     "metrics_of",
 ]
 
@@ -271,7 +274,9 @@ class Policy:
 
     Every hook is a documented no-op or a safe default. ``reads`` says how started subjobs
     use the node caches unless :meth:`read_mode` says otherwise. ``params`` declares the
-    constructor's keyword parameters (names must match; :func:`register` checks).
+    constructor's keyword parameters, and holds their defaults: the constructor writes
+    ``= DEFAULT`` and gets the declared default when the parameter is not given
+    (:func:`register` checks names and defaults).
     """
 
     name: ClassVar[str] = ""
@@ -281,6 +286,12 @@ class Policy:
     reads: ReadMode = ReadMode()
     packet_sizing: PacketSizing = PacketSizing()
     """The default packetizer's settings (an engine's user may set them per run)."""
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        """Each subclass's constructor takes the defaults of its declared parameters from
+        ``params`` (see :data:`DEFAULT`)."""
+        super().__init_subclass__(**kwargs)
+        fill_defaults(cls, cls.params)
 
     def bind(self, sched: SchedulerView) -> None:
         """Called once, when the scheduler is created."""
@@ -336,43 +347,31 @@ class Policy:
         packets of ``job_id``, where the OS allows it. Default: None (left as it is)."""
         return None
 
-
-@runtime_checkable
-class PolicyMetrics(Protocol):
-    """What the simulator's reports ask a policy, when it can tell (optional)."""
+    # -- metrics (PolicyMetrics): what the simulator's reports ask; override what differs ----
 
     def counters(self) -> dict[str, int]:
-        """How often the policy's special rules fired."""
-        ...
-
-    def held_jobs(self) -> int:
-        """Jobs the policy holds back on purpose (delayed scheduling's current period): not
-        part of a queue that grows from overload."""
-        ...
-
-    def max_delay_s(self) -> float:
-        """The longest time the policy holds a job back on purpose."""
-        ...
-
-
-class NoMetrics:
-    """The metrics of a policy that keeps none: no counters, nothing held."""
-
-    def counters(self) -> dict[str, int]:
+        """How often the policy's special rules fired, by name. Default: none."""
         return {}
 
     def held_jobs(self) -> int:
+        """Jobs the policy holds back on purpose now (delayed scheduling's current period):
+        not part of a queue that grows from overload. Default: 0."""
         return 0
 
     def max_delay_s(self) -> float:
+        """The longest time the policy holds a job back on purpose. Default: 0."""
         return 0.0
 
 
-_NO_METRICS = NoMetrics()
+class PolicyMetrics(Protocol):
+    """What the simulator's reports ask a policy. :class:`Policy` answers with defaults (no
+    counters, nothing held, no delay); a policy overrides only what it keeps."""
+
+    def counters(self) -> dict[str, int]: ...
+    def held_jobs(self) -> int: ...
+    def max_delay_s(self) -> float: ...
 
 
 def metrics_of(policy: Policy) -> PolicyMetrics:
-    """The policy's metrics, or :class:`NoMetrics` when it keeps none."""
-    if isinstance(policy, PolicyMetrics):
-        return policy
-    return _NO_METRICS
+    """The policy's metrics: the policy itself, every policy having the defaults."""
+    return policy

@@ -19,7 +19,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, ClassVar
 
-from datasched.core.policy import JobView, Param, SchedulerView
+from datasched.core.policy import DEFAULT, JobView, Param, SchedulerView
 from datasched.policies.delayed import STRIPE_EVENTS, DelayedScheduling
 from datasched.policies.registry import register
 
@@ -186,9 +186,9 @@ class AdaptiveDelay(DelayedScheduling):
     def __init__(
         self,
         *,
-        performance_map: PerformanceMap | None = None,
-        stripe_events: int = 5000,
-        window_h: float = 48.0,
+        performance_map: PerformanceMap | None = DEFAULT,
+        stripe_events: int = DEFAULT,
+        window_h: float = DEFAULT,
     ) -> None:
         super().__init__(period_h=0.0, stripe_events=stripe_events)
         self.performance_map = performance_map

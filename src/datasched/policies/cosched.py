@@ -136,12 +136,6 @@ class CoScheduling(Policy):
             "unstaged_files": self.unstaged_files,
         }
 
-    def held_jobs(self) -> int:
-        return 0
-
-    def max_delay_s(self) -> float:
-        return 0.0
-
     # -- hooks --------------------------------------------------------------------------------
 
     def job_arrived(self, sched: SchedulerView, js: JobView) -> None:

@@ -24,7 +24,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from datasched.core.policy import Param, SchedulerView
+from datasched.core.policy import DEFAULT, Param, ParamError, SchedulerView
 from datasched.policies.cosched import LOCAL_COST, REMOTE_COST, CoScheduling
 from datasched.policies.mincostflow import NETWORKS, Batch, Network, solve
 from datasched.policies.registry import register
@@ -63,17 +63,18 @@ class MinCostFlow(CoScheduling):
     def __init__(
         self,
         *,
-        local_cost: float = 1.0,
-        remote_cost: float = 10.0,
-        lp_period_s: float = 0.0,
-        network: str = "grouped",
+        local_cost: float = DEFAULT,
+        remote_cost: float = DEFAULT,
+        lp_period_s: float = DEFAULT,
+        network: str = DEFAULT,
     ) -> None:
         super().__init__()
         self.local_cost = local_cost
         self.remote_cost = remote_cost
         self.lp_period_s = lp_period_s
         if network not in NETWORKS:
-            raise ValueError(f"network: must be one of {', '.join(NETWORKS)}, got {network!r}")
+            listed = ", ".join(NETWORKS)
+            raise ParamError(self.name, "network", f"must be one of {listed}, got {network!r}")
         self.network: Network = "full" if network == "full" else "grouped"
         self._wake_pending = False
         self.batches = 0
@@ -89,9 +90,7 @@ class MinCostFlow(CoScheduling):
             "leftover_placements": self.leftover,
         }
 
-    def held_jobs(self) -> int:
-        # Jobs wait for the next batch on purpose, but at most one period: not a hold.
-        return 0
+    # held_jobs stays 0: jobs wait for the next batch on purpose, but at most one period.
 
     def max_delay_s(self) -> float:
         return self.lp_period_s

@@ -7,7 +7,7 @@ from __future__ import annotations
 import heapq
 from typing import ClassVar
 
-from datasched.core.policy import Param, SchedulerView
+from datasched.core.policy import DEFAULT, Param, SchedulerView
 from datasched.policies.cosched import LOCAL_COST, REMOTE_COST, CoScheduling, Item
 from datasched.policies.registry import register
 
@@ -59,7 +59,7 @@ class ShortestDataFirst(CoScheduling):
     summary = "the job with the cheapest data movement first, on its cheapest server"
     params: ClassVar[tuple[Param, ...]] = (LOCAL_COST, REMOTE_COST)
 
-    def __init__(self, *, local_cost: float = 1.0, remote_cost: float = 10.0) -> None:
+    def __init__(self, *, local_cost: float = DEFAULT, remote_cost: float = DEFAULT) -> None:
         super().__init__()
         self.local_cost = local_cost
         self.remote_cost = remote_cost

@@ -17,7 +17,7 @@ from typing import ClassVar
 
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import Subjob
-from datasched.core.policy import JobView, Param, Policy, ReadMode, SchedulerView
+from datasched.core.policy import DEFAULT, JobView, Param, Policy, ReadMode, SchedulerView
 from datasched.policies.fcfs import cut_by_cache
 from datasched.policies.registry import register
 
@@ -96,7 +96,7 @@ class DelayedScheduling(Policy):
         STRIPE_EVENTS,
     )
 
-    def __init__(self, *, period_h: float = 48.0, stripe_events: int = 5000) -> None:
+    def __init__(self, *, period_h: float = DEFAULT, stripe_events: int = DEFAULT) -> None:
         self.period_s = period_h * 3600.0
         self.stripe_events = stripe_events
         self.pending: list[JobView] = []
@@ -105,9 +105,6 @@ class DelayedScheduling(Policy):
         self._next_tick: float | None = None
 
     # -- metrics (PolicyMetrics) ----------------------------------------------------------------
-
-    def counters(self) -> dict[str, int]:
-        return {}
 
     def held_jobs(self) -> int:
         return len(self.pending)

@@ -8,7 +8,7 @@ from typing import ClassVar
 
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import Subjob
-from datasched.core.policy import JobView, Param, Policy, ReadMode, Returned, SchedulerView
+from datasched.core.policy import DEFAULT, JobView, Param, Policy, ReadMode, Returned, SchedulerView
 from datasched.policies.registry import register
 
 __all__ = ["CacheOrientedSplitting", "JobSplitting", "ProcessingFarm", "cut_by_cache"]
@@ -217,7 +217,7 @@ class CacheOrientedSplitting(Policy):
         ),
     )
 
-    def __init__(self, *, fill_duplicates: bool = True) -> None:
+    def __init__(self, *, fill_duplicates: bool = DEFAULT) -> None:
         self.reads = ReadMode(cache_fill=True, fill_duplicates=fill_duplicates)
 
     # -- placing a job on free slots ----------------------------------------------------------

@@ -14,12 +14,11 @@ a cluster they cannot schedule.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, TypeVar
 
-from datasched.core.policy import Param, ParamError
+from datasched.core.policy import DEFAULT, Param, ParamError, check_defaults, fill_defaults
 
 __all__ = [
     "DATA_DO_NOTHING",
@@ -113,6 +112,10 @@ class ExternalScheduler:
     summary: ClassVar[str] = ""
     params: ClassVar[tuple[Param, ...]] = ()
 
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        fill_defaults(cls, cls.params)  # see DEFAULT
+
     def choose(self, job: GridJob, view: GridView, rng: GridRng) -> int:
         raise NotImplementedError
 
@@ -129,10 +132,14 @@ class DatasetScheduler:
     params: ClassVar[tuple[Param, ...]] = ()
     replicates: ClassVar[bool] = True
 
-    def __init__(self, *, threshold: int = 0, neighbours: int = 0) -> None:
+    def __init__(self, *, threshold: int, neighbours: int) -> None:
         self.threshold = threshold
         self.neighbours = neighbours
         self._popularity: dict[tuple[int, int], int] = {}
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        fill_defaults(cls, cls.params)  # see DEFAULT
 
     def popularity(self, site: int, dataset: int) -> int:
         return self._popularity.get((site, dataset), 0)
@@ -184,9 +191,9 @@ G = TypeVar("G", bound=type[ExternalScheduler] | type[DatasetScheduler])
 
 
 def _register(cls: G) -> G:
-    taken = {n for n, p in inspect.signature(cls).parameters.items() if p.kind is p.KEYWORD_ONLY}
-    if taken != {p.name for p in cls.params}:
-        raise TypeError(f"grid scheduler {cls.name!r}: declared parameters are not its own")
+    """Class decorator: list a grid scheduler by its ``name``, its constructor's defaults
+    only in its declaration, as a cluster policy's are (:func:`check_defaults`)."""
+    check_defaults(cls, cls.params, f"grid scheduler {cls.name!r}")
     _registry[cls.name] = cls
     return cls
 
@@ -253,7 +260,7 @@ class DataDoNothing(DatasetScheduler):
     replicates = False
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__(threshold=0, neighbours=0)  # it never replicates
 
 
 @_register
@@ -262,7 +269,7 @@ class DataRandom(DatasetScheduler):
     summary = "Replicate a dataset popular at a site to a random site."
     params = (_THRESHOLD, _neighbours(0))
 
-    def __init__(self, *, threshold: int = 5, neighbours: int = 0) -> None:
+    def __init__(self, *, threshold: int = DEFAULT, neighbours: int = DEFAULT) -> None:
         super().__init__(threshold=threshold, neighbours=neighbours)
 
     def target(self, candidates: Sequence[int], view: GridView, rng: GridRng) -> int:
@@ -275,7 +282,7 @@ class DataLeastLoaded(DatasetScheduler):
     summary = "Replicate a dataset popular at a site to its least loaded neighbour."
     params = (_THRESHOLD, _neighbours(5))
 
-    def __init__(self, *, threshold: int = 5, neighbours: int = 5) -> None:
+    def __init__(self, *, threshold: int = DEFAULT, neighbours: int = DEFAULT) -> None:
         super().__init__(threshold=threshold, neighbours=neighbours)
 
     def target(self, candidates: Sequence[int], view: GridView, rng: GridRng) -> int:

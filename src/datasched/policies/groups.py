@@ -14,7 +14,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from datasched.core.policy import Param
+from datasched.core.policy import Param, ParamError
 
 __all__ = [
     "GROUP_PARAMS",
@@ -108,7 +108,7 @@ GROUP_PARAMS: tuple[Param, ...] = (
 
 
 def parse_groups(text: str, what: str) -> dict[str, float]:
-    """``"alice=10,beta=20"`` -> ``{"alice": 10.0, "beta": 20.0}``; ValueError naming
+    """``"alice=10,beta=20"`` -> ``{"alice": 10.0, "beta": 20.0}``; ParamError naming
     ``what`` (a policy parameter) on a bad entry."""
     out: dict[str, float] = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
@@ -119,9 +119,9 @@ def parse_groups(text: str, what: str) -> dict[str, float]:
         except ValueError:
             number = float("nan")
         if not name or not math.isfinite(number) or number <= 0:
-            raise ValueError(f"{what}: expected GROUP=POSITIVE_NUMBER, got {part!r}")
+            raise ParamError("", what, f"expected GROUP=POSITIVE_NUMBER, got {part!r}")
         if name in out:
-            raise ValueError(f"{what}: group {name!r} is given twice")
+            raise ParamError("", what, f"group {name!r} is given twice")
         out[name] = number
     return out
 

@@ -14,7 +14,7 @@ from typing import ClassVar
 
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import Subjob
-from datasched.core.policy import JobView, Param, Policy, ReadMode, Returned, SchedulerView
+from datasched.core.policy import DEFAULT, JobView, Param, Policy, ReadMode, Returned, SchedulerView
 from datasched.policies.fcfs import cut_by_cache
 from datasched.policies.registry import register
 
@@ -78,9 +78,9 @@ class OutOfOrder(Policy):
     def __init__(
         self,
         *,
-        fairness_h: float = 48.0,
-        replication: bool = False,
-        replicate_after: int = 3,
+        fairness_h: float = DEFAULT,
+        replication: bool = DEFAULT,
+        replicate_after: int = DEFAULT,
     ) -> None:
         self.fairness_s = fairness_h * 3600.0
         self.reads = ReadMode(cache_fill=True, peer_reads=replication)
@@ -112,12 +112,6 @@ class OutOfOrder(Policy):
             "replications": self.replications,
             "replicated_jobs": len(self.replicated_jobs),
         }
-
-    def held_jobs(self) -> int:
-        return 0
-
-    def max_delay_s(self) -> float:
-        return 0.0
 
     # -- arrival ------------------------------------------------------------------------------
 

@@ -24,7 +24,16 @@ from typing import Any, ClassVar
 
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import Subjob
-from datasched.core.policy import JobView, Param, Policy, ReadMode, Returned, SchedulerView
+from datasched.core.policy import (
+    DEFAULT,
+    JobView,
+    Param,
+    ParamError,
+    Policy,
+    ReadMode,
+    Returned,
+    SchedulerView,
+)
 from datasched.policies.groups import GROUP_PARAMS
 from datasched.policies.packetizers import (
     AdaptivePacketizer,
@@ -75,12 +84,6 @@ class ProofPolicy(Policy):
 
     def counters(self) -> dict[str, int]:
         return {"forced packets": self.forced}
-
-    def held_jobs(self) -> int:
-        return 0
-
-    def max_delay_s(self) -> float:
-        return 0.0
 
     def priorities(self) -> dict[str, float]:
         """The group priorities in force (the quota controller's, when quotas are set)."""
@@ -336,19 +339,19 @@ class BasicPacketizerPolicy(ProofPolicy):
     def __init__(
         self,
         *,
-        fraction: int = 20,
-        max_workers_per_node: int | None = 4,
-        packet_events: int | None = None,
-        priorities: str = "",
-        quotas: str = "",
-        worker_fraction: float = 0.5,
-        min_workers: int = 1,
-        levels: int = 40,
-        round_robin: bool = True,
-        kernel: str = "o1",
-        usage_half_life_s: float = 3600.0,
-        quota_period_s: float = 300.0,
-        os_nice: bool = False,
+        fraction: int = DEFAULT,
+        max_workers_per_node: int | None = DEFAULT,
+        packet_events: int | None = DEFAULT,
+        priorities: str = DEFAULT,
+        quotas: str = DEFAULT,
+        worker_fraction: float = DEFAULT,
+        min_workers: int = DEFAULT,
+        levels: int = DEFAULT,
+        round_robin: bool = DEFAULT,
+        kernel: str = DEFAULT,
+        usage_half_life_s: float = DEFAULT,
+        quota_period_s: float = DEFAULT,
+        os_nice: bool = DEFAULT,
     ) -> None:
         super().__init__({k: v for k, v in locals().items() if k in {p.name for p in GROUP_PARAMS}})
         self.fraction = fraction
@@ -432,25 +435,25 @@ class AdaptivePacketizerPolicy(ProofPolicy):
     def __init__(
         self,
         *,
-        fraction: float = 4.0,
-        min_packet_s: float = 3.0,
-        max_packet_s: float = 20.0,
-        calibration_events: int = 1000,
-        local_preference: float = 1.2,
-        max_workers_per_node: int | None = None,
-        priorities: str = "",
-        quotas: str = "",
-        worker_fraction: float = 0.5,
-        min_workers: int = 1,
-        levels: int = 40,
-        round_robin: bool = True,
-        kernel: str = "o1",
-        usage_half_life_s: float = 3600.0,
-        quota_period_s: float = 300.0,
-        os_nice: bool = False,
+        fraction: float = DEFAULT,
+        min_packet_s: float = DEFAULT,
+        max_packet_s: float = DEFAULT,
+        calibration_events: int = DEFAULT,
+        local_preference: float = DEFAULT,
+        max_workers_per_node: int | None = DEFAULT,
+        priorities: str = DEFAULT,
+        quotas: str = DEFAULT,
+        worker_fraction: float = DEFAULT,
+        min_workers: int = DEFAULT,
+        levels: int = DEFAULT,
+        round_robin: bool = DEFAULT,
+        kernel: str = DEFAULT,
+        usage_half_life_s: float = DEFAULT,
+        quota_period_s: float = DEFAULT,
+        os_nice: bool = DEFAULT,
     ) -> None:
         if min_packet_s > max_packet_s:
-            raise ValueError("min_packet_s: must not be above max_packet_s")
+            raise ParamError(self.name, "min_packet_s", "must not be above max_packet_s")
         super().__init__({k: v for k, v in locals().items() if k in {p.name for p in GROUP_PARAMS}})
         self.fraction = fraction
         self.min_packet_s = min_packet_s

@@ -3,13 +3,12 @@ build a policy from its declared parameters."""
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Mapping
 from importlib import import_module
 from importlib.metadata import entry_points
 from typing import Any, TypeVar
 
-from datasched.core.policy import Param, ParamError, Policy
+from datasched.core.policy import Param, ParamError, Policy, check_defaults
 
 __all__ = [
     "UnknownPolicyError",
@@ -51,22 +50,17 @@ class UnknownPolicyError(ValueError):
 def register(cls: P) -> P:
     """Class decorator: make a policy available by its ``name``.
 
-    Checks that ``cls.params`` declares exactly the constructor's keyword parameters, so
-    the declaration the command line and the service read is the constructor's.
+    Checks that ``cls.params`` declares exactly the constructor's keyword parameters, each
+    defaulting to :data:`~datasched.core.params.DEFAULT`: the declaration holds the only
+    default, which the constructor fills in (:class:`~datasched.core.policy.Policy` makes it
+    do so), so the policy a direct call builds is the one :func:`build_policy` builds.
     """
     if not cls.name:
         raise ValueError(f"{cls.__qualname__}: a registered policy needs a name")
     other = _registry.get(cls.name)
     if other is not None and other is not cls:
         raise ValueError(f"policy name {cls.name!r} is taken by {other.__qualname__}")
-    signature = inspect.signature(cls)
-    taken = {n for n, p in signature.parameters.items() if p.kind is p.KEYWORD_ONLY}
-    declared = {p.name for p in cls.params}
-    if taken != declared:
-        raise TypeError(
-            f"policy {cls.name!r}: declared parameters {sorted(declared)} are not the "
-            f"constructor's keyword parameters {sorted(taken)}"
-        )
+    check_defaults(cls, cls.params, f"policy {cls.name!r}")
     _registry[cls.name] = cls
     return cls
 
@@ -113,28 +107,29 @@ def _declared(cls: type[Policy], policy: str, given: Mapping[str, Any]) -> dict[
 def build_policy(name: str, **params: Any) -> Policy:
     """The named policy, its parameters checked against its declaration and every one not
     given set to its declared default (a performance map belongs to adaptive delay, and
-    comes with it). UnknownPolicyError, or ParamError naming the parameter."""
+    comes with it). UnknownPolicyError, or ParamError naming the parameter: one a value
+    broke, or the one a rule across parameters blames (the constructor raises that one; a
+    plain ValueError from a constructor, which names no parameter, is blamed on ``params``,
+    the policy's parameters as a whole)."""
     cls = get_policy(name)
     declared = _declared(cls, name, params)
     values: dict[str, Any] = {}
     for p in declared.values():
         if p.name in params:
             values[p.name] = p.check(name, params[p.name])
-        else:
-            values[p.name] = p.factory() if p.factory is not None else p.default
     for p in declared.values():
         if p.name in params:
             for implied, value in p.implies:
                 if implied not in params:
                     values[implied] = value
     try:
-        return cls(**values)
+        return cls(**values)  # the ones not given: from the declaration (see register)
+    except ParamError as exc:
+        if exc.policy == name:
+            raise
+        raise ParamError(name, exc.param, exc.reason) from exc
     except ValueError as exc:
-        # A rule across parameters: the policy says "name: reason".
-        param, _, reason = str(exc).partition(": ")
-        raise ParamError(
-            name, param if param in declared else "params", reason or str(exc)
-        ) from exc
+        raise ParamError(name, "params", str(exc)) from exc
 
 
 def build_policy_from_text(name: str, texts: Mapping[str, str]) -> Policy:

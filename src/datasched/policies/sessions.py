@@ -13,6 +13,7 @@ import math
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
+from datasched.core.policy import ParamError
 from datasched.policies.groups import (
     QuotaPriorities,
     UsageHistory,
@@ -81,7 +82,7 @@ class GroupScheduler:
         static = parse_groups(params["priorities"], "priorities")
         quotas = parse_groups(params["quotas"], "quotas")
         if static and quotas:
-            raise ValueError("quotas: give priorities or quotas, not both")
+            raise ParamError("", "quotas", "give priorities or quotas, not both")
         self._static = static
         self._levels: int = params["levels"]
         self._kernel: str = params["kernel"]
