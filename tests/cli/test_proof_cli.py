@@ -87,6 +87,14 @@ def test_proof_sim_monitors_the_packets(tmp_path: Path) -> None:
         (["-p", "nope"], "error: --policy: unknown policy 'nope'"),
         (["-P", "fraction=0"], "error: -P fraction: must be above 0, got 0.0"),
         (["-P", "quotas=a"], "error: -P quotas: expected GROUP=POSITIVE_NUMBER, got 'a'"),
+        (
+            ["-p", "adaptive-packetizer", "-P", "min_packet_s=30"],
+            "error: -P min_packet_s: must not be above max_packet_s",
+        ),
+        (
+            ["-P", "priorities=a=1", "-P", "quotas=a=50"],
+            "error: -P quotas: give priorities or quotas, not both",
+        ),
         (["--files", "0"], "error: --files: must be at least 1"),
     ],
 )

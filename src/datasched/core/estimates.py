@@ -140,13 +140,6 @@ class Estimates:
             for entry in taken:
                 heapq.heappush(heap, entry)
 
-    def estimated_remaining_s(self, slot: int) -> float:
-        """Estimated seconds until the subjob on ``slot`` ends (0 if idle)."""
-        r = self.running.get(slot)
-        if r is None:
-            return 0.0
-        return r.estimated_remaining(self.now) * r.s_per_event
-
     def balanced_share(self, slot: int, target: int, rest: IntervalSet) -> float:
         """Fraction of ``rest`` (what remains on ``slot``) to move to ``target`` so both end
         together."""

@@ -3,7 +3,7 @@
 A policy is a subclass of :class:`Policy`. The scheduler calls its hooks (documented no-ops
 below, each with the paper's words where a paper needs it); a hook reads the scheduler through
 :class:`SchedulerView`, a read-only view, and acts only through the view's commands (start,
-assign, preempt, split, queue, suspend, fetch, replicate, pin, release, evict, wake). The view's
+assign, preempt, split, queue, suspend, discard, wake, fetch, replicate, pin, release). The view's
 collections are typed read-only, so ``mypy --strict`` refuses a policy that mutates the
 scheduler's queues; the view costs nothing at run time (it is the scheduler itself).
 
@@ -43,7 +43,10 @@ from datasched.core.params import DEFAULT, Param, ParamError, check_defaults, fi
 
 __all__ = [
     "DEFAULT",
+    "CacheView",
+    "ClusterView",
     "DirectoryView",
+    "EstimatesView",
     "JobView",
     "Param",
     "ParamError",
@@ -53,6 +56,7 @@ __all__ = [
     "Returned",
     "RunningView",
     "SchedulerView",
+    "WorkView",
     "check_defaults",
     "fill_defaults",
     "metrics_of",
@@ -150,45 +154,26 @@ class DirectoryView(Protocol):
     def by_node(self, data: IntervalSet) -> dict[int, IntervalSet]: ...
 
 
-class SchedulerView(Protocol):
-    """What a policy reads of the scheduler, and the commands it acts through."""
+class ClusterView(Protocol):
+    """The cluster now: its nodes and slots, which are free. Every policy reads it."""
 
-    # -- state (read-only) ------------------------------------------------------------------
     @property
     def now(self) -> float: ...
     @property
     def topology(self) -> Topology: ...
     @property
-    def space(self) -> DataSpace: ...
-    @property
-    def cost(self) -> CostModel: ...
-    @property
-    def min_subjob_events(self) -> int: ...
-    @property
-    def jobs(self) -> Mapping[int, JobView]:
-        """Jobs in the system (arrived, not completed), in arrival order."""
-        ...
-
-    @property
-    def job_queue(self) -> Sequence[int]:
-        """Jobs queued whole (not started), first come first served."""
-        ...
-
-    @property
-    def running(self) -> Mapping[int, RunningView]:
-        """Slot -> the subjob running there."""
-        ...
-
-    @property
-    def directory(self) -> DirectoryView: ...
-    @property
-    def idle_slots(self) -> Sequence[int]:
-        """Free slots, lowest first."""
+    def space(self) -> DataSpace:
+        """The data: its events and files (a file's events, a file's bytes)."""
         ...
 
     @property
     def nodes(self) -> Sequence[int]:
         """Nodes in the cluster now (lost ones left out), lowest first."""
+        ...
+
+    @property
+    def idle_slots(self) -> Sequence[int]:
+        """Free slots, lowest first."""
         ...
 
     @property
@@ -206,6 +191,55 @@ class SchedulerView(Protocol):
         """Node -> how many of its slots run a subjob."""
         ...
 
+    def is_idle(self, slot: int) -> bool: ...
+    def is_lost(self, node: int) -> bool: ...
+    def node_of(self, slot: int) -> int: ...
+    def slots_of(self, node: int) -> Sequence[int]: ...
+
+
+class WorkView(Protocol):
+    """The jobs and where their work is. Policies that push work onto slots (the
+    ponce-hersch family, co-scheduling) read the queue and what runs, and cut jobs into
+    subjobs with :meth:`cut` and :meth:`split_even`; pull policies (PROOF's packetizers)
+    read only :attr:`jobs` and :attr:`running`."""
+
+    @property
+    def jobs(self) -> Mapping[int, JobView]:
+        """Jobs in the system (arrived, not completed), in arrival order."""
+        ...
+
+    @property
+    def job_queue(self) -> Sequence[int]:
+        """Jobs queued whole (not started), first come first served."""
+        ...
+
+    @property
+    def running(self) -> Mapping[int, RunningView]:
+        """Slot -> the subjob running there."""
+        ...
+
+    @property
+    def min_subjob_events(self) -> int:
+        """No cut makes a subjob shorter than this."""
+        ...
+
+    def cut(self, data: IntervalSet, n: int) -> tuple[IntervalSet, IntervalSet]:
+        """``data.head(n)`` and the rest, the cut moved to a file boundary when one is near."""
+        ...
+
+    def split_even(
+        self, data: IntervalSet, parts: int, min_events: int | None = None
+    ) -> list[IntervalSet]: ...
+
+
+class EstimatesView(Protocol):
+    """The master's estimates of pace, from the cost model and what it measured: where a
+    subjob would run fastest, which running subjob ends last (the policies that split a
+    running subjob for a free slot), what a slot's last subjob really cost (pull policies,
+    which size packets by measured speed)."""
+
+    @property
+    def cost(self) -> CostModel: ...
     @property
     def fastest_s_per_event(self) -> float: ...
     @property
@@ -216,25 +250,30 @@ class SchedulerView(Protocol):
         them (no entry: not measured)."""
         ...
 
-    def is_idle(self, slot: int) -> bool: ...
-    def is_lost(self, node: int) -> bool: ...
-    def node_of(self, slot: int) -> int: ...
-    def slots_of(self, node: int) -> Sequence[int]: ...
+    def s_per_event_on(self, slot: int, data: IntervalSet) -> float: ...
+    def longest_running(self) -> int | None: ...
+    def scan_longest(self, visit: Callable[[int, float], bool]) -> None: ...
+
+
+class CacheView(Protocol):
+    """What the node caches hold and what is on its way there: the policies that place work
+    by its cached data, and those that move data themselves (co-scheduling, hot-file
+    replication)."""
+
+    @property
+    def directory(self) -> DirectoryView: ...
     def fetching(self, node: int) -> IntervalSet:
         """Events being fetched or copied into ``node``'s cache now."""
         ...
 
-    def s_per_event_on(self, slot: int, data: IntervalSet) -> float: ...
-    def longest_running(self) -> int | None: ...
-    def scan_longest(self, visit: Callable[[int, float], bool]) -> None: ...
-    def estimated_remaining_s(self, slot: int) -> float: ...
-    def balanced_share(self, slot: int, target: int, rest: IntervalSet) -> float: ...
-    def cut(self, data: IntervalSet, n: int) -> tuple[IntervalSet, IntervalSet]: ...
-    def split_even(
-        self, data: IntervalSet, parts: int, min_events: int | None = None
-    ) -> list[IntervalSet]: ...
+
+class SchedulerView(ClusterView, WorkView, EstimatesView, CacheView, Protocol):
+    """What a policy reads of the scheduler (the four read-only views it joins), and the
+    commands it acts through. The scheduler is one; a policy's hooks get it typed as this."""
 
     # -- commands ---------------------------------------------------------------------------
+    # Making and placing work. ``assign`` is the pull policies': it hands a slot a packet of a
+    # subjob that stays in the policy's hands.
     def new_subjob(
         self,
         js: JobView,
@@ -252,18 +291,20 @@ class SchedulerView(Protocol):
         target: int,
         pick: Callable[[IntervalSet], IntervalSet] | None = None,
     ) -> bool: ...
+
+    # The scheduler's queue and parked work, and the policy's own books.
     def queue_job(self, js: JobView) -> None: ...
     def pop_queued_job(self) -> JobView | None: ...
     def suspend(self, sj: Subjob, *, front: bool = True) -> None: ...
-    def take_suspended(self, sj: Subjob) -> None: ...
     def discard(self, sj: Subjob) -> None: ...
     def note_released(self, js: JobView) -> None: ...
     def wake_at(self, time: float) -> None: ...
+
+    # Moving data between caches (co-scheduling, hot-file replication).
     def fetch(self, node: int, data: IntervalSet, source: int | None = None) -> None: ...
     def replicate(self, source: int, node: int, data: IntervalSet) -> None: ...
     def pin(self, node: int, data: IntervalSet) -> int: ...
     def release_pin(self, node: int, token: int) -> None: ...
-    def evict(self, node: int, data: IntervalSet) -> None: ...
 
 
 # -- the policy -------------------------------------------------------------------------------
