@@ -36,7 +36,7 @@ from typing import ClassVar, NamedTuple, Protocol, runtime_checkable
 
 from datasched.core.data import DataSpace
 from datasched.core.intervals import IntervalSet
-from datasched.core.model import CostModel, Job, Subjob, Topology
+from datasched.core.model import CostModel, Job, Part, Subjob, Topology
 from datasched.core.packets import PacketRequest, PacketSizing, default_packet_stop
 from datasched.core.params import Param, ParamError
 
@@ -240,6 +240,10 @@ class SchedulerView(Protocol):
         cached_on: int | None = None,
         preemptible: bool = False,
     ) -> Subjob: ...
+    def resplit(self, sj: Subjob, parts: Sequence[IntervalSet | Part]) -> list[Subjob]:
+        """Replace a waiting subjob by subjobs over ``parts``, which must cover it exactly."""
+        ...
+
     def start(self, sj: Subjob, slot: int) -> None: ...
     def assign(self, sj: Subjob, slot: int) -> None: ...
     def preempt(self, slot: int, replacement: Subjob | None = None) -> None: ...
