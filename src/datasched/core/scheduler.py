@@ -237,6 +237,11 @@ class Scheduler(Commands):
 
     # -- validation and tracing ---------------------------------------------------------------
 
+    @property
+    def validating(self) -> bool:
+        """Whether the books are checked after the events (fixed when the scheduler is built)."""
+        return self._validating
+
     def _observe(self, event: Event, out: list[Action]) -> None:
         """After an event, with validation or recording on: record it, then check."""
         changes = self._changes
