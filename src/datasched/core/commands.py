@@ -31,7 +31,14 @@ from datasched.core.estimates import Estimates
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import Part, Subjob
 from datasched.core.policy import JobView, Policy
-from datasched.core.state import LEGAL_TRANSITIONS, JobState, Running, SchedulerError, SubjobState
+from datasched.core.state import (
+    LEGAL_TRANSITIONS,
+    JobState,
+    Running,
+    SchedulerError,
+    SubjobState,
+    show_events,
+)
 from datasched.core.trace import Transition
 
 __all__ = ["Commands"]
@@ -186,8 +193,8 @@ class Commands(Estimates):
             state.unissued = pool - data
         else:
             raise SchedulerError(
-                f"new_subjob of job {js.job_id}: events {data - pool} are held by a live "
-                "subjob, processed, or not the job's (re-cut a subjob with resplit)"
+                f"new_subjob of job {js.job_id}: events {show_events(data - pool)} are held by "
+                "a live subjob, processed, or not the job's (re-cut a subjob with resplit)"
             )
         return self._make_subjob(state, data, cached_on, preemptible)
 
@@ -220,20 +227,21 @@ class Commands(Estimates):
                 raise SchedulerError(f"resplit of subjob {sj.subjob_id}: part {i} is empty")
             if not data.issubset(sj.data):
                 raise SchedulerError(
-                    f"resplit of subjob {sj.subjob_id}: part {i} holds events {data - sj.data} "
-                    "that are not the subjob's"
+                    f"resplit of subjob {sj.subjob_id}: part {i} holds events "
+                    f"{show_events(data - sj.data)} that are not the subjob's"
                 )
             if union.overlaps(data):
                 raise SchedulerError(
                     f"resplit of subjob {sj.subjob_id}: part {i} overlaps the parts before it "
-                    f"on {data & union}"
+                    f"on {show_events(data & union)}"
                 )
             union = union | data
             total += data.length
             specs.append(spec)
         if total != sj.data.length:
             raise SchedulerError(
-                f"resplit of subjob {sj.subjob_id}: the parts leave out {sj.data - union}"
+                f"resplit of subjob {sj.subjob_id}: the parts leave out "
+                f"{show_events(sj.data - union)}"
             )
         if state is _PARKED:
             self._unpark(js, sj)

@@ -66,7 +66,14 @@ from datasched.core.hot import HotReplicator
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import CostModel, Subjob, Topology
 from datasched.core.policy import Policy, Returned
-from datasched.core.state import ON_SLOT, JobState, Running, SchedulerError, SubjobState
+from datasched.core.state import (
+    ON_SLOT,
+    JobState,
+    Running,
+    SchedulerError,
+    SubjobState,
+    show_events,
+)
 from datasched.core.trace import (
     TraceRecord,
     TraceSink,
@@ -426,7 +433,9 @@ class Scheduler(Commands):
         union = js.unissued
         total = union.length
         if not union.issubset(job.data):
-            raise SchedulerError(f"{where}: unissued events {union - job.data} are not its own")
+            raise SchedulerError(
+                f"{where}: unissued events {show_events(union - job.data)} are not its own"
+            )
         on_slots: set[int] = set()
         running = self.running
         by_id = {running[s].subjob.subjob_id: running[s] for s in js.running_slots if s in running}
@@ -435,13 +444,13 @@ class Scheduler(Commands):
                 raise SchedulerError(f"{where}: live entry {subjob_id} holds {sj!r}")
             if not sj.data.issubset(job.data):
                 raise SchedulerError(
-                    f"{where}: subjob {subjob_id} holds events {sj.data - job.data} "
+                    f"{where}: subjob {subjob_id} holds events {show_events(sj.data - job.data)} "
                     "that are not the job's"
                 )
             if union.overlaps(sj.data):
                 raise SchedulerError(
                     f"{where}: subjob {subjob_id} overlaps its other subjobs or unissued "
-                    f"events on {sj.data & union}"
+                    f"events on {show_events(sj.data & union)}"
                 )
             union = union | sj.data
             total += sj.data.length

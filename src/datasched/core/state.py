@@ -13,11 +13,26 @@ from dataclasses import dataclass, field
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import Job, Subjob
 
-__all__ = ["LEGAL_TRANSITIONS", "ON_SLOT", "JobState", "Running", "SchedulerError", "SubjobState"]
+__all__ = [
+    "LEGAL_TRANSITIONS",
+    "ON_SLOT",
+    "JobState",
+    "Running",
+    "SchedulerError",
+    "SubjobState",
+    "show_events",
+]
 
 
 class SchedulerError(RuntimeError):
     """An engine or a policy broke the protocol (a bug, never bad user input)."""
+
+
+def show_events(data: IntervalSet) -> str:
+    """Events for a message: ``[0, 10) [20, 30)`` (the first five ranges, then a count)."""
+    ranges = data.ranges
+    text = " ".join(f"[{a}, {b})" for a, b in ranges[:5]) or "none"
+    return text if len(ranges) <= 5 else f"{text} and {len(ranges) - 5} more ranges"
 
 
 class SubjobState(enum.Enum):
