@@ -32,7 +32,7 @@ from datasched.core.intervals import IntervalSet
 from datasched.core.model import Part, Subjob
 from datasched.core.policy import JobView, Policy
 from datasched.core.state import (
-    LEGAL_TRANSITIONS,
+    ALLOWED_NEW,
     JobState,
     Running,
     SchedulerError,
@@ -77,7 +77,7 @@ class Commands(Estimates):
     left_cpu_s: dict[int, float]
     stimulus_id: int
     _states: dict[int, SubjobState]
-    _event_kind: str
+    _event_kind: type
     _changes: list[Transition] | None
 
     # -- views for policies (see SchedulerView) -----------------------------------------------
@@ -129,7 +129,7 @@ class Commands(Estimates):
         sid = sj.subjob_id
         states = self._states
         was = states.get(sid)
-        if to not in LEGAL_TRANSITIONS[was]:
+        if not (ALLOWED_NEW if was is None else was.allowed) & to.bit:  # type: ignore[attr-defined]
             if was is None:
                 raise SchedulerError(
                     f"subjob {sid} of job {sj.job_id}: not live (finished, re-cut or never "
@@ -150,7 +150,7 @@ class Commands(Estimates):
                 Transition(
                     self.stimulus_id,
                     self.now,
-                    self._event_kind,
+                    self._event_kind.__name__,
                     sj.job_id,
                     sid,
                     None if was is None else was.value,
@@ -187,10 +187,8 @@ class Commands(Estimates):
         SchedulerError: re-cutting a subjob is :meth:`resplit`."""
         state = self.jobs[js.job_id]
         pool = state.unissued
-        if data is pool or data == pool:
-            state.unissued = _EMPTY
-        elif data.issubset(pool):
-            state.unissued = pool - data
+        if data.issubset(pool):
+            state.unissued = _EMPTY if data.length == pool.length else pool - data
         else:
             raise SchedulerError(
                 f"new_subjob of job {js.job_id}: events {show_events(data - pool)} are held by "
@@ -254,17 +252,13 @@ class Commands(Estimates):
         parked list."""
         self._take_slot(slot)
         self._launch(sj, slot)
-        self._out.append(
-            Start(sj, slot, *self.policy.read_mode(self, sj, slot), cause=self.stimulus_id)
-        )
+        self._out.append(Start(sj, slot, *self.policy.read_mode(self, sj, slot), self.stimulus_id))
 
     def assign(self, sj: Subjob, slot: int) -> None:
         """Answer a pull: run exactly ``sj`` on ``slot`` as one packet."""
         self._take_slot(slot)
         self._launch(sj, slot)
-        self._out.append(
-            Assign(sj, slot, *self.policy.read_mode(self, sj, slot), cause=self.stimulus_id)
-        )
+        self._out.append(Assign(sj, slot, *self.policy.read_mode(self, sj, slot), self.stimulus_id))
 
     def _take_slot(self, slot: int) -> None:
         if slot in self._reserved:
@@ -303,7 +297,7 @@ class Commands(Estimates):
         self._transition(r.subjob, SubjobState.STOPPING, r)
         if replacement is not None:
             self._replacements[r.subjob.subjob_id] = replacement
-        self._out.append(Preempt(r.subjob.subjob_id, slot, cause=self.stimulus_id))
+        self._out.append(Preempt(r.subjob.subjob_id, slot, self.stimulus_id))
 
     def queue_job(self, js: JobView) -> None:
         """Queue a job whole, last."""
@@ -355,35 +349,35 @@ class Commands(Estimates):
 
     def wake_at(self, time: float) -> None:
         self._wakes += 1
-        self._out.append(WakeAt(time, cause=self.stimulus_id))
+        self._out.append(WakeAt(time, self.stimulus_id))
 
     def fetch(self, node: int, data: IntervalSet, source: int | None = None) -> None:
         """Bring ``data`` into ``node``'s cache (from ``source``'s cache, else tertiary);
         answered by FetchDone, then :meth:`Policy.data_arrived`."""
         self._fetches.setdefault(node, []).append(data)
         self._transfers += 1
-        self._out.append(Fetch(node, data, source, cause=self.stimulus_id))
+        self._out.append(Fetch(node, data, source, self.stimulus_id))
 
     def replicate(self, source: int, node: int, data: IntervalSet) -> None:
         """Copy ``data`` from ``source``'s cache into ``node``'s; answered by TransferDone."""
         self._fetches.setdefault(node, []).append(data)
         self._transfers += 1
-        self._out.append(Replicate(source, node, data, cause=self.stimulus_id))
+        self._out.append(Replicate(source, node, data, self.stimulus_id))
 
     def pin(self, node: int, data: IntervalSet) -> int:
         """Keep ``data`` in ``node``'s cache until :meth:`release_pin` of the token."""
         token = next(self._pin_ids)
         self._pins[token] = (node, data)
-        self._out.append(Pin(node, data, token, cause=self.stimulus_id))
+        self._out.append(Pin(node, data, token, self.stimulus_id))
         return token
 
     def release_pin(self, node: int, token: int) -> None:
         if self._pins.pop(token, None) is not None:
-            self._out.append(Release(node, token, cause=self.stimulus_id))
+            self._out.append(Release(node, token, self.stimulus_id))
 
     def evict(self, node: int, data: IntervalSet) -> None:
         """Drop ``data`` from ``node``'s cache (the engine answers with what went)."""
-        self._out.append(Evict(node, data, cause=self.stimulus_id))
+        self._out.append(Evict(node, data, self.stimulus_id))
 
     def _reserve(self, slot: int) -> None:
         """Hold a free slot back for a split (it is not offered to anyone else)."""
@@ -439,5 +433,5 @@ class Commands(Estimates):
         self._reserve(target)
         self._splits[r.subjob.subjob_id] = target
         self._transition(r.subjob, SubjobState.SHRINKING, r)
-        self._out.append(Shrink(r.subjob.subjob_id, slot, give, cause=self.stimulus_id))
+        self._out.append(Shrink(r.subjob.subjob_id, slot, give, self.stimulus_id))
         return True

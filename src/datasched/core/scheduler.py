@@ -170,7 +170,7 @@ class Scheduler(Commands):
         """Live subjob -> its state (DONE ones leave)."""
         self.stimulus_id = 0
         """The id of the event being handled (or last handled): 1, 2, ... in order."""
-        self._event_kind = ""
+        self._event_kind: type = type(None)
         if validate is None:
             validate = os.environ.get(VALIDATE_ENV, "") not in ("", "0")
         self._validating = validate
@@ -229,7 +229,7 @@ class Scheduler(Commands):
         self.now = event.time
         self.stimulus_id += 1
         kind = type(event)
-        self._event_kind = kind.__name__
+        self._event_kind = kind
         out: list[Action] = []
         self._out = out
         self._handlers[kind](event)

@@ -69,6 +69,18 @@ change against this table in one place (``Scheduler._transition``)."""
 ON_SLOT = frozenset({_S.RUNNING, _S.STOPPING, _S.SHRINKING})
 """The states of a subjob that holds a slot."""
 
+# The table as bit masks, for the scheduler's hot path: an Enum member's hash is a Python
+# call, a bit test is not. ``state.bit``: the member's bit; ``state.allowed``: the bits of
+# the states it may go to (``ALLOWED_NEW``: from "not created yet").
+for _i, _member in enumerate(SubjobState):
+    _member.bit = 1 << _i  # type: ignore[attr-defined]
+for _member in SubjobState:
+    _member.allowed = sum(t.bit for t in LEGAL_TRANSITIONS[_member])  # type: ignore[attr-defined]
+ALLOWED_NEW: int = sum(t.bit for t in LEGAL_TRANSITIONS[None])  # type: ignore[attr-defined]
+_RUNNING = SubjobState.RUNNING
+_STOPPING = SubjobState.STOPPING
+_SHRINKING = SubjobState.SHRINKING
+
 
 @dataclass(slots=True, eq=False)
 class JobState:
@@ -125,17 +137,17 @@ class Running:
     @property
     def stopping(self) -> bool:
         """A Preempt is on its way: the subjob is leaving the slot."""
-        return self.state is SubjobState.STOPPING
+        return self.state is _STOPPING
 
     @property
     def shrinking(self) -> bool:
         """A Shrink is on its way: part of the subjob is being taken away."""
-        return self.state is SubjobState.SHRINKING
+        return self.state is _SHRINKING
 
     @property
     def settled(self) -> bool:
         """No Preempt or Shrink is waiting for its answer (the subjob may be asked again)."""
-        return self.state is SubjobState.RUNNING
+        return self.state is _RUNNING
 
     def estimated_done(self, now: float) -> int:
         if self.s_per_event <= 0:
