@@ -13,7 +13,11 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
-os.environ.setdefault("DATASCHED_VALIDATE", "1")
+if "DATASCHED_VALIDATE" not in os.environ:
+    os.environ["DATASCHED_VALIDATE"] = "1"
+    # The environment did not choose: a directory whose tests do not pay for it may turn
+    # validation off (tests/sim/conftest.py).
+    os.environ["DATASCHED_VALIDATE_BY_TESTS"] = "1"
 
 settings.register_profile("ci", deadline=None, max_examples=100)
 settings.load_profile("ci")

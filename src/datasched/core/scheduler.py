@@ -92,9 +92,10 @@ _RUNNING = SubjobState.RUNNING
 _PARKED = SubjobState.PARKED
 VALIDATE_ENV = "DATASCHED_VALIDATE"
 """Set to 1 (read once, when a scheduler is built) to validate after the events."""
-_CHECK_EVERY = 16
-"""Validation checks the whole books after about one event in (slots + live subjobs) / 16,
-so that it costs about as much per event on a large cluster as on a small one."""
+_CHECK_EVERY = 2
+"""Validation checks the whole books (O(slots + live subjobs + jobs)) after about one event
+in (slots + live subjobs + jobs) / 2, so that it costs about as much per event on a large
+cluster as on a small one; the jobs an event touched are checked after it."""
 
 
 class Scheduler(Commands):
@@ -257,9 +258,8 @@ class Scheduler(Commands):
             self._record_event(event, changes, out)
         if self._validating:
             self._since_check += 1
-            if self._since_check * _CHECK_EVERY >= len(self._states) + len(self.slot_node) or (
-                not self.jobs
-            ):
+            size = len(self._states) + len(self.slot_node) + len(self.jobs)
+            if self._since_check * _CHECK_EVERY >= size or not self.jobs:
                 self._since_check = 0
                 self.validate()
             else:
