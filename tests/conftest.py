@@ -1,14 +1,23 @@
-"""Test configuration: a Hypothesis profile without deadlines (CI machines are noisy), and a
-Dask cluster on loopback for the tests that spread simulations over one."""
+"""Test configuration: a Hypothesis profile without deadlines (CI machines are noisy), a
+Dask cluster on loopback for the tests that spread simulations over one, and the scheduler's
+validation on (``DATASCHED_VALIDATE=1``: every scheduler the tests build checks its books
+after the events, docs/design.md "Invariants and tracing"; set it to 0 to measure without)."""
 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from hypothesis import settings
+
+if "DATASCHED_VALIDATE" not in os.environ:
+    os.environ["DATASCHED_VALIDATE"] = "1"
+    # The environment did not choose: a directory whose tests do not pay for it may turn
+    # validation off (tests/sim/conftest.py).
+    os.environ["DATASCHED_VALIDATE_BY_TESTS"] = "1"
 
 settings.register_profile("ci", deadline=None, max_examples=100)
 settings.load_profile("ci")

@@ -94,6 +94,7 @@ def scenario_trace(policy: str) -> str:
 
     def traced(ev: Event) -> list[Action]:
         actions = handle(ev)
+        sched.validate()  # the whole books, after every event (validation must not change them)
         lines.append(fmt_event(ev))
         lines.extend(fmt_action(a) for a in actions)
         return actions

@@ -234,6 +234,12 @@ def machine_for(policy: str) -> type[RuleBasedStateMachine]:
                 engine.send(Tick(engine.now))
 
         @invariant()
+        def books_valid(self) -> None:
+            """The scheduler's own invariants hold after every step, whole."""
+            if hasattr(self, "engine"):
+                self.engine.sched.validate()
+
+        @invariant()
         def books_agree(self) -> None:
             if not hasattr(self, "engine"):
                 return

@@ -34,14 +34,14 @@ def test_stripe_points_bound_every_stripe(points: list[int], stripe: int) -> Non
 def test_jobs_wait_for_the_end_of_the_period_then_share_a_stripe() -> None:
     s = scheduler("delayed", 2, params={"period_h": 1.0, "stripe_events": 100})
     actions = s.handle(JobArrived(10.0, Job(0, 10.0, IntervalSet.range(0, 100))))
-    assert actions == [WakeAt(3600.0)]
+    assert actions == [WakeAt(3600.0, cause=1)]  # the first event's stimulus id
     assert s.handle(JobArrived(20.0, Job(1, 20.0, IntervalSet.range(0, 100)))) == []
     actions = s.handle(Tick(3600.0))
     started = [a for a in actions if isinstance(a, Start)]
     # One meta-subjob holds both jobs' subjobs over [0, 100): one node runs them in turn,
     # so the data is read from tertiary storage once.
     assert len(started) == 1 and started[0].subjob.job_id == 0
-    assert WakeAt(7200.0) in actions
+    assert WakeAt(7200.0, cause=3) in actions  # caused by the tick, the third event
 
 
 def test_waiting_time_is_reported_with_and_without_the_period_delay() -> None:

@@ -121,7 +121,8 @@ def test_a_long_run_with_slots_files_and_faults_completes(policy: str) -> None:
         node_mtbf_h=200.0,
         max_backlog=10**6,
     )
-    summary, run = simulate(config, check_conservation=True)
+    # Validated: the rare paths are where broken books would show (docs/design.md).
+    summary, run = simulate(config, check_conservation=True, validate=True)
     assert summary.node_failures > 0
     assert run.jobs_completed == 300
     assert run.events_processed == run.events_submitted

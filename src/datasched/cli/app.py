@@ -85,7 +85,8 @@ app = typer.Typer(
     rich_markup_mode="markdown",  # paragraphs are re-wrapped to the terminal
 )
 trace_app = typer.Typer(
-    help="Make and inspect job traces (CSV files, one submitted job per row).",
+    help="Make and inspect job traces (CSV files, one submitted job per row); tell a job's "
+    "story from a scheduler's trace (--trace-log).",
     no_args_is_help=True,
     rich_markup_mode="markdown",
 )

@@ -22,6 +22,7 @@ from rich.console import Console
 from datasched.core.data import DataError
 from datasched.core.model import ModelError
 from datasched.core.policy import ParamError
+from datasched.core.trace import TraceSink, json_lines_sink
 from datasched.policies import UnknownPolicyError
 from datasched.sim.experiment import ConfigError
 from datasched.sim.parallel import (
@@ -145,6 +146,27 @@ def check_out_dir(out_dir: Path) -> None:
     """Refuse an ``--out`` that names a file, before anything runs."""
     if out_dir.exists() and not out_dir.is_dir():
         fail(f"--out: {out_dir} exists and is not a directory")
+
+
+def check_out_file(path: Path | None, option: str) -> None:
+    """Refuse an output file that cannot be written (a directory, no such directory), before
+    anything runs."""
+    if path is None:
+        return
+    if path.is_dir():
+        fail(f"{option}: {path} is a directory")
+    if not path.parent.is_dir():
+        fail(f"{option}: directory {path.parent} does not exist")
+
+
+@contextmanager
+def open_trace(path: Path | None) -> Iterator[TraceSink | None]:
+    """A sink writing the scheduler's trace to ``path`` as JSON lines (None: no trace)."""
+    if path is None:
+        yield None
+        return
+    with path.open("w", encoding="utf-8") as stream:
+        yield json_lines_sink(stream)
 
 
 # -- output -------------------------------------------------------------------------------

@@ -1,10 +1,10 @@
 """Commands that describe: ``policies`` (what each does, its parameters) and ``trace``
-(make and inspect job traces)."""
+(make and inspect job traces; read a scheduler's trace)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich import box
@@ -13,6 +13,7 @@ from rich.table import Table
 from datasched.cli.app import app, trace_app
 from datasched.cli.common import fail, out, print_json, user_errors
 from datasched.cli.options import JsonOpt, LoadOpt, SeedOpt, trace_rate_jobs_per_h
+from datasched.core.trace import read_json_lines, story
 from datasched.policies import available, describe
 from datasched.policies.grid import describe_grid_scheduler, grid_schedulers
 from datasched.sim.workload import WorkloadSpec, generate, load_trace, save_trace
@@ -100,3 +101,57 @@ def trace_show(
         f"data space used up to event {max(r.stop_event for r in records):,}",
         highlight=False,
     )
+
+
+def _story_line(record: dict[str, Any]) -> str:
+    """One record of a story as a line: ``#stimulus kind what``."""
+    kind = record.get("kind")
+    detail = record.get("detail") or {}
+    if kind == "event":
+        head = f"#{record.get('stimulus')} {record.get('time', 0):12.1f}"
+        return f"{head}  {record.get('type')} {detail}"
+    if kind == "transition":
+        slot = record.get("slot", -1)
+        where = f" on slot {slot}" if slot is not None and slot >= 0 else ""
+        return (
+            f"#{record.get('stimulus')} {record.get('time', 0):12.1f}    subjob "
+            f"{record.get('subjob')}: {record.get('from') or 'new'} -> {record.get('to')}{where}"
+        )
+    detail = {k: v for k, v in detail.items() if k != "subjob"} | (
+        {"subjob": detail["subjob"].get("subjob"), "data": detail["subjob"].get("data")}
+        if isinstance(detail.get("subjob"), dict)
+        else {}
+    )
+    return f"#{record.get('cause')} {'':12}    -> {record.get('type')} {detail}"
+
+
+@trace_app.command("story")
+def trace_story(
+    path: Annotated[
+        Path,
+        typer.Argument(metavar="FILE", help="A scheduler's trace (JSON lines, from --trace-log)."),
+    ],
+    job: Annotated[int, typer.Option("--job", metavar="N", help="The job to tell about.")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Why a job went where it went: from a trace written by `datasched sim --trace-log` or
+    `datasched run --trace-log`, every record that names the job (its arrival, each change
+    of its subjobs' states with the slot, the actions about it) and the events that caused
+    them (a finish that freed the slot it took, a node lost under it), oldest first. Each
+    line starts with the stimulus id of the event it belongs to. `--json`: the records, as
+    a list."""
+    if not path.is_file():
+        fail(f"FILE: {path} is not a file")
+    with user_errors(), path.open(encoding="utf-8") as stream:
+        try:
+            records = read_json_lines(stream)
+        except ValueError as exc:
+            fail(f"FILE: {path}: {exc}")
+    told = story(records, job)
+    if as_json:
+        print_json(told)
+        return
+    if not told:
+        fail(f"--job: job {job} is not in {path}")
+    for record in told:
+        out.print(_story_line(dict(record)), markup=False, highlight=False, soft_wrap=True)

@@ -157,6 +157,16 @@ JsonOpt = Annotated[
         "--json", metavar="", help="Print one JSON object on stdout and nothing else there."
     ),
 ]
+TraceLogOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--trace-log",
+        metavar="FILE",
+        help="Write the scheduler's trace here as JSON lines (replaced if there): each event "
+        "with its stimulus id, each change of a subjob's state, each action with the id of "
+        "the event that caused it. Read it with `datasched trace story FILE --job N`.",
+    ),
+]
 ReplicateHotOpt = Annotated[
     int | None,
     typer.Option(

@@ -16,7 +16,7 @@ import typer
 from rich.table import Table
 
 from datasched.cli.app import app
-from datasched.cli.common import err, fail, out, print_json, size
+from datasched.cli.common import check_out_file, err, fail, open_trace, out, print_json, size
 from datasched.cli.live import BarProgress, progress_bars
 from datasched.cli.options import (
     JobqueueArgsOpt,
@@ -27,6 +27,7 @@ from datasched.cli.options import (
     TlsCaOpt,
     TlsCertOpt,
     TlsKeyOpt,
+    TraceLogOpt,
     jobqueue_spec,
     policy_params_of,
     tls_files_of,
@@ -35,6 +36,7 @@ from datasched.cli.options import (
 from datasched.policies import UnknownPolicyError, get_policy
 
 if TYPE_CHECKING:
+    from datasched.core.trace import TraceSink
     from datasched.runtime.reports import RunReport
 
 __all__: list[str] = []
@@ -283,6 +285,7 @@ def run(
             "workers; each packet's rate by local, peer, tertiary).",
         ),
     ] = None,
+    trace_log: TraceLogOpt = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print one JSON object and nothing else.")
     ] = False,
@@ -306,6 +309,7 @@ def run(
             fail(f"--maxchunks: must be at least 1, got {maxchunks}")
         if report_dir is not None and report_dir.exists() and not report_dir.is_dir():
             fail(f"--report: {report_dir} exists and is not a directory")
+        check_out_file(trace_log, "--trace-log")
         tls = tls_files_of(scheduler, tls_ca_file, tls_cert, tls_key)
         batch = jobqueue_spec(jobqueue, jobqueue_args, scheduler)
         opts = cluster_options(
@@ -329,16 +333,18 @@ def run(
         # About --packet-s of work queued on a worker while its packets are short.
         config = EngineConfig(queue_s=packet_s, skip_bad_files=skip_bad_files)
         packets = PacketSizing(target_s=packet_s, chunksize=chunksize)
-        report = _run_with_bars(
-            specs,
-            opts,
-            policy,
-            policy_params,
-            config,
-            packets=packets,
-            quiet=as_json,
-            calibrate=not no_calibrate,
-        )
+        with open_trace(trace_log) as trace:
+            report = _run_with_bars(
+                specs,
+                opts,
+                policy,
+                policy_params,
+                config,
+                packets=packets,
+                quiet=as_json,
+                calibrate=not no_calibrate,
+                trace=trace,
+            )
     if packets_csv is not None:
         write_packets_csv(report, packets_csv)
     if report_dir is not None:
@@ -420,6 +426,7 @@ def _run_with_bars(
     quiet: bool,
     cold: bool = False,
     calibrate: bool = True,
+    trace: TraceSink | None = None,
 ) -> RunReport:
     from datasched.runtime.session import run_jobs
 
@@ -437,6 +444,7 @@ def _run_with_bars(
                 progress=sink,
                 cold=cold,
                 calibrate=calibrate,
+                trace=trace,
                 log=None if quiet else (lambda line: err.print(f"note: {line}", markup=False)),
             )
         )

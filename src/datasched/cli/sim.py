@@ -19,10 +19,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from datasched.cli.app import app
 from datasched.cli.common import (
     check_out_dir,
+    check_out_file,
     cluster_errors,
     err,
     fail,
     jsonable,
+    open_trace,
     out,
     parse_floats,
     print_json,
@@ -50,6 +52,7 @@ from datasched.cli.options import (
     TlsCaOpt,
     TlsCertOpt,
     TlsKeyOpt,
+    TraceLogOpt,
     TraceOpt,
     WarmupOpt,
     check_named,
@@ -103,6 +106,16 @@ def sim(
     node_repair_h: RepairOpt = 1.0,
     replicate_hot: ReplicateHotOpt = None,
     param: ParamOpt = None,
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check",
+            help="Check the scheduler's books after the events (each job's subjobs partition "
+            "what is left of it, every slot is running, idle or reserved, ...): slower; a "
+            "broken invariant stops the run naming it.",
+        ),
+    ] = False,
+    trace_log: TraceLogOpt = None,
     as_json: JsonOpt = False,
     named: dict[str, str] | None = None,
 ) -> None:
@@ -135,9 +148,10 @@ def sim(
             named=named,
             replicate_hot=replicate_hot,
         )
+        check_out_file(trace_log, "--trace-log")
     spinner = err.status(f"simulating {config.n_jobs} jobs under {policy} ...")
-    with nullcontext() if as_json else spinner:
-        summary, _ = simulate(config)
+    with nullcontext() if as_json else spinner, open_trace(trace_log) as sink:
+        summary, _ = simulate(config, validate=check or None, trace=sink)
     if as_json:
         print_json(jsonable(summary.to_dict()))
         return

@@ -17,7 +17,9 @@ Pin, Release   nothing: they take effect at once
 =============  ==================================================================
 
 ``JobCompleted`` and ``JobFailed`` are notices for the engine to record and report.
-Immutable named tuples, as events are (see :mod:`datasched.core.events` for why).
+Immutable named tuples, as events are (see :mod:`datasched.core.events` for why). Each ends
+with ``cause``: the stimulus id of the event whose handling asked for it, which the scheduler
+sets (:mod:`datasched.core.trace`); an action built elsewhere has -1.
 """
 
 from __future__ import annotations
@@ -60,6 +62,8 @@ class Start(NamedTuple):
     peer_reads: bool = False
     replicate: bool = False
     fill_duplicates: bool = True
+    cause: int = -1
+    """The stimulus id of the event whose handling asked for it (-1: none)."""
 
 
 class Assign(NamedTuple):
@@ -72,6 +76,8 @@ class Assign(NamedTuple):
     peer_reads: bool = False
     replicate: bool = False
     fill_duplicates: bool = True
+    cause: int = -1
+    """The stimulus id of the event whose handling asked for it (-1: none)."""
 
 
 class Preempt(NamedTuple):
@@ -79,6 +85,8 @@ class Preempt(NamedTuple):
 
     subjob_id: int
     slot: int
+    cause: int = -1
+    """The stimulus id of the event whose handling asked for it (-1: none)."""
 
 
 class Shrink(NamedTuple):
@@ -93,6 +101,8 @@ class Shrink(NamedTuple):
     subjob_id: int
     slot: int
     release: IntervalSet
+    cause: int = -1
+    """The stimulus id of the event whose handling asked for it (-1: none)."""
 
 
 class Fetch(NamedTuple):
@@ -102,6 +112,8 @@ class Fetch(NamedTuple):
     node: int
     data: IntervalSet
     source: int | None = None
+    cause: int = -1
+    """The stimulus id of the event whose handling asked for it (-1: none)."""
 
 
 class Replicate(NamedTuple):
@@ -111,6 +123,8 @@ class Replicate(NamedTuple):
     source: int
     node: int
     data: IntervalSet
+    cause: int = -1
+    """The stimulus id of the event whose handling asked for it (-1: none)."""
 
 
 class Pin(NamedTuple):
@@ -119,6 +133,8 @@ class Pin(NamedTuple):
     node: int
     data: IntervalSet
     token: int
+    cause: int = -1
+    """The stimulus id of the event whose handling asked for it (-1: none)."""
 
 
 class Release(NamedTuple):
@@ -126,6 +142,8 @@ class Release(NamedTuple):
 
     node: int
     token: int
+    cause: int = -1
+    """The stimulus id of the event whose handling asked for it (-1: none)."""
 
 
 class Evict(NamedTuple):
@@ -134,12 +152,16 @@ class Evict(NamedTuple):
 
     node: int
     data: IntervalSet
+    cause: int = -1
+    """The stimulus id of the event whose handling asked for it (-1: none)."""
 
 
 class WakeAt(NamedTuple):
     """Send a Tick at ``time`` (or as soon after as the engine can)."""
 
     time: float
+    cause: int = -1
+    """The stimulus id of the event whose handling asked for it (-1: none)."""
 
 
 class JobCompleted(NamedTuple):
@@ -151,6 +173,8 @@ class JobCompleted(NamedTuple):
     released_s: float = -1.0
     """When the policy released the job for scheduling (the end of its period, for delayed
     scheduling); -1 when it never held the job back."""
+    cause: int = -1
+    """The stimulus id of the event whose handling asked for it (-1: none)."""
 
 
 class JobFailed(NamedTuple):
@@ -161,6 +185,8 @@ class JobFailed(NamedTuple):
     time: float
     reason: str
     processed: int
+    cause: int = -1
+    """The stimulus id of the event whose handling asked for it (-1: none)."""
 
 
 Action = (

@@ -1,12 +1,18 @@
 """The commands a policy acts through (:class:`~datasched.core.policy.SchedulerView`): start,
-assign, preempt, split, queue, park, wake, fetch, replicate, pin, evict. A base of
-:class:`~datasched.core.scheduler.Scheduler`, which keeps the books they change."""
+assign, preempt, split, re-cut, queue, park, wake, fetch, replicate, pin, evict. A base of
+:class:`~datasched.core.scheduler.Scheduler`, which keeps the books they change.
+
+Every change of a subjob's state goes through :meth:`Commands._transition`, which checks it
+against :data:`~datasched.core.state.LEGAL_TRANSITIONS`; subjobs are made only from events no
+live subjob holds (:meth:`Commands.new_subjob` checks the job's unissued part) or by
+:meth:`Commands.resplit`, which checks that the parts cover the subjob they replace exactly.
+"""
 
 from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 from datasched.core.actions import (
     Action,
@@ -23,13 +29,25 @@ from datasched.core.actions import (
 )
 from datasched.core.estimates import Estimates
 from datasched.core.intervals import IntervalSet
-from datasched.core.model import Subjob
+from datasched.core.model import Part, Subjob
 from datasched.core.policy import JobView, Policy
-from datasched.core.state import JobState, Running, SchedulerError
+from datasched.core.state import (
+    ALLOWED_NEW,
+    JobState,
+    Running,
+    SchedulerError,
+    SubjobState,
+    show_events,
+)
+from datasched.core.trace import Transition
 
 __all__ = ["Commands"]
 
 _EMPTY = IntervalSet()
+_QUEUED = SubjobState.QUEUED
+_PARKED = SubjobState.PARKED
+_RUNNING = SubjobState.RUNNING
+_DONE = SubjobState.DONE
 
 
 class Commands(Estimates):
@@ -57,6 +75,10 @@ class Commands(Estimates):
     node_running: list[int]
     _nodes: list[int]
     left_cpu_s: dict[int, float]
+    stimulus_id: int
+    _states: dict[int, SubjobState]
+    _event_kind: type
+    _changes: list[Transition] | None
 
     # -- views for policies (see SchedulerView) -----------------------------------------------
 
@@ -98,6 +120,59 @@ class Commands(Estimates):
                 out = out | data
         return out
 
+    # -- subjobs' states ---------------------------------------------------------------------
+
+    def _transition(self, sj: Subjob, to: SubjobState, r: Running | None = None) -> None:
+        """The one place a subjob changes state: checked against the table of legal changes
+        (a broken protocol raises SchedulerError), mirrored on its running record ``r``, and
+        logged when someone listens (validation, a trace, a history)."""
+        sid = sj.subjob_id
+        states = self._states
+        was = states.get(sid)
+        if not (ALLOWED_NEW if was is None else was.allowed) & to.bit:  # type: ignore[attr-defined]
+            if was is None:
+                raise SchedulerError(
+                    f"subjob {sid} of job {sj.job_id}: not live (finished, re-cut or never "
+                    f"made), cannot become {to.value}"
+                )
+            raise SchedulerError(
+                f"subjob {sid} of job {sj.job_id}: {was.value} -> {to.value} is not a legal "
+                "transition"
+            )
+        if to is _DONE:
+            del states[sid]
+        else:
+            states[sid] = to
+        if r is not None:
+            r.state = to
+        if self._changes is not None:
+            self._changes.append(
+                Transition(
+                    self.stimulus_id,
+                    self.now,
+                    self._event_kind.__name__,
+                    sj.job_id,
+                    sid,
+                    None if was is None else was.value,
+                    to.value,
+                    -1 if r is None else r.slot,
+                )
+            )
+
+    def state_of(self, subjob_id: int) -> SubjobState:
+        """The subjob's state (DONE once it has left the books, or for an unknown id)."""
+        return self._states.get(subjob_id, _DONE)
+
+    def _make_subjob(
+        self, js: JobState, data: IntervalSet, cached_on: int | None, preemptible: bool
+    ) -> Subjob:
+        """A new live subjob of ``js``, unchecked: its events come from a subjob that has
+        just left the books (a stopped rest, a released part, a re-cut)."""
+        sj = Subjob(next(self._subjob_ids), js.job_id, data, cached_on, preemptible)
+        js.live[sj.subjob_id] = sj
+        self._transition(sj, _QUEUED)
+        return sj
+
     def new_subjob(
         self,
         js: JobView,
@@ -106,23 +181,84 @@ class Commands(Estimates):
         cached_on: int | None = None,
         preemptible: bool = False,
     ) -> Subjob:
-        """Create a subjob of ``js`` over ``data`` (which the caller has taken from the job)."""
-        sj = Subjob(next(self._subjob_ids), js.job_id, data, cached_on, preemptible)
-        self.jobs[js.job_id].live[sj.subjob_id] = sj
-        return sj
+        """Create a subjob of ``js`` over ``data``, taken from the job's events that no live
+        subjob holds yet (a job queued whole, a pool of packets, what :meth:`discard` gave
+        back). Events held by a live subjob, processed, or not the job's raise
+        SchedulerError: re-cutting a subjob is :meth:`resplit`."""
+        state = self.jobs[js.job_id]
+        pool = state.unissued
+        if data.issubset(pool):
+            state.unissued = _EMPTY if data.length == pool.length else pool - data
+        else:
+            raise SchedulerError(
+                f"new_subjob of job {js.job_id}: events {show_events(data - pool)} are held by "
+                "a live subjob, processed, or not the job's (re-cut a subjob with resplit)"
+            )
+        return self._make_subjob(state, data, cached_on, preemptible)
+
+    def resplit(self, sj: Subjob, parts: Sequence[IntervalSet | Part]) -> list[Subjob]:
+        """Replace the waiting (queued or parked) ``sj`` by new subjobs over ``parts``, which
+        must cover its events exactly: none empty, no two overlapping, none outside it, none
+        left out. A part given as events alone keeps ``sj``'s ``cached_on`` and
+        ``preemptible``; a :class:`~datasched.core.model.Part` names its own. Atomic: on a
+        refusal (SchedulerError) nothing has changed. Returns the new subjobs in the order of
+        ``parts``, queued: the caller places them (start, suspend, or a queue of its own)."""
+        js = self.jobs.get(sj.job_id)
+        live = None if js is None else js.live.get(sj.subjob_id)
+        if js is None or (live is not sj and live != sj):
+            raise SchedulerError(f"resplit: subjob {sj.subjob_id} of job {sj.job_id} is not live")
+        state = self._states[sj.subjob_id]
+        if state is not _QUEUED and state is not _PARKED:
+            raise SchedulerError(
+                f"resplit: subjob {sj.subjob_id} is {state.value}: preempt or split it instead"
+            )
+        specs: list[Part] = []
+        union = _EMPTY
+        total = 0
+        for i, part in enumerate(parts):
+            if isinstance(part, IntervalSet):
+                spec = Part(part, sj.cached_on, sj.preemptible)
+            else:
+                spec = part
+            data = spec.data
+            if not data:
+                raise SchedulerError(f"resplit of subjob {sj.subjob_id}: part {i} is empty")
+            if not data.issubset(sj.data):
+                raise SchedulerError(
+                    f"resplit of subjob {sj.subjob_id}: part {i} holds events "
+                    f"{show_events(data - sj.data)} that are not the subjob's"
+                )
+            if union.overlaps(data):
+                raise SchedulerError(
+                    f"resplit of subjob {sj.subjob_id}: part {i} overlaps the parts before it "
+                    f"on {show_events(data & union)}"
+                )
+            union = union | data
+            total += data.length
+            specs.append(spec)
+        if total != sj.data.length:
+            raise SchedulerError(
+                f"resplit of subjob {sj.subjob_id}: the parts leave out "
+                f"{show_events(sj.data - union)}"
+            )
+        if state is _PARKED:
+            self._unpark(js, sj)
+        del js.live[sj.subjob_id]
+        self._transition(sj, _DONE)
+        return [self._make_subjob(js, p.data, p.cached_on, p.preemptible) for p in specs]
 
     def start(self, sj: Subjob, slot: int) -> None:
         """Run ``sj`` on the free (or reserved) ``slot``; a parked subjob leaves its job's
         parked list."""
         self._take_slot(slot)
         self._launch(sj, slot)
-        self._out.append(Start(sj, slot, *self.policy.read_mode(self, sj, slot)))
+        self._out.append(Start(sj, slot, *self.policy.read_mode(self, sj, slot), self.stimulus_id))
 
     def assign(self, sj: Subjob, slot: int) -> None:
         """Answer a pull: run exactly ``sj`` on ``slot`` as one packet."""
         self._take_slot(slot)
         self._launch(sj, slot)
-        self._out.append(Assign(sj, slot, *self.policy.read_mode(self, sj, slot)))
+        self._out.append(Assign(sj, slot, *self.policy.read_mode(self, sj, slot), self.stimulus_id))
 
     def _take_slot(self, slot: int) -> None:
         if slot in self._reserved:
@@ -135,15 +271,17 @@ class Commands(Estimates):
 
     def _launch(self, sj: Subjob, slot: int) -> JobState:
         js = self.jobs[sj.job_id]
-        if sj.subjob_id not in js.live:
+        live = js.live.get(sj.subjob_id)
+        if live is not sj and live != sj:
             raise SchedulerError(f"subjob {sj.subjob_id} is not waiting to run")
         if sj.subjob_id in self._parked:
             self._unpark(js, sj)
         if js.first_start_s is None:
             js.first_start_s = self.now
+        r = Running(sj, slot, self.now, self.s_per_event_on(slot, sj.data, js.job.cpu_s_per_event))
+        self._transition(sj, _RUNNING, r)
         js.running_slots.add(slot)
         self.node_running[self.slot_node[slot]] += 1
-        r = Running(sj, slot, self.now, self.s_per_event_on(slot, sj.data, js.job.cpu_s_per_event))
         self.running[slot] = r
         self._push_end(r)
         self.policy.started(self, sj, slot)
@@ -156,10 +294,10 @@ class Commands(Estimates):
         r = self.running[slot]
         if not r.settled:
             raise SchedulerError(f"slot {slot} is already being preempted or shrunk")
-        r.stopping = True
+        self._transition(r.subjob, SubjobState.STOPPING, r)
         if replacement is not None:
             self._replacements[r.subjob.subjob_id] = replacement
-        self._out.append(Preempt(r.subjob.subjob_id, slot))
+        self._out.append(Preempt(r.subjob.subjob_id, slot, self.stimulus_id))
 
     def queue_job(self, js: JobView) -> None:
         """Queue a job whole, last."""
@@ -174,6 +312,7 @@ class Commands(Estimates):
     def suspend(self, sj: Subjob, *, front: bool = True) -> None:
         """Park a subjob that is not running with its job, to be resumed later."""
         js = self.jobs[sj.job_id]
+        self._transition(sj, _PARKED)
         if front:
             js.suspended.appendleft(sj)
         else:
@@ -183,21 +322,26 @@ class Commands(Estimates):
     def take_suspended(self, sj: Subjob) -> None:
         """Take a parked subjob out of its job's list (starting it does so too)."""
         self._unpark(self.jobs[sj.job_id], sj)
+        self._transition(sj, _QUEUED)
 
     def _unpark(self, js: JobState, sj: Subjob) -> None:
         js.suspended.remove(sj)
         self._parked.discard(sj.subjob_id)
 
     def discard(self, sj: Subjob) -> None:
-        """Forget a waiting (never started, or parked) subjob whose data the policy is
-        about to hand out again as new subjobs; the books stay exact only if it does."""
+        """Forget a waiting (queued or parked) subjob: its events go back to the job's
+        unissued part, for :meth:`new_subjob` to hand out again (a packetizer's pool). To
+        replace it by other subjobs at once, :meth:`resplit` it."""
         js = self.jobs[sj.job_id]
-        for slot in js.running_slots:
-            if self.running[slot].subjob.subjob_id == sj.subjob_id:
-                raise SchedulerError(f"subjob {sj.subjob_id} is running: preempt it instead")
-        del js.live[sj.subjob_id]
-        if sj.subjob_id in self._parked:
+        state = self._states.get(sj.subjob_id)
+        if state is not _QUEUED and state is not _PARKED:
+            what = "not live" if state is None else state.value
+            raise SchedulerError(f"discard: subjob {sj.subjob_id} is {what}: it is not waiting")
+        if state is _PARKED:
             self._unpark(js, sj)
+        del js.live[sj.subjob_id]
+        self._transition(sj, _DONE)
+        js.unissued = js.unissued | sj.data
 
     def note_released(self, js: JobView) -> None:
         """Record that a policy holding jobs back (delayed scheduling) let ``js`` go now."""
@@ -205,35 +349,35 @@ class Commands(Estimates):
 
     def wake_at(self, time: float) -> None:
         self._wakes += 1
-        self._out.append(WakeAt(time))
+        self._out.append(WakeAt(time, self.stimulus_id))
 
     def fetch(self, node: int, data: IntervalSet, source: int | None = None) -> None:
         """Bring ``data`` into ``node``'s cache (from ``source``'s cache, else tertiary);
         answered by FetchDone, then :meth:`Policy.data_arrived`."""
         self._fetches.setdefault(node, []).append(data)
         self._transfers += 1
-        self._out.append(Fetch(node, data, source))
+        self._out.append(Fetch(node, data, source, self.stimulus_id))
 
     def replicate(self, source: int, node: int, data: IntervalSet) -> None:
         """Copy ``data`` from ``source``'s cache into ``node``'s; answered by TransferDone."""
         self._fetches.setdefault(node, []).append(data)
         self._transfers += 1
-        self._out.append(Replicate(source, node, data))
+        self._out.append(Replicate(source, node, data, self.stimulus_id))
 
     def pin(self, node: int, data: IntervalSet) -> int:
         """Keep ``data`` in ``node``'s cache until :meth:`release_pin` of the token."""
         token = next(self._pin_ids)
         self._pins[token] = (node, data)
-        self._out.append(Pin(node, data, token))
+        self._out.append(Pin(node, data, token, self.stimulus_id))
         return token
 
     def release_pin(self, node: int, token: int) -> None:
         if self._pins.pop(token, None) is not None:
-            self._out.append(Release(node, token))
+            self._out.append(Release(node, token, self.stimulus_id))
 
     def evict(self, node: int, data: IntervalSet) -> None:
         """Drop ``data`` from ``node``'s cache (the engine answers with what went)."""
-        self._out.append(Evict(node, data))
+        self._out.append(Evict(node, data, self.stimulus_id))
 
     def _reserve(self, slot: int) -> None:
         """Hold a free slot back for a split (it is not offered to anyone else)."""
@@ -288,6 +432,6 @@ class Commands(Estimates):
             return False
         self._reserve(target)
         self._splits[r.subjob.subjob_id] = target
-        r.shrinking = True
-        self._out.append(Shrink(r.subjob.subjob_id, slot, give))
+        self._transition(r.subjob, SubjobState.SHRINKING, r)
+        self._out.append(Shrink(r.subjob.subjob_id, slot, give, self.stimulus_id))
         return True

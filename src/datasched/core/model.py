@@ -23,6 +23,7 @@ __all__ = [
     "Link",
     "ModelError",
     "Node",
+    "Part",
     "Pipelining",
     "Site",
     "Source",
@@ -398,3 +399,12 @@ class Subjob(NamedTuple):
         return Subjob(
             self.subjob_id, self.job_id, self.data - released, self.cached_on, self.preemptible
         )
+
+
+class Part(NamedTuple):
+    """One part of a subjob being re-cut (:meth:`Scheduler.resplit`): its events, and the
+    ``cached_on`` and ``preemptible`` of the subjob it becomes."""
+
+    data: IntervalSet
+    cached_on: int | None = None
+    preemptible: bool = False

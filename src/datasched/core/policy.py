@@ -37,7 +37,7 @@ from typing import ClassVar, NamedTuple, Protocol
 
 from datasched.core.data import DataSpace
 from datasched.core.intervals import IntervalSet
-from datasched.core.model import CostModel, Job, Subjob, Topology
+from datasched.core.model import CostModel, Job, Part, Subjob, Topology
 from datasched.core.packets import PacketRequest, PacketSizing, default_packet_stop
 from datasched.core.params import DEFAULT, Param, ParamError, check_defaults, fill_defaults
 
@@ -282,6 +282,10 @@ class SchedulerView(ClusterView, WorkView, EstimatesView, CacheView, Protocol):
         cached_on: int | None = None,
         preemptible: bool = False,
     ) -> Subjob: ...
+    def resplit(self, sj: Subjob, parts: Sequence[IntervalSet | Part]) -> list[Subjob]:
+        """Replace a waiting subjob by subjobs over ``parts``, which must cover it exactly."""
+        ...
+
     def start(self, sj: Subjob, slot: int) -> None: ...
     def assign(self, sj: Subjob, slot: int) -> None: ...
     def preempt(self, slot: int, replacement: Subjob | None = None) -> None: ...

@@ -15,6 +15,14 @@ the subjob runs on with the rest, and the released part starts on the slot reser
 Pending exchanges are records (which subjob replaces which, which slot a split goes to), not
 closures, so the state can be inspected.
 
+The books are checked, not just claimed: every change of a subjob's state goes through one
+checked table (:mod:`datasched.core.state`), subjobs are cut only from events no live subjob
+holds or re-cut with :meth:`resplit`, and :meth:`validate` checks the invariants whole
+(docs/design.md, "Invariants and tracing"); with validation on (``validate=True``, or
+``DATASCHED_VALIDATE=1`` in the environment when the scheduler is built) it runs after the
+events. Each event gets a stimulus id that the actions it causes carry; a trace sink and a
+bounded history record events, transitions and actions (:mod:`datasched.core.trace`).
+
 No work is ever stranded: whatever comes back unprocessed (a preempted rest, a lost node's
 work, a stop the engine made on its own) is handed to the policy's ``work_returned``, whose
 default parks it with its job; a slot the policy leaves idle is given parked work; and if the
@@ -25,9 +33,10 @@ free) the scheduler raises :class:`SchedulerError` naming the policy, instead of
 from __future__ import annotations
 
 import itertools
+import os
 from bisect import bisect_left, insort
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from datasched.core.actions import (
@@ -57,11 +66,36 @@ from datasched.core.hot import HotReplicator
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import CostModel, Subjob, Topology
 from datasched.core.policy import Policy, Returned
-from datasched.core.state import JobState, Running, SchedulerError
+from datasched.core.state import (
+    ON_SLOT,
+    JobState,
+    Running,
+    SchedulerError,
+    SubjobState,
+    show_events,
+)
+from datasched.core.trace import (
+    TraceRecord,
+    TraceSink,
+    Transition,
+    action_record,
+    event_record,
+    story,
+    transition_record,
+)
 
-__all__ = ["JobState", "Running", "Scheduler", "SchedulerError"]
+__all__ = ["JobState", "Running", "Scheduler", "SchedulerError", "SubjobState"]
 
 _EMPTY = IntervalSet()
+_DONE = SubjobState.DONE
+_RUNNING = SubjobState.RUNNING
+_PARKED = SubjobState.PARKED
+VALIDATE_ENV = "DATASCHED_VALIDATE"
+"""Set to 1 (read once, when a scheduler is built) to validate after the events."""
+_CHECK_EVERY = 2
+"""Validation checks the whole books (O(slots + live subjobs + jobs)) after about one event
+in (slots + live subjobs + jobs) / 2, so that it costs about as much per event on a large
+cluster as on a small one; the jobs an event touched are checked after it."""
 
 
 class Scheduler(Commands):
@@ -76,7 +110,14 @@ class Scheduler(Commands):
         cost: CostModel | None = None,
         min_subjob_events: int = 10,
         replicator: HotReplicator | None = None,
+        validate: bool | None = None,
+        trace: TraceSink | None = None,
+        history: int = 0,
     ) -> None:
+        """``validate``: check the books after the events (:meth:`validate`); None: when the
+        environment's ``DATASCHED_VALIDATE`` is 1. ``trace``: called with each record of
+        events, transitions and actions (:mod:`datasched.core.trace`). ``history``: keep
+        the last so many records for :meth:`story` (0: none)."""
         if min_subjob_events < 1:
             raise ValueError(f"min_subjob_events: must be positive, got {min_subjob_events!r}")
         self.topology = topology
@@ -126,6 +167,24 @@ class Scheduler(Commands):
         self._wakes = 0
         """WakeAts not answered by a Tick yet."""
         self._subjob_ids: Iterator[int] = itertools.count()
+        self._states: dict[int, SubjobState] = {}
+        """Live subjob -> its state (DONE ones leave)."""
+        self.stimulus_id = 0
+        """The id of the event being handled (or last handled): 1, 2, ... in order."""
+        self._event_kind: type = type(None)
+        if validate is None:
+            validate = os.environ.get(VALIDATE_ENV, "") not in ("", "0")
+        self._validating = validate
+        self._since_check = 0
+        self._trace = trace
+        if history < 0:
+            raise ValueError(f"history: must not be negative, got {history!r}")
+        self.history: deque[TraceRecord] | None = deque(maxlen=history) if history else None
+        """The last records (events, transitions, actions) when ``history`` was given."""
+        self._recording = trace is not None or self.history is not None
+        self._observed = validate or self._recording
+        self._changes: list[Transition] | None = [] if self._observed else None
+        """The current event's transitions, while someone listens."""
         self.left_cpu_s: dict[int, float] = {}
         """Slot -> the CPU seconds of the subjob that last left it, where its engine measured
         them (``SubjobFinished.cpu_s``); no entry: not measured."""
@@ -169,15 +228,275 @@ class Scheduler(Commands):
         if event.time < self.now:
             raise SchedulerError(f"event at {event.time} is earlier than {self.now}")
         self.now = event.time
+        self.stimulus_id += 1
+        kind = type(event)
+        self._event_kind = kind
         out: list[Action] = []
         self._out = out
-        self._handlers[type(event)](event)
+        self._handlers[kind](event)
         self._offer_freed()
         if self.replicator is not None:
             self.replicator.observe(self, event, out)
         if not self.running and self.jobs and self._idle:
             self._check_not_stranded()
+        if self._observed:
+            self._observe(event, out)
         return out
+
+    # -- validation and tracing ---------------------------------------------------------------
+
+    @property
+    def validating(self) -> bool:
+        """Whether the books are checked after the events (fixed when the scheduler is built)."""
+        return self._validating
+
+    def _observe(self, event: Event, out: list[Action]) -> None:
+        """After an event, with validation or recording on: record it, then check."""
+        changes = self._changes
+        assert changes is not None
+        if self._recording:
+            self._record_event(event, changes, out)
+        if self._validating:
+            self._since_check += 1
+            size = len(self._states) + len(self.slot_node) + len(self.jobs)
+            if self._since_check * _CHECK_EVERY >= size or not self.jobs:
+                self._since_check = 0
+                self.validate()
+            else:
+                self._validate_jobs({t.job for t in changes})
+        changes.clear()
+
+    def _record_event(self, event: Event, changes: list[Transition], out: list[Action]) -> None:
+        job: int | None = None
+        if isinstance(event, JobArrived):
+            job = event.job.job_id
+        elif isinstance(event, JobCancelled):
+            job = event.job_id
+        else:
+            subjob = getattr(event, "subjob_id", None)
+            job = next((t.job for t in changes if t.subjob == subjob), None)
+        records = [event_record(self.stimulus_id, event, job)]
+        records.extend(transition_record(t) for t in changes)
+        for action in out:
+            records.append(action_record(action, self._job_of_action(action)))
+        for record in records:
+            if self._trace is not None:
+                self._trace(record)
+            if self.history is not None:
+                self.history.append(record)
+
+    def _job_of_action(self, action: Action) -> int | None:
+        subjob = getattr(action, "subjob", None)
+        if subjob is not None:
+            return int(subjob.job_id)
+        job_id = getattr(action, "job_id", None)
+        if job_id is not None:
+            return int(job_id)
+        if hasattr(action, "subjob_id"):
+            r = self.running.get(action.slot)  # type: ignore[union-attr]
+            return None if r is None else r.subjob.job_id
+        return None
+
+    def story(self, job_id: int) -> list[Mapping[str, Any]]:
+        """Why ``job_id`` went where it went: the records of the history (``history`` must be
+        given) that name the job, and the events that caused them, oldest first
+        (:func:`datasched.core.trace.story`)."""
+        if self.history is None:
+            raise SchedulerError("story: the scheduler keeps no history (build it with history=N)")
+        return story(self.history, job_id)
+
+    def validate(self) -> None:
+        """Check the whole books; raise SchedulerError naming the first broken invariant.
+
+        Each job's live subjobs and its unissued events partition what is left of it; every
+        subjob's state agrees with where it is (on a slot, parked, waiting); every slot of a
+        node in the cluster is running, idle or reserved, exactly one; parked work and the
+        jobs' parked lists agree; per-node counts agree with what runs; pending replacements
+        and splits name subjobs that are stopping or shrinking. O(slots + live subjobs)."""
+        self._validate_slots()
+        self._validate_jobs(self.jobs)
+        n_live = sum(len(js.live) for js in self.jobs.values())
+        if n_live != len(self._states):
+            extra = sorted(set(self._states) - {i for js in self.jobs.values() for i in js.live})
+            raise SchedulerError(
+                f"validate: {len(self._states)} subjobs have a state but {n_live} are live "
+                f"(stale states: {extra[:5]})"
+            )
+        parked = [sj.subjob_id for js in self.jobs.values() for sj in js.suspended]
+        if len(parked) != len(set(parked)) or set(parked) != self._parked:
+            raise SchedulerError(
+                f"validate: parked subjobs {sorted(self._parked)[:8]} and the jobs' parked "
+                f"lists {sorted(parked)[:8]} disagree"
+            )
+        queued = list(self.job_queue)
+        if len(queued) != len(set(queued)):
+            raise SchedulerError(f"validate: the job queue {queued[:8]} holds a job twice")
+        for job_id in queued:
+            if job_id not in self.jobs:
+                raise SchedulerError(f"validate: queued job {job_id} is not in the system")
+        if self._transfers != sum(len(v) for v in self._fetches.values()):
+            raise SchedulerError(
+                f"validate: {self._transfers} transfers counted, "
+                f"{sum(len(v) for v in self._fetches.values())} in flight"
+            )
+
+    def _validate_slots(self) -> None:
+        idle = self._idle
+        for a, b in itertools.pairwise(idle):
+            if a >= b:
+                raise SchedulerError(f"validate: idle slots are not sorted or repeat at {b}")
+        idle_set = set(idle)
+        for slot, r in self.running.items():
+            if r.slot != slot:
+                raise SchedulerError(f"validate: slot {slot} holds the record of slot {r.slot}")
+        counts = [0] * len(self.node_slots)
+        for node, slots in enumerate(self.node_slots):
+            lost = node in self._lost
+            for slot in slots:
+                where = [
+                    name
+                    for name, here in (
+                        ("running", slot in self.running),
+                        ("idle", slot in idle_set),
+                        ("reserved", slot in self._reserved),
+                    )
+                    if here
+                ]
+                if lost and where:
+                    raise SchedulerError(
+                        f"validate: slot {slot} of lost node {node} is {' and '.join(where)}"
+                    )
+                if not lost and len(where) != 1:
+                    raise SchedulerError(
+                        f"validate: slot {slot} is {' and '.join(where) or 'none of running, '}"
+                        f"{'' if where else 'idle or reserved'}"
+                        f"{' at once' if where else ''}"
+                    )
+                if slot in self.running:
+                    counts[node] += 1
+        if len(counts) != len(self.node_running):
+            raise SchedulerError(
+                f"validate: {len(self.node_running)} nodes counted, {len(counts)} known"
+            )
+        if counts != self.node_running:
+            pairs = zip(counts, self.node_running, strict=True)
+            bad = next(n for n, (a, b) in enumerate(pairs) if a != b)
+            raise SchedulerError(
+                f"validate: node {bad} counts {self.node_running[bad]} running slots, "
+                f"{counts[bad]} run a subjob"
+            )
+        all_slots = {s for slots in self.node_slots for s in slots}
+        for name, some in (("running", set(self.running)), ("idle", idle_set)):
+            if not some <= all_slots:
+                raise SchedulerError(
+                    f"validate: {name} slots {sorted(some - all_slots)} belong to no node"
+                )
+        if not self._reserved <= all_slots:
+            raise SchedulerError(f"validate: reserved slots {sorted(self._reserved)} unknown")
+        by_id = {r.subjob.subjob_id: r for r in self.running.values()}
+        for subjob_id, target in self._splits.items():
+            shrinking = by_id.get(subjob_id)
+            if shrinking is None or not shrinking.shrinking:
+                raise SchedulerError(
+                    f"validate: a split is pending for subjob {subjob_id}, which is not shrinking"
+                )
+            if target not in self._reserved:
+                raise SchedulerError(
+                    f"validate: the split of subjob {subjob_id} goes to slot {target}, "
+                    "which is not reserved"
+                )
+        if len(set(self._splits.values())) != len(self._splits):
+            raise SchedulerError("validate: two pending splits go to the same slot")
+        for subjob_id in self._replacements:
+            stopping = by_id.get(subjob_id)
+            if stopping is None or not stopping.stopping:
+                raise SchedulerError(
+                    f"validate: a replacement waits for subjob {subjob_id}, which is not stopping"
+                )
+
+    def _running_subjob(self, subjob_id: int) -> Running | None:
+        for r in self.running.values():
+            if r.subjob.subjob_id == subjob_id:
+                return r
+        return None
+
+    def _validate_jobs(self, job_ids: Iterator[int] | set[int] | Mapping[int, Any]) -> None:
+        """Check the books of the given jobs (those still in the system)."""
+        for job_id in job_ids:
+            js = self.jobs.get(job_id)
+            if js is not None:
+                self._validate_job(js)
+
+    def _validate_job(self, js: JobState) -> None:
+        job = js.job
+        where = f"validate: job {js.job_id}"
+        union = js.unissued
+        total = union.length
+        if not union.issubset(job.data):
+            raise SchedulerError(
+                f"{where}: unissued events {show_events(union - job.data)} are not its own"
+            )
+        on_slots: set[int] = set()
+        running = self.running
+        by_id = {running[s].subjob.subjob_id: running[s] for s in js.running_slots if s in running}
+        for subjob_id, sj in js.live.items():
+            if sj.subjob_id != subjob_id or sj.job_id != js.job_id:
+                raise SchedulerError(f"{where}: live entry {subjob_id} holds {sj!r}")
+            if not sj.data.issubset(job.data):
+                raise SchedulerError(
+                    f"{where}: subjob {subjob_id} holds events {show_events(sj.data - job.data)} "
+                    "that are not the job's"
+                )
+            if union.overlaps(sj.data):
+                raise SchedulerError(
+                    f"{where}: subjob {subjob_id} overlaps its other subjobs or unissued "
+                    f"events on {show_events(sj.data & union)}"
+                )
+            union = union | sj.data
+            total += sj.data.length
+            state = self._states.get(subjob_id)
+            if state is None:
+                raise SchedulerError(f"{where}: live subjob {subjob_id} has no state")
+            if state in ON_SLOT:
+                r = by_id.get(subjob_id) or self._running_subjob(subjob_id)
+                if r is None:
+                    raise SchedulerError(f"{where}: subjob {subjob_id} is {state.value} on no slot")
+                if r.state is not state:
+                    raise SchedulerError(
+                        f"{where}: subjob {subjob_id} is {state.value} but its slot {r.slot} "
+                        f"says {r.state.value}"
+                    )
+                if r.subjob != sj:
+                    raise SchedulerError(
+                        f"{where}: slot {r.slot} runs another copy of subjob {subjob_id}"
+                    )
+                on_slots.add(r.slot)
+            elif (state is _PARKED) != (subjob_id in self._parked):
+                raise SchedulerError(
+                    f"{where}: subjob {subjob_id} is {state.value} but "
+                    f"{'not ' if state is _PARKED else ''}in the parked list"
+                )
+        if on_slots != js.running_slots:
+            raise SchedulerError(
+                f"{where}: its running slots {sorted(js.running_slots)} are not the slots "
+                f"its subjobs run on {sorted(on_slots)}"
+            )
+        for sj in js.suspended:
+            if self._states.get(sj.subjob_id) is not _PARKED:
+                raise SchedulerError(f"{where}: parked subjob {sj.subjob_id} is not parked")
+        left = job.n_events - js.done_events
+        if js.cancelled:
+            if js.unissued:
+                raise SchedulerError(f"{where}: cancelled, yet it has unissued events")
+            if total > left:
+                raise SchedulerError(
+                    f"{where}: cancelled, its subjobs hold {total} events, {left} are left"
+                )
+        elif total != left:
+            raise SchedulerError(
+                f"{where}: its subjobs and unissued events hold {total} events, but "
+                f"{left} are left ({job.n_events} less {js.done_events} processed)"
+            )
 
     # -- event handlers -----------------------------------------------------------------------
 
@@ -228,6 +547,8 @@ class Scheduler(Commands):
             remaining = _EMPTY
         elif not remaining.issubset(sj.data):
             raise SchedulerError(f"subjob {subjob_id}: remainder is not part of its data")
+        was_stopping = r.stopping
+        self._transition(sj, _DONE, r)
         del self.running[slot]
         js = self.jobs[sj.job_id]
         del js.live[subjob_id]
@@ -243,11 +564,9 @@ class Scheduler(Commands):
         # A Preempt that crossed a finish still gets its replacement started.
         replacement = self._replacements.pop(subjob_id, None) if self._replacements else None
         if remaining and not js.cancelled:
-            rest = self.new_subjob(
-                js, remaining, cached_on=sj.cached_on, preemptible=sj.preemptible
-            )
+            rest = self._make_subjob(js, remaining, sj.cached_on, sj.preemptible)
             self.policy.work_returned(
-                self, rest, Returned.PREEMPTED if r.stopping else Returned.STOPPED
+                self, rest, Returned.PREEMPTED if was_stopping else Returned.STOPPED
             )
         if replacement is not None:
             self._start_replacement(replacement, slot)
@@ -282,7 +601,7 @@ class Scheduler(Commands):
         released = ev.released
         if not released.issubset(sj.data):
             raise SchedulerError(f"subjob {ev.subjob_id}: released events are not part of its data")
-        r.shrinking = False
+        self._transition(sj, _RUNNING, r)
         js = self.jobs[sj.job_id]
         if released:
             r.subjob = sj.shrunk(released)
@@ -300,14 +619,14 @@ class Scheduler(Commands):
             return
         node = self.slot_node[target]
         if node in self._lost:
-            rest = self.new_subjob(js, released, cached_on=sj.cached_on, preemptible=True)
+            rest = self._make_subjob(js, released, sj.cached_on, True)
             self._return(rest, Returned.NODE_LOST)
             return
         # The moved part keeps naming the node that caches it (its queue of origin, for
         # out-of-order scheduling), unless the target's node caches it itself.
         on_target = released.issubset(self.directory.content(node))
         cached_on = node if on_target else sj.cached_on
-        self.start(self.new_subjob(js, released, cached_on=cached_on, preemptible=True), target)
+        self.start(self._make_subjob(js, released, cached_on, True), target)
 
     def _on_work_requested(self, ev: WorkRequested) -> None:
         # A busy slot asking ahead is not modelled: one subjob a slot.
@@ -395,6 +714,7 @@ class Scheduler(Commands):
             if not rest.issubset(sj.data):
                 raise SchedulerError(f"subjob {sj.subjob_id}: remainder is not part of its data")
             js = self.jobs[sj.job_id]
+            self._transition(sj, _DONE, r)
             del js.live[sj.subjob_id]
             js.running_slots.discard(slot)
             js.done_events += sj.data.length - rest.length
@@ -408,7 +728,7 @@ class Scheduler(Commands):
                 self._release_slot(target)
             if rest and not js.cancelled:
                 cached_on = None if sj.cached_on == node else sj.cached_on
-                returned.append(self.new_subjob(js, rest, cached_on=cached_on))
+                returned.append(self._make_subjob(js, rest, cached_on, False))
             touched.append(js)
         self._transfers -= len(self._fetches.pop(node, ()))
         for token in [t for t, (n, _) in self._pins.items() if n == node]:
@@ -432,9 +752,10 @@ class Scheduler(Commands):
         for sj in js.suspended:
             self._parked.discard(sj.subjob_id)
         js.suspended.clear()
+        js.unissued = _EMPTY
         running = {self.running[s].subjob.subjob_id for s in js.running_slots}
         for subjob_id in [i for i in js.live if i not in running]:
-            del js.live[subjob_id]
+            self._transition(js.live.pop(subjob_id), _DONE)
         for slot in sorted(js.running_slots):
             if self.running[slot].settled:
                 self.preempt(slot)
@@ -447,7 +768,15 @@ class Scheduler(Commands):
             if not js.running_slots and js.job_id in self.jobs:
                 del self.jobs[js.job_id]
                 self.failed += 1
-                self._out.append(JobFailed(js.job_id, self.now, js.cancel_reason, js.done_events))
+                self._out.append(
+                    JobFailed(
+                        js.job_id,
+                        self.now,
+                        js.cancel_reason,
+                        js.done_events,
+                        cause=self.stimulus_id,
+                    )
+                )
             return
         if not js.live and js.done_events == js.job.n_events:
             self._complete(js)
@@ -459,7 +788,7 @@ class Scheduler(Commands):
         self.completed += 1
         first = js.first_start_s if js.first_start_s is not None else self.now
         released = js.released_s if js.released_s is not None else -1.0
-        self._out.append(JobCompleted(js.job_id, self.now, first, released))
+        self._out.append(JobCompleted(js.job_id, self.now, first, released, self.stimulus_id))
 
     # -- offering free slots ------------------------------------------------------------------
 

@@ -6,16 +6,80 @@ Policies see them through the read-only :class:`~datasched.core.policy.JobView` 
 
 from __future__ import annotations
 
+import enum
 from collections import deque
 from dataclasses import dataclass, field
 
+from datasched.core.intervals import IntervalSet
 from datasched.core.model import Job, Subjob
 
-__all__ = ["JobState", "Running", "SchedulerError"]
+__all__ = [
+    "LEGAL_TRANSITIONS",
+    "ON_SLOT",
+    "JobState",
+    "Running",
+    "SchedulerError",
+    "SubjobState",
+    "show_events",
+]
 
 
 class SchedulerError(RuntimeError):
     """An engine or a policy broke the protocol (a bug, never bad user input)."""
+
+
+def show_events(data: IntervalSet) -> str:
+    """Events for a message: ``[0, 10) [20, 30)`` (the first five ranges, then a count)."""
+    ranges = data.ranges
+    text = " ".join(f"[{a}, {b})" for a, b in ranges[:5]) or "none"
+    return text if len(ranges) <= 5 else f"{text} and {len(ranges) - 5} more ranges"
+
+
+class SubjobState(enum.Enum):
+    """Where a subjob stands in the master's books (docs/design.md, "Invariants")."""
+
+    QUEUED = "queued"
+    """Live, waiting to run: in a policy's queue, or a replacement waiting for its slot."""
+    PARKED = "parked"
+    """Live, parked with its job (``JobState.suspended``)."""
+    RUNNING = "running"
+    """On a slot, nothing asked of it."""
+    STOPPING = "stopping"
+    """On a slot, a Preempt on its way."""
+    SHRINKING = "shrinking"
+    """On a slot, a Shrink on its way."""
+    DONE = "done"
+    """Gone from the books: finished, stopped (its rest is a new subjob), discarded or re-cut
+    into new subjobs, or dropped with its cancelled job."""
+
+
+_S = SubjobState
+LEGAL_TRANSITIONS: dict[SubjobState | None, frozenset[SubjobState]] = {
+    None: frozenset({_S.QUEUED}),  # created
+    _S.QUEUED: frozenset({_S.PARKED, _S.RUNNING, _S.DONE}),
+    _S.PARKED: frozenset({_S.QUEUED, _S.RUNNING, _S.DONE}),
+    _S.RUNNING: frozenset({_S.STOPPING, _S.SHRINKING, _S.DONE}),
+    _S.STOPPING: frozenset({_S.DONE}),
+    _S.SHRINKING: frozenset({_S.RUNNING, _S.DONE}),
+    _S.DONE: frozenset(),
+}
+"""State -> the states it may go to; None is "not created yet". The scheduler checks every
+change against this table in one place (``Scheduler._transition``)."""
+
+ON_SLOT = frozenset({_S.RUNNING, _S.STOPPING, _S.SHRINKING})
+"""The states of a subjob that holds a slot."""
+
+# The table as bit masks, for the scheduler's hot path: an Enum member's hash is a Python
+# call, a bit test is not. ``state.bit``: the member's bit; ``state.allowed``: the bits of
+# the states it may go to (``ALLOWED_NEW``: from "not created yet").
+for _i, _member in enumerate(SubjobState):
+    _member.bit = 1 << _i  # type: ignore[attr-defined]
+for _member in SubjobState:
+    _member.allowed = sum(t.bit for t in LEGAL_TRANSITIONS[_member])  # type: ignore[attr-defined]
+ALLOWED_NEW: int = sum(t.bit for t in LEGAL_TRANSITIONS[None])  # type: ignore[attr-defined]
+_RUNNING = SubjobState.RUNNING
+_STOPPING = SubjobState.STOPPING
+_SHRINKING = SubjobState.SHRINKING
 
 
 @dataclass(slots=True, eq=False)
@@ -29,6 +93,10 @@ class JobState:
     """Set by policies that hold jobs back (delayed scheduling): when this one was let go."""
     live: dict[int, Subjob] = field(default_factory=dict)
     """Subjobs not yet finished: running, stopping, waiting in a queue or parked."""
+    unissued: IntervalSet = field(default_factory=IntervalSet)
+    """The job's events in no live subjob and not processed: what a policy has not cut into
+    subjobs yet (a job queued whole, a packetizer's pool). With the live subjobs' data it
+    partitions what is left of the job (:meth:`Scheduler.validate` checks it)."""
     suspended: deque[Subjob] = field(default_factory=deque)
     """Subjobs parked with the job (suspended, or returned), the next to resume first."""
     running_slots: set[int] = field(default_factory=set)
@@ -39,6 +107,7 @@ class JobState:
 
     def __post_init__(self) -> None:
         self.job_id = self.job.job_id
+        self.unissued = self.job.data
 
     @property
     def started(self) -> bool:
@@ -57,10 +126,8 @@ class Running:
     slot: int
     start_s: float
     s_per_event: float
-    stopping: bool = False
-    """A Preempt is on its way: the subjob is leaving the slot."""
-    shrinking: bool = False
-    """A Shrink is on its way: part of the subjob is being taken away."""
+    state: SubjobState = SubjobState.RUNNING
+    """RUNNING, STOPPING or SHRINKING; only the scheduler's ``_transition`` sets it."""
     end_s: float = 0.0
     """Estimated end: ``start_s`` plus its events at ``s_per_event``."""
 
@@ -68,9 +135,19 @@ class Running:
         self.end_s = self.start_s + self.subjob.data.length * self.s_per_event
 
     @property
+    def stopping(self) -> bool:
+        """A Preempt is on its way: the subjob is leaving the slot."""
+        return self.state is _STOPPING
+
+    @property
+    def shrinking(self) -> bool:
+        """A Shrink is on its way: part of the subjob is being taken away."""
+        return self.state is _SHRINKING
+
+    @property
     def settled(self) -> bool:
         """No Preempt or Shrink is waiting for its answer (the subjob may be asked again)."""
-        return not (self.stopping or self.shrinking)
+        return self.state is _RUNNING
 
     def estimated_done(self, now: float) -> int:
         if self.s_per_event <= 0:

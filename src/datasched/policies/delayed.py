@@ -16,7 +16,7 @@ from itertools import pairwise
 from typing import ClassVar
 
 from datasched.core.intervals import IntervalSet
-from datasched.core.model import Subjob
+from datasched.core.model import Part, Subjob
 from datasched.core.policy import DEFAULT, JobView, Param, Policy, ReadMode, SchedulerView
 from datasched.policies.fcfs import cut_by_cache
 from datasched.policies.registry import register
@@ -126,8 +126,8 @@ class DelayedScheduling(Policy):
             return
         moved = MetaSubjob(sched.now, (queue[0].data.start, queue[-1].data.stop))
         for sj in queue:
-            sched.discard(sj)
-            moved.subjobs.append(sched.new_subjob(sched.jobs[sj.job_id], sj.data))
+            # Its cache is gone: the same events, no longer cached anywhere.
+            moved.subjobs.extend(sched.resplit(sj, [Part(sj.data)]))
         queue.clear()
         self.meta.appendleft(moved)
 

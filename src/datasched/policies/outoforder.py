@@ -13,7 +13,7 @@ from collections import deque
 from typing import ClassVar
 
 from datasched.core.intervals import IntervalSet
-from datasched.core.model import Subjob
+from datasched.core.model import Part, Subjob
 from datasched.core.policy import DEFAULT, JobView, Param, Policy, ReadMode, Returned, SchedulerView
 from datasched.policies.fcfs import cut_by_cache
 from datasched.policies.registry import register
@@ -218,10 +218,8 @@ class OutOfOrder(Policy):
         queue = self.node_queues.get(node)
         if not queue:
             return
-        moved = []
-        for sj in queue:
-            sched.discard(sj)
-            moved.append(sched.new_subjob(sched.jobs[sj.job_id], sj.data))
+        # Its cache is gone: the same events, no longer cached anywhere.
+        moved = [sched.resplit(sj, [Part(sj.data)])[0] for sj in queue]
         queue.clear()
         self.nocache.extendleft(reversed(moved))
 
@@ -264,11 +262,10 @@ class OutOfOrder(Policy):
         if not helpers or len(self.nocache) >= len(helpers):
             sched.start(sj, slot)
             return
-        js = sched.jobs[sj.job_id]
-        sched.discard(sj)
         parts = sched.split_even(sj.data, 1 + len(helpers))
-        for part, target in zip(parts, [slot, *helpers], strict=False):
-            sched.start(sched.new_subjob(js, part, preemptible=sj.preemptible), target)
+        pieces = sched.resplit(sj, [Part(p, None, sj.preemptible) for p in parts])
+        for piece, target in zip(pieces, [slot, *helpers], strict=False):
+            sched.start(piece, target)
 
     def _done_at(self, sched: SchedulerView, node: int) -> float:
         """When ``node`` is estimated to have done its running subjobs and its queue (queued
@@ -342,12 +339,14 @@ class OutOfOrder(Policy):
             if n_give < sched.min_subjob_events:
                 queue.append(sj)
                 return
-            js = sched.jobs[sj.job_id]
             keep, give = sched.cut(sj.data, sj.data.length - n_give)
-            sched.discard(sj)
+            moved = Part(give, best, preemptible=True)
             if keep:
-                queue.append(sched.new_subjob(js, keep, cached_on=sj.cached_on))
-            sched.start(sched.new_subjob(js, give, cached_on=best, preemptible=True), slot)
+                kept, taken = sched.resplit(sj, [Part(keep, sj.cached_on), moved])
+                queue.append(kept)
+            else:
+                (taken,) = sched.resplit(sj, [moved])
+            sched.start(taken, slot)
             return
         # The running subjob of ``best`` that ends last, if it may be asked to split.
         victim: int | None = None

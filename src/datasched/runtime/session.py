@@ -22,6 +22,7 @@ from datasched.core.hot import HotReplicator
 from datasched.core.model import CostModel, Pipelining, Topology
 from datasched.core.packets import PacketSizing
 from datasched.core.scheduler import Scheduler
+from datasched.core.trace import TraceSink
 from datasched.policies import build_policy
 from datasched.runtime.calibrate import CalibrationResult, calibrate_packet
 from datasched.runtime.cluster import (
@@ -165,11 +166,13 @@ def build_scheduler(
     policy: str,
     policy_params: dict[str, Any] | None = None,
     packets: PacketSizing | None = None,
+    trace: TraceSink | None = None,
 ) -> Scheduler:
     """The scheduling core for a cluster of ``n_workers`` Dask workers (one node each, with
     ``opts.slots`` slots and ``opts.cache_bytes`` of cache), the policy built by name from
     its declared parameters (adaptive delay brings its performance map); ``packets`` set its
-    default packetizer (push policies' packet sizes, and the chunksize of all)."""
+    default packetizer (push policies' packet sizes, and the chunksize of all); ``trace``
+    receives the scheduler's records (:mod:`datasched.core.trace`)."""
     topology = Topology.uniform(
         n_workers,
         opts.cache_bytes,
@@ -180,7 +183,7 @@ def build_scheduler(
     if packets is not None:
         built.packet_sizing = packets
     hot = None if opts.replicate_hot is None else HotReplicator(opts.replicate_hot)
-    return Scheduler(topology, space, built, cost=calibration.cost, replicator=hot)
+    return Scheduler(topology, space, built, cost=calibration.cost, replicator=hot, trace=trace)
 
 
 async def run_jobs(
@@ -197,9 +200,11 @@ async def run_jobs(
     calibrate: bool = True,
     log: Callable[[str], None] | None = None,
     time_scale: float = 1.0,
+    trace: TraceSink | None = None,
 ) -> RunReport:
     """Run ``specs`` under ``policy``; ``cold`` empties the worker caches first. Without a
-    ``calibration``, the CPU per event is measured on a worker (``calibrate``), or guessed."""
+    ``calibration``, the CPU per event is measured on a worker (``calibrate``), or guessed.
+    ``trace`` receives the scheduler's records (events, transitions, actions)."""
     space = job_space(specs)
     async with open_cluster(opts) as (client, names):
         if calibration is None:
@@ -218,6 +223,7 @@ async def run_jobs(
             policy=policy,
             policy_params=policy_params,
             packets=packets,
+            trace=trace,
         )
         engine = RuntimeEngine(
             client,

@@ -19,6 +19,7 @@ from datasched.core.intervals import IntervalSet
 from datasched.core.model import CostModel, Job, Pipelining, Topology
 from datasched.core.policy import ParamError, metrics_of
 from datasched.core.scheduler import Scheduler
+from datasched.core.trace import TraceSink
 from datasched.policies import build_policy
 from datasched.sim.engine import SimEngine, SimRun
 from datasched.sim.faults import NodeFaults
@@ -224,8 +225,12 @@ def simulate(
     records: Sequence[JobRecord] | None = None,
     *,
     check_conservation: bool = False,
+    validate: bool | None = None,
+    trace: TraceSink | None = None,
 ) -> tuple[Summary, SimRun]:
-    """Run one simulation and summarise it."""
+    """Run one simulation and summarise it. ``validate``: the scheduler checks its books
+    after the events (None: as ``DATASCHED_VALIDATE`` says); ``trace`` receives its records
+    (events, transitions, actions: :mod:`datasched.core.trace`)."""
     if records is None:
         records = config.records()
     jobs = jobs_from_records(records)
@@ -237,6 +242,8 @@ def simulate(
         cost=config.cost_model,
         min_subjob_events=config.min_subjob_events,
         replicator=config.replicator(),
+        validate=validate,
+        trace=trace,
     )
     engine = SimEngine(sched, check_conservation=check_conservation, faults=config.faults())
     measure = config.measure(len(jobs))
@@ -250,6 +257,8 @@ def simulate(
     t0 = time.perf_counter()
     run = engine.run(jobs, measure=measure, max_backlog=max_backlog)
     wall = time.perf_counter() - t0
+    if sched.validating:
+        sched.validate()  # the whole books once more, at the end
     summary = summarise(
         run,
         config.reference_s_per_event,
