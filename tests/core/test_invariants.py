@@ -15,7 +15,7 @@ import pytest
 
 from clusters import scheduler, space
 from datasched.core.actions import Preempt, Start
-from datasched.core.events import JobArrived, SubjobFinished, SubjobStopped
+from datasched.core.events import JobArrived, SubjobFinished, SubjobStopped, Tick
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import Job, Part, Subjob, Topology
 from datasched.core.policy import JobView, Policy, SchedulerView
@@ -166,8 +166,12 @@ def test_validation_on_checks_after_the_events() -> None:
     assert sched.validating  # DATASCHED_VALIDATE=1 in tests/conftest.py
     sched.handle(JobArrived(0.0, Job(0, 0.0, R(0, 50))))
     sched.jobs[0].done_events += 1
+    # Events that do not touch job 0 find it at the next full check, which comes within
+    # (slots + live subjobs + jobs) / 2 events.
     with pytest.raises(SchedulerError, match="validate: job 0"):
         sched.handle(JobArrived(1.0, Job(1, 1.0, R(100, 150))))
+        for i in range(2, 10):
+            sched.handle(Tick(float(i)))
 
 
 def test_validation_off_does_not_check(monkeypatch: pytest.MonkeyPatch) -> None:
