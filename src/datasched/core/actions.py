@@ -13,7 +13,7 @@ Fetch          FetchDone
 Replicate      TransferDone
 Evict          CacheChanged
 WakeAt         Tick
-Pin, Release   nothing: they take effect at once
+Pin, Unpin     nothing: they take effect at once
 =============  ==================================================================
 
 ``JobCompleted`` and ``JobFailed`` are notices for the engine to record and report.
@@ -36,10 +36,10 @@ __all__ = [
     "JobFailed",
     "Pin",
     "Preempt",
-    "Release",
     "Replicate",
     "Shrink",
     "Start",
+    "Unpin",
     "WakeAt",
 ]
 
@@ -114,14 +114,14 @@ class Replicate(NamedTuple):
 
 
 class Pin(NamedTuple):
-    """Keep ``data`` in ``node``'s cache until the Release of ``token`` (romosan's pin)."""
+    """Keep ``data`` in ``node``'s cache until the Unpin of ``token`` (romosan's pin)."""
 
     node: int
     data: IntervalSet
     token: int
 
 
-class Release(NamedTuple):
+class Unpin(NamedTuple):
     """End the pin ``token`` on ``node``."""
 
     node: int
@@ -171,7 +171,7 @@ Action = (
     | Fetch
     | Replicate
     | Pin
-    | Release
+    | Unpin
     | Evict
     | WakeAt
     | JobCompleted
