@@ -9,8 +9,10 @@ Where caches hold whole files, a file read from tertiary storage is first fetche
 segment of no events lasting its transfer), then read from the local disk, as the runtime does.
 
 Node caches are the world's truth; what a subjob read goes into its node's cache when it stops
-or ends, and the change is reported to the scheduler with that event. Preempt and Shrink are
-answered at once, inside the same instant. Fetches and replications move bytes over the
+or ends, and the change is reported to the scheduler with that event. Preempt, Shrink and
+Evict take effect at once, inside the same instant; their answers are follow-up events, handled
+after the other actions of the event that caused them (:mod:`datasched.core.dispatch`'s order,
+the runtime's too). Fetches and replications move bytes over the
 topology's links as a fluid (:mod:`datasched.sim.network`). Nodes may fail and come back
 (:mod:`datasched.sim.faults`). What the run measures is the :class:`~datasched.sim.recorder.
 Recorder`'s business; this module is the loop and the world it simulates.
