@@ -121,6 +121,14 @@ class EventPump:
     otherwise an external event. :meth:`pump` handles queued events until none is left.
     ``handled`` counts the events handled, ``scheduling_s`` the seconds spent in
     :meth:`Scheduler.handle`.
+
+    ``restamp``: an engine on a real clock (the runtime) stamps each event when it queues
+    it, and may queue several external events before it pumps; a follow-up of the first,
+    stamped later, is handled before the second. With ``restamp``, an external event stamped
+    earlier than the last event handled is handled at that event's time (it is handled
+    then, and the scheduler's time never goes back). Without it (the simulator, whose
+    follow-ups share their cause's instant), such an event is the engine's error, which
+    :meth:`Scheduler.handle` reports.
     """
 
     __slots__ = (
@@ -128,14 +136,18 @@ class EventPump:
         "_follow",
         "_handler",
         "_pumping",
+        "_restamp",
         "handled",
         "scheduler",
         "scheduling_s",
     )
 
-    def __init__(self, scheduler: Scheduler, handler: ActionHandler) -> None:
+    def __init__(
+        self, scheduler: Scheduler, handler: ActionHandler, *, restamp: bool = False
+    ) -> None:
         self.scheduler = scheduler
         self._handler = handler
+        self._restamp = restamp
         self._external: deque[Event] = deque()
         self._follow: deque[Event] = deque()
         self._pumping = False
@@ -162,7 +174,12 @@ class EventPump:
         self._pumping = True
         try:
             while follow or external:
-                event = follow.popleft() if follow else external.popleft()
+                if follow:
+                    event = follow.popleft()
+                else:
+                    event = external.popleft()
+                    if self._restamp and event.time < self.scheduler.now:
+                        event = event._replace(time=self.scheduler.now)
                 t0 = time.perf_counter()
                 actions = handle(event)
                 self.scheduling_s += time.perf_counter() - t0

@@ -148,9 +148,11 @@ class RuntimeEngine(JobLimits, Serving, PacketStreams, DataMoves):
             for slot in scheduler.slots_of(node)
         }
         self._jobs: dict[int, _JobRun] = {}
-        self._events = EventPump(scheduler, self)
+        self._events = EventPump(scheduler, self, restamp=True)
         """The one event order (core.dispatch): what the loop and the workers' results bring
-        are external events; answers given while actions are carried out are follow-ups."""
+        are external events; answers given while actions are carried out are follow-ups.
+        An external event queued before a follow-up stamped later is handled at the
+        follow-up's time (the real clock went on)."""
         self._ticks: list[float] = []
         self._ids = itertools.count()
         self._packets: dict[int, tuple[int, int, int, int, Future[Any]]] = {}
