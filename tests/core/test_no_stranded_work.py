@@ -19,18 +19,20 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from clusters import scheduler, space
 from datasched.core.actions import (
-    Action,
     Assign,
     Evict,
     Fetch,
     JobCompleted,
     JobFailed,
+    Pin,
     Preempt,
     Replicate,
     Shrink,
     Start,
+    Unpin,
     WakeAt,
 )
+from datasched.core.dispatch import EventPump
 from datasched.core.events import (
     CacheChanged,
     Event,
@@ -71,37 +73,53 @@ class FakeEngine:
         self.ended: dict[int, str] = {}
         self.jobs: dict[int, Job] = {}
         self.cached: dict[int, IntervalSet] = {}
+        self.pump = EventPump(sched, self)
 
     def send(self, event: Event) -> None:
-        for action in self.sched.handle(event):
-            self.apply(action)
+        """The world's event, handled with its follow-ups in the engines' order."""
+        self.pump.handle(event)
 
-    def apply(self, action: Action) -> None:
-        if isinstance(action, Start | Assign):
-            slot = action.slot
-            assert slot not in self.running, f"slot {slot} started twice"
-            assert self.sched.node_of(slot) not in self.down, "work sent to a lost node"
-            self.running[slot] = (action.subjob, 0, action.cache_fill)
-        elif isinstance(action, Preempt):
-            self.send(self.leave(action.slot, finished=False))
-        elif isinstance(action, Shrink):
-            sj, done, fill = self.running[action.slot]
-            _, rest = sj.data.head(done)
-            released = action.release & rest
-            self.running[action.slot] = (sj._replace(data=sj.data - released), done, fill)
-            self.send(SubjobShrunk(self.now, action.subjob_id, action.slot, released))
-        elif isinstance(action, WakeAt):
-            self.wakes.append(action.time)
-        elif isinstance(action, JobCompleted):
-            self.ended[action.job_id] = "completed"
-        elif isinstance(action, JobFailed):
-            self.ended[action.job_id] = "failed"
-        elif isinstance(action, Fetch):
-            self.send(FetchDone(self.now, action.node, action.data, action.data))
-        elif isinstance(action, Replicate):
-            self.send(TransferDone(self.now, action.source, action.node, action.data, action.data))
-        elif isinstance(action, Evict):
-            self.send(CacheChanged(self.now, action.node, evicted=action.data))
+    # The actions (core.dispatch.ActionHandler): answers given at once are follow-ups.
+
+    def on_start(self, action: Start | Assign) -> None:
+        slot = action.slot
+        assert slot not in self.running, f"slot {slot} started twice"
+        assert self.sched.node_of(slot) not in self.down, "work sent to a lost node"
+        self.running[slot] = (action.subjob, 0, action.cache_fill)
+
+    def on_preempt(self, action: Preempt) -> None:
+        self.pump.emit(self.leave(action.slot, finished=False))
+
+    def on_shrink(self, action: Shrink) -> None:
+        sj, done, fill = self.running[action.slot]
+        _, rest = sj.data.head(done)
+        released = action.release & rest
+        self.running[action.slot] = (sj._replace(data=sj.data - released), done, fill)
+        self.pump.emit(SubjobShrunk(self.now, action.subjob_id, action.slot, released))
+
+    def on_wake_at(self, action: WakeAt) -> None:
+        self.wakes.append(action.time)
+
+    def on_job_completed(self, action: JobCompleted) -> None:
+        self.ended[action.job_id] = "completed"
+
+    def on_job_failed(self, action: JobFailed) -> None:
+        self.ended[action.job_id] = "failed"
+
+    def on_fetch(self, action: Fetch) -> None:
+        self.pump.emit(FetchDone(self.now, action.node, action.data, action.data))
+
+    def on_replicate(self, action: Replicate) -> None:
+        self.pump.emit(TransferDone(self.now, action.source, action.node, action.data, action.data))
+
+    def on_pin(self, action: Pin) -> None:
+        pass  # the books keep no cache contents beyond what subjobs add
+
+    def on_unpin(self, action: Unpin) -> None:
+        pass
+
+    def on_evict(self, action: Evict) -> None:
+        self.pump.emit(CacheChanged(self.now, action.node, evicted=action.data))
 
     def leave(self, slot: int, *, finished: bool) -> SubjobFinished | SubjobStopped:
         sj, done, fill = self.running.pop(slot)

@@ -8,9 +8,9 @@ from dataclasses import replace
 
 import pytest
 
-from datasched.sim.engine import Release, SimRun
 from datasched.sim.experiment import SimConfig, simulate
 from datasched.sim.metrics import is_overloaded, periodic_overload
+from datasched.sim.recorder import Release, SimRun
 
 WEEK = 168 * 3600.0
 NODES = 10

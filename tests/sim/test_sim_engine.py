@@ -207,3 +207,24 @@ def test_evict_drops_only_what_is_not_pinned() -> None:
     sched = run_script(script, IntervalSet.range(0, 1), IntervalSet.range(0, 100), FILE_EVENTS)
     (changed,) = [e for e in sched.seen if isinstance(e, CacheChanged)]
     assert changed.evicted == IntervalSet.range(50, 100)  # file 0 is pinned
+
+
+def test_public_steps_resume_a_run_stopped_at_a_time() -> None:
+    """``run(until=...)`` stops before the first entry after that time; stepping on with
+    ``peek``/``step`` ends every job exactly when an uninterrupted run does."""
+    from clusters import scheduler as small_cluster
+
+    jobs = [Job(i, 300.0 * i, IntervalSet.range(100 * i, 100 * i + 400)) for i in range(8)]
+    whole = SimEngine(small_cluster("splitting", 3, 500))
+    whole.run(jobs)
+    part = SimEngine(small_cluster("splitting", 3, 500))
+    run = part.run(jobs, until=900.0)
+    assert part.now <= 900.0 < part.peek()
+    assert run.jobs_completed < len(jobs)
+    while part.peek() < float("inf"):
+        part.step()
+    ends = {j: t.end_s for j, t in whole.rec.times.items()}
+    assert {j: t.end_s for j, t in part.rec.times.items()} == ends
+    assert part.handled == whole.handled
+    with pytest.raises(RuntimeError, match="nothing is scheduled"):
+        part.step()

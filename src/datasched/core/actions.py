@@ -13,7 +13,7 @@ Fetch          FetchDone
 Replicate      TransferDone
 Evict          CacheChanged
 WakeAt         Tick
-Pin, Release   nothing: they take effect at once
+Pin, Unpin     nothing: they take effect at once
 =============  ==================================================================
 
 ``JobCompleted`` and ``JobFailed`` are notices for the engine to record and report.
@@ -38,10 +38,10 @@ __all__ = [
     "JobFailed",
     "Pin",
     "Preempt",
-    "Release",
     "Replicate",
     "Shrink",
     "Start",
+    "Unpin",
     "WakeAt",
 ]
 
@@ -128,7 +128,7 @@ class Replicate(NamedTuple):
 
 
 class Pin(NamedTuple):
-    """Keep ``data`` in ``node``'s cache until the Release of ``token`` (romosan's pin)."""
+    """Keep ``data`` in ``node``'s cache until the Unpin of ``token`` (romosan's pin)."""
 
     node: int
     data: IntervalSet
@@ -137,7 +137,7 @@ class Pin(NamedTuple):
     """The stimulus id of the event whose handling asked for it (-1: none)."""
 
 
-class Release(NamedTuple):
+class Unpin(NamedTuple):
     """End the pin ``token`` on ``node``."""
 
     node: int
@@ -197,7 +197,7 @@ Action = (
     | Fetch
     | Replicate
     | Pin
-    | Release
+    | Unpin
     | Evict
     | WakeAt
     | JobCompleted

@@ -21,10 +21,10 @@ from datasched.core.actions import (
     Fetch,
     Pin,
     Preempt,
-    Release,
     Replicate,
     Shrink,
     Start,
+    Unpin,
     WakeAt,
 )
 from datasched.core.estimates import Estimates
@@ -373,7 +373,7 @@ class Commands(Estimates):
 
     def release_pin(self, node: int, token: int) -> None:
         if self._pins.pop(token, None) is not None:
-            self._out.append(Release(node, token, self.stimulus_id))
+            self._out.append(Unpin(node, token, self.stimulus_id))
 
     def evict(self, node: int, data: IntervalSet) -> None:
         """Drop ``data`` from ``node``'s cache (the engine answers with what went)."""

@@ -1,5 +1,5 @@
 """Data moved on the core's request, on a worker: Fetch and Replicate bring whole files into
-the node's cache (from tertiary storage, or from a peer's cache), Pin and Release keep files
+the node's cache (from tertiary storage, or from a peer's cache), Pin and Unpin keep files
 from eviction, Evict drops them. Each is a Dask task pinned to the node's worker, like a
 packet; the master turns its result into the core's answer (FetchDone, TransferDone,
 CacheChanged).

@@ -23,7 +23,7 @@ own disk cache); each of its slots runs one subjob at a time:
   really processed (``SubjobStopped`` with the exact remainder).
 * ``Shrink(slot, release)``: what is asked and not yet sent as a packet is taken from the
   slot's work at once (``SubjobShrunk``); the slot goes on with the rest without a pause.
-* ``Fetch``, ``Replicate``, ``Pin``, ``Release``, ``Evict``: tasks on the node's worker
+* ``Fetch``, ``Replicate``, ``Pin``, ``Unpin``, ``Evict``: tasks on the node's worker
   (:mod:`datasched.runtime.datamoves`), answered by ``FetchDone``, ``TransferDone`` or
   ``CacheChanged``.
 * Cache changes reported by packets become ``CacheChanged`` events, so the core's cache
@@ -51,7 +51,6 @@ from typing import Any
 from distributed import Client, Future
 
 from datasched.core.actions import (
-    Action,
     Assign,
     Evict,
     Fetch,
@@ -62,9 +61,10 @@ from datasched.core.actions import (
     Replicate,
     Shrink,
     Start,
+    Unpin,
     WakeAt,
 )
-from datasched.core.actions import Release as ReleasePin
+from datasched.core.dispatch import EventPump
 from datasched.core.events import (
     CacheChanged,
     Event,
@@ -83,7 +83,7 @@ from datasched.runtime.datamoves import evict_files, pin_files, unpin_files
 from datasched.runtime.jobspec import JobSpec, processor_for
 from datasched.runtime.limits import JobLimits
 from datasched.runtime.moves import DataMoves
-from datasched.runtime.outputs import merge, write_output
+from datasched.runtime.outputs import finish_output
 from datasched.runtime.processor import Processor, ShippedProcessor, user_traceback
 from datasched.runtime.reports import (
     EngineConfig,
@@ -148,7 +148,11 @@ class RuntimeEngine(JobLimits, Serving, PacketStreams, DataMoves):
             for slot in scheduler.slots_of(node)
         }
         self._jobs: dict[int, _JobRun] = {}
-        self._events: deque[Event] = deque()
+        self._events = EventPump(scheduler, self, restamp=True)
+        """The one event order (core.dispatch): what the loop and the workers' results bring
+        are external events; answers given while actions are carried out are follow-ups.
+        An external event queued before a follow-up stamped later is handled at the
+        follow-up's time (the real clock went on)."""
         self._ticks: list[float] = []
         self._ids = itertools.count()
         self._packets: dict[int, tuple[int, int, int, int, Future[Any]]] = {}
@@ -293,7 +297,7 @@ class RuntimeEngine(JobLimits, Serving, PacketStreams, DataMoves):
             makespan_s=makespan,
             jobs=[j.report for j in self._jobs.values()],
             packets=self._stats,
-            scheduling_s=self._scheduling_s,
+            scheduling_s=self._scheduling_s + self._events.scheduling_s,
             results=dict(self._outputs),
             notes=list(self._notes),
             workers=[w.name for w in self.workers],
@@ -309,52 +313,57 @@ class RuntimeEngine(JobLimits, Serving, PacketStreams, DataMoves):
         else:
             self._on_packet(token, payload, ok)
 
-    # -- core events in, actions out ----------------------------------------------------------
+    # -- core events in, actions out (core.dispatch) ----------------------------------------
 
     def _emit(self, event: Event) -> None:
-        self._events.append(event)
+        self._events.emit(event)
 
     def _pump(self) -> None:
-        while self._events:
-            event = self._events.popleft()
-            t0 = time.perf_counter()
-            actions = self.scheduler.handle(event)
-            self._scheduling_s += time.perf_counter() - t0
-            for action in actions:
-                self._apply(action)
+        self._events.pump()
 
-    def _apply(self, action: Action) -> None:
-        if isinstance(action, Start | Assign):
-            slot = self.slots[action.slot]
-            if slot.subjob is not None:
-                raise RuntimeError(f"slot {action.slot}: start while running a subjob")
-            slot.subjob, slot.start = action.subjob, action
-            slot.todo, slot.processed, slot.stopping = action.subjob.data, _EMPTY, False
-            self._announce(slot.node, action)
+    def on_start(self, action: Start | Assign) -> None:
+        slot = self.slots[action.slot]
+        if slot.subjob is not None:
+            raise RuntimeError(f"slot {action.slot}: start while running a subjob")
+        slot.subjob, slot.start = action.subjob, action
+        slot.todo, slot.processed, slot.stopping = action.subjob.data, _EMPTY, False
+        self._announce(slot.node, action)
+        self._feed(action.slot)
+
+    def on_preempt(self, action: Preempt) -> None:
+        slot = self.slots[action.slot]
+        if slot.subjob is not None and slot.subjob.subjob_id == action.subjob_id:
+            slot.stopping = True
             self._feed(action.slot)
-        elif isinstance(action, Preempt):
-            slot = self.slots[action.slot]
-            if slot.subjob is not None and slot.subjob.subjob_id == action.subjob_id:
-                slot.stopping = True
-                self._feed(action.slot)
-        elif isinstance(action, Shrink):
-            self._emit(self._shrink(action))
-        elif isinstance(action, WakeAt):
-            self._ticks.append(action.time)
-        elif isinstance(action, JobCompleted):
-            self._complete(self._jobs[action.job_id])
-        elif isinstance(action, JobFailed):
-            jr = self._jobs[action.job_id]
-            self._fail(jr, action.reason)
-            self._complete(jr)
-        elif isinstance(action, Fetch | Replicate):
-            self._move(action)
-        elif isinstance(action, Evict):
-            self._submit_move(action, action.node, evict_files, self._urls(action.data))
-        elif isinstance(action, Pin):
-            self._fire(action.node, pin_files, action.token, self._urls(action.data))
-        elif isinstance(action, ReleasePin):
-            self._fire(action.node, unpin_files, action.token)
+
+    def on_shrink(self, action: Shrink) -> None:
+        self._emit(self._shrink(action))
+
+    def on_wake_at(self, action: WakeAt) -> None:
+        self._ticks.append(action.time)
+
+    def on_job_completed(self, action: JobCompleted) -> None:
+        self._complete(self._jobs[action.job_id])
+
+    def on_job_failed(self, action: JobFailed) -> None:
+        jr = self._jobs[action.job_id]
+        self._fail(jr, action.reason)
+        self._complete(jr)
+
+    def on_fetch(self, action: Fetch) -> None:
+        self._move(action)
+
+    def on_replicate(self, action: Replicate) -> None:
+        self._move(action)
+
+    def on_evict(self, action: Evict) -> None:
+        self._submit_move(action, action.node, evict_files, self._urls(action.data))
+
+    def on_pin(self, action: Pin) -> None:
+        self._fire(action.node, pin_files, action.token, self._urls(action.data))
+
+    def on_unpin(self, action: Unpin) -> None:
+        self._fire(action.node, unpin_files, action.token)
 
     # -- packets ------------------------------------------------------------------------------
 
@@ -389,43 +398,17 @@ class RuntimeEngine(JobLimits, Serving, PacketStreams, DataMoves):
             self.listener.job_done(jr.spec.id, report.status, report.error, report.traceback)
 
     def _finish_output(self, group: list[_JobRun]) -> None:
-        """Merge the group's results (coffea's accumulate: types kept), post-process once and
-        write the output; if a job failed, nothing is written and a stale output of an earlier
-        run is removed, so that no file is taken for this run's result."""
+        """The group's output (:func:`~datasched.runtime.outputs.finish_output`)."""
         first = group[0]
-        output = first.spec.output
-        failed = [j for j in group if j.report.status == "failed"]
-        if not failed:
-            acc: Any = None
-            for j in group:
-                acc = merge(acc, j.accumulator)
-            post = getattr(first.processor, "postprocess", None)
-            what = "postprocess"
-            try:
-                if callable(post):  # coffea's rule: a postprocess returning None changes nothing
-                    done = post(acc)
-                    acc = acc if done is None else done
-                what = f"output {output}"
-                write_output(acc, output)
-                self._outputs[first.spec.output_of] = acc
-                return
-            except Exception as exc:  # the user's postprocess, or an unwritable output
-                for j in group:
-                    j.report.status = "failed"
-                    j.report.error = f"{what}: {type(exc).__name__}: {exc}"
-                    j.report.traceback = user_traceback(exc) if what == "postprocess" else ""
-        if output.exists():
-            output.unlink(missing_ok=True)
-            note = f" (the stale {output.name} of an earlier run was removed)"
-        else:
-            note = ""
-        for j in group:
-            j.report.output = ""
-            if j.report.status == "failed":
-                j.report.error += note
-            else:
-                names = ", ".join(f.spec.id for f in failed) or "another job"
-                j.report.error = f"output not written: {names} failed"
+        post = getattr(first.processor, "postprocess", None)
+        written, result = finish_output(
+            first.spec.output,
+            [(j.report, j.accumulator) for j in group],
+            post if callable(post) else None,
+            user_traceback,
+        )
+        if written:
+            self._outputs[first.spec.output_of] = result
 
     # -- data moves ---------------------------------------------------------------------------
 

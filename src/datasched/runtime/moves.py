@@ -1,5 +1,5 @@
 """How the runtime master carries out the core's data movements (Fetch, Replicate, Pin,
-Release, Evict) as tasks on the node's worker (:mod:`datasched.runtime.datamoves`) and turns
+Unpin, Evict) as tasks on the node's worker (:mod:`datasched.runtime.datamoves`) and turns
 their results into the core's answers. A base of
 :class:`~datasched.runtime.engine.RuntimeEngine`."""
 

@@ -1,6 +1,11 @@
 """Accumulators and output files: how packets' results merge, and how a job's result is
 written.
 
+A fileset's datasets run as several jobs that write one output: :func:`finish_output` merges
+their results once the last has ended, post-processes and writes it, or, if one failed, writes
+nothing and says why in each job's report (the engine only schedules; see
+:mod:`datasched.runtime.engine`).
+
 Merging follows coffea's ``accumulate`` (coffea.processor): anything that adds (hist
 histograms, numbers, arrays, lists, coffea's own accumulators) is added with ``+``; sets are
 unioned; mappings merge key by key and keep their type (a ``defaultdict_accumulator`` stays
@@ -12,13 +17,26 @@ from __future__ import annotations
 
 import copy
 import pickle
-from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Set
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence, Set
 from pathlib import Path
 from typing import Any
 
 from datasched._files import atomic_path, atomic_write_bytes
+from datasched.runtime.reports import JobReport
 
-__all__ = ["OUTPUT_SUFFIXES", "merge", "merge_all", "read_output", "write_output"]
+__all__ = [
+    "OUTPUT_SUFFIXES",
+    "OutputPart",
+    "finish_output",
+    "merge",
+    "merge_all",
+    "read_output",
+    "write_output",
+]
+
+OutputPart = tuple[JobReport, Any]
+"""One job of an output's group: its report (status ``completed`` or ``failed``) and its
+merged result (None when it has none)."""
 
 OUTPUT_SUFFIXES = (".pkl", ".pickle", ".root", ".coffea")
 """What :func:`write_output` can write: a pickle of the result, its histograms as ROOT, or a
@@ -165,3 +183,51 @@ def read_output(path: Path, *, trust: bool = False) -> Any:
         with fsspec.open(str(path), "rb", compression="lz4") as fh:
             return safepickle.load(fh, trust=trust)
     return safepickle.load(path, trust=trust)
+
+
+def finish_output(
+    output: Path,
+    group: Sequence[OutputPart],
+    postprocess: Callable[[Any], Any] | None,
+    traceback_of: Callable[[BaseException], str],
+) -> tuple[bool, Any]:
+    """Write the output of a group of jobs that have all ended: ``(True, result)`` when it
+    was written, ``(False, None)`` when not (each report then says why).
+
+    The group's results merge in order (coffea's accumulate: types kept); ``postprocess``
+    runs once on the merge (coffea's rule: returning None changes nothing). If a job failed,
+    or ``postprocess`` raised, or the output cannot be written, nothing is written and a
+    stale output of an earlier run is removed, so that no file is taken for this run's
+    result. ``traceback_of`` gives the user's traceback of what their postprocess raised.
+    """
+    failed = [r for r, _ in group if r.status == "failed"]
+    if not failed:
+        acc: Any = None
+        for _, result in group:
+            acc = merge(acc, result)
+        what = "postprocess"
+        try:
+            if postprocess is not None:
+                done = postprocess(acc)
+                acc = acc if done is None else done
+            what = f"output {output}"
+            write_output(acc, output)
+            return True, acc
+        except Exception as exc:  # the user's postprocess, or an unwritable output
+            for report, _ in group:
+                report.status = "failed"
+                report.error = f"{what}: {type(exc).__name__}: {exc}"
+                report.traceback = traceback_of(exc) if what == "postprocess" else ""
+    if output.exists():
+        output.unlink(missing_ok=True)
+        note = f" (the stale {output.name} of an earlier run was removed)"
+    else:
+        note = ""
+    for report, _ in group:
+        report.output = ""
+        if report.status == "failed":
+            report.error += note
+        else:
+            names = ", ".join(r.id for r in failed) or "another job"
+            report.error = f"output not written: {names} failed"
+    return False, None

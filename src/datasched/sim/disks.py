@@ -26,12 +26,9 @@ from dataclasses import dataclass
 
 from datasched.core.model import Source
 from datasched.sim.state import FINISH as _FINISH
-from datasched.sim.state import EngineState
+from datasched.sim.state import SEGMENT, EngineState
 
-__all__ = ["SEGMENT", "SharedDisks", "fair_shares"]
-
-SEGMENT = 6
-"""The heap kind of the end of the stretch of segments a subjob reads from one disk."""
+__all__ = ["SharedDisks", "fair_shares"]
 _Kind = tuple[int | None, Source, float]
 
 

@@ -9,8 +9,10 @@ Where caches hold whole files, a file read from tertiary storage is first fetche
 segment of no events lasting its transfer), then read from the local disk, as the runtime does.
 
 Node caches are the world's truth; what a subjob read goes into its node's cache when it stops
-or ends, and the change is reported to the scheduler with that event. Preempt and Shrink are
-answered at once, inside the same instant. Fetches and replications move bytes over the
+or ends, and the change is reported to the scheduler with that event. Preempt, Shrink and
+Evict take effect at once, inside the same instant; their answers are follow-up events, handled
+after the other actions of the event that caused them (:mod:`datasched.core.dispatch`'s order,
+the runtime's too). Fetches and replications move bytes over the
 topology's links as a fluid (:mod:`datasched.sim.network`). Nodes may fail and come back
 (:mod:`datasched.sim.faults`). What the run measures is the :class:`~datasched.sim.recorder.
 Recorder`'s business; this module is the loop and the world it simulates.
@@ -26,12 +28,11 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import time
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from datasched.core.actions import (
-    Action,
     Assign,
     Evict,
     Fetch,
@@ -42,12 +43,13 @@ from datasched.core.actions import (
     Replicate,
     Shrink,
     Start,
+    Unpin,
     WakeAt,
 )
-from datasched.core.actions import Release as ReleasePin
 from datasched.core.cache import NodeCache, new_cache
 from datasched.core.data import TERTIARY, CacheGrain
 from datasched.core.directory import CacheDirectory
+from datasched.core.dispatch import EventPump
 from datasched.core.events import (
     CacheChanged,
     Event,
@@ -60,22 +62,24 @@ from datasched.core.events import (
 )
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import Job, Source, node_endpoint
-from datasched.core.policy import metrics_of
 from datasched.core.replacement import LRU, Replacement
 from datasched.core.scheduler import Scheduler
-from datasched.sim.disks import SEGMENT
 from datasched.sim.faults import FaultStream, NodeFaults
 from datasched.sim.fetches import FileFetch
 from datasched.sim.network import Network, Transfer
 from datasched.sim.recorder import JobRecordTimes, PacketRecord, Recorder, Release, SimRun
-from datasched.sim.state import FINISH as _FINISH
+from datasched.sim.state import Kind
 from datasched.sim.subjobs import SubjobRuns, _Run
 
 __all__ = ["FollowUp", "JobRecordTimes", "PacketRecord", "Release", "SimEngine", "SimRun"]
 
-_ARRIVAL, _TICK, _TRANSFER, _FAIL, _REPAIR, _FOLLOW = 0, 2, 3, 4, 5, 7
-"""Kinds of heap entries (a subjob's end, ``_FINISH``, is 1; the end of a stretch read from
-one shared disk, ``SEGMENT``, is 6)."""
+# The heap's kinds as plain ints: the loop compares every entry's (see Kind's docstring).
+_ARRIVAL, _FINISH, _TICK, _TRANSFER = (
+    int(k) for k in (Kind.ARRIVAL, Kind.FINISH, Kind.TICK, Kind.TRANSFER)
+)
+_FAIL, _REPAIR, _SEGMENT, _FOLLOW = (
+    int(k) for k in (Kind.FAIL, Kind.REPAIR, Kind.SEGMENT, Kind.FOLLOW)
+)
 
 FollowUp = Callable[[Job, float], "Job | None"]
 """A closed workload's rule: given a job that completed and when, the job its user submits
@@ -140,8 +144,23 @@ class SimEngine(SubjobRuns):
         self._down: set[int] = set()
         self._check = check_conservation
         self._jobs: dict[int, Job] = {}
+        self._arrivals: list[Job] = []
+        """The run's own jobs, in order of arrival (:meth:`run`)."""
+        self._arrived = 0
+        self._max_backlog: int | None = None
+        self._halt = False
         self.now = 0.0
-        self._scheduler_s = 0.0
+        self._pump = EventPump(scheduler, self)
+        """The one event order (core.dispatch): actions' answers are follow-ups."""
+        self.rec = Recorder(
+            [],
+            n_nodes=scheduler.topology.n_nodes,
+            n_slots=scheduler.n_slots,
+            measure=(0, 0),
+            bytes_per_event=self.space.uniform_bytes_per_event,
+            check_conservation=check_conservation,
+        )
+        """What the run measures (replaced by :meth:`run`'s, for its list of jobs)."""
         self._readers = {} if self.cost.shared_disks else None
         self._disk_readers = {}
         self._record_packets = record_packets
@@ -158,9 +177,10 @@ class SimEngine(SubjobRuns):
         measure: tuple[int, int] | None = None,
         max_backlog: int | None = None,
         follow_up: FollowUp | None = None,
+        until: float = math.inf,
     ) -> SimRun:
         """Simulate until every job has completed or failed (or the backlog passes
-        ``max_backlog``).
+        ``max_backlog``, or the next entry of the heap lies after ``until``).
 
         ``measure`` is the half-open range of job indices whose statistics count (warm-up and
         cool-down excluded); its submit times bound the window for slot utilisation.
@@ -171,7 +191,7 @@ class SimEngine(SubjobRuns):
         what ``warm`` puts in each node's cache (unpinned, as a live cluster's caches are).
         """
         order = sorted(range(len(jobs)), key=lambda i: (jobs[i].submit_s, i))
-        jobs = [jobs[i] for i in order]
+        self._arrivals = jobs = [jobs[i] for i in order]
         self._jobs = {j.job_id: j for j in jobs}
         sched = self.scheduler
         self.rec = rec = Recorder(
@@ -182,125 +202,156 @@ class SimEngine(SubjobRuns):
             bytes_per_event=self.space.uniform_bytes_per_event,
             check_conservation=self._check,
         )
+        rec.watch(sched)
         if self._record_packets:
             rec.run.packets = []
         self._follow_up = follow_up
+        self._max_backlog = max_backlog
         self._place_replicas()
+        handled_before = self._pump.handled  # the placed replicas' events are not counted
         heap = self._heap
         if jobs:
             heapq.heappush(heap, (jobs[0].submit_s, next(self._seq), _ARRIVAL, 0, 0))
         if self._faults is not None:
             for node in sched.nodes:
                 self._schedule_failure(node)
-        metrics = metrics_of(sched.policy)
-        handled = 0
-        arrived = 0
-        while heap:
-            t, _, kind, a, b = heapq.heappop(heap)
-            self.now = t
-            if kind == _ARRIVAL:
-                # Jobs a policy holds back on purpose (a period) are not a growing queue.
-                backlog = len(sched.jobs) - metrics.held_jobs()
-                rec.arrival(backlog)
-                if max_backlog is not None and backlog > max_backlog:
-                    rec.run.stopped_early = True
-                    break
-                arrived = a + 1
-                if a + 1 < len(jobs):
-                    nxt = jobs[a + 1]
-                    heapq.heappush(heap, (nxt.submit_s, next(self._seq), _ARRIVAL, a + 1, 0))
-                handled += self._dispatch(JobArrived(t, jobs[a]))
-            elif kind == _TICK and (held := metrics.held_jobs()) > 0:
-                # A wake-up while the policy holds jobs: the end of a period, maybe.
-                residual = len(sched.jobs) - held
-                handled += self._dispatch(Tick(t))
-                released = held - metrics.held_jobs()
-                if released > 0:
-                    rec.release(t, residual, released)
-                continue
-            elif kind == _FAIL:
-                handled += self._fail(a)
-                if arrived == len(jobs) and not sched.jobs and not self._follow_pending:
-                    break
-                continue
-            elif kind == _FOLLOW:
-                self._follow_pending -= 1
-                handled += self._dispatch(JobArrived(t, self._followers[a]))
-            elif kind == _REPAIR:
-                handled += self._dispatch(self._repair(a))
-            else:
-                handled += self.step_entry(kind, a, b)
-                if kind in (_TRANSFER, SEGMENT):
-                    continue
-            if (
-                self._faults is not None
-                and arrived == len(jobs)
-                and not sched.jobs
-                and not self._follow_pending
-            ):
-                break  # faults go on for ever; the work is done
-        self.result = rec.close(self.now, handled, self._scheduler_s, metrics.counters())
+        step = self._step
+        while heap and heap[0][0] <= until:
+            if step() and self._over():
+                break
+        pump = self._pump
+        self.result = rec.close(self.now, pump.handled - handled_before, pump.scheduling_s)
         return self.result
 
-    def step_entry(self, kind: int, a: int, b: int) -> int:
-        """Act on a heap entry of a kind every engine built on this one has (a subjob's
-        end, a transfer's, the end of a stretch read from one disk, a wake-up), at
-        ``self.now``; the events handled. Entries superseded since are skipped."""
+    def peek(self) -> float:
+        """The time of the next heap entry (math.inf when there is none), as SimPy's
+        ``Environment.peek``."""
+        return self._heap[0][0] if self._heap else math.inf
+
+    def step(self) -> None:
+        """Take the next heap entry and act on it at its time, with every event it causes
+        (SimPy's ``Environment.step``); an engine driven from outside (a grid's site) steps
+        whenever :meth:`peek` is the earliest of its clock's."""
+        if not self._heap:
+            raise RuntimeError("step: nothing is scheduled (peek() is inf)")
+        self._step()
+
+    def submit(self, job: Job, now: float) -> None:
+        """``job`` arrives at ``now`` from outside the engine's own list (an engine driven
+        from outside, by :meth:`peek` and :meth:`step`); the clock moves to ``now``."""
+        self.now = now
+        self._jobs[job.job_id] = job
+        self.rec.add_job(job)
+        self._pump.handle(JobArrived(now, job))
+
+    @property
+    def handled(self) -> int:
+        """Events handled by the scheduler so far."""
+        return self._pump.handled
+
+    def _step(self) -> bool:
+        """Take the next heap entry (see :class:`~datasched.sim.state.Kind`); whether the run
+        may be over after it (the loop then asks :meth:`_over`). Entries superseded since
+        they were pushed are skipped."""
+        t, _, kind, a, b = heapq.heappop(self._heap)
+        self.now = t
+        pump = self._pump
         if kind == _FINISH:
             run = self._runs[a]
-            if run is None or run.version != b:
-                return 0  # superseded by a preemption or a re-timing
-            return self._dispatch(self._leave(a, finished=True))
+            if run is not None and run.version == b:  # else: preempted or re-timed since
+                pump.handle(self._leave(a, finished=True))
+            return True
+        if kind == _ARRIVAL:
+            backlog = self.rec.arrival()
+            if self._max_backlog is not None and backlog > self._max_backlog:
+                self.rec.run.stopped_early = True
+                self._halt = True
+                return True
+            jobs = self._arrivals
+            self._arrived = a + 1
+            if a + 1 < len(jobs):
+                nxt = jobs[a + 1]
+                heapq.heappush(self._heap, (nxt.submit_s, next(self._seq), _ARRIVAL, a + 1, 0))
+            pump.handle(JobArrived(t, jobs[a]))
+            return True
         if kind == _TRANSFER:
             move = self._network.transfers.get(a)
-            if move is None or move.version != b:
-                return 0  # re-rated since: a later entry stands for it
-            return self._dispatch(self._moved(a))
-        if kind == SEGMENT:
+            if move is not None and move.version == b:  # else: re-rated since
+                pump.handle(self._moved(a))
+            return False
+        if kind == _SEGMENT:
             self._disk_boundary(a, b)
-            return 0
+            return False
         if kind == _TICK:
-            return self._dispatch(Tick(self.now))
+            rec = self.rec
+            if rec.tick():  # the policy holds jobs: the end of a period, maybe
+                pump.handle(Tick(t))
+                rec.ticked(t)
+                return False
+            pump.handle(Tick(t))
+            return True
+        if kind == _FAIL:
+            self._fail(a)
+            return True
+        if kind == _FOLLOW:
+            self._follow_pending -= 1
+            pump.handle(JobArrived(t, self._followers[a]))
+            return True
+        if kind == _REPAIR:
+            pump.handle(self._repair(a))
+            return True
         raise RuntimeError(f"unexpected heap entry of kind {kind}")
 
-    def _dispatch(self, ev: Event) -> int:
-        count = 1
-        t0 = time.perf_counter()
-        actions = self.scheduler.handle(ev)
-        self._scheduler_s += time.perf_counter() - t0
-        for action in actions:
-            count += self._apply(action)
-        return count
+    def _over(self) -> bool:
+        """Whether the run is over though entries are left: the backlog passed its bound,
+        or every job has ended while faults go on for ever."""
+        return self._halt or (
+            self._faults is not None
+            and self._arrived == len(self._arrivals)
+            and not self.scheduler.jobs
+            and not self._follow_pending
+        )
 
-    def _apply(self, action: Action) -> int:
-        if isinstance(action, Start | Assign):
-            self._start(action)
-        elif isinstance(action, Preempt):
-            return self._dispatch(self._leave(action.slot, finished=False))
-        elif isinstance(action, Shrink):
-            return self._dispatch(self._shrink(action))
-        elif isinstance(action, WakeAt):
-            heapq.heappush(self._heap, (max(action.time, self.now), next(self._seq), _TICK, 0, 0))
-        elif isinstance(action, JobCompleted):
-            self.rec.completed(action)
-            if self._follow_up is not None:
-                self._follow(action)
-        elif isinstance(action, Fetch):
-            self._begin_move(action.node, action.data, action.source, replicate=False)
-        elif isinstance(action, Replicate):
-            self._begin_move(action.node, action.data, action.source, replicate=True)
-        elif isinstance(action, Pin):
-            cache = self.caches[action.node]
-            self._pins[action.token] = (cache, cache.pin(action.data))
-        elif isinstance(action, ReleasePin):
-            pinned = self._pins.pop(action.token, None)
-            if pinned is not None:
-                pinned[0].unpin(pinned[1])
-        elif isinstance(action, Evict):
-            return self._dispatch(self._evict(action.node, action.data))
-        elif isinstance(action, JobFailed):
-            self.rec.failed(action)
-        return 0
+    # -- the actions (core.dispatch.ActionHandler) ----------------------------------------------
+
+    def on_start(self, action: Start | Assign) -> None:
+        self._start(action)
+
+    def on_preempt(self, action: Preempt) -> None:
+        # The subjob stops now; the scheduler hears it after this event's other actions.
+        self._pump.emit(self._leave(action.slot, finished=False))
+
+    def on_shrink(self, action: Shrink) -> None:
+        self._pump.emit(self._shrink(action))
+
+    def on_wake_at(self, action: WakeAt) -> None:
+        heapq.heappush(self._heap, (max(action.time, self.now), next(self._seq), _TICK, 0, 0))
+
+    def on_job_completed(self, action: JobCompleted) -> None:
+        self.rec.completed(action)
+        if self._follow_up is not None:
+            self._follow(action)
+
+    def on_job_failed(self, action: JobFailed) -> None:
+        self.rec.failed(action)
+
+    def on_fetch(self, action: Fetch) -> None:
+        self._begin_move(action.node, action.data, action.source, replicate=False)
+
+    def on_replicate(self, action: Replicate) -> None:
+        self._begin_move(action.node, action.data, action.source, replicate=True)
+
+    def on_pin(self, action: Pin) -> None:
+        cache = self.caches[action.node]
+        self._pins[action.token] = (cache, cache.pin(action.data))
+
+    def on_unpin(self, action: Unpin) -> None:
+        pinned = self._pins.pop(action.token, None)
+        if pinned is not None:
+            pinned[0].unpin(pinned[1])
+
+    def on_evict(self, action: Evict) -> None:
+        self._pump.emit(self._evict(action.node, action.data))
 
     def _follow(self, done: JobCompleted) -> None:
         """A closed workload's next job, submitted by the user whose job just completed."""
@@ -340,13 +391,13 @@ class SimEngine(SubjobRuns):
             cache.pin(data)
             if self._world is not None:
                 self._world.add(node, added)
-            self._dispatch(CacheChanged(self.now, node, added=added))
+            self._pump.handle(CacheChanged(self.now, node, added=added))
         for node in sorted(self._warm):
             added, _ = self.caches[node].insert(self._warm[node], self.now)
             if added:
                 if self._world is not None:
                     self._world.add(node, added)
-                self._dispatch(CacheChanged(self.now, node, added=added))
+                self._pump.handle(CacheChanged(self.now, node, added=added))
 
     def _log_packet(
         self, run: _Run, slot: int, processed: IntervalSet, by_source: tuple[int, int, int]
@@ -436,10 +487,17 @@ class SimEngine(SubjobRuns):
         at = self.now + self._faults.time_to_failure_s()
         heapq.heappush(self._heap, (at, next(self._seq), _FAIL, node, 0))
 
-    def _fail(self, node: int) -> int:
-        """``node`` fails now: its subjobs stop where they are, its cache is gone, moves to or
-        from it break off; the scheduler hears NodeLost; it is back after the repair time."""
+    def _fail(self, node: int) -> None:
+        """A fault of the run's :class:`NodeFaults`: the node is lost (:meth:`lose_node`) and
+        back after the repair time."""
         assert self._faults is not None
+        self.lose_node(node)
+        at = self.now + self._faults.repair_s
+        heapq.heappush(self._heap, (at, next(self._seq), _REPAIR, node, 0))
+
+    def lose_node(self, node: int) -> None:
+        """``node`` fails now: its subjobs stop where they are, its cache is gone, moves to or
+        from it break off; the scheduler hears NodeLost (then the failed moves' answers)."""
         sched = self.scheduler
         self.rec.node_failed()
         self._down.add(node)
@@ -468,7 +526,6 @@ class SimEngine(SubjobRuns):
             for peer_cache, token in run.peer_pins:
                 peer_cache.unpin(token)
             remaining.append((slot, rest))
-        handled = 0
         answers: list[Event] = []
         for transfer_id, t in list(self._network.transfers.items()):
             move = t.tag
@@ -484,14 +541,18 @@ class SimEngine(SubjobRuns):
         )
         if self._world is not None:
             self._world.clear(node)
-        handled += self._dispatch(NodeLost(self.now, node, tuple(remaining)))
+        pump = self._pump
+        pump.emit(NodeLost(self.now, node, tuple(remaining)))
         for ev in answers:
-            handled += self._dispatch(ev)
-        at = self.now + self._faults.repair_s
-        heapq.heappush(self._heap, (at, next(self._seq), _REPAIR, node, 0))
-        return handled
+            pump.emit(ev)
+        pump.pump()
 
     def _repair(self, node: int) -> NodeJoined:
         self._down.discard(node)
         self._schedule_failure(node)
         return NodeJoined(self.now, self.scheduler.topology.nodes[node])
+
+    def rejoin_node(self, node: int) -> None:
+        """``node``, lost, is back now, with an empty cache (the scheduler hears NodeJoined)."""
+        self._down.discard(node)
+        self._pump.handle(NodeJoined(self.now, self.scheduler.topology.nodes[node]))

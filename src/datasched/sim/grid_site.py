@@ -11,27 +11,25 @@ only the compute. A policy that splits runs parts of one grid job on several pro
 grid job ends when its last part ends.
 
 Each site is a :class:`~datasched.sim.engine.SimEngine` stepped one heap entry at a time by
-the grid's clock (:class:`SiteEngine`): the core's actions become the engine's timed events
+the grid's clock (:class:`SiteEngine`, through the engine's public ``peek``, ``step`` and
+``submit``): the core's actions become the engine's timed events
 and its events go back to the core exactly as in a single-cluster simulation.
 """
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from datasched.core.actions import Assign, Start
+from datasched.core.actions import Assign, JobCompleted, Start
 from datasched.core.data import CacheGrain, DataSpace, FileSpec
-from datasched.core.events import JobArrived
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import CostModel, Job, Node, Source, Topology
 from datasched.core.scheduler import Scheduler
 from datasched.policies.registry import build_policy
 from datasched.sim.engine import SimEngine
 from datasched.sim.grid_model import GB, MB, GridConfig
-from datasched.sim.recorder import Recorder
 
 __all__ = ["CoreSites", "SiteEngine", "grid_data_space"]
 
@@ -57,9 +55,10 @@ def grid_data_space(sizes_bytes: Sequence[float], events_per_gb: int) -> DataSpa
 
 
 class SiteEngine(SimEngine):
-    """One site's processors as a simulated core cluster, driven from outside: the grid
-    submits jobs (:meth:`submit`) and steps the engine's own heap (:meth:`step`) whenever its
-    next entry (:meth:`next_time`) is the earliest of the grid's."""
+    """One site's processors as a simulated core cluster, driven from outside through the
+    engine's public steps: the grid submits jobs (:meth:`SimEngine.submit`) and steps the
+    engine (:meth:`SimEngine.step`) whenever its next entry (:meth:`SimEngine.peek`) is the
+    earliest of the grid's."""
 
     def __init__(
         self,
@@ -75,45 +74,18 @@ class SiteEngine(SimEngine):
         self._on_started = started
         self._on_ended = ended
         self._began: set[int] = set()
-        self.handled = 0
-        self.rec = Recorder(
-            [],
-            n_nodes=scheduler.topology.n_nodes,
-            n_slots=scheduler.n_slots,
-            measure=(0, 0),
-            bytes_per_event=self.space.uniform_bytes_per_event,
-            check_conservation=check_conservation,
-        )
-        self._follow_up = self._completed
 
-    def submit(self, job: Job, now: float) -> None:
-        """``job`` joins the site's core queue now (its data is in the site's storage)."""
-        self.now = now
-        self._jobs[job.job_id] = job
-        self.rec.add_job(job)
-        self.handled += self._dispatch(JobArrived(now, job))
-
-    def next_time(self) -> float:
-        return self._heap[0][0] if self._heap else math.inf
-
-    def step(self) -> None:
-        """Take the engine's next heap entry, as :meth:`SimEngine.run`'s loop does (no job
-        arrivals or node faults here: the grid submits the jobs)."""
-        t, _, kind, a, b = heapq.heappop(self._heap)
-        self.now = t
-        self.handled += self.step_entry(kind, a, b)
-
-    def _start(self, action: Start | Assign) -> None:
-        super()._start(action)
+    def on_start(self, action: Start | Assign) -> None:
+        super().on_start(action)
         job_id = action.subjob.job_id
         if job_id not in self._began:
             self._began.add(job_id)
             self._on_started(self.site, job_id)
 
-    def _completed(self, job: Job, now: float) -> Job | None:
-        self._began.discard(job.job_id)
-        self._on_ended(self.site, job.job_id)
-        return None  # the user's next job is the grid's business
+    def on_job_completed(self, action: JobCompleted) -> None:
+        super().on_job_completed(action)
+        self._began.discard(action.job_id)
+        self._on_ended(self.site, action.job_id)  # the user's next job is the grid's business
 
     def lan_bytes(self) -> float:
         """Bytes moved over the site's LAN: events read from the site's storage or another
@@ -183,7 +155,7 @@ class CoreSites:
         """The earliest next entry of any site (the lowest site on ties), and its site."""
         best, where = math.inf, -1
         for site, engine in enumerate(self.engines):
-            t = engine.next_time()
+            t = engine.peek()
             if t < best:
                 best, where = t, site
         return best, where

@@ -1,9 +1,12 @@
 """What a simulation measures, kept apart from the event loop that produces it.
 
-The loop (:mod:`datasched.sim.engine`) tells the :class:`Recorder` what happened: arrivals
-with the backlog they see, releases of held jobs, the events each subjob processed and where
-it read them from, jobs completed or failed, node failures. The recorder fills a
-:class:`SimRun`, which :mod:`datasched.sim.metrics` summarises.
+The loop (:mod:`datasched.sim.engine`) tells the :class:`Recorder` what happened: arrivals,
+wake-ups, the events each subjob processed and where it read them from, jobs completed or
+failed, node failures. The recorder fills a :class:`SimRun`, which :mod:`datasched.sim.metrics`
+summarises. The backlog an arrival sees and the jobs a wake-up releases are the recorder's
+business too: it asks the scheduler it :meth:`~Recorder.watch` es and its policy's metrics
+(:func:`~datasched.core.policy.metrics_of`), so that the loop knows nothing of a policy that
+holds jobs back on purpose.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from dataclasses import dataclass, field
 from datasched.core.actions import JobCompleted, JobFailed
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import Job, Source
+from datasched.core.policy import PolicyMetrics, metrics_of
+from datasched.core.scheduler import Scheduler
 
 __all__ = ["JobRecordTimes", "PacketRecord", "Recorder", "Release", "SimRun"]
 
@@ -147,6 +152,17 @@ class Recorder:
         self._bytes_per_event = bytes_per_event
         if check_conservation:
             self.run.processed = {j.job_id: [] for j in jobs}
+        self._scheduler: Scheduler | None = None
+        self._metrics: PolicyMetrics | None = None
+        self._held = 0
+        """Jobs the policy held when the wake-up being handled came (see :meth:`tick`)."""
+        self._residual = 0
+        """The jobs in the system then that were not held."""
+
+    def watch(self, scheduler: Scheduler) -> None:
+        """Count backlogs and releases from ``scheduler``'s jobs and its policy's metrics."""
+        self._scheduler = scheduler
+        self._metrics = metrics_of(scheduler.policy)
 
     def add_job(self, job: Job) -> None:
         """A job submitted during the run (a closed workload's next one), not measured."""
@@ -156,11 +172,38 @@ class Recorder:
         if self.run.processed is not None:
             self.run.processed[job.job_id] = []
 
-    def arrival(self, backlog: int) -> None:
+    def arrival(self) -> int:
+        """A job is about to arrive: record and return the backlog it sees, the jobs in the
+        system less those the policy holds back on purpose (a period of delayed scheduling
+        is not a queue that grows from overload)."""
+        sched, metrics = self._scheduler, self._metrics
+        if sched is None or metrics is None:
+            return 0
+        backlog = len(sched.jobs) - metrics.held_jobs()
         self.run.backlog.append(backlog)
+        return backlog
 
-    def release(self, time_s: float, residual: int, released: int) -> None:
-        self.run.releases.append(Release(time_s, residual, released))
+    def tick(self) -> bool:
+        """A wake-up is about to be handled; whether the policy holds jobs now (the end of
+        a period, maybe: :meth:`ticked` then records what it released)."""
+        sched, metrics = self._scheduler, self._metrics
+        if sched is None or metrics is None:
+            return False
+        self._held = held = metrics.held_jobs()
+        if held > 0:
+            self._residual = len(sched.jobs) - held
+        return held > 0
+
+    def ticked(self, time_s: float) -> None:
+        """The wake-up after :meth:`tick` was handled: record the jobs it released, beside
+        the residual backlog (the jobs in the system that were not held)."""
+        held = self._held
+        if held <= 0 or self._metrics is None:
+            return
+        self._held = 0
+        released = held - self._metrics.held_jobs()
+        if released > 0:
+            self.run.releases.append(Release(time_s, self._residual, released))
 
     def ran(
         self,
@@ -214,14 +257,12 @@ class Recorder:
     def node_failed(self) -> None:
         self.run.node_failures += 1
 
-    def close(
-        self, end_s: float, handled: int, scheduler_s: float, counters: dict[str, int]
-    ) -> SimRun:
+    def close(self, end_s: float, handled: int, scheduler_s: float) -> SimRun:
         run = self.run
         run.end_s = end_s
         run.n_events_handled = handled
         run.scheduler_s = scheduler_s
-        run.policy_counters = dict(counters)
+        run.policy_counters = dict(self._metrics.counters()) if self._metrics is not None else {}
         if self._bytes_per_event is not None:
             # Events of one size: counted, then sized once.
             run.tertiary_bytes += (

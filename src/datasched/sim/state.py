@@ -5,16 +5,46 @@ fetches), so each can be type-checked alone."""
 from __future__ import annotations
 
 import itertools
+from enum import IntEnum
 from typing import Any
 
 from datasched.core.data import DataSpace
 from datasched.core.model import CostModel, Job
 from datasched.core.scheduler import Scheduler
 
-__all__ = ["FINISH", "EngineState"]
+__all__ = ["FINISH", "SEGMENT", "EngineState", "Kind"]
 
-FINISH = 1
-"""The heap kind of a subjob's end (one number for every part of the engine)."""
+
+class Kind(IntEnum):
+    """What a heap entry of the simulated engine stands for: its third field, after the time
+    and the sequence number; the two fields after it say which one (``a``, ``b``).
+
+    The heap holds plain ints, and the hot path compares them with the module-level ints
+    below (``FINISH``, ``SEGMENT``) or the engine's own: comparing with an enum member costs
+    more than with an int, on every entry of every simulation.
+    """
+
+    ARRIVAL = 0
+    """The next job of the run's list arrives (``a``: its index)."""
+    FINISH = 1
+    """A subjob's end (``a``: its slot, ``b``: the run's version; stale once re-timed)."""
+    TICK = 2
+    """A wake-up the policy asked for."""
+    TRANSFER = 3
+    """A fetch's or replication's end (``a``: the transfer, ``b``: its version)."""
+    FAIL = 4
+    """A node fails (``a``: the node)."""
+    REPAIR = 5
+    """A failed node is back (``a``: the node)."""
+    SEGMENT = 6
+    """The end of the stretch a subjob reads from one shared disk (``a``: its slot, ``b``:
+    the run's version)."""
+    FOLLOW = 7
+    """A closed workload's next job arrives (``a``: its index among the followers)."""
+
+
+FINISH = int(Kind.FINISH)
+SEGMENT = int(Kind.SEGMENT)
 
 
 class EngineState:
