@@ -25,7 +25,8 @@ def test_stripe_points_drop_short_and_cut_long_stripes() -> None:
 @given(st.lists(st.integers(0, 10_000), min_size=2, max_size=30), st.integers(1, 3000))
 def test_stripe_points_bound_every_stripe(points: list[int], stripe: int) -> None:
     out = stripe_points(points, stripe)
-    assert out[0] == min(points) and out[-1] == max(points)
+    assert out[0] == min(points)
+    assert out[-1] == max(points)
     assert out == sorted(set(out))
     for a, b in itertools.pairwise(out):
         assert b - a <= stripe
@@ -40,7 +41,8 @@ def test_jobs_wait_for_the_end_of_the_period_then_share_a_stripe() -> None:
     started = [a for a in actions if isinstance(a, Start)]
     # One meta-subjob holds both jobs' subjobs over [0, 100): one node runs them in turn,
     # so the data is read from tertiary storage once.
-    assert len(started) == 1 and started[0].subjob.job_id == 0
+    assert len(started) == 1
+    assert started[0].subjob.job_id == 0
     assert WakeAt(7200.0) in actions
 
 

@@ -73,8 +73,10 @@ def test_a_hot_file_reaches_a_second_cache_and_results_are_unchanged(
     assert {(p.node, p.source) for p in again.packets} == {(reader, "cache")}
     # The file went to the other worker in the background, and landed there.
     replicate, done = seen
-    assert isinstance(replicate, Replicate) and isinstance(done, TransferDone)
-    assert done.node == replicate.node != replicate.source and done.added == replicate.data
+    assert isinstance(replicate, Replicate)
+    assert isinstance(done, TransferDone)
+    assert done.node == replicate.node != replicate.source
+    assert done.added == replicate.data
     url = specs[0].dataset.files[0].url
     holders = sorted(
         d.name for d in (tmp_path / "caches").iterdir() if (d / cache_file_name(url)).exists()

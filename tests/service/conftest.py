@@ -10,7 +10,6 @@ by Debian's package) through ``runuser``.
 
 from __future__ import annotations
 
-import glob
 import itertools
 import os
 import pwd
@@ -29,9 +28,9 @@ _counter = itertools.count()
 
 
 def _pg_bin() -> Path | None:
-    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"))
     if found:
-        return Path(found[-1]).parent
+        return found[-1].parent
     initdb = shutil.which("initdb")
     return Path(initdb).parent if initdb else None
 
