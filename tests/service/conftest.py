@@ -106,6 +106,12 @@ def new_pg_database(server: str, template: str | None = None) -> str:
     return f"{server}/{name}"
 
 
+@pytest.fixture
+def pg_database(postgres_server: str) -> str:
+    """A fresh, empty database on the test server; its URL."""
+    return new_pg_database(postgres_server)
+
+
 @pytest.fixture(scope="session")
 def postgres_template(postgres_server: str) -> str:
     """A database at the newest schema, copied for each test (faster than migrating)."""

@@ -92,11 +92,11 @@ def test_the_command_line_never_prints_the_password(url: str, command: list[str]
     assert SECRET not in env.stderr + env.output
 
 
-def test_the_serve_banner_masks_the_password(postgres_server: str, tmp_path: Path) -> None:
-    from conftest import new_pg_database
-
+def test_the_serve_banner_masks_the_password(
+    postgres_server: str, pg_database: str, tmp_path: Path
+) -> None:
     # The test server trusts loopback: any password is accepted, and must not be shown.
-    url = new_pg_database(postgres_server).replace("postgres@", f"postgres:{SECRET}@", 1)
+    url = pg_database.replace("postgres@", f"postgres:{SECRET}@", 1)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), str(TESTS)])}
     log = tmp_path / "serve.log"
     with log.open("wb") as out:
