@@ -59,7 +59,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         shutil.copy(HZZ, p)
     hzz = {"hzz": {"files": [str(p) for p in hzz_paths], "treename": "events"}}
     (root / "nano.json").write_text(yaml.safe_dump(nano))
-    import coffea_analysis
+    from runtime import coffea_analysis
 
     def runner(schema: Any, fileset: dict[str, Any], proc: Any) -> Any:
         run = processor.Runner(executor=processor.IterativeExecutor(), schema=schema, chunksize=150)

@@ -8,8 +8,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from test_engine import FAST, check_exactly_once, options, write_jobs
-
 from datasched.core.actions import Action, Replicate
 from datasched.core.events import Event, TransferDone
 from datasched.runtime.diskcache import cache_file_name
@@ -22,6 +20,7 @@ from datasched.runtime.session import (
     job_space,
     open_cluster,
 )
+from runtime.test_engine import FAST, check_exactly_once, options, write_jobs
 from runtime_support import N_EVENTS, N_FILES
 
 

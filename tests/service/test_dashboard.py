@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from dash_support import REQUEST, dashboard_service
 from fastapi.testclient import TestClient
 
 from datasched.service.api.deps import ServiceState
@@ -21,6 +20,7 @@ from datasched.service.dashboard.routes import render
 from datasched.service.dashboard.views import PacketRow, eta_text, node_rows
 from datasched.service.store.db import Store
 from datasched.service.users import add_user
+from service.dash_support import REQUEST, dashboard_service
 
 
 @dataclass

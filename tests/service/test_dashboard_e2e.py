@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dash_support import REQUEST, GatedRunner, dashboard_service
 
 from datasched.service.app import create_app
 from datasched.service.dashboard.shot import capture, chromium_path, launch_chromium, login
 from datasched.service.store.db import Store
+from service.dash_support import REQUEST, GatedRunner, dashboard_service
 
 TIMEOUT_MS = 15_000
 PERIOD_MS = 200

@@ -8,11 +8,11 @@ import json
 from typing import Any
 
 import pytest
-from whatif_support import cached_on_second_node, mixed, one_node
 
 from datasched.policies.registry import UnknownPolicyError
 from datasched.service.contracts import ClusterSnapshot, SnapshotError
 from datasched.service.whatif import compare, predict
+from service.whatif_support import cached_on_second_node, mixed, one_node
 
 
 def test_one_node_one_job_takes_events_over_rate() -> None:

@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 from typer.testing import CliRunner
-from whatif_support import cached_on_second_node, mixed
 
 from datasched.cli import app
+from service.whatif_support import cached_on_second_node, mixed
 
 runner = CliRunner()
 
