@@ -4,15 +4,35 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test lint format bench reproduce reproduce-romosan reproduce-grid clean
+.PHONY: venv demo test coverage lint format constraints wheel-smoke bench reproduce reproduce-romosan \
+	reproduce-grid clean
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+# Every package at the version constraints.txt pins, so that a fresh machine (CI's) installs
+# what was tested, not whatever resolves that day.
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[all]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[all]'
 	touch $(STAMP)
+
+# constraints.txt renewed: datasched with every extra installed unconstrained into a fresh
+# environment (the newest versions that resolve today), then frozen.
+constraints:
+	set -e; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	$(PYTHON) -m venv "$$tmp/venv"; \
+	"$$tmp/venv/bin/python" -m pip install --quiet --upgrade pip; \
+	"$$tmp/venv/bin/python" -m pip install --quiet -e '.[all]'; \
+	{ sed -n '/^#/p' constraints.txt; "$$tmp/venv/bin/python" -m pip freeze --exclude-editable; } \
+		> "$$tmp/constraints.txt"; \
+	mv "$$tmp/constraints.txt" constraints.txt
+	@echo "constraints.txt renewed; bump the hooks' pins in .pre-commit-config.yaml to match"
+
+# The wheel built, installed into a fresh environment and run from outside the source tree:
+# what a user gets from `pip install datasched` (docs/contributing.md).
+wheel-smoke: venv
+	PYTHON=$(BIN)/python .ci/wheel-smoke
 
 demo: venv
 	$(BIN)/datasched demo
@@ -25,10 +45,23 @@ TEST_PROCESSES ?= 2
 test: venv lint
 	$(BIN)/python -m pytest -n $(TEST_PROCESSES) --dist loadscope
 
+# The same suite with the package's line coverage reported (modules not wholly covered, with
+# their missed lines, and the total); it fails below the floor. Tracing slows the simulator's
+# tests nearly twofold, so it is a target of its own rather than part of `make test`. The
+# floor is that of the tests of core/ and policies/ alone (31 %): raise it to just below the
+# whole suite's figure once that is measured.
+COVERAGE_FLOOR ?= 30
+
+coverage: venv
+	$(BIN)/python -m pytest -n $(TEST_PROCESSES) --dist loadscope \
+		--cov=datasched --cov-report=term:skip-covered --cov-fail-under=$(COVERAGE_FLOOR)
+
 lint: venv
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/mypy src
+	$(BIN)/codespell
+	$(BIN)/shellcheck .ci/run .ci/wheel-smoke
 
 format: venv
 	$(BIN)/ruff format src tests benchmarks
@@ -62,4 +95,4 @@ reproduce-grid: venv
 	cp out/grid/figures/*.csv out/grid/figures/*.png docs/figures/grid/
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .coverage build dist

@@ -11,7 +11,8 @@ from types import ModuleType
 def load_script(path: Path, name: str) -> ModuleType:
     """The Python file at ``path``, executed as a module named ``name``."""
     spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -87,13 +87,19 @@ def test_text_writer_failing_midway_leaves_no_temporary(tmp_path: Path) -> None:
 def test_atomic_path_renames_on_success_and_removes_on_error(tmp_path: Path) -> None:
     path = tmp_path / "out.root"
     with atomic_path(path) as tmp:
-        assert tmp.parent == tmp_path and tmp.name != path.name
+        assert tmp.parent == tmp_path
+        assert tmp.name != path.name
         tmp.write_bytes(b"whole")
         assert not path.exists()
     assert path.read_bytes() == b"whole"
-    with pytest.raises(Boom), atomic_path(path) as tmp:
-        tmp.write_bytes(b"half")
-        raise Boom
+
+    def write_half() -> None:
+        with atomic_path(path) as tmp:
+            tmp.write_bytes(b"half")
+            raise Boom
+
+    with pytest.raises(Boom):
+        write_half()
     assert path.read_bytes() == b"whole"
     assert names(tmp_path) == ["out.root"]
 
@@ -126,7 +132,8 @@ def test_threads_writing_one_file_never_collide(tmp_path: Path) -> None:
         t.join()
     assert not errors
     lines = set(path.read_text().splitlines())
-    assert len(lines) == 1 and lines.pop().startswith("writer ")
+    assert len(lines) == 1
+    assert lines.pop().startswith("writer ")
     assert names(tmp_path) == ["index.json"]
 
 

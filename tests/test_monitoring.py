@@ -23,9 +23,12 @@ def test_live_rates_by_hand() -> None:
     live = LiveMonitor(window_s=10.0)
     for r in (row("a", "w1", 0, 5), row("a", "w1", 5, 10), row("b", "w2", 2, 12, 200)):
         live.add(r)
-    assert live.jobs() == ["a", "b"] and live.latest_s == 12
+    assert live.jobs() == ["a", "b"]
+    assert live.latest_s == 12
     a, b, both = live.rates("a"), live.rates("b"), live.rates()
-    assert a.events == 200 and b.events == 200 and both.events == 400
+    assert a.events == 200
+    assert b.events == 200
+    assert both.events == 400
     assert a.events_per_s == pytest.approx(16.0)  # 160 events in 10 s
     assert b.events_per_s == pytest.approx(20.0)
     assert both.events_per_s == pytest.approx(36.0)
@@ -35,7 +38,8 @@ def test_live_rates_by_hand() -> None:
     assert both.cpu_s == pytest.approx(1.5)
     # Later packets push the old ones out of the window; totals stay.
     live.add(row("b", "w2", 30, 40))
-    assert live.rates("a").events_per_s == 0 and live.rates("a").events == 200
+    assert live.rates("a").events_per_s == 0
+    assert live.rates("a").events == 200
     assert live.rates("b").events_per_s == pytest.approx(10.0)
 
 
@@ -58,7 +62,8 @@ def test_progress_tail_and_csv(tmp_path: Path) -> None:
     with path.open() as fh:
         got = list(csv.DictReader(fh))
     assert [g["run"] for g in got] == ["x"] * 3
-    assert float(got[2]["processing_s"]) == 20 and float(got[2]["events_per_s"]) == 10
+    assert float(got[2]["processing_s"]) == 20
+    assert float(got[2]["events_per_s"]) == 10
     empty = write_rows(tmp_path / "e.csv", [])
     assert empty.read_text().startswith("job,worker,node,file,events")
 
@@ -79,8 +84,11 @@ def test_runtime_packets_become_rows() -> None:
         [stat("n1", 10.0, "staged"), stat("n2", 11.0), stat("n1", 13.5, "peer")]
     )
     assert (first.events, first.start_s, first.end_s, first.latency_s) == (200, 10.0, 13.0, 0.0)
-    assert first.category == "local" and first.n_bytes == 5000 and first.cpu_s == 1.5
-    assert other.latency_s == 0.0 and second.category == "peer"
+    assert first.category == "local"
+    assert first.n_bytes == 5000
+    assert first.cpu_s == 1.5
+    assert other.latency_s == 0.0
+    assert second.category == "peer"
     assert second.latency_s == pytest.approx(0.5)
 
 
@@ -107,7 +115,9 @@ def test_the_live_view_draws_the_monitor_under_the_bars() -> None:
     for part in bars.get_renderables():
         console.print(part)
     text = console.export_text()
-    assert "all jobs" in text and "events/s" in text and "active workers" in text
+    assert "all jobs" in text
+    assert "events/s" in text
+    assert "active workers" in text
     rows = [line.split() for line in text.splitlines() if line.split()[:1] in (["a"], ["b"])]
     # a: 200 events over [0, 2] of the 3 s seen so far; b: 200 over [1, 3].
     assert [r[1] for r in rows if len(r) > 5] == ["200", "200"]

@@ -34,10 +34,13 @@ def test_breakdown_sums_gaps_head_tail_and_return() -> None:
     ]
     report = RunReport("p", 4.0, [], packets, scheduling_s=0.05, workers=["n1", "n2"])
     out = _module().breakdown(report)
-    assert out["packets"] == 3 and out["rows"] == 2
-    assert out["busy_s"] == 4.0 and out["cpu_s"] == 4.0
+    assert out["packets"] == 3
+    assert out["rows"] == 2
+    assert out["busy_s"] == 4.0
+    assert out["cpu_s"] == 4.0
     assert out["return_s"] == 0.3  # 0.1 + 0.2 + 0.0
-    assert out["gap_s"] == 0.2 and out["gap_median_ms"] == 200.0
+    assert out["gap_s"] == 0.2
+    assert out["gap_median_ms"] == 200.0
     assert out["head_s"] == 0.5
     assert out["tail_s"] == 3.0  # 1.0 (n1) + 2.0 (n2)
     assert out["master_s"] == 0.05

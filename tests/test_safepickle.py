@@ -81,7 +81,8 @@ def refused(data: bytes, *names: str) -> Refused:
     with pytest.raises(Refused) as info:
         loads(data)
     message = str(info.value)
-    assert "\n" not in message and "trust=True" in message, message
+    assert "\n" not in message, message
+    assert "trust=True" in message, message
     for name in names:
         assert name in message, message
     return info.value
@@ -119,7 +120,8 @@ def test_hist_histograms_of_every_axis_load_equal_and_still_fill(storage: str) -
     h = filled(made, **weight)
     for data in protocols(h, low=2):
         got = loads(data)
-        assert type(got) is hist.Hist and got == h
+        assert type(got) is hist.Hist
+        assert got == h
         assert [a.name for a in got.axes] == ["x", "v", "s", "i"]
         assert np.array_equal(got.values(flow=True), h.values(flow=True))
         got.fill(x=[1.0], v=[1.0], s=["a"], i=[1])  # its C++ state is whole
@@ -168,7 +170,8 @@ def test_boost_histograms_of_every_storage_and_axis_load_equal(storage: Any) -> 
     h.fill(*args, **sample)
     for data in protocols(h, low=2):
         got = loads(data)
-        assert got == h and got.axes[0].metadata == {"unit": "GeV"}
+        assert got == h
+        assert got.axes[0].metadata == {"unit": "GeV"}
     bits = [h.sum(), bh.accumulators.WeightedSum(1, 2), bh.accumulators.Mean(1, 2, 3), h.axes]
     assert loads(pickle.dumps(bits)) == bits
 
@@ -185,8 +188,10 @@ def test_histogram_views_axes_and_accumulators_load() -> None:
     }
     for data in protocols(parts, low=2):
         got = loads(data)
-        assert type(got["view"]) is type(h.view()) and np.array_equal(got["view"], h.view())
-        assert got["axes"] == parts["axes"] and got["edges"][0].tolist() == [0, 1 / 3, 2 / 3, 1]
+        assert type(got["view"]) is type(h.view())
+        assert np.array_equal(got["view"], h.view())
+        assert got["axes"] == parts["axes"]
+        assert got["edges"][0].tolist() == [0, 1 / 3, 2 / 3, 1]
 
 
 def test_awkward_arrays_records_jagged_strings_options_unions_load_equal() -> None:
@@ -249,9 +254,12 @@ def test_numpy_object_arrays_and_scalars_load_through_the_same_checks(tmp_path: 
     scalars += [np.str_("a"), np.datetime64("2020-01-01"), np.float64, np.int32]
     for data in protocols([objects, scalars, np.array(3.0), np.arange(10**5)]):
         o, s, zero_d, big = loads(data)
-        assert o.dtype == object and list(o) == list(objects)
-        assert s == scalars and [type(x) for x in s] == [type(x) for x in scalars]
-        assert zero_d.shape == () and np.array_equal(big, np.arange(10**5))
+        assert o.dtype == object
+        assert list(o) == list(objects)
+        assert s == scalars
+        assert [type(x) for x in s] == [type(x) for x in scalars]
+        assert zero_d.shape == ()
+        assert np.array_equal(big, np.arange(10**5))
     hostile = np.array([RunsShell(tmp_path / "ran")], dtype=object)
     refused(pickle.dumps(hostile), "posix.system")
     assert not (tmp_path / "ran").exists()
@@ -262,7 +270,8 @@ def test_numpy_1_names_load_as_numpy_2_names() -> None:
     old = data.replace(b"numpy._core", b"numpy.core")
     assert old != data or b"numpy.core" in data
     got = loads(old)
-    assert np.array_equal(got[0], np.arange(3.0)) and got[1] == 2.0
+    assert np.array_equal(got[0], np.arange(3.0))
+    assert got[1] == 2.0
 
 
 def test_containers_numbers_and_collections_load_equal() -> None:
@@ -278,7 +287,8 @@ def test_containers_numbers_and_collections_load_equal() -> None:
     }
     for data in protocols(value):
         got = loads(data)
-        assert got == value and type(got["collections"][1]) is collections.defaultdict
+        assert got == value
+        assert type(got["collections"][1]) is collections.defaultdict
         assert got["collections"][1]["new"] == []  # its default factory came along
 
 
@@ -295,9 +305,13 @@ def test_coffea_accumulators_load_equal() -> None:
     )
     for data in protocols(acc):
         got = loads(data)
-        assert type(got) is processor.dict_accumulator and got["n"] == {"a": 2}
-        assert got["n"]["new"] == 0 and got["v"].value == 1.5 and got["l"] == [1, 2]
-        assert np.array_equal(got["c"].value, np.arange(3.0)) and got["s"] == {"f1"}
+        assert type(got) is processor.dict_accumulator
+        assert got["n"] == {"a": 2}
+        assert got["n"]["new"] == 0
+        assert got["v"].value == 1.5
+        assert got["l"] == [1, 2]
+        assert np.array_equal(got["c"].value, np.arange(3.0))
+        assert got["s"] == {"f1"}
 
 
 def test_datasched_results_load_as_datasched_writes_them(tmp_path: Path) -> None:
@@ -390,7 +404,7 @@ GADGETS = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize("module,name", GADGETS, ids=lambda x: x)
+@pytest.mark.parametrize(("module", "name"), GADGETS, ids=lambda x: x)
 @pytest.mark.parametrize("proto", [0, 4])
 def test_a_global_off_the_list_is_refused_by_name(
     module: str, name: str, proto: int, tmp_path: Path
@@ -398,7 +412,8 @@ def test_a_global_off_the_list_is_refused_by_name(
     marker = tmp_path / "ran"
     code = f"open({str(marker)!r}, 'w').close()"
     exc = refused(global_call(module, name, code, proto=proto), f"{module}.{name}")
-    assert exc.name == f"{module}.{name}" and not marker.exists()
+    assert exc.name == f"{module}.{name}"
+    assert not marker.exists()
 
 
 def test_a_hand_written_protocol_0_eval_is_refused(tmp_path: Path) -> None:
@@ -567,7 +582,8 @@ def test_load_reads_a_path_or_an_open_file(tmp_path: Path) -> None:
 
 def test_the_allow_list_names_no_module_prefix_and_no_dangerous_builtin() -> None:
     names = safepickle.allowed_names()
-    assert "builtins.dict" in names and "numpy._core.multiarray._reconstruct" in names
+    assert "builtins.dict" in names
+    assert "numpy._core.multiarray._reconstruct" in names
     assert "numpy.core.multiarray._reconstruct" in names
     for bad in ("builtins.eval", "builtins.getattr", "builtins.__import__", "numpy.load"):
         assert bad not in names

@@ -52,7 +52,8 @@ def test_a_confinement_names_what_is_wrong_with_it() -> None:
         with pytest.raises(ValueError, match=field):
             Confinement(**kw)  # type: ignore[arg-type]
     limits = Confinement(cpu_s=10.2).rlimits()
-    assert limits["RLIMIT_CPU"] == 11 and limits["RLIMIT_NPROC"] == 256
+    assert limits["RLIMIT_CPU"] == 11
+    assert limits["RLIMIT_NPROC"] == 256
     assert "RLIMIT_NPROC" not in Confinement(bwrap=False).rlimits()  # the account's, not the job's
 
 
@@ -121,11 +122,14 @@ def test_a_child_runs_packets_and_its_results_stay_bytes(tmp_path: Path) -> None
                 str(DATA), url="HZZ", tree=TREE, start=start, stop=stop, read={}, timeout_s=120
             )
         assert isinstance(blob, bytes)
-        assert 0 <= stats["bytes_read"] <= DATA.stat().st_size and stats["cpu_s"] >= 0
+        assert 0 <= stats["bytes_read"] <= DATA.stat().st_size
+        assert stats["cpu_s"] >= 0
         blobs.append(blob)
-    assert pool.started == 1 and len(pool) == 1  # the second packet found it loaded
+    assert pool.started == 1
+    assert len(pool) == 1  # the second packet found it loaded
     results = [pickle.loads(b) for b in blobs]  # the test's own code: trusted here
-    assert [r["n"] for r in results] == [1000, 1421] and results[0]["tags"] == {"x"}
+    assert [r["n"] for r in results] == [1000, 1421]
+    assert results[0]["tags"] == {"x"}
     assert os.getpid() not in results[0]["pids"]
     with pool.borrow(conf, code) as child:
         merged = pickle.loads(child.merge(blobs, final=True, timeout_s=60))
@@ -140,7 +144,8 @@ def test_a_processors_errors_come_back_with_the_users_traceback(tmp_path: Path) 
     pool = ChildPool()
     with pytest.raises(ChildFailed) as err, pool.borrow(conf, raising) as child:
         child.packet(str(DATA), url="HZZ", tree=TREE, start=0, stop=10, read={}, timeout_s=60)
-    assert err.value.kind == "processor" and "ZeroDivisionError" in err.value.message
+    assert err.value.kind == "processor"
+    assert "ZeroDivisionError" in err.value.message
     assert 'proc.py", line 3' in err.value.traceback
     # A tree the file does not hold is the data's fault.
     with pytest.raises(ChildFailed) as err, pool.borrow(conf, _code(tmp_path, COUNTING)) as child:
@@ -153,15 +158,18 @@ def test_the_daemons_check_loads_a_processor_in_a_sandbox(tmp_path: Path) -> Non
     conf = confinement()
     assert check_code(conf, _code(tmp_path, COUNTING, '{"tag": "y"}'), timeout_s=60) is None
     failed = check_code(conf, _code(tmp_path, COUNTING, '{"colour": 1}'), timeout_s=60)
-    assert failed is not None and "colour" in failed.message
+    assert failed is not None
+    assert "colour" in failed.message
     marker = tmp_path / "marker"
     body = f"open({str(marker)!r}, 'w').write('ran')\nclass P:\n    pass\n"
     failed = check_code(conf, _code(tmp_path, body, name="body.py"), timeout_s=60)
-    assert failed is not None and "FileNotFoundError" in failed.message  # ran, but boxed
+    assert failed is not None
+    assert "FileNotFoundError" in failed.message  # ran, but boxed
     assert not marker.exists()
     hang = "import time\ntime.sleep(60)\nclass P:\n    pass\n"
     failed = check_code(conf, _code(tmp_path, hang, name="hang.py"), timeout_s=2)
-    assert failed is not None and "wall time limit" in failed.message  # stopped, not waited
+    assert failed is not None
+    assert "wall time limit" in failed.message  # stopped, not waited
 
 
 def test_a_childs_wall_time_and_cpu_budget_kill_it(tmp_path: Path) -> None:
@@ -179,7 +187,8 @@ def test_a_childs_wall_time_and_cpu_budget_kill_it(tmp_path: Path) -> None:
                 read={},
                 **{"timeout_s": 60, **kw},
             )
-        assert child.broken and child.proc is None  # killed, its sandbox gone
+        assert child.broken
+        assert child.proc is None  # killed, its sandbox gone
     assert len(pool) == 0  # a killed child is not kept
     pool.close()
 
@@ -188,7 +197,7 @@ def test_a_command_runs_once_confined_with_its_output_handed_over(tmp_path: Path
     conf = confinement(wall_s=3)
     scratch = make_scratch(conf)
     out = tmp_path / "out.txt"
-    with open(out, "wb") as fh:
+    with out.open("wb") as fh:
         ended = run_confined(
             conf,
             Layout(scratch, env={"JOBID": "r_0"}),
@@ -200,11 +209,12 @@ def test_a_command_runs_once_confined_with_its_output_handed_over(tmp_path: Path
         )
     assert ended.exit_code == 0, out.read_text()
     assert out.read_text().split() == ["r_0", "/scratch", "unseen"]
-    with open(out, "wb") as fh:
+    with out.open("wb") as fh:
         ended = run_confined(
             conf, Layout(scratch), ["sleep", "30"], stdin=0, stdout=fh, stderr=fh, timeout_s=1
         )
-    assert ended.exit_code != 0 and "wall time limit" in ended.reason
+    assert ended.exit_code != 0
+    assert "wall time limit" in ended.reason
     assert selftest(conf) is None
 
 

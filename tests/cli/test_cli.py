@@ -51,7 +51,8 @@ def test_sim_json_is_one_object_with_every_key() -> None:
     data = json.loads(result.stdout)
     assert set(data) >= SIM_KEYS
     assert data["policy"] == "cache-splitting"
-    assert data["n_nodes"] == 10 and data["pipeline"] == "none"
+    assert data["n_nodes"] == 10
+    assert data["pipeline"] == "none"
     assert data["jobs_measured"] > 0
 
 
@@ -59,7 +60,8 @@ def test_sim_table_is_in_human_units() -> None:
     result = runner.invoke(app, ["sim", "--policy", "cache-splitting", "--jobs", "60"])
     assert result.exit_code == 0, result.output
     text = result.stdout
-    assert "mean wait" in text and " h " in text  # hours
+    assert "mean wait" in text
+    assert " h " in text  # hours
     assert "%" in text  # ratios
     assert " TB " in text or " GB " in text  # bytes from tertiary storage
     assert "{" not in text
@@ -118,7 +120,8 @@ def test_sweep_writes_csv_and_png(tmp_path: Path) -> None:
         ("cache-splitting", "100.0"),
     }
     png = (out / "sweep.png").read_bytes()
-    assert png[:8] == PNG_MAGIC and len(png) > 10_000
+    assert png[:8] == PNG_MAGIC
+    assert len(png) > 10_000
     assert sorted(p.name for p in out.iterdir()) == ["sweep.csv", "sweep.png"]
     assert [p.name for p in (tmp_path / "new").iterdir()] == ["sweep"]  # no temporary left
     assert str(out / "sweep.png") in result.stdout.replace("\n", "")
@@ -251,12 +254,14 @@ def test_max_load_json(tmp_path: Path) -> None:
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
-    assert isinstance(data["max_load_jobs_per_h"], float) and data["max_load_jobs_per_h"] > 0
-    assert data["policy"] == "farm" and data["n_nodes"] == 2 and data["n_jobs"] == 40
+    assert isinstance(data["max_load_jobs_per_h"], float)
+    assert data["max_load_jobs_per_h"] > 0
+    assert data["policy"] == "farm"
+    assert data["n_nodes"] == 2
+    assert data["n_jobs"] == 40
     assert {"cache_gb", "pipeline", "seed", "warmup_fraction", "min_subjob_events"} <= set(data)
-    assert data["probes"] and all(
-        set(p) == {"load_jobs_per_h", "n_jobs", "overloaded"} for p in data["probes"]
-    )
+    assert data["probes"]
+    assert all(set(p) == {"load_jobs_per_h", "n_jobs", "overloaded"} for p in data["probes"])
     # The bracket: the answer is the highest load sustained, below the lowest overloaded,
     # and a run of confirm_factor times the jobs judged it.
     assert data["highest_sustained_jobs_per_h"] == data["max_load_jobs_per_h"]
@@ -281,9 +286,12 @@ def test_max_load_confirm_factor_one_runs_no_longer_probe() -> None:
 def test_max_load_prints_its_probes_on_stderr() -> None:
     result = runner.invoke(app, ["max-load", "--jobs", "40", "--nodes", "2"])
     assert result.exit_code == 0, result.output
-    assert "probe" in result.stderr and "jobs/h" in result.stderr
-    assert "maximal sustainable load" in result.stdout and "probe" not in result.stdout
-    assert "highest sustained" in result.stdout and "lowest overloaded" in result.stdout
+    assert "probe" in result.stderr
+    assert "jobs/h" in result.stderr
+    assert "maximal sustainable load" in result.stdout
+    assert "probe" not in result.stdout
+    assert "highest sustained" in result.stdout
+    assert "lowest overloaded" in result.stdout
 
 
 def test_scale_json() -> None:
@@ -302,7 +310,8 @@ def test_trace_round_trip(tmp_path: Path) -> None:
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     result = runner.invoke(app, ["trace", "show", str(path)])
-    assert result.exit_code == 0 and "50 jobs" in result.stdout
+    assert result.exit_code == 0
+    assert "50 jobs" in result.stdout
     result = runner.invoke(app, ["sim", "--trace", str(path), "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
@@ -397,7 +406,8 @@ def test_an_output_directory_that_is_a_file_is_refused(tmp_path: Path) -> None:
     args = ["sweep", "--policies", "farm", "--loads", "0.5", "--jobs", "40", "--out", str(target)]
     result = runner.invoke(app, args)
     assert result.exit_code == 2
-    assert result.stderr.startswith("error: --out: ") and "not a directory" in result.stderr
+    assert result.stderr.startswith("error: --out: ")
+    assert "not a directory" in result.stderr
     assert target.read_text() == "not a directory\n"
 
 
@@ -428,7 +438,8 @@ def test_help_explains(command: list[str]) -> None:
     assert result.exit_code == 0
     assert len(result.stdout) > 200
     if command in (["sim"], ["max-load"], ["sweep"]):
-        assert "GB" in result.stdout and "default" in result.stdout.lower()
+        assert "GB" in result.stdout
+        assert "default" in result.stdout.lower()
 
 
 @pytest.mark.slow
@@ -459,7 +470,8 @@ def test_demo_rejects_bad_policy_settings_before_starting(
     assert result.exit_code == 2
     assert message in result.output
     assert "Traceback" not in result.output
-    assert not data.exists() and not out.exists()
+    assert not data.exists()
+    assert not out.exists()
 
 
 # -- options built from the policies' declarations -----------------------------------------
@@ -494,8 +506,10 @@ def test_every_declared_parameter_has_its_option_and_its_json() -> None:
             if p.option:
                 assert p.flag in help_text, p.flag
     fairness = {p["name"]: p for p in described["out-of-order"]["params"]}["fairness_h"]
-    assert fairness["type"] == "float" and fairness["default"] == 48.0
-    assert fairness["minimum"] == 0.0 and fairness["minimum_exclusive"] is True
+    assert fairness["type"] == "float"
+    assert fairness["default"] == 48.0
+    assert fairness["minimum"] == 0.0
+    assert fairness["minimum_exclusive"] is True
 
 
 def test_slots_files_and_faults_reach_the_simulation() -> None:
@@ -504,7 +518,8 @@ def test_slots_files_and_faults_reach_the_simulation() -> None:
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
-    assert data["n_slots"] == 20 and data["file_gb"] == 5.0
+    assert data["n_slots"] == 20
+    assert data["file_gb"] == 5.0
     assert data["node_failures"] > 0
     assert data["jobs_completed"] == 200
     assert data["events_processed"] == data["events_submitted"] > 0

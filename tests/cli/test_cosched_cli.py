@@ -92,8 +92,10 @@ def test_not_json_and_bad_network_are_one_line(tmp_path: Path) -> None:
     path = tmp_path / "broken.json"
     path.write_text("{not json")
     result = runner.invoke(app, ["cosched", "solve", str(path)])
-    assert result.exit_code == 2 and result.stderr.startswith("error: ")
-    assert "not JSON" in result.stderr and len(result.stderr.splitlines()) == 1
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: ")
+    assert "not JSON" in result.stderr
+    assert len(result.stderr.splitlines()) == 1
     ok = write(tmp_path, example())
     result = runner.invoke(app, ["cosched", "solve", str(ok), "--network", "dense"])
     assert result.exit_code == 2
@@ -115,7 +117,8 @@ def test_reproduce_romosan_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     for claim in data["claims"]:
         assert {"key", "paper", "ours", "agrees"} <= set(claim)
         assert isinstance(claim["agrees"], bool)
-    assert Path(data["report"]) == out / "report.md" and (out / "claims.csv").exists()
+    assert Path(data["report"]) == out / "report.md"
+    assert (out / "claims.csv").exists()
     for png in data["figures"]:
         assert Path(png).read_bytes()[:8] == PNG_MAGIC
         assert Path(png).with_suffix(".csv").exists()

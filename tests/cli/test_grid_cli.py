@@ -77,7 +77,8 @@ def test_reproduce_grid_full(tmp_path: Path) -> None:
 def test_reproduce_grid_explains_itself() -> None:
     result = runner.invoke(app, ["reproduce", "grid", "--help"])
     assert result.exit_code == 0
-    assert "--quick" in result.output and "ranganathan-foster" in result.output
+    assert "--quick" in result.output
+    assert "ranganathan-foster" in result.output
     assert "--local" in result.output
 
 
@@ -86,8 +87,10 @@ def test_reproduce_grid_refuses_an_unknown_local_scheduler(tmp_path: Path) -> No
     args = ["reproduce", "grid", "--quick", "--local", "lifo", "--out", str(out)]
     result = runner.invoke(app, args)
     assert result.exit_code == 2
-    assert "--local" in result.output and "'lifo'" in result.output
-    assert "fifo" in result.output and "data-ready" in result.output
+    assert "--local" in result.output
+    assert "'lifo'" in result.output
+    assert "fifo" in result.output
+    assert "data-ready" in result.output
     assert not out.exists()
 
 

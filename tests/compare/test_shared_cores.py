@@ -19,7 +19,8 @@ def test_four_workers_on_two_cores_each_get_half_a_core() -> None:
     scaled = shared_cores(_measured(0.01), workers=4, cores=2)
     assert scaled.cost.cpu_s_per_event == pytest.approx(0.02)
     assert scaled.core_share == 0.5
-    assert scaled.measured and scaled.tertiary_bytes_per_s == 0.25e6
+    assert scaled.measured
+    assert scaled.tertiary_bytes_per_s == 0.25e6
 
 
 def test_scaling_a_scaled_calibration_leaves_it_as_it_is() -> None:

@@ -76,7 +76,9 @@ def test_fetch_in_flight_inserts_only_what_was_read() -> None:
 def test_zero_capacity_caches_nothing() -> None:
     cache = RangeCache(0)
     added, evicted = cache.insert(r(0, 10), stamp=0.0)
-    assert not added and not evicted and not cache.content
+    assert not added
+    assert not evicted
+    assert not cache.content
 
 
 ops = st.lists(
@@ -207,7 +209,8 @@ def test_directory_agrees_with_per_node_contents(
     segments = directory.holders(start, start + size)
     bounds = [start] + [b for _, b, _ in segments]
     assert [(a, b) for a, b, _ in segments] == list(pairwise(bounds))
-    assert bounds[-1] == start + size and all(a < b for a, b, _ in segments)
+    assert bounds[-1] == start + size
+    assert all(a < b for a, b, _ in segments)
     for a, b, holders in segments:
         for node in range(4):
             assert (node in holders) == r(a, b).issubset(truth[node])

@@ -31,7 +31,8 @@ def three_files() -> DataSpace:
 def test_files_are_laid_end_to_end_and_found_by_event() -> None:
     space = three_files()
     assert [(f.start, f.stop) for f in space.files] == [(0, 100), (100, 150), (150, 350)]
-    assert space.n_events == 350 and space.n_bytes == 4000
+    assert space.n_events == 350
+    assert space.n_bytes == 4000
     assert [space.file_at(e) for e in (0, 99, 100, 149, 150, 349)] == [0, 0, 1, 1, 2, 2]
     with pytest.raises(IndexError):
         space.file_at(350)
@@ -56,12 +57,14 @@ def test_a_file_named_twice_keeps_its_events() -> None:
     space = three_files()
     again = space.add_dataset("e", [FileSpec("b", 50, 1000), FileSpec("z", 10, 10)])
     assert again.files == (1, 3)
-    assert space.files[3].start == 350 and space.n_events == 360
+    assert space.files[3].start == 350
+    assert space.n_events == 360
 
 
 def test_uniform_space_is_range_grained_unless_cut_into_files() -> None:
     whole = DataSpace.uniform(1000, 600e3)
-    assert whole.grain is CacheGrain.RANGE and whole.boundaries == []
+    assert whole.grain is CacheGrain.RANGE
+    assert whole.boundaries == []
     assert whole.uniform_bytes_per_event == 600e3
     cut = DataSpace.uniform(1000, 600e3, file_events=300)
     assert cut.grain is CacheGrain.FILE
@@ -88,28 +91,35 @@ def test_file_cache_holds_pins_and_evicts_whole_files() -> None:
     space = three_files()
     cache = FileCache(space, 3000)
     added, evicted = cache.insert(r(10, 20), stamp=1.0)  # touches file a only
-    assert added == r(0, 100) and not evicted and cache.used_bytes == 1000
+    assert added == r(0, 100)
+    assert not evicted
+    assert cache.used_bytes == 1000
     cache.insert(r(100, 101), stamp=2.0)  # file b
     assert cache.content == r(0, 150)
     token = cache.pin(r(0, 1))  # file a may not go
     added, evicted = cache.insert(r(200, 210), stamp=3.0)  # file c: 2000 B, 1000 B short
-    assert added == r(150, 350) and evicted == r(100, 150)  # b, the only unpinned one
+    assert added == r(150, 350)
+    assert evicted == r(100, 150)  # b, the only unpinned one
     cache.unpin(token)
     cache.touch(r(0, 5), stamp=4.0)  # a is now the most recent
     assert cache.partition(r(90, 160)) == (r(90, 100) | r(150, 160), r(100, 150))
     gone = cache.evict(r(160, 161))
-    assert gone == r(150, 350) and cache.used_bytes == 1000
-    assert cache.clear() == r(0, 100) and cache.used_bytes == 0
+    assert gone == r(150, 350)
+    assert cache.used_bytes == 1000
+    assert cache.clear() == r(0, 100)
+    assert cache.used_bytes == 0
 
 
 def test_file_cache_never_holds_more_than_fits() -> None:
     space = three_files()
     cache = FileCache(space, 1500)
     added, _ = cache.insert(r(0, 350), stamp=1.0)  # a (1000 B) fits, then b does not, c not
-    assert added == r(0, 100) and cache.used_bytes <= 1500
+    assert added == r(0, 100)
+    assert cache.used_bytes <= 1500
     fetch = cache.begin_fetch(r(120, 121))
     added, evicted = cache.end_fetch(fetch, r(120, 121), stamp=2.0)
-    assert added == r(100, 150) and evicted == r(0, 100)
+    assert added == r(100, 150)
+    assert evicted == r(0, 100)
 
 
 @given(

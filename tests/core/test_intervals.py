@@ -30,7 +30,8 @@ def check_invariant(s: IntervalSet) -> None:
     """Sorted, disjoint, non-adjacent, non-empty ranges; cached length and views agree."""
     ranges = s.ranges
     for a, b in ranges:
-        assert type(a) is int and type(b) is int
+        assert type(a) is int
+        assert type(b) is int
         assert a < b
     for (_, b0), (a1, _) in itertools.pairwise(ranges):
         assert b0 < a1, f"ranges not sorted, disjoint and non-adjacent: {ranges}"
@@ -110,11 +111,16 @@ def test_reading_properties() -> None:
     assert s.ranges == ((0, 10), (20, 30))
     assert list(s) == [(0, 10), (20, 30)]
     assert (s.start, s.stop) == (0, 30)
-    assert s and not s.is_empty
+    assert s
+    assert not s.is_empty
     assert not hasattr(s, "__len__"), "len() would be ambiguous: events or ranges?"
     e = IntervalSet.empty()
-    assert e.length == 0 and e.n_ranges == 0 and e.ranges == () and list(e) == []
-    assert not e and e.is_empty
+    assert e.length == 0
+    assert e.n_ranges == 0
+    assert e.ranges == ()
+    assert list(e) == []
+    assert not e
+    assert e.is_empty
 
 
 def test_start_stop_of_empty_raise() -> None:
@@ -237,7 +243,8 @@ def test_binary_operations_fragmented_against_a_dozen_ranges(
 def test_overlaps_and_issubset_examples() -> None:
     comb = IntervalSet([(0, 2), (4, 6), (8, 10)])
     gaps = IntervalSet([(2, 4), (6, 8)])
-    assert not comb.overlaps(gaps) and not gaps.overlaps(comb)
+    assert not comb.overlaps(gaps)
+    assert not gaps.overlaps(comb)
     assert comb.overlaps(IntervalSet([(3, 5)]))
     assert not comb.overlaps(IntervalSet.empty())
     assert IntervalSet([(4, 6), (9, 10)]).issubset(comb)
@@ -255,7 +262,9 @@ def test_chained_operations_leave_operands_intact(
     ea, eb, ec = events(a), events(b), events(c)
     assert events((a | b) - c) == (ea | eb) - ec
     assert events((a - b) | (b & c)) == (ea - eb) | (eb & ec)
-    assert events(a) == ea and events(b) == eb and events(c) == ec
+    assert events(a) == ea
+    assert events(b) == eb
+    assert events(c) == ec
 
 
 @given(interval_sets(MAX_EVENT), st.integers(-5, MAX_EVENT + 5), st.integers(-5, MAX_EVENT + 5))

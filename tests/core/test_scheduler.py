@@ -81,7 +81,8 @@ def test_every_event_processed_exactly_once(
         assert union == job.data, f"job {job.job_id}: events lost"
     assert all(r.end_s >= r.first_start_s >= r.submit_s for r in run.jobs)
     assert engine.scheduler.completed == len(jobs)
-    assert not engine.scheduler.jobs and not engine.scheduler.running
+    assert not engine.scheduler.jobs
+    assert not engine.scheduler.running
     assert sorted(engine.scheduler.idle_slots) == list(range(nodes * slots))
     # Caches never exceed their capacity and the master's directory matches them.
     for node, cache in enumerate(engine.caches):
@@ -202,14 +203,17 @@ def starts(actions: list[object]) -> list[Start]:
 def test_farm_queues_when_all_nodes_are_busy() -> None:
     s = scheduler("farm", 1)
     (first,) = starts(s.handle(JobArrived(0.0, job(0, 0.0, 0, 100))))
-    assert first.slot == 0 and first.subjob.data == IntervalSet.range(0, 100)
+    assert first.slot == 0
+    assert first.subjob.data == IntervalSet.range(0, 100)
     assert not first.cache_fill
     assert s.handle(JobArrived(1.0, job(1, 1.0, 50, 60))) == []
     assert list(s.job_queue) == [1]
     actions = s.handle(SubjobFinished(80.0, first.subjob.subjob_id, 0))
-    assert isinstance(actions[0], JobCompleted) and actions[0].job_id == 0
+    assert isinstance(actions[0], JobCompleted)
+    assert actions[0].job_id == 0
     (second,) = starts(actions)
-    assert second.subjob.job_id == 1 and second.slot == 0
+    assert second.subjob.job_id == 1
+    assert second.slot == 0
 
 
 def test_splitting_spreads_a_job_over_idle_nodes_in_equal_parts() -> None:
@@ -243,23 +247,28 @@ def test_splitting_table1_scenario() -> None:
     # The engine stopped it after 10 events (0.8 s each).
     remaining = a0.subjob.data - a0.subjob.data.head(10)[0]
     (newcomer,) = starts(s.handle(SubjobStopped(8.0, pre.subjob_id, 0, remaining)))
-    assert newcomer.slot == 0 and newcomer.subjob.job_id == 1
+    assert newcomer.slot == 0
+    assert newcomer.subjob.job_id == 1
     assert s.jobs[0].suspended[0].data == remaining
     # The newcomer ends: job 0's suspended part resumes on the freed node.
     actions = s.handle(SubjobFinished(88.0, newcomer.subjob.subjob_id, 0))
     assert [a.job_id for a in actions if isinstance(a, JobCompleted)] == [1]
     (resumed,) = starts(actions)
-    assert resumed.subjob.data == remaining and resumed.slot == 0
+    assert resumed.subjob.data == remaining
+    assert resumed.slot == 0
     # Node 1 ends its half; nothing waits, so the largest running subjob is split.
     actions = s.handle(SubjobFinished(400.0, a1.subjob.subjob_id, 1))
     (shrink,) = [a for a in actions if isinstance(a, Shrink)]
-    assert shrink.slot == 0 and shrink.subjob_id == resumed.subjob.subjob_id
+    assert shrink.slot == 0
+    assert shrink.subjob_id == resumed.subjob.subjob_id
     rest = remaining - remaining.head(390)[0]  # 312 s at 0.8 s per event
     # The running subjob keeps the first half of what is left and goes on; no restart.
     _, give = rest.head(50)
     assert shrink.release == give
     (moved,) = starts(s.handle(SubjobShrunk(400.0, shrink.subjob_id, 0, give)))
-    assert moved.slot == 1 and moved.subjob.data == give and moved.subjob.preemptible
+    assert moved.slot == 1
+    assert moved.subjob.data == give
+    assert moved.subjob.preemptible
     assert s.running[0].subjob.data == remaining - give
     assert s.running[0].subjob.subjob_id == resumed.subjob.subjob_id
     # Both halves end together: 100 events at 0.8 s, 50 each.
@@ -314,8 +323,10 @@ def test_cuts_snap_to_near_boundaries_only() -> None:
     # Whole-file caches: files start at 0, 30, 110 and 200.
     sched = scheduler("splitting", 2, min_subjob=10, data=file_space([30, 80, 90]))
     head, rest = sched.cut(data, 55)
-    assert head == IntervalSet([(0, 50), (100, 110)]) and head | rest == data  # 60 events
+    assert head == IntervalSet([(0, 50), (100, 110)])  # 60 events
+    assert head | rest == data
     # The nearest boundary (30) is 10 events away, more than half the smaller part (15 / 2).
     assert sched.cut(data, 15)[0].length == 15
     parts = sched.split_even(data, 2)
-    assert [p.length for p in parts] == [60, 40] and parts[0] | parts[1] == data
+    assert [p.length for p in parts] == [60, 40]
+    assert parts[0] | parts[1] == data

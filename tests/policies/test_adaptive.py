@@ -111,8 +111,10 @@ def test_the_shipped_map_comes_with_the_policy_in_every_engine(tmp_path) -> None
     assert policy.performance_map == default_map()
     # "none" turns it off; a file replaces it.
     off = build_policy_from_text("adaptive-delay", {"performance_map": "none"})
-    assert isinstance(off, AdaptiveDelay) and off.performance_map is None
+    assert isinstance(off, AdaptiveDelay)
+    assert off.performance_map is None
     path = tmp_path / "map.json"
     save_map(MAP, path)
     mine = build_policy_from_text("adaptive-delay", {"performance_map": str(path)})
-    assert isinstance(mine, AdaptiveDelay) and mine.performance_map == MAP
+    assert isinstance(mine, AdaptiveDelay)
+    assert mine.performance_map == MAP

@@ -129,7 +129,8 @@ def test_one_transfer_a_file_and_server_and_copies_from_where_it_goes(policy: st
     moves = engine.moves()
     assert [type(m).__name__ for m in moves] == ["Fetch", "Replicate"], moves
     fetch, copy = moves
-    assert isinstance(copy, Replicate) and copy.source == fetch.node != copy.node
+    assert isinstance(copy, Replicate)
+    assert copy.source == fetch.node != copy.node
     (copied,) = [t for t, a in engine.actions if isinstance(a, Replicate)]
     assert copied > 0  # once the remote copy had landed
 
@@ -146,7 +147,8 @@ def test_a_cached_file_is_copied_from_its_holder(policy: str) -> None:
     moves = engine.moves()
     (fetched,) = [m for m in moves if isinstance(m, Fetch) and m.data == files(1)]
     (copy,) = [m for m in moves if isinstance(m, Replicate)]
-    assert copy.data == files(1) and copy.source == fetched.node != copy.node
+    assert copy.data == files(1)
+    assert copy.source == fetched.node != copy.node
 
 
 def test_fifo_roundrobin_takes_servers_in_turn() -> None:

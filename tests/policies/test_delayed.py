@@ -25,7 +25,8 @@ def test_stripe_points_drop_short_and_cut_long_stripes() -> None:
 @given(st.lists(st.integers(0, 10_000), min_size=2, max_size=30), st.integers(1, 3000))
 def test_stripe_points_bound_every_stripe(points: list[int], stripe: int) -> None:
     out = stripe_points(points, stripe)
-    assert out[0] == min(points) and out[-1] == max(points)
+    assert out[0] == min(points)
+    assert out[-1] == max(points)
     assert out == sorted(set(out))
     for a, b in itertools.pairwise(out):
         assert b - a <= stripe

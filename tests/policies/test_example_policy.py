@@ -57,5 +57,6 @@ def test_the_example_registers_and_builds_from_its_declaration(
     monkeypatch.setattr(registry, "_registry", dict(registry.available()))
     registry.register(cls)
     policy = registry.build_policy_from_text("most-cached", {"cache_fill": "false"})
-    assert isinstance(policy, cls) and not policy.reads.cache_fill
+    assert isinstance(policy, cls)
+    assert not policy.reads.cache_fill
     assert registry.describe("most-cached")["params"][0]["name"] == "cache_fill"

@@ -44,7 +44,9 @@ def test_levels_and_nice_values_by_hand() -> None:
     assert [nice_value(v) for v in levels.values()] == [-20, 10]
     assert priority_levels({"x": 1.0, "y": 1.0}) == {"x": 40, "y": 40}
     assert priority_levels({"a": 1.0, "b": 0.5}, 1, 20) == {"a": 20, "b": 10}
-    assert clipped(1 / 50, 1.0) and not clipped(1 / 39, 1.0) and not clipped(1.0, 1.0)
+    assert clipped(1 / 50, 1.0)
+    assert not clipped(1 / 39, 1.0)
+    assert not clipped(1.0, 1.0)
 
 
 def test_workers_for_a_query_by_hand() -> None:
@@ -60,7 +62,8 @@ def test_cpu_weights_of_the_two_kernels() -> None:
     """The paper's Linux: 5 ms x (20 - nice) a slice from nice 0 up, 20 ms x (20 - nice)
     below; today's: 1024 / 1.25 ** nice."""
     assert [cpu_weight(n) for n in (19, 10, 0, -1, -20)] == [5.0, 50.0, 100.0, 420.0, 800.0]
-    assert cpu_weight(0, "cfs") == 1024.0 and cpu_weight(1, "cfs") == pytest.approx(819.2)
+    assert cpu_weight(0, "cfs") == 1024.0
+    assert cpu_weight(1, "cfs") == pytest.approx(819.2)
     assert cpu_weight(-2, "cfs") == pytest.approx(1600.0)
 
 
@@ -181,7 +184,8 @@ def test_the_central_scheduler_gives_a_query_n_workers() -> None:
     assert run.packets is not None
     slots = [{p.slot for p in run.packets if p.job_id == j} for j in range(2)]
     assert [len(s) for s in slots] == [5, 2]
-    assert not slots[0] & slots[1] and math.isfinite(run.end_s)
+    assert not slots[0] & slots[1]
+    assert math.isfinite(run.end_s)
 
 
 def test_the_nice_value_a_packet_runs_at_by_hand() -> None:

@@ -139,7 +139,9 @@ def test_an_empty_batch_has_no_flow() -> None:
         batch.has_copy,
     )
     result = solve(none_free)
-    assert result.total_flow == 0 and len(result.units) == 0 and result.objective == 0.0
+    assert result.total_flow == 0
+    assert len(result.units) == 0
+    assert result.objective == 0.0
 
 
 def paper_example() -> dict[str, Any]:
@@ -171,7 +173,8 @@ def test_the_papers_worked_example() -> None:
     assert result["total_flow"] == 8
     assert result["objective"] == pytest.approx(10.0)
     flow = {(f, s): u for f, s, u in result["flow"]}
-    assert flow[("f1", "s1")] == 5 and ("f1", "s2") not in flow
+    assert flow[("f1", "s1")] == 5
+    assert ("f1", "s2") not in flow
     assert flow.get(("f2", "s1"), 0) + flow.get(("f2", "s2"), 0) == 3
     lp_objective, _ = solve_lp(parse_instance(paper_example()).batch)
     assert lp_objective == pytest.approx(10.0)
@@ -190,7 +193,8 @@ def test_the_slides_printed_constraints_have_a_cheaper_answer_than_the_printed_o
     b_ub = [7, 5, 5]
     bounds = [(0, 5), (0, 5), (0, 3), (0, 3)]
     printed = np.array([3, 4, 1, 0])
-    assert (np.array(a_ub) @ printed <= b_ub).all() and printed.sum() == 8
+    assert (np.array(a_ub) @ printed <= b_ub).all()
+    assert printed.sum() == 8
     assert float(np.dot(c, printed)) == 14
     lp = linprog(c, A_ub=a_ub, b_ub=b_ub, A_eq=[[1, 1, 1, 1]], b_eq=[8], bounds=bounds)
     assert lp.status == 0

@@ -34,7 +34,8 @@ def test_cached_work_displaces_non_cached_work_which_goes_back_to_the_front() ->
     (cached,) = [
         a for a in s.handle(SubjobStopped(80.0, pre.subjob_id, 0, rest)) if isinstance(a, Start)
     ]
-    assert cached.subjob.job_id == 1 and cached.subjob.cached_on == 0
+    assert cached.subjob.job_id == 1
+    assert cached.subjob.cached_on == 0
     assert policy.nocache[0].data == rest  # back at the front of the no-cache queue
 
 

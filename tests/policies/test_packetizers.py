@@ -76,7 +76,8 @@ def test_the_limit_refuses_a_worker_unless_forced() -> None:
     pk.add_worker(0, host=0)
     pk.add_worker(1, host=1)
     assert pk.next_packet(0) is not None
-    assert pk.next_packet(1) is None and pk.workers[1].finished
+    assert pk.next_packet(1) is None
+    assert pk.workers[1].finished
     assert pk.next_packet(1, force=True) is not None
 
 
@@ -128,7 +129,8 @@ def uneven(policy: str, placement: list[int], **params: Any) -> tuple[SimRun, To
     sched = Scheduler(topology, data, build_policy(policy, **params), cost=cost)
     engine = SimEngine(sched, record_packets=True, check_conservation=True)
     run = engine.run([Job(0, 0.0, IntervalSet.range(0, data.n_events))])
-    assert run.jobs_completed == 1 and run.events_processed == data.n_events
+    assert run.jobs_completed == 1
+    assert run.events_processed == data.n_events
     return run, topology
 
 
@@ -138,7 +140,8 @@ def test_basic_never_exceeds_its_workers_per_node(placement: list[int], limit: i
     """At no moment do more workers from other nodes read a node than the limit leaves after
     its own workers (ROOT counts both); and nothing needs the limit set aside."""
     run, topology = uneven("basic-packetizer", placement, max_workers_per_node=limit)
-    assert run.packets is not None and run.policy_counters["forced packets"] == 0
+    assert run.packets is not None
+    assert run.policy_counters["forced packets"] == 0
     for node in set(placement):
         reads = [p for p in run.packets if p.peer == node]
         for p in reads:
@@ -216,7 +219,8 @@ def test_every_event_once_with_file_servers_and_failing_nodes(
             assert not (piece & union), f"job {job.job_id}: events processed twice"
             union = union | piece
         assert union == job.data
-    assert run.jobs_completed == len(arrivals) and not sched.jobs
+    assert run.jobs_completed == len(arrivals)
+    assert not sched.jobs
 
 
 def test_placed_data_bytes_are_what_the_packets_read() -> None:

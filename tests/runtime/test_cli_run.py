@@ -41,13 +41,15 @@ def test_skip_bad_files_runs_on_and_lists_them(tmp_path: Path, demo_catalog: Pat
     base = ["run", str(path), "--workers", "2", "--cache-dir", str(tmp_path / "c"), "--json"]
     files[1].write_bytes(files[1].read_bytes()[: size // 2] + b"\0" * (size - size // 2))
     failed = runner.invoke(app, base)
-    assert failed.exit_code == 1 and "error: job j: data error" in failed.stderr
+    assert failed.exit_code == 1
+    assert "error: job j: data error" in failed.stderr
     result = runner.invoke(app, [*base, "--skip-bad-files", "--no-calibrate"])
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     (job,) = doc["jobs"]
     per_file = job["events_expected"] // 3
-    assert job["status"] == "completed" and job["events_processed"] == 2 * per_file
+    assert job["status"] == "completed"
+    assert job["events_processed"] == 2 * per_file
     assert job["events_skipped"] == per_file
     assert [s["url"] for s in job["skipped_files"]] == [str(files[1])]
     assert [s["url"] for s in doc["skipped_files"]] == [str(files[1])]
@@ -83,14 +85,16 @@ def test_chunksize_maxchunks_and_the_report(tmp_path: Path, demo_catalog: Path) 
     assert job["events_processed"] == job["events_expected"] == 1500  # 5 chunks of 300
     assert (report / "timeline.png").stat().st_size > 0
     packets = (report / "packets.csv").read_text().splitlines()
-    assert packets[0].endswith("bytes_read,cpu_s,t_start,t_end") and len(packets) > 5
+    assert packets[0].endswith("bytes_read,cpu_s,t_start,t_end")
+    assert len(packets) > 5
     sizes = [int(r.split(",")[4]) - int(r.split(",")[3]) for r in packets[1:]]
     assert max(sizes) <= 300  # --chunksize caps packets
     assert json.loads((report / "summary.json").read_text())["events_processed"] == 1500
     # PROOF's monitor: the packet table (the simulator's format), progress over time, plots.
     with (report / "monitor_packets.csv").open() as fh:
         rows = list(csv.DictReader(fh))
-    assert len(rows) == len(packets) - 1 and sum(int(r["events"]) for r in rows) == 1500
+    assert len(rows) == len(packets) - 1
+    assert sum(int(r["events"]) for r in rows) == 1500
     assert {r["category"] for r in rows} <= {"local", "peer", "tertiary"}
     assert all(float(r["latency_s"]) >= 0 and float(r["processing_s"]) > 0 for r in rows)
     with (report / "progress.csv").open() as fh:
@@ -113,4 +117,5 @@ def test_what_cannot_work_is_one_line_and_exit_2(tmp_path: Path, demo_catalog: P
     ):
         result = runner.invoke(app, ["run", str(path), "--workers", "1", *extra])
         assert result.exit_code == 2, (extra, result.output)
-        assert result.stderr.startswith(message) and len(result.stderr.splitlines()) == 1
+        assert result.stderr.startswith(message)
+        assert len(result.stderr.splitlines()) == 1

@@ -124,7 +124,8 @@ def test_peer_reads_go_through_dask_between_private_caches(
     # The copies came over the network: no worker ever looked under the master's path or
     # the other's root.
     assert not master_root.exists()
-    assert not (roots["n1"] / "n2").exists() and not (roots["n2"] / "n1").exists()
+    assert not (roots["n1"] / "n2").exists()
+    assert not (roots["n2"] / "n1").exists()
 
 
 PROCESSOR = """\

@@ -102,5 +102,6 @@ def test_files_are_fetched_and_pinned_before_the_packets_run(
         counts = [float(x) for x in report.results[spec.id]["mass"].values()]
         assert counts == reference_counts(demo_catalog, spec.start, spec.stop)
     # Every packet read its file from the worker's cache: the moves had brought it there.
-    assert report.packets and all(p.source == "cache" for p in report.packets)
+    assert report.packets
+    assert all(p.source == "cache" for p in report.packets)
     assert all(p.bytes_from_tertiary == 0 for p in report.packets)

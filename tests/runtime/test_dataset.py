@@ -107,7 +107,8 @@ def test_file_index_at() -> None:
 
 def test_datasets_are_values() -> None:
     again = pickle.loads(pickle.dumps(DS))
-    assert again == DS and hash(again) == hash(DS)
+    assert again == DS
+    assert hash(again) == hash(DS)
     assert again.locate(3, 13) == DS.locate(3, 13)
     assert Dataset("d", [FileEntry("f", "T", 2, 1)]).files == (FileEntry("f", "T", 2, 1),)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="f: field 'n_events': expected an int >= 0, got -1"):
@@ -124,7 +125,8 @@ def test_open_dataset_counts_entries_and_bytes(catalog: Path) -> None:
     paths = [f.url for f in listed.files]
     for urls in (paths, [f"file://{p}" for p in paths]):
         ds = open_dataset("z", urls, "Events")
-        assert ds.name == "z" and [f.url for f in ds.files] == urls
+        assert ds.name == "z"
+        assert [f.url for f in ds.files] == urls
         assert [(f.n_events, f.n_bytes, f.tree) for f in ds.files] == [
             (f.n_events, Path(f.url).stat().st_size, "Events") for f in listed.files
         ]

@@ -59,7 +59,8 @@ def test_files_and_catalog(catalog: Path) -> None:
     ]
     # The catalog's counts are the files' own.
     opened = open_dataset("zmumu", [f.url for f in ds.files], "Events")
-    assert opened == ds and [f.n_events for f in ds.files] == [667, 667, 666]
+    assert opened == ds
+    assert [f.n_events for f in ds.files] == [667, 667, 666]
     with uproot.open(ds.files[0].url) as f:
         tree = f["Events"]
         assert tree.keys() == ["event", "nMuon", "Muon_pt", "Muon_eta", "Muon_phi", "Muon_charge"]
@@ -74,7 +75,9 @@ def test_files_and_catalog(catalog: Path) -> None:
     events = all_events(ds)
     assert events["event"].to_list() == list(range(N_EVENTS))
     n = ak.num(events["Muon_pt"])
-    assert ak.all(events["nMuon"] == n) and ak.min(n) == 0 and ak.max(n) <= 4
+    assert ak.all(events["nMuon"] == n)
+    assert ak.min(n) == 0
+    assert ak.max(n) <= 4
     assert ak.all(ak.num(events["Muon_charge"]) == n)
     assert set(ak.flatten(events["Muon_charge"]).to_list()) == {-1, 1}
     assert ak.all(events["Muon_pt"][:, :-1] >= events["Muon_pt"][:, 1:])  # sorted by pt
@@ -155,7 +158,8 @@ def test_argument_checks_and_rewriting(tmp_path: Path) -> None:
     catalog = write_demo_dataset(d, n_events=30, n_files=2)  # fewer files: the catalog says so
     ds = load_catalog(catalog)["zmumu"]
     assert [Path(f.url).name for f in ds.files] == ["part-000.root", "part-001.root"]
-    assert ds.n_events == 30 and all_events(ds)["event"].to_list() == list(range(30))
+    assert ds.n_events == 30
+    assert all_events(ds)["event"].to_list() == list(range(30))
     assert not list(d.glob(".*"))  # no temporary files left
 
 

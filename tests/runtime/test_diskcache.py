@@ -31,10 +31,15 @@ def test_hit_after_miss_and_lru_eviction_by_bytes(tmp_path: Path) -> None:
     cache = DiskCache(tmp_path / "cache", capacity_bytes=1000)
     log: list[str] = []
     a = cache.acquire(urls[0], 400, fetcher(urls[0], log))
-    assert not a.hit and a.cached and a.added == [urls[0]] and a.bytes_fetched == 400
+    assert not a.hit
+    assert a.cached
+    assert a.added == [urls[0]]
+    assert a.bytes_fetched == 400
     cache.release(a)
     b = cache.acquire(urls[0], 400, fetcher(urls[0], log))
-    assert b.hit and b.bytes_fetched == 0 and log == [urls[0]]
+    assert b.hit
+    assert b.bytes_fetched == 0
+    assert log == [urls[0]]
     cache.release(b)
     for u in urls[1:3]:
         cache.release(cache.acquire(u, 400, fetcher(u, log)))
@@ -50,12 +55,15 @@ def test_pinned_files_are_never_evicted(tmp_path: Path) -> None:
     held = cache.acquire(urls[0], 600, fetcher(urls[0], []))
     other = cache.acquire(urls[1], 600, fetcher(urls[1], []))
     # No room without evicting the pinned file: read through a temporary copy instead.
-    assert not other.cached and other.path.exists() and cache.contents() == [urls[0]]
+    assert not other.cached
+    assert other.path.exists()
+    assert cache.contents() == [urls[0]]
     cache.release(other)
     assert not other.path.exists()
     cache.release(held)
     again = cache.acquire(urls[1], 600, fetcher(urls[1], []))
-    assert again.cached and again.evicted == [urls[0]]
+    assert again.cached
+    assert again.evicted == [urls[0]]
 
 
 def test_cache_survives_a_restart_and_drops_strays(tmp_path: Path) -> None:
@@ -121,12 +129,14 @@ def test_transient_errors_are_retried_then_reported(tmp_path: Path, monkeypatch)
 
     monkeypatch.setattr(storage, "_copy_once", flaky)
     dest = tmp_path / "copy"
-    assert copy_file(url, dest, retries=3, backoff_s=0.001) == 50 and len(calls) == 3
+    assert copy_file(url, dest, retries=3, backoff_s=0.001) == 50
+    assert len(calls) == 3
     calls.clear()
     monkeypatch.setattr(storage, "_copy_once", lambda *a, **k: (_ for _ in ()).throw(OSError("io")))
     with pytest.raises(StorageError, match="after 2 attempts") as info:
         copy_file(url, tmp_path / "copy2", retries=1, backoff_s=0.001)
-    assert info.value.transient and not (tmp_path / "copy2").exists()
+    assert info.value.transient
+    assert not (tmp_path / "copy2").exists()
 
 
 def test_wrong_size_is_an_error(tmp_path: Path) -> None:
@@ -151,7 +161,9 @@ def test_throttle_spaces_reads() -> None:
 def test_cache_names_are_distinct_and_safe() -> None:
     a = cache_file_name("root://host//store/a/f.root")
     b = cache_file_name("root://host//store/b/f.root")
-    assert a != b and "/" not in a and a.endswith("f.root")
+    assert a != b
+    assert "/" not in a
+    assert a.endswith("f.root")
 
 
 def test_the_status_says_when_a_fetch_under_way_began(tmp_path: Path) -> None:
@@ -169,5 +181,7 @@ def test_the_status_says_when_a_fetch_under_way_began(tmp_path: Path) -> None:
     before = time.time()
     cache.release(cache.acquire(url, 100, fetch))
     ((state, began),) = seen
-    assert state == "fetching" and began is not None and before <= began <= time.time()
+    assert state == "fetching"
+    assert began is not None
+    assert before <= began <= time.time()
     assert cache.status(url) == ("cached", None)

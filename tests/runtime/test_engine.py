@@ -78,7 +78,7 @@ def check_exactly_once(report: RunReport, specs: list[JobSpec], catalog: Path) -
         assert covered.length == sum(p.n_events for p in mine) == job.events_expected
         counts = [float(x) for x in report.results[spec.id]["mass"].values()]
         assert counts == reference_counts(catalog, spec.start, spec.stop)
-        with open(spec.output, "rb") as fh:
+        with spec.output.open("rb") as fh:
             saved = pickle.load(fh)
         assert [float(x) for x in saved["mass"].values()] == counts
 
@@ -133,7 +133,8 @@ def test_caches_persist_between_runs(demo_catalog: Path, tmp_path: Path) -> None
     # New worker processes, same names, same cache directories: all hits.
     second = asyncio.run(run_jobs(specs, opts, **kw))
     check_exactly_once(second, specs, demo_catalog)
-    assert second.cache_hit_ratio == 1.0 and second.bytes_from_tertiary == 0
+    assert second.cache_hit_ratio == 1.0
+    assert second.bytes_from_tertiary == 0
     cold = asyncio.run(run_jobs(specs, opts, **kw, cold=True))
     assert cold.bytes_from_tertiary >= n_bytes
 
@@ -217,9 +218,12 @@ def test_bad_files_fail_only_their_jobs(demo_catalog: Path, tmp_path: Path) -> N
         run_jobs(specs, options(tmp_path), policy="cache-splitting", config=FAST, packets=PACKETS)
     )
     by_id = {j.id: j for j in report.jobs}
-    assert by_id["missing"].status == "failed" and files[2].name in by_id["missing"].error
-    assert by_id["corrupt"].status == "failed" and files[4].name in by_id["corrupt"].error
-    assert not Path(specs[0].output).exists() and not Path(specs[1].output).exists()
+    assert by_id["missing"].status == "failed"
+    assert files[2].name in by_id["missing"].error
+    assert by_id["corrupt"].status == "failed"
+    assert files[4].name in by_id["corrupt"].error
+    assert not Path(specs[0].output).exists()
+    assert not Path(specs[1].output).exists()
     fine = specs[2]
     assert by_id["fine"].status == "completed"
     counts = [float(x) for x in report.results["fine"]["mass"].values()]

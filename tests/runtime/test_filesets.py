@@ -57,10 +57,14 @@ def test_a_fileset_is_one_job_per_dataset_with_one_output(tmp_path: Path, data: 
     specs = load_jobs(path)
     assert [s.id for s in specs] == ["inline/z_a", "inline/z_b", "file/z_a", "file/z_b"]
     a = specs[0]
-    assert a.group == "inline" and a.output == tmp_path / "o" / "inline.pkl"
-    assert specs[1].output == a.output and specs[2].output == tmp_path / "file.pkl"
-    assert a.dataset.name == "z_a" and a.read.metadata == {"xsec": 1.0, "is_mc": True}
-    assert a.n_events == 1000 and specs[1].n_events == 500
+    assert a.group == "inline"
+    assert a.output == tmp_path / "o" / "inline.pkl"
+    assert specs[1].output == a.output
+    assert specs[2].output == tmp_path / "file.pkl"
+    assert a.dataset.name == "z_a"
+    assert a.read.metadata == {"xsec": 1.0, "is_mc": True}
+    assert a.n_events == 1000
+    assert specs[1].n_events == 500
     assert [f.tree for f in a.dataset.files] == ["Events", "Events"]
 
 
@@ -75,8 +79,10 @@ def test_a_catalog_may_be_a_coffea_fileset(tmp_path: Path, data: Path) -> None:
         )
     )
     catalog = load_catalog(path)
-    assert catalog["hzz"].files[0].tree == "events" and catalog["hzz"].n_events == 2421
-    assert catalog["hzz"].metadata == {"k": 2} and catalog["z"].n_events == 500
+    assert catalog["hzz"].files[0].tree == "events"
+    assert catalog["hzz"].n_events == 2421
+    assert catalog["hzz"].metadata == {"k": 2}
+    assert catalog["z"].n_events == 500
     # ... and a datasched catalog's files may be {path: tree}, with metadata.
     doc = {"datasets": {"mixed": {"files": {str(data / "hzz.root"): "events"}, "metadata": {}}}}
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(doc))
@@ -124,7 +130,8 @@ def test_skip_bad_files_leaves_them_out_and_records_them(tmp_path: Path, data: P
     with pytest.raises(JobSpecError, match=r"broken\.root: not a readable ROOT file"):
         load_jobs(path)
     (spec,) = load_jobs(path, skip_bad_files=True)
-    assert spec.n_events == 500 and [u for u, _ in spec.skipped] == [files[1]]
+    assert spec.n_events == 500
+    assert [u for u, _ in spec.skipped] == [files[1]]
 
 
 def test_maxchunks_keeps_the_first_chunks_of_each_job(tmp_path: Path, data: Path) -> None:
@@ -150,11 +157,16 @@ def test_merging_keeps_coffeas_accumulator_types(tmp_path: Path) -> None:
     b = {"n": coffea.defaultdict_accumulator(int, {"x": 2, "y": 5}), "s": {2}, "c": 3, "l": [2]}
     merged = merge_all([a, None, b])
     assert type(merged["n"]) is coffea.defaultdict_accumulator
-    assert merged["n"] == {"x": 3, "y": 5} and merged["n"]["z"] == 0  # the default kept
-    assert merged["s"] == {1, 2} and merged["c"] == 5 and merged["l"] == [1, 2]
+    assert merged["n"] == {"x": 3, "y": 5}
+    assert merged["n"]["z"] == 0  # the default kept
+    assert merged["s"] == {1, 2}
+    assert merged["c"] == 5
+    assert merged["l"] == [1, 2]
     assert a["n"] == {"x": 1}  # inputs untouched
     both = merge(defaultdict(list, {"k": [1]}), defaultdict(list, {"k": [2]}))
-    assert type(both) is defaultdict and both["k"] == [1, 2] and both["new"] == []
+    assert type(both) is defaultdict
+    assert both["k"] == [1, 2]
+    assert both["new"] == []
     # A defaultdict and a dict: coffea's rule, a copy of the more general type.
     assert type(merge(defaultdict(list, {"k": [1]}), {"k": [2]})) is dict
     with pytest.raises(TypeError, match="cannot merge dict with int at key 'c'"):

@@ -8,8 +8,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from test_engine import FAST, check_exactly_once, options, write_jobs
-
 from datasched.core.actions import Action, Replicate
 from datasched.core.events import Event, TransferDone
 from datasched.runtime.diskcache import cache_file_name
@@ -22,6 +20,7 @@ from datasched.runtime.session import (
     job_space,
     open_cluster,
 )
+from runtime.test_engine import FAST, check_exactly_once, options, write_jobs
 from runtime_support import N_EVENTS, N_FILES
 
 
@@ -73,8 +72,10 @@ def test_a_hot_file_reaches_a_second_cache_and_results_are_unchanged(
     assert {(p.node, p.source) for p in again.packets} == {(reader, "cache")}
     # The file went to the other worker in the background, and landed there.
     replicate, done = seen
-    assert isinstance(replicate, Replicate) and isinstance(done, TransferDone)
-    assert done.node == replicate.node != replicate.source and done.added == replicate.data
+    assert isinstance(replicate, Replicate)
+    assert isinstance(done, TransferDone)
+    assert done.node == replicate.node != replicate.source
+    assert done.added == replicate.data
     url = specs[0].dataset.files[0].url
     holders = sorted(
         d.name for d in (tmp_path / "caches").iterdir() if (d / cache_file_name(url)).exists()

@@ -35,18 +35,22 @@ DS = Dataset("d", tuple(FileEntry(f"f{i}", "T", n, 10 * n) for i, n in enumerate
 
 
 def test_locate_spans_files_and_skips_empty_ones() -> None:
-    assert DS.n_events == 15 and DS.n_bytes == 150 and DS.bytes_per_event == 10
+    assert DS.n_events == 15
+    assert DS.n_bytes == 150
+    assert DS.bytes_per_event == 10
     assert DS.locate(3, 13) == [(0, 3, 5), (2, 0, 7), (3, 0, 1)]
     assert DS.locate(5, 12) == [(2, 0, 7)]
     assert DS.locate(4, 4) == []
-    assert DS.file_range(2) == (5, 12) and DS.file_index_at(12) == 3
+    assert DS.file_range(2) == (5, 12)
+    assert DS.file_index_at(12) == 3
     with pytest.raises(ValueError, match="outside the dataset"):
         DS.locate(0, 16)
 
 
 def test_catalog_and_reading(demo_catalog: Path) -> None:
     ds = load_catalog(demo_catalog)["zmumu"]
-    assert ds.n_events == N_EVENTS and len(ds.files) == N_FILES
+    assert ds.n_events == N_EVENTS
+    assert len(ds.files) == N_FILES
     opened = open_dataset("again", [f.url for f in ds.files], "Events")
     assert [(f.n_events, f.n_bytes) for f in opened.files] == [
         (f.n_events, f.n_bytes) for f in ds.files
@@ -152,7 +156,8 @@ def test_jobs_file_forms_and_order(tmp_path: Path, demo_catalog: Path) -> None:
     )
     assert [s.id for s in specs] == ["early", "late"]
     assert (specs[0].start, specs[0].stop, len(specs[0].dataset.files)) == (10, 20, 2)
-    assert specs[1].n_events == N_EVENTS and specs[1].output == tmp_path / "late.pkl"
+    assert specs[1].n_events == N_EVENTS
+    assert specs[1].output == tmp_path / "late.pkl"
 
 
 @pytest.mark.parametrize(
@@ -191,8 +196,11 @@ def test_cli_run_json_and_bad_input(tmp_path: Path, demo_catalog: Path) -> None:
     # Bad input: one line, exit 2, nothing started.
     path.write_text("jobs: [\n")
     bad = runner.invoke(app, ["run", str(path)])
-    assert bad.exit_code == 2 and "not valid YAML" in bad.output
+    assert bad.exit_code == 2
+    assert "not valid YAML" in bad.output
     bad = runner.invoke(app, ["run", str(tmp_path / "none.yaml")])
-    assert bad.exit_code == 2 and "no such file" in bad.output
+    assert bad.exit_code == 2
+    assert "no such file" in bad.output
     bad = runner.invoke(app, ["run", str(tmp_path / "none.yaml"), "--policy", "nope"])
-    assert bad.exit_code == 2 and "unknown policy" in bad.output
+    assert bad.exit_code == 2
+    assert "unknown policy" in bad.output

@@ -64,7 +64,8 @@ def test_a_jobs_file_with_every_form(tmp_path: Path, catalog: Path) -> None:
         "late", zmumu, 0, N_EVENTS, DEMO, tmp_path / "out" / "late.pkl", 30.0, tmp_path
     )
     assert (window.start, window.stop, window.n_events) == (0, 700, 700)
-    assert window.dataset is not None and window.dataset == zmumu
+    assert window.dataset is not None
+    assert window.dataset == zmumu
     assert (files.start, files.stop, files.n_events) == (100, 900, 800)
     assert [Path(f.url).name for f in files.dataset.files] == ["part-001.root", "part-002.root"]
     assert files.dataset.n_events == 1_000
@@ -92,7 +93,8 @@ def test_catalog_is_relative_to_the_jobs_file_and_output_dir_defaults_to_it(
             },
         )
     )
-    assert specs[0].output == tmp_path / "a.pkl" and specs[0].n_events == N_EVENTS
+    assert specs[0].output == tmp_path / "a.pkl"
+    assert specs[0].n_events == N_EVENTS
 
 
 def job_error(tmp_path: Path, catalog: Path, jobs: list[Any], **top: Any) -> str:

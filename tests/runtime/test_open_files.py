@@ -7,7 +7,6 @@ charges to events read from a copy new to the node only."""
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -47,7 +46,9 @@ def test_the_next_packet_of_a_file_reads_through_the_handle_kept_open(
     path = part(demo_catalog, 0)
     first, second = read_pt(path, 0, 500), read_pt(path, 500, 1000)
     assert (pool.opened, pool.hits, len(pool)) == (1, 1, 1)
-    assert first and second and first != second
+    assert first
+    assert second
+    assert first != second
     pool.forget()
     assert read_pt(path, 500, 1000) == second  # the same events, opened afresh
     assert (pool.opened, pool.hits) == (2, 1)
@@ -57,13 +58,16 @@ def test_threads_never_share_a_handle(demo_catalog: Path, pool: OpenFiles) -> No
     path = part(demo_catalog, 1)
     f1, key1 = pool.lend(path)
     f2, key2 = pool.lend(path)  # the first is lent: another is opened
-    assert f1 is not f2 and key1 == key2 and pool.opened == 2
+    assert f1 is not f2
+    assert key1 == key2
+    assert pool.opened == 2
     tree = f1["Events"]
     pool.give_back(key1, f1, tree)
     pool.give_back(key2, f2, tree)
     assert len(pool) == 2
     f3, _ = pool.lend(path)
-    assert f3 in (f1, f2) and pool.hits == 1
+    assert f3 in (f1, f2)
+    assert pool.hits == 1
 
 
 def test_a_new_copy_is_opened_afresh_and_the_old_handle_closed(
@@ -76,11 +80,13 @@ def test_a_new_copy_is_opened_afresh_and_the_old_handle_closed(
     # The cache evicts the file and fetches another one under the same name.
     staged = tmp_path / "staged.root"
     shutil.copyfile(part(demo_catalog, 3), staged)
-    os.replace(staged, path)
+    staged.replace(path)
     new = read_pt(path, 0, 100)
     assert new != old  # not the old copy's events through the kept handle
-    assert pool.opened == 2 and pool.hits == 0
-    assert handle.closed and len(pool) == 1  # the deleted copy's disk space is let go
+    assert pool.opened == 2
+    assert pool.hits == 0
+    assert handle.closed
+    assert len(pool) == 1  # the deleted copy's disk space is let go
 
 
 def test_the_pool_keeps_within_its_files_and_branches(
@@ -122,7 +128,7 @@ def test_packets_of_a_cached_file_open_it_once(
     shipped = ship(DimuonMass(), "demo")
     n = 0
     for a in range(0, 2000, 500):
-        spec = PacketSpec(a, 0, url, "Events", a, a + 500, os.path.getsize(url), shipped)
+        spec = PacketSpec(a, 0, url, "Events", a, a + 500, Path(url).stat().st_size, shipped)
         n += packet_on(worker, spec).accumulator["n_events"]
     assert n == 2000
     assert (pool.opened, pool.hits) == (1, 3)
@@ -135,10 +141,11 @@ def test_the_calibration_times_a_warm_packet_and_the_open_apart(
     monkeypatch.setattr(calibrate_module, "get_worker", lambda: worker)
     url = part(demo_catalog, 0)
     spec = PacketSpec(
-        -1, -1, url, "Events", 0, 1000, os.path.getsize(url), ship(DimuonMass(), "demo")
+        -1, -1, url, "Events", 0, 1000, Path(url).stat().st_size, ship(DimuonMass(), "demo")
     )
     result = calibrate_packet(spec, repeats=2)
-    assert result.n_events == 1000 and result.cpu_s_per_event > 0
+    assert result.n_events == 1000
+    assert result.cpu_s_per_event > 0
     assert result.open_cpu_s >= 0
     # Untimed once, then per repeat a warm run and a cold one (opened afresh).
     assert (pool.opened, pool.hits) == (3, 2)

@@ -135,13 +135,16 @@ def test_shrink_releases_only_what_is_not_sent_yet() -> None:
     assert answer.released == IntervalSet.range(400, 700)
     assert eng.slots[0].todo == IntervalSet.range(700, 1000)
     subjob = eng.slots[0].subjob
-    assert subjob is not None and subjob.data == IntervalSet([(0, 400), (700, 1000)])
+    assert subjob is not None
+    assert subjob.data == IntervalSet([(0, 400), (700, 1000)])
 
 
 def test_shrink_of_a_subjob_no_longer_running_releases_nothing() -> None:
     eng = engine(CONFIG)
     answer = eng._shrink(Shrink(subjob_id=5, slot=1, release=IntervalSet.range(0, 10)))
-    assert not answer.released and answer.subjob_id == 5 and answer.slot == 1
+    assert not answer.released
+    assert answer.subjob_id == 5
+    assert answer.slot == 1
 
 
 class FakeTime:
@@ -198,7 +201,8 @@ def wait(peer: Peer, throttle: Throttle, n_bytes: int, fake: FakeTime) -> bool:
 def assert_waited(fake: FakeTime, seconds: float) -> None:
     """It polled until ``seconds`` had passed and at most one poll longer (1e-9: the sum of
     the polls' floats)."""
-    assert fake.slept and all(s == PEER_POLL_S for s in fake.slept)
+    assert fake.slept
+    assert all(s == PEER_POLL_S for s in fake.slept)
     assert seconds - 1e-9 <= sum(fake.slept) <= seconds + PEER_POLL_S + 1e-9
 
 

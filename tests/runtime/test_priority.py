@@ -49,7 +49,8 @@ def test_without_privilege_nothing_changes_and_the_note_says_why(
 ) -> None:
     monkeypatch.setattr(priority.os, "geteuid", lambda: 1000)
     monkeypatch.setattr(priority.resource, "getrlimit", lambda _: (0, 0))  # RLIMIT_NICE 0
-    assert not can_lower_to(0) and not can_lower_to(19)
+    assert not can_lower_to(0)
+    assert not can_lower_to(19)
     seen = in_a_thread(10)
     assert (seen["during"], seen["after"], seen["note"]) == (
         seen["own"],
@@ -57,4 +58,5 @@ def test_without_privilege_nothing_changes_and_the_note_says_why(
         NICE_UNAVAILABLE,
     )
     monkeypatch.setattr(priority.resource, "getrlimit", lambda _: (20, 20))  # down to nice 0
-    assert can_lower_to(0) and not can_lower_to(-1)
+    assert can_lower_to(0)
+    assert not can_lower_to(-1)

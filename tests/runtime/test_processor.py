@@ -73,7 +73,8 @@ def test_load_processor_by_module_and_absolute_path(analysis: Path, tmp_path: Pa
     proc = load_processor(f"{analysis / 'ana.py'}:Counter", Path("/nonexistent"))
     assert proc.process([1]) == {"n": 1}
     post = getattr(proc, "postprocess", None)
-    assert callable(post) and post({"n": 1}) == {"n": 1, "done": True}
+    assert callable(post)
+    assert post({"n": 1}) == {"n": 1, "done": True}
     assert getattr(load_processor("ana.py", analysis), "postprocess", None) is None
     wrapped = load_processor("numpy:size", tmp_path)  # any callable is a processor
     assert wrapped.process(np.zeros(4)) == 4
@@ -131,21 +132,20 @@ def test_merge_histograms_numbers_lists_and_nested_mappings() -> None:
     assert (out["n"], out["w"], out["l"], out["s"], out["x"]) == (3, 0.75, [1, 2], {"x", "y"}, 7)
     assert out["sub"] == {"k": 3, "a": [0]}
     # The inputs are left as they were.
-    assert (
-        a["h"].values().tolist() == [0, 1, 0, 0]
-        and a["l"] == [1]
-        and a["sub"]
-        == {
-            "k": 1,
-            "a": [0],
-        }
-    )
+    assert a["h"].values().tolist() == [0, 1, 0, 0]
+    assert a["l"] == [1]
+    assert a["sub"] == {
+        "k": 1,
+        "a": [0],
+    }
     assert list(out) == ["h", "n", "w", "l", "s", "sub", "x"]
 
 
 def test_none_is_the_identity_and_merge_all() -> None:
     h = histogram(0.5)
-    assert merge(None, h) is h and merge(h, None) is h and merge(None, None) is None
+    assert merge(None, h) is h
+    assert merge(h, None) is h
+    assert merge(None, None) is None
     assert merge_all([]) is None
     assert merge_all([None, 1, None, 2, 3]) == 6
     assert merge_all(iter([{"a": [1]}, {"a": [2], "b": 1}, {"b": 1}])) == {"a": [1, 2], "b": 2}
@@ -183,7 +183,8 @@ def test_write_output_pickle(tmp_path: Path) -> None:
     for name in ("deep/dir/r.pkl", "r.pickle"):
         write_output(result, tmp_path / name)
         back = pickle.loads((tmp_path / name).read_bytes())
-        assert back["n"] == 3 and back["l"] == [1, 2]
+        assert back["n"] == 3
+        assert back["l"] == [1, 2]
         assert back["mass"].values().tolist() == [2, 0, 0, 0]
 
 

@@ -116,7 +116,8 @@ def test_a_shipped_processor_needs_no_file(tmp_path: Path) -> None:
     import pickle
 
     proc = pickle.loads(shipped.blob)
-    assert proc.label == "v1" and type(proc).__module__.startswith("datasched_user_")
+    assert proc.label == "v1"
+    assert type(proc).__module__.startswith("datasched_user_")
 
 
 def test_a_worker_without_the_file_shows_the_users_file_and_line(tmp_path: Path) -> None:
@@ -148,7 +149,8 @@ def test_a_worker_without_the_file_shows_the_users_file_and_line(tmp_path: Path)
         text=True,
         check=True,
     ).stdout
-    assert f'File "{path}", line' in out and "return values[3]" in out, out
+    assert f'File "{path}", line' in out, out
+    assert "return values[3]" in out, out
 
 
 def test_the_users_traceback_names_their_file_and_line(tmp_path: Path) -> None:
@@ -164,7 +166,8 @@ def test_the_users_traceback_names_their_file_and_line(tmp_path: Path) -> None:
         proc.process([])
     except IndexError as exc:
         text = user_traceback(exc)
-    assert "values[3]" in text and "IndexError" in text
+    assert "values[3]" in text
+    assert "IndexError" in text
 
 
 def jobs_file(tmp_path: Path, catalog: Path, jobs: list[dict[str, Any]]) -> Path:
@@ -200,8 +203,10 @@ def test_a_py_processor_runs_on_a_cluster_that_never_sees_the_file(
     by_id = {j.id: j for j in report.jobs}
     assert all(j.status == "completed" for j in report.jobs), [j.error for j in report.jobs]
     a, b = report.results["a"], report.results["b"]
-    assert a["label"] == {"x"} and a["scaled"] == 2.0 * N_EVENTS
-    assert b["label"] == {"v1"} and b["scaled"] == 5000
+    assert a["label"] == {"x"}
+    assert a["scaled"] == 2.0 * N_EVENTS
+    assert b["label"] == {"v1"}
+    assert b["scaled"] == 5000
     assert [float(x) for x in a["mass"].values()] == reference_counts(demo_catalog, 0, N_EVENTS)
     assert by_id["b"].events_processed == 5000
 
@@ -230,10 +235,13 @@ def test_a_processor_error_on_a_worker_comes_back_with_the_users_traceback(
     assert by_id["good"].status == "completed"
     bad = by_id["bad"]
     assert bad.status == "failed"
-    assert "processor error" in bad.error and "IndexError" in bad.error
-    assert "analysis.py" in bad.traceback and "return values[3]" in bad.traceback
+    assert "processor error" in bad.error
+    assert "IndexError" in bad.error
+    assert "analysis.py" in bad.traceback
+    assert "return values[3]" in bad.traceback
     # The stale output of an earlier run is not left to be taken for this run's.
-    assert not stale.exists() and "stale bad.pkl" in bad.error
+    assert not stale.exists()
+    assert "stale bad.pkl" in bad.error
 
 
 def test_a_broken_processor_is_refused_before_anything_runs(
@@ -245,7 +253,8 @@ def test_a_broken_processor_is_refused_before_anything_runs(
     path = jobs_file(tmp_path, demo_catalog, [{"id": "a", "dataset": "zmumu"}])
     with pytest.raises(JobSpecError) as info:
         load_jobs(path)
-    assert "field 'processor'" in str(info.value) and "ZeroDivisionError" in str(info.value)
+    assert "field 'processor'" in str(info.value)
+    assert "ZeroDivisionError" in str(info.value)
     assert "line 5, in helper" in info.value.traceback
 
 

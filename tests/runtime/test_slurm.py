@@ -75,7 +75,8 @@ def test_slurm_workers_give_the_local_clusters_results(
     slurm: LoopbackSlurm, demo_catalog: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    assert slurm.sinfo() == "idle" and slurm.jobs() == []
+    assert slurm.sinfo() == "idle"
+    assert slurm.jobs() == []
     local_jobs = _jobs(tmp_path, demo_catalog, "local")
     local = _run(
         ["run", str(local_jobs), "--workers", "2", "--cache-dir", str(tmp_path / "local-cache")]

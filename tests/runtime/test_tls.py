@@ -354,10 +354,15 @@ def test_a_run_on_the_embedded_cluster_and_its_credentials_removed(
         assert credentials() == []  # gone with the cluster
         # And when what runs on the cluster fails.
         seen = []
-        with pytest.raises(RuntimeError, match="on purpose"):
+
+        async def fail_on_the_cluster() -> None:
+            nonlocal seen
             async with open_cluster(opts):
                 seen = credentials()
                 raise RuntimeError("on purpose")
+
+        with pytest.raises(RuntimeError, match="on purpose"):
+            await fail_on_the_cluster()
         return seen
 
     def credentials() -> list[str]:
@@ -401,7 +406,8 @@ def test_run_joins_an_existing_tls_cluster_with_the_users_files(
     result = runner.invoke(app, [*args, *tls_args(creds.scheduler)])
     assert result.exit_code == 0, result.output
     (job,) = json.loads(result.stdout)["jobs"]
-    assert job["status"] == "completed" and job["events_processed"] == 6000
+    assert job["status"] == "completed"
+    assert job["events_processed"] == 6000
     # The same scheduler over tcp://: refused at once, one line naming the option.
     tcp = cluster.address.replace("tls://", "tcp://")
     result = runner.invoke(app, [*base, "--scheduler", tcp])
@@ -508,7 +514,8 @@ def test_each_misuse_of_the_tls_options_is_one_line_naming_it(
         assert result.exit_code == 2, (args, result.output)
         assert result.stderr.startswith(f"error: {start}"), (args, result.stderr)
         assert len(result.stderr.strip().splitlines()) == 1, result.stderr
-    assert sorted(os.listdir(tmp_path)) == ["encrypted-key.pem", "garbage.pem"]  # nothing else
+    # Nothing else was written.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["encrypted-key.pem", "garbage.pem"]
 
 
 def test_what_the_file_errors_say(user_files: ClusterCredentials, tmp_path: Path) -> None:

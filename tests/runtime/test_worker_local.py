@@ -5,7 +5,6 @@ cache even by packets that may not fill it, but not by those of a policy without
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ from datasched.runtime.worker import (
 from runtime_support import fake_worker
 
 
-@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
 def test_a_full_disk_is_not_a_storage_error(tmp_path: Path) -> None:
     src = tmp_path / "src.bin"
     src.write_bytes(b"x" * 10_000)
@@ -31,7 +30,8 @@ def test_a_full_disk_is_not_a_storage_error(tmp_path: Path) -> None:
     full.symlink_to("/dev/full")  # every write there fails with ENOSPC
     with pytest.raises(LocalDiskFull):
         copy_file(str(src), full, retries=3, backoff_s=10.0)  # at once: no retry, no wait
-    assert not full.exists() and os.path.exists("/dev/full")  # the link went, not the device
+    assert not full.exists()
+    assert Path("/dev/full").exists()  # the link went, not the device
 
 
 def test_a_full_cache_disk_reads_on_without_caching_and_says_so_once(
@@ -46,12 +46,14 @@ def test_a_full_cache_disk_reads_on_without_caching_and_says_so_once(
     shipped = ship(DimuonMass(), "demo")
     results = []
     for a, b in ((0, 500), (500, 1000)):
-        spec = PacketSpec(1, 0, url, "Events", a, b, os.path.getsize(url), shipped)
+        spec = PacketSpec(1, 0, url, "Events", a, b, Path(url).stat().st_size, shipped)
         results.append(packet_on(worker, spec))
     assert [r.source for r in results] == ["direct", "direct"]
     assert [r.n_events for r in results] == [500, 500]
-    assert results[0].accumulator["n_events"] == 500 and not results[0].cache_added
-    assert "the cache disk is full" in results[0].note and results[1].note == ""
+    assert results[0].accumulator["n_events"] == 500
+    assert not results[0].cache_added
+    assert "the cache disk is full" in results[0].note
+    assert results[1].note == ""
 
 
 def test_a_cache_directory_that_cannot_be_created_is_one_clear_error(tmp_path: Path) -> None:
@@ -77,13 +79,17 @@ def test_a_file_the_peer_only_announced_is_fetched_and_kept_here(
     worker = fake_worker(tmp_path / "caches")
     url = str(demo_catalog.parent / "part-001.root")
     shipped = ship(DimuonMass(), "demo")
-    spec = PacketSpec(1, 0, url, "Events", 0, 100, os.path.getsize(url), shipped, peer="tcp://p:1")
+    spec = PacketSpec(
+        1, 0, url, "Events", 0, 100, Path(url).stat().st_size, shipped, peer="tcp://p:1"
+    )
     first = packet_on(worker, spec)
     assert asked == ["tcp://p:1"]
-    assert first.source == "tertiary" and first.cache_added == [url]
+    assert first.source == "tertiary"
+    assert first.cache_added == [url]
     # Cached here now: the next packet reads its own copy without asking the peer.
     second = packet_on(worker, spec)
-    assert second.source == "cache" and asked == ["tcp://p:1"]
+    assert second.source == "cache"
+    assert asked == ["tcp://p:1"]
 
 
 def test_a_packet_that_may_not_fill_the_cache_still_reads_the_cached_copy(
@@ -94,19 +100,21 @@ def test_a_packet_that_may_not_fill_the_cache_still_reads_the_cached_copy(
     worker = fake_worker(tmp_path / "caches")
     url = str(demo_catalog.parent / "part-002.root")
     shipped = ship(DimuonMass(), "demo")
-    size = os.path.getsize(url)
+    size = Path(url).stat().st_size
     filling = PacketSpec(1, 0, url, "Events", 0, 100, size, shipped)
     assert packet_on(worker, filling).cache_added == [url]  # now cached here
     reading = PacketSpec(2, 0, url, "Events", 100, 200, size, shipped, cache_fill=False)
     result = packet_on(worker, reading)
-    assert result.source == "cache" and result.bytes_from_tertiary == 0
+    assert result.source == "cache"
+    assert result.bytes_from_tertiary == 0
     # Not cached anywhere: such a packet reads the original without keeping a copy.
     other = str(demo_catalog.parent / "part-003.root")
     spec = PacketSpec(
-        3, 0, other, "Events", 0, 100, os.path.getsize(other), shipped, cache_fill=False
+        3, 0, other, "Events", 0, 100, Path(other).stat().st_size, shipped, cache_fill=False
     )
     result = packet_on(worker, spec)
-    assert result.source == "tertiary" and not result.cache_added
+    assert result.source == "tertiary"
+    assert not result.cache_added
 
 
 def test_a_packet_of_a_policy_without_caches_ignores_a_cached_copy(
@@ -117,13 +125,14 @@ def test_a_packet_of_a_policy_without_caches_ignores_a_cached_copy(
     worker = fake_worker(tmp_path / "caches")
     url = str(demo_catalog.parent / "part-002.root")
     shipped = ship(DimuonMass(), "demo")
-    size = os.path.getsize(url)
+    size = Path(url).stat().st_size
     assert packet_on(worker, PacketSpec(1, 0, url, "Events", 0, 100, size, shipped)).cache_added
     farm = PacketSpec(
         2, 0, url, "Events", 100, 200, size, shipped, cache_fill=False, use_cache=False
     )
     result = packet_on(worker, farm)
-    assert result.source == "tertiary" and result.bytes_from_tertiary > 0
+    assert result.source == "tertiary"
+    assert result.bytes_from_tertiary > 0
     assert not result.cache_added
 
 
@@ -168,7 +177,7 @@ def test_a_peers_fetch_is_waited_for_when_it_began_first(
         "Events",
         0,
         100,
-        os.path.getsize(url),
+        Path(url).stat().st_size,
         ship(DimuonMass(), "demo"),
         peers=(address,),
     )

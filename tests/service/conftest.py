@@ -10,7 +10,6 @@ by Debian's package) through ``runuser``.
 
 from __future__ import annotations
 
-import glob
 import itertools
 import os
 import pwd
@@ -29,9 +28,9 @@ _counter = itertools.count()
 
 
 def _pg_bin() -> Path | None:
-    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"))
     if found:
-        return Path(found[-1]).parent
+        return found[-1].parent
     initdb = shutil.which("initdb")
     return Path(initdb).parent if initdb else None
 
@@ -105,6 +104,12 @@ def new_pg_database(server: str, template: str | None = None) -> str:
     with psycopg.connect(f"{server}/postgres", autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"{copy}')
     return f"{server}/{name}"
+
+
+@pytest.fixture
+def pg_database(postgres_server: str) -> str:
+    """A fresh, empty database on the test server; its URL."""
+    return new_pg_database(postgres_server)
 
 
 @pytest.fixture(scope="session")

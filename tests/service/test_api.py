@@ -79,7 +79,9 @@ def test_a_request_runs_to_completion_with_its_progress_and_merged_result(api: A
     assert r.status_code == 201, r.text
     rid = r.json()["id"]
     got = api.wait("ann", rid, "completed")
-    assert got["state"] == "completed" and got["owner"] == "ann" and got["title"] == "zz"
+    assert got["state"] == "completed"
+    assert got["owner"] == "ann"
+    assert got["title"] == "zz"
     assert [j["state"] for j in got["jobs"]] == ["completed"] * 3
     assert {j["node"] for j in got["jobs"]} == {"node-0"}
     assert got["jobs"][0]["files"] == ["/star/auau/0.root"]
@@ -100,7 +102,8 @@ def test_an_invalid_request_is_refused_with_every_error_and_kept(api: Api) -> No
     assert body["state"] == "refused"
     assert {e["field"] for e in body["errors"]} == {"process", "input[1]"}
     got = api.client.get(f"/api/v1/requests/{body['id']}", headers=api.h("ann")).json()
-    assert got["state"] == "refused" and got["errors"] == body["errors"]
+    assert got["state"] == "refused"
+    assert got["errors"] == body["errors"]
     r = api.submit("ann", "processor: p\ninput: [{catalog: colour=red}]\n")
     assert r.status_code == 422
     assert "unknown key 'colour'" in r.json()["errors"][0]["reason"]
@@ -162,13 +165,16 @@ def test_cancel_aborts_a_running_request(sqlite_store: Store) -> None:
 
 def test_size_content_type_and_body_limits(api: Api) -> None:
     r = api.submit("ann", "x" * 5000)
-    assert r.status_code == 413 and r.json()["errors"][0]["field"] == "body"
+    assert r.status_code == 413
+    assert r.json()["errors"][0]["field"] == "body"
     r = api.submit("ann", "{}", ctype="application/json")
-    assert r.status_code == 415 and r.json()["errors"][0]["field"] == "Content-Type"
+    assert r.status_code == 415
+    assert r.json()["errors"][0]["field"] == "Content-Type"
     r = api.client.post(
         "/api/v1/requests", content=b"\xff\xfe", headers={**api.h("ann"), "Content-Type": YAML}
     )
-    assert r.status_code == 422 and r.json()["errors"][0]["field"] == "body"
+    assert r.status_code == 422
+    assert r.json()["errors"][0]["field"] == "body"
 
 
 def test_the_rate_limit_is_per_user_with_retry_after(sqlite_store: Store) -> None:
@@ -203,9 +209,11 @@ def test_catalog_cluster_metrics_and_the_openapi_schema(api: Api) -> None:
     r = api.client.get(
         "/api/v1/catalog/datasets", params={"query": "colour=red"}, headers=api.h("bob")
     )
-    assert r.status_code == 422 and "colour" in r.json()["errors"][0]["reason"]
+    assert r.status_code == 422
+    assert "colour" in r.json()["errors"][0]["reason"]
     cl = api.client.get("/api/v1/cluster", headers=api.h("bob")).json()
-    assert cl["nodes"][0]["name"] == "node-0" and cl["jobs"] == {}
+    assert cl["nodes"][0]["name"] == "node-0"
+    assert cl["jobs"] == {}
     rid = api.submit("ann", "processor: p\ninput: [/star/pp/0.root]\n").json()["id"]
     api.wait("ann", rid, "completed")
     text = api.client.get("/metrics").text
@@ -250,7 +258,8 @@ def test_the_daemon_serves_a_result_as_bytes_and_never_unpickles_it(
     with store.session() as s:
         s.get(Request, rid).result = blob  # as a worker's merge would have stored it
     r = api.client.get(f"/api/v1/requests/{rid}/result", headers=api.h("ann"))
-    assert r.status_code == 200 and r.content == blob
+    assert r.status_code == 200
+    assert r.content == blob
     r = api.client.get(f"/api/v1/requests/{rid}/result?packets=true", headers=api.h("root"))
     assert blob in pickle.loads(r.content)  # a list of bytes: loading it runs nothing
     assert not marker.exists(), "the daemon unpickled a user's result"
@@ -259,7 +268,8 @@ def test_the_daemon_serves_a_result_as_bytes_and_never_unpickles_it(
         req = s.get(Request, rid)
         req.result, req.result_error = None, "the results could not be merged: boom"
     r = api.client.get(f"/api/v1/requests/{rid}/result", headers=api.h("ann"))
-    assert r.status_code == 409 and "boom" in r.json()["errors"][0]["reason"]
+    assert r.status_code == 409
+    assert "boom" in r.json()["errors"][0]["reason"]
     r = api.client.get(f"/api/v1/requests/{rid}/result", headers=api.h("bob"))
     assert r.status_code == 404
 
@@ -276,7 +286,8 @@ def test_a_completed_request_is_merged_by_the_runner_once(api: Api) -> None:
 def test_groups_are_read_by_all_and_set_by_administrators_only(api: Api) -> None:
     put = api.client.put
     r = put("/api/v1/groups/physics", json={"quota": 75}, headers=api.h("ann"))
-    assert r.status_code == 403 and r.json()["errors"][0]["reason"] == "administrators only"
+    assert r.status_code == 403
+    assert r.json()["errors"][0]["reason"] == "administrators only"
     r = put("/api/v1/groups/physics", json={"quota": 75, "priority": 2}, headers=api.h("root"))
     assert r.status_code == 200, r.text
     assert (r.json()["quota"], r.json()["priority"], r.json()["users"]) == (75, 2, 2)
@@ -287,14 +298,17 @@ def test_groups_are_read_by_all_and_set_by_administrators_only(api: Api) -> None
         ({"weight": 3}, "body.weight"),
     ):
         r = put("/api/v1/groups/physics", json=body, headers=api.h("root"))
-        assert r.status_code == 422 and r.json()["errors"][0]["field"] == field, (body, r.text)
+        assert r.status_code == 422, (body, r.text)
+        assert r.json()["errors"][0]["field"] == field, (body, r.text)
     r = put("/api/v1/groups/a%20b", json={"quota": 1}, headers=api.h("root"))
-    assert r.status_code == 422 and r.json()["errors"][0]["field"] == "group"
+    assert r.status_code == 422
+    assert r.json()["errors"][0]["field"] == "group"
     # Everyone reads them; a group with work has a target share and an achieved one.
     rid = api.submit("ann", "processor: p\ninput: [{catalog: year=2004}]\n").json()["id"]
     api.wait("ann", rid, "completed")
     rows = api.client.get("/api/v1/groups", headers=api.h("bob")).json()["groups"]
     by_name = {g["name"]: g for g in rows}
     assert set(by_name) == {"admins", "physics"}
-    assert by_name["physics"]["quota"] == 75 and by_name["physics"]["achieved_share"] == 1.0
+    assert by_name["physics"]["quota"] == 75
+    assert by_name["physics"]["achieved_share"] == 1.0
     assert by_name["admins"]["achieved_share"] == 0.0

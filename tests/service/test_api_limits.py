@@ -162,7 +162,8 @@ def test_a_300_mb_chunked_body_is_refused_unread_and_the_daemon_stays_small(
             headers=d.h("root", **{"Content-Type": "application/json"}),
             timeout=120,
         )
-        assert r.status_code == 413 and r.json()["errors"][0]["field"] == "body"
+        assert r.status_code == 413
+        assert r.json()["errors"][0]["field"] == "body"
         assert groups.sent < 100_000_000
         grown = peak_mb(d.proc.pid) - before
         assert grown < 100, f"the daemon's peak memory grew by {grown:.0f} MB"
@@ -176,7 +177,8 @@ def test_a_300_mb_chunked_body_is_refused_unread_and_the_daemon_stays_small(
         assert b'"field":"body"' in answer
         # The daemon still serves, and nothing was stored.
         r = httpx.get(f"{d.base}/requests", headers=d.h("ann"), timeout=10)
-        assert r.status_code == 200 and r.json()["requests"] == []
+        assert r.status_code == 200
+        assert r.json()["requests"] == []
         r = httpx.post(
             f"{d.base}/requests", content=GOOD, headers=d.h("ann", **{"Content-Type": YAML})
         )
@@ -222,7 +224,8 @@ def test_every_other_body_is_bounded_and_an_unread_body_closes_the_connection(
         json = {"Content-Type": "application/json"}
         big = '{"priority": 2, "quota": 3' + " " * 2000 + "}"
         r = api.client.put(url, content=big, headers=api.h("root", **json))
-        assert r.status_code == 413 and r.json()["errors"][0]["field"] == "body"
+        assert r.status_code == 413
+        assert r.json()["errors"][0]["field"] == "body"
         assert r.headers["connection"] == "close"
         chunks = iter([big[:600].encode(), big[600:].encode()])
         r = api.client.put(url, content=chunks, headers=api.h("root", **json))
@@ -230,13 +233,16 @@ def test_every_other_body_is_bounded_and_an_unread_body_closes_the_connection(
         groups = api.client.get("/api/v1/groups", headers=api.h("ann")).json()["groups"]
         assert {g["name"]: g["priority"] for g in groups}["physics"] == 1.0  # unchanged
         r = api.client.put(url, json={"priority": 2}, headers=api.h("root"))
-        assert r.status_code == 200 and r.json()["priority"] == 2
+        assert r.status_code == 200
+        assert r.json()["priority"] == 2
         # No token: refused before the body is read, and the connection is not kept for it.
         r = api.client.post("/api/v1/requests", content=GOOD, headers={"Content-Type": YAML})
-        assert r.status_code == 401 and r.headers["connection"] == "close"
+        assert r.status_code == 401
+        assert r.headers["connection"] == "close"
         assert r.headers["www-authenticate"] == "Bearer"
         r = api.client.get("/api/v1/requests", headers=api.h("ann"))
-        assert r.status_code == 200 and "close" not in r.headers.get("connection", "")
+        assert r.status_code == 200
+        assert "close" not in r.headers.get("connection", "")
 
 
 async def _drive(middleware: BoundedBodies, headers: list[tuple[bytes, bytes]]) -> Any:
@@ -269,11 +275,14 @@ def test_the_middleware_stops_an_endless_body_at_its_limit() -> None:
 
     bounded = BoundedBodies(lambda *_: None, limit_for=lambda method, path: 10_000)  # type: ignore[arg-type]
     asked, sent, exc = asyncio.run(_drive(bounded, [(b"transfer-encoding", b"chunked")]))
-    assert isinstance(exc, BodyTooLarge) and exc.status_code == 413
+    assert isinstance(exc, BodyTooLarge)
+    assert exc.status_code == 413
     assert asked["receive"] == 11  # 11 chunks of 1000 bytes: the one past 10,000 ends it
     asked, sent, exc = asyncio.run(_drive(bounded, [(b"content-length", b"10001")]))
-    assert exc is None and asked == {"receive": 0, "app": 0}  # answered without reading
-    assert sent[0]["status"] == 413 and (b"connection", b"close") in sent[0]["headers"]
+    assert exc is None
+    assert asked == {"receive": 0, "app": 0}  # answered without reading
+    assert sent[0]["status"] == 413
+    assert (b"connection", b"close") in sent[0]["headers"]
 
 
 # -- refused requests, kept bounded ------------------------------------------------------------
@@ -282,25 +291,29 @@ def test_the_middleware_stops_an_endless_body_at_its_limit() -> None:
 def test_clip_body_cuts_on_a_character_and_says_how_much() -> None:
     assert refused.clip_body("short", 10) == "short"
     clipped = refused.clip_body("aé" * 10, 5)  # "aé" is 3 bytes: the 5th byte is inside an é
-    assert clipped.startswith("aéa\n") and "26 more bytes" in clipped
+    assert clipped.startswith("aéa\n")
+    assert "26 more bytes" in clipped
 
 
 def test_a_refused_requests_body_and_errors_are_kept_cut(sqlite_store: Store) -> None:
     with api_with(sqlite_store, refused_body_bytes=1000, max_request_bytes=2_000_000) as api:
         body = BAD + "# " + "z" * 50_000 + "\n"
         r = api.submit("ann", body)
-        assert r.status_code == 422 and r.json()["state"] == "refused"
+        assert r.status_code == 422
+        assert r.json()["state"] == "refused"
         with sqlite_store.reading() as s:
             raw = s.get(Request, r.json()["id"]).raw  # type: ignore[union-attr]
         assert raw.startswith(body[:1000])
-        assert f"{len(body) - 1000} more bytes" in raw and len(raw) < 1100
+        assert f"{len(body) - 1000} more bytes" in raw
+        assert len(raw) < 1100
         # A request made of 500 mistakes, each quoting a long input: 100 errors answered
         # and kept, then one saying how many more, each reason cut.
         many = "processor: p\ninput: [" + ", ".join(["/" + "q" * 3000] * 500) + "]\n"
         r = api.submit("ann", many)
         assert r.status_code == 422
         errors = r.json()["errors"]
-        assert len(errors) == 101 and errors[-1] == {
+        assert len(errors) == 101
+        assert errors[-1] == {
             "field": "errors",
             "reason": "400 more errors not shown",
         }
@@ -368,7 +381,8 @@ def test_refused_requests_are_pruned_and_swept_on_both_backends(
         assert refused.sweep_refused(s, datetime.now(UTC) - timedelta(days=7)) == 2
     with store.reading() as s:
         assert set(s.scalars(select(Request.id))) == {fifth, open_id}
-        assert ops.open_requests(s, bob.id) == 1 and ops.open_requests(s, ann.id) == 0
+        assert ops.open_requests(s, bob.id) == 1
+        assert ops.open_requests(s, ann.id) == 0
 
 
 def test_the_daemon_sweeps_old_refused_requests_when_it_starts(sqlite_store: Store) -> None:
@@ -407,7 +421,8 @@ def test_past_max_pending_a_submission_is_429_and_not_stored(sqlite_store: Store
             r = api.submit("ann", body)
             assert r.status_code == 429, r.text
             (error,) = r.json()["errors"]
-            assert error["field"] == "pending" and "the limit is 2" in error["reason"]
+            assert error["field"] == "pending"
+            assert "the limit is 2" in error["reason"]
             assert int(r.headers["Retry-After"]) >= 1
         assert _stored(sqlite_store) == 2
         assert api.submit("bob", GOOD).status_code == 201  # another user's cap is their own

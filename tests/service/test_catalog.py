@@ -94,4 +94,5 @@ def test_import_reads_the_runtime_catalog_format_and_its_metadata(
     cat = Catalog(sqlite_store)
     assert cat.import_yaml(tmp_path / "c.yaml") == ["hzz"]
     (info,) = cat.datasets("higgs year=2012")
-    assert info.n_events == 2421 and info.metadata["generator"] == "pythia"
+    assert info.n_events == 2421
+    assert info.metadata["generator"] == "pythia"

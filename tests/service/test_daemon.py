@@ -92,7 +92,8 @@ def test_a_restart_mid_request_counts_every_event_once(store: Store, replay: boo
     per_file = {f"/d/{i}.root": n for i, n in enumerate(EVENTS)}
     for url, n in per_file.items():
         mine = sorted((a, b) for u, a, b in ranges if u == url)
-        assert mine[0][0] == 0 and mine[-1][1] == n
+        assert mine[0][0] == 0
+        assert mine[-1][1] == n
         assert all(x[1] == y[0] for x, y in itertools.pairwise(mine))
     assert merge_all(safepickle.loads(r) for *_, r in rows if r) == {"events": sum(EVENTS)}
     if replay:

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from dash_support import REQUEST, dashboard_service
 from fastapi.testclient import TestClient
 
 from datasched.service.api.deps import ServiceState
@@ -21,6 +20,7 @@ from datasched.service.dashboard.routes import render
 from datasched.service.dashboard.views import PacketRow, eta_text, node_rows
 from datasched.service.store.db import Store
 from datasched.service.users import add_user
+from service.dash_support import REQUEST, dashboard_service
 
 
 @dataclass
@@ -69,13 +69,16 @@ def dash(sqlite_store: Store) -> Iterator[Dash]:
 def test_page_and_static_files_need_no_token_and_forbid_other_origins(dash: Dash) -> None:
     page = dash.client.get("/dashboard")
     assert page.status_code == 200
-    assert 'id="login-form"' in page.text and "/dashboard/static/dashboard.js" in page.text
+    assert 'id="login-form"' in page.text
+    assert "/dashboard/static/dashboard.js" in page.text
     assert "script-src 'self'" in page.headers["content-security-policy"]
     assert "http" not in page.text.replace("http://www.w3.org", "")  # nothing from elsewhere
     root = dash.client.get("/", follow_redirects=False)
-    assert root.status_code == 307 and root.headers["location"] == "/dashboard"
+    assert root.status_code == 307
+    assert root.headers["location"] == "/dashboard"
     js = dash.client.get("/dashboard/static/dashboard.js")
-    assert js.status_code == 200 and js.headers["content-type"].startswith("text/javascript")
+    assert js.status_code == 200
+    assert js.headers["content-type"].startswith("text/javascript")
     assert "sessionStorage" in js.text
     assert dash.client.get("/dashboard/static/dashboard.css").status_code == 200
     icon = dash.client.get("/dashboard/static/favicon.svg")
@@ -114,7 +117,8 @@ def test_a_completed_request_shows_its_progress_packets_and_plot(dash: Dash) -> 
     assert '<td data-stat="count">16</td>' in text  # 2 files × 40 events in packets of 5
     assert '<td data-stat="events">5 / 5.0 / 5</td>' in text
     assert "8.0 kB" in text  # the stand-in reads 100 bytes an event: 80 events
-    assert "<svg" in text and 'class="done" points="' in text
+    assert "<svg" in text
+    assert 'class="done" points="' in text
     assert "80 of 80 events done in 16 packets" in text
 
 
@@ -136,7 +140,8 @@ def test_a_running_request_offers_cancel_and_the_queue_counts_its_jobs(dash: Das
     while '<td data-state="running">2</td>' not in (cluster := dash.get("bob", "cluster").text):
         assert time.monotonic() < deadline, cluster
         time.sleep(0.02)
-    assert '<tr data-node="node-0">' in cluster and "50%" in cluster
+    assert '<tr data-node="node-0">' in cluster
+    assert "50%" in cluster
     group = cluster.split('<tr data-group="physics">', 1)[1].split("</tr>", 1)[0]
     assert '<td data-count="waiting">0</td><td data-count="running">2</td>' in group
     assert dash.client.delete(f"/api/v1/requests/{rid}", headers=dash.h("bob")).status_code == 200
@@ -149,8 +154,10 @@ def test_a_refused_request_shows_why_and_markup_is_escaped(dash: Dash) -> None:
     answer = dash.submit("ann", body)
     assert answer["state"] == "refused"
     text = dash.get("ann", f"requests/{answer['id']}").text
-    assert "Why it was refused" in text and "input[0].path" in text
-    assert "<script>alert" not in text and "&lt;script&gt;alert(1)&lt;/script&gt;" in text
+    assert "Why it was refused" in text
+    assert "input[0].path" in text
+    assert "<script>alert" not in text
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text
     assert "No packet done yet." in text
     assert "<script>alert" not in dash.get("ann", "requests").text
 
@@ -174,8 +181,10 @@ def test_nodes_are_read_from_the_runtimes_view_and_from_a_plain_one() -> None:
     assert (w1.slots_busy, w1.slots_total, w1.cache_fill, w1.running) == (1, 2, 0.25, ("r.0",))
     assert w1.cached_files == 3
     html = render("cluster.html", nodes=[w1, w2], queue=[], policy="farm", has_runner=True)
-    assert "Policy: <strong>farm</strong>" in html and "(3 files)" in html
-    assert '<tr data-node="w2" class="down">' in html and "w2 (down)" in html
+    assert "Policy: <strong>farm</strong>" in html
+    assert "(3 files)" in html
+    assert '<tr data-node="w2" class="down">' in html
+    assert "w2 (down)" in html
     assert (w2.up, w2.slots_busy, w2.cache_fill, w2.cached_files) == (False, 0, None, None)
     plain_view = {"nodes": [{"name": "n", "slots": 4, "cache_fill": 0.5, "running": ["a"]}]}
     (plain,) = node_rows(plain_view)
@@ -190,7 +199,8 @@ def test_the_plot_steps_up_to_the_events_done() -> None:
     points = [tuple(map(float, p.split(","))) for p in plot.points.split()]
     ys = [y for _, y in points]
     assert ys == sorted(ys, reverse=True)  # never down (SVG's y grows downwards)
-    assert points[0] == (plot.left, plot.bottom) and points[-1][0] == plot.right
+    assert points[0] == (plot.left, plot.bottom)
+    assert points[-1][0] == plot.right
     # 20 of 40 events: half way up; the dashed line of the events to do at the top.
     assert points[-1][1] == pytest.approx((plot.top + plot.bottom) / 2, abs=0.1)
     assert plot.total_y == pytest.approx(plot.top, abs=0.1)
@@ -208,9 +218,12 @@ def test_each_request_in_the_list_shows_its_own_progress(dash: Dash) -> None:
         rid: listing.split(f'<tr data-request="{rid}"', 1)[1].split("</tr>", 1)[0]
         for rid in (done, held, refused)
     }
-    assert "80 / 80 events (100%)" in rows[done] and "completed" in rows[done]
-    assert "0 / 80 events (0%)" in rows[held] and "running" in rows[held]
-    assert "— (refused)" in rows[refused] and "<progress" not in rows[refused]
+    assert "80 / 80 events (100%)" in rows[done]
+    assert "completed" in rows[done]
+    assert "0 / 80 events (0%)" in rows[held]
+    assert "running" in rows[held]
+    assert "— (refused)" in rows[refused]
+    assert "<progress" not in rows[refused]
     # Newest first.
     assert listing.index(refused) < listing.index(held) < listing.index(done)
 
@@ -254,12 +267,14 @@ def test_without_a_runner_the_groups_queues_wait_highest_priority_first(
         dash.submit("bob")
         dash.submit("cy")
         cluster = dash.get("root", "cluster").text
-    assert "No runner" in cluster and "No node reported." in cluster
+    assert "No runner" in cluster
+    assert "No node reported." in cluster
     assert '<td data-state="pending">6</td>' in cluster
     assert cluster.index('data-group="heavy-ion"') < cluster.index('data-group="physics"')
     physics = cluster.split('<tr data-group="physics">', 1)[1].split("</tr>", 1)[0]
     assert '<td data-count="waiting">4</td><td data-count="running">0</td>' in physics
     heavy = cluster.split('<tr data-group="heavy-ion">', 1)[1].split("</tr>", 1)[0]
-    assert "<td>5</td>" in heavy and '<td data-count="waiting">2</td>' in heavy
+    assert "<td>5</td>" in heavy
+    assert '<td data-count="waiting">2</td>' in heavy
     # Its target share: its weight 5 (quota 1 x priority 5) over the groups with work, 5 + 1.
     assert '<td data-share="target">83%</td><td data-share="achieved">—</td>' in heavy

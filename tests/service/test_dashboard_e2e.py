@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dash_support import REQUEST, GatedRunner, dashboard_service
 
 from datasched.service.app import create_app
 from datasched.service.dashboard.shot import capture, chromium_path, launch_chromium, login
 from datasched.service.store.db import Store
+from service.dash_support import REQUEST, GatedRunner, dashboard_service
 
 TIMEOUT_MS = 15_000
 PERIOD_MS = 200
@@ -70,7 +70,8 @@ def served(sqlite_store: Store) -> Iterator[tuple[str, dict[str, str], GatedRunn
     thread.start()
     deadline = time.monotonic() + 10
     while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+        assert thread.is_alive(), "uvicorn did not start"
+        assert time.monotonic() < deadline, "uvicorn did not start"
         time.sleep(0.02)
     try:
         assert isinstance(svc.runner, GatedRunner)
@@ -126,7 +127,8 @@ def test_log_in_submit_watch_it_complete_and_cancel_another(
             page.get_by_role("button", name="Log in").click()
             page.wait_for_selector("#login-error:has-text('That token is not valid.')")
             # The browser logs the refused call itself; nothing else may be there.
-            assert len(problems) == 1 and "status of 401" in problems[0], problems
+            assert len(problems) == 1, problems
+            assert "status of 401" in problems[0], problems
             problems.clear()
             assert page.is_hidden("#app")
 
@@ -159,7 +161,8 @@ def test_log_in_submit_watch_it_complete_and_cancel_another(
             page.wait_for_selector("#submit-result p.error:has-text('Refused: request')")
             assert page.inner_text("#submit-result li") == "input: missing"
             # The browser logs the refused submission's 422 itself; nothing else.
-            assert len(problems) == 1 and "status of 422" in problems[0], problems
+            assert len(problems) == 1, problems
+            assert "status of 422" in problems[0], problems
             problems.clear()
             other = _submit(page, REQUEST)
             assert page.query_selector(f"#requests tr[data-request='{rid}']") is None
@@ -179,7 +182,8 @@ def test_log_in_submit_watch_it_complete_and_cancel_another(
         finally:
             browser.close()
     data = shot.read_bytes()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(data) > 10_000
     keep = os.environ.get("DATASCHED_SCREENSHOT_DIR")
     if keep:
         Path(keep).mkdir(parents=True, exist_ok=True)

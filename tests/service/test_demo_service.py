@@ -33,7 +33,9 @@ def test_three_users_requests_complete_with_every_event_once(tmp_path: Path) -> 
     assert all(r["state"] == "completed" for r in rows.values()), rows
     assert rows["ann"]["events"] == rows["ann"]["events_total"] == 4000
     assert rows["bob"]["events"] == rows["bob"]["events_total"] == 2000  # half of the files
-    assert rows["cy"]["form"] == "xml" and rows["cy"]["jobs"] == 1
-    assert seen and all(n == 3 for n in seen)
+    assert rows["cy"]["form"] == "xml"
+    assert rows["cy"]["jobs"] == 1
+    assert seen
+    assert all(n == 3 for n in seen)
     written = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert [r["id"] for r in written["requests"]] == [r["id"] for r in summary["requests"]]

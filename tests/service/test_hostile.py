@@ -91,7 +91,8 @@ class Daemon:
             got = httpx.get(f"{self.url}/requests/{rid}/result", headers=self.h(user), timeout=30)
             if got.status_code == 200:
                 return bytes(got.content)
-            assert got.status_code == 409 and "Retry-After" in got.headers, got.text
+            assert got.status_code == 409, got.text
+            assert "Retry-After" in got.headers, got.text
             assert time.monotonic() < deadline, "the result was not merged"
             time.sleep(0.3)
 
@@ -142,7 +143,7 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     env = {**os.environ, "DATASCHED_PLANTED": SECRET, "DATASCHED_DB": str(db)}
     env["PYTHONPATH"] = str(SRC)
     log = base / "daemon.log"
-    with open(log, "wb") as out:
+    with log.open("wb") as out:
         proc = subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT)
     d = Daemon(proc, f"http://127.0.0.1:{port}/api/v1", tokens)
     d.root, d.db, d.log, d.uid = root, db, log, uid
@@ -251,15 +252,18 @@ def test_a_processor_file_runs_only_in_a_sandbox_that_holds_nothing_of_the_daemo
     assert sent.status_code == 201, sent.text
     state = daemon.final("ann", sent.json()["id"])
     assert state["state"] == "completed", state
-    assert not body.exists() and not init.exists(), "user code wrote on the daemon's machine"
+    assert not body.exists(), "user code wrote on the daemon's machine"
+    assert not init.exists(), "user code wrote on the daemon's machine"
     got = pickle.loads(daemon.result("ann", sent.json()["id"]))  # ann's own result
     assert got["n"] == 2000
     pids = got["pid"] | got["loaded_in"]
-    assert daemon.proc.pid not in pids and all(pid < 100 for pid in pids), pids
+    assert daemon.proc.pid not in pids, pids
+    assert all(pid < 100 for pid in pids), pids
     if daemon.uid is not None:
         assert got["uid"] == {daemon.uid}, "not the run-as account"
     env = dict(got["env"])
-    assert SECRET not in repr(env) and "DATASCHED_DB" not in env
+    assert SECRET not in repr(env)
+    assert "DATASCHED_DB" not in env
     assert set(env) <= {"PATH", "HOME", "LANG", "SCRATCH", "PWD", "TMPDIR"}, sorted(env)
     assert all(v.startswith("refused") for _, v in got["seen"]), got["seen"]
     assert all(n.startswith("refused") for n in got["net"]), "it reached the daemon's port"
@@ -306,7 +310,8 @@ def test_a_result_that_runs_code_when_unpickled_runs_nothing_for_the_administrat
         check=False,
     )
     assert cli.returncode == 1, cli.stdout + cli.stderr
-    assert "system" in cli.stderr and "--trust" in cli.stderr
+    assert "system" in cli.stderr
+    assert "--trust" in cli.stderr
     assert len(cli.stderr.strip().splitlines()) == 1, cli.stderr
     assert not marker.exists(), "fetching the result ran the user's code"
 
@@ -319,7 +324,8 @@ def test_sh_c_writes_nowhere_outside_its_sandbox(daemon: Daemon) -> None:
     sent = daemon.submit("ann", _command_request(command, str(stdout)))
     assert sent.status_code == 201, sent.text
     daemon.final("ann", sent.json()["id"])
-    assert not outside.exists() and not elsewhere.exists()
+    assert not outside.exists()
+    assert not elsewhere.exists()
 
 
 def test_a_command_cannot_reach_the_store_to_make_itself_administrator(daemon: Daemon) -> None:
@@ -353,11 +359,13 @@ def test_the_daemons_environment_stays_in_the_daemon(daemon: Daemon) -> None:
     assert sent.status_code == 201, sent.text
     assert daemon.final("ann", sent.json()["id"])["state"] == "completed"
     env = dict(line.split("=", 1) for line in stdout.read_text().splitlines() if "=" in line)
-    assert SECRET not in stdout.read_text() and "DATASCHED_DB" not in env
+    assert SECRET not in stdout.read_text()
+    assert "DATASCHED_DB" not in env
     star = {"FILELIST", "INPUTFILECOUNT", "SCRATCH", "JOBID", "REQUESTID", "PROCESSID", "USER"}
     inputs = {k for k in env if k.startswith("INPUTFILE") and k[9:].isdigit()}
     assert set(env) - inputs <= {"PATH", "HOME", "LANG", "PWD", *star}, sorted(env)
-    assert env["USER"] == "ann" and env["HOME"] == "/scratch"
+    assert env["USER"] == "ann"
+    assert env["HOME"] == "/scratch"
 
 
 VARS = """
@@ -401,7 +409,9 @@ def test_star_variables_are_filled_in_and_two_jobs_write_two_files(daemon: Daemo
     for k in (0, 1):
         lines = (out / f"{rid}_{k}.out").read_text().splitlines()
         argv, env, listed = lines[0].split()[1:], lines[1].split()[1:], lines[2].split()
-        assert argv[0] == f"{rid}_{k}" and argv[1] == "1" and argv[3] == "ann"
+        assert argv[0] == f"{rid}_{k}"
+        assert argv[1] == "1"
+        assert argv[3] == "ann"
         assert argv[2].startswith("/inputs/0000-mine-")
         assert env == argv
         assert listed == ["listed", "1", "True"]
@@ -461,7 +471,8 @@ def test_a_dask_client_without_credentials_cannot_reach_the_cluster(daemon: Daem
     admin = {"Authorization": f"Bearer {daemon.tokens['root']}"}
     cluster = httpx.get(f"{daemon.url}/cluster", headers=admin, timeout=30).json()
     address = cluster.get("scheduler")
-    assert isinstance(address, str) and address.startswith("tls://127.0.0.1:"), cluster
+    assert isinstance(address, str), cluster
+    assert address.startswith("tls://127.0.0.1:"), cluster
     probe = (
         "import os, sys\n"
         "from distributed import Client\n"
@@ -498,7 +509,8 @@ def test_the_daemons_own_workers_run_as_the_jobs_account_without_its_secrets(
     for p in workers:
         assert p.uids().real == daemon.uid, p.cmdline()
         env = p.environ()
-        assert "DATASCHED_DB" not in env and SECRET not in repr(env), sorted(env)
+        assert "DATASCHED_DB" not in env, sorted(env)
+        assert SECRET not in repr(env), sorted(env)
         # Its view holds no store: the daemon's store path is not there.
         assert not Path(f"/proc/{p.pid}/root{daemon.db}").exists()
 

@@ -155,7 +155,9 @@ def test_eta_watch_keeps_each_open_request_s_eta_and_its_error_once_ended(
     assert watch.eta(rid) is None
     assert watch.refresh() == 1
     eta = watch.eta(rid)
-    assert eta is not None and eta["policy"] == "farm" and eta["actual_finish"] is None
+    assert eta is not None
+    assert eta["policy"] == "farm"
+    assert eta["actual_finish"] is None
     # 50 events left at the 50 events/s measured on w1: about a second (plus reads).
     assert 0.5 < eta["predicted_finish"] - eta["predicted_at"] < 30
     assert eta["error_at_submission_s"] is None
@@ -163,7 +165,8 @@ def test_eta_watch_keeps_each_open_request_s_eta_and_its_error_once_ended(
     listener.job_state(jobs[0].id, JobState.COMPLETED, node="w1")
     assert watch.refresh() == 0  # nothing open: no prediction, the record closed
     ended = watch.eta(rid)
-    assert ended is not None and ended["actual_finish"] is not None
+    assert ended is not None
+    assert ended["actual_finish"] is not None
     assert ended["error_at_submission_s"] == pytest.approx(
         ended["predicted_finish"] - ended["actual_finish"]
     )

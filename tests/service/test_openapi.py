@@ -57,7 +57,8 @@ def test_the_bearer_scheme_is_declared_and_required_everywhere(schema: dict[str,
     schemes = schema["components"]["securitySchemes"]
     assert len(schemes) == 1
     ((name, scheme),) = schemes.items()
-    assert scheme["type"] == "http" and scheme["scheme"] == "bearer"
+    assert scheme["type"] == "http"
+    assert scheme["scheme"] == "bearer"
     operations = _operations(schema)
     assert set(operations) == set(EXPECTED)  # every route of the API, nothing unlisted
     for key, op in operations.items():
@@ -86,7 +87,8 @@ def test_each_operation_declares_its_error_statuses_with_the_error_schema(
 
 def test_the_error_schema_is_ours_and_fastapis_is_gone(schema: dict[str, Any]) -> None:
     components = schema["components"]["schemas"]
-    assert "HTTPValidationError" not in components and "ValidationError" not in components
+    assert "HTTPValidationError" not in components
+    assert "ValidationError" not in components
     assert "HTTPValidationError" not in str(schema)
     errors = components["Errors"]
     assert errors["required"] == ["errors"]
@@ -101,7 +103,8 @@ def test_the_error_schema_is_ours_and_fastapis_is_gone(schema: dict[str, Any]) -
 def test_the_answers_have_the_declared_shape(client: tuple[TestClient, dict[str, str]]) -> None:
     c, tokens = client
     r = c.get(f"{P}/cluster")
-    assert r.status_code == 401 and r.headers["WWW-Authenticate"] == "Bearer"
+    assert r.status_code == 401
+    assert r.headers["WWW-Authenticate"] == "Bearer"
     assert r.json() == {"errors": [{"field": "Authorization", "reason": "a valid token is needed"}]}
     h = {"Authorization": f"Bearer {tokens['ann']}"}
     r = c.get(f"{P}/requests/abc/result", params={"packets": "perhaps"}, headers=h)
@@ -111,10 +114,13 @@ def test_the_answers_have_the_declared_shape(client: tuple[TestClient, dict[str,
     assert r.status_code == 503
     assert r.json() == {"errors": [{"field": "snapshot", "reason": "no live cluster state here"}]}
     r = c.put(f"{P}/groups/g", json={"priority": 2}, headers=h)
-    assert r.status_code == 403 and r.json()["errors"][0]["field"] == "caller"
+    assert r.status_code == 403
+    assert r.json()["errors"][0]["field"] == "caller"
     r = c.get(f"{P}/requests/nope", headers=h)
-    assert r.status_code == 404 and r.json()["errors"][0]["field"] == "id"
+    assert r.status_code == 404
+    assert r.json()["errors"][0]["field"] == "id"
     codes = [c.get(f"{P}/requests", headers=h).status_code for _ in range(3)]
     assert codes[-1] == 429
     r = c.get(f"{P}/requests", headers=h)
-    assert r.json()["errors"][0]["field"] == "rate" and int(r.headers["Retry-After"]) >= 1
+    assert r.json()["errors"][0]["field"] == "rate"
+    assert int(r.headers["Retry-After"]) >= 1

@@ -79,7 +79,8 @@ def test_inputs_resolve_to_files_each_once(root: Path) -> None:
         "root://x//auau/0.root",
         "root://x//auau/1.root",
     ]
-    assert files[0].cached_on == ("node1",) and files[0].n_bytes == 10
+    assert files[0].cached_on == ("node1",)
+    assert files[0].n_bytes == 10
 
 
 def test_unresolvable_inputs_are_named(root: Path) -> None:
@@ -233,4 +234,6 @@ def test_a_processor_needs_event_counts(root: Path) -> None:
     (root / "proc.py").write_text("def processor(e): pass\n")
     assert "catalog it first" in fields(mjr, root)["input[0].path"]
     files, errors = check_request(mjr, None, roots=[root], count_events=lambda url, tree: 7)
-    assert errors == [] and files[0].n_events == 7 and files[0].tree == "T"
+    assert errors == []
+    assert files[0].n_events == 7
+    assert files[0].tree == "T"

@@ -40,7 +40,8 @@ def test_check_lists_every_error_with_exit_code_2(tmp_path: Path) -> None:
     req.write_text('<job><command>ls | wc</command><input URL="file:/etc/passwd"/></job>')
     result = runner.invoke(app, ["request", "check", str(req), "--roots", str(tmp_path)])
     assert result.exit_code == 2
-    assert "error: input[0].path:" in result.stderr and "error: command:" in result.stderr
+    assert "error: input[0].path:" in result.stderr
+    assert "error: command:" in result.stderr
 
 
 CATALOG = """datasets:
@@ -104,10 +105,13 @@ def test_a_processor_request_counts_events_and_loads_on_demand(tmp_path: Path) -
 def test_help_and_bad_options(tmp_path: Path) -> None:
     for command in (["request"], ["request", "check"]):
         result = runner.invoke(app, [*command, "--help"])
-        assert result.exit_code == 0 and "request" in result.stdout
+        assert result.exit_code == 0
+        assert "request" in result.stdout
     req = tmp_path / "r.yaml"
     req.write_text("command: ls\ninputs: [/a]\n")
     result = runner.invoke(app, ["request", "check", str(req), "--split", "sideways"])
-    assert result.exit_code == 2 and "--split" in result.stderr
+    assert result.exit_code == 2
+    assert "--split" in result.stderr
     result = runner.invoke(app, ["request", "check", str(tmp_path / "none.xml")])
-    assert result.exit_code == 1 and "none.xml" in result.stderr
+    assert result.exit_code == 1
+    assert "none.xml" in result.stderr

@@ -249,13 +249,15 @@ def test_yaml_alias_bombs_are_refused() -> None:
         lines.append(f"{name}: &{name} [{', '.join(['*' + prev] * 10)}]")
     lines.append("command: ls\ninputs: [/x]")
     errors = fields_of("\n".join(lines), YAML)
-    assert list(errors) == ["body"] and "aliases" in errors["body"]
+    assert list(errors) == ["body"]
+    assert "aliases" in errors["body"]
     # Few aliases, but an expansion of 10^6 values:
     few = ["a: &a [" + ", ".join(["x"] * 100) + "]"]
     few.append("b: &b [" + ", ".join(["*a"] * 30) + "]")
     few.append("c: [" + ", ".join(["*b"] * 33) + "]")
     errors = fields_of("\n".join(few), YAML)
-    assert list(errors) == ["body"] and "expanded" in errors["body"]
+    assert list(errors) == ["body"]
+    assert "expanded" in errors["body"]
 
 
 def test_content_type_and_size() -> None:
@@ -290,7 +292,8 @@ def test_the_documented_examples_parse_and_agree() -> None:
     blocks = doc.split("```")
     xml = [b.removeprefix("xml\n") for b in blocks if b.startswith("xml\n")]
     yaml_blocks = [b.removeprefix("yaml\n") for b in blocks if b.startswith("yaml\n")]
-    assert len(xml) == 3 and len(yaml_blocks) == 2
+    assert len(xml) == 3
+    assert len(yaml_blocks) == 2
     parsed_xml = [parse_request(x, XML) for x in xml]
     parsed_yaml = [parse_request(y, YAML) for y in yaml_blocks]
     # The <job> example and the first YAML one are the same request; so are the processors.

@@ -108,7 +108,8 @@ def test_every_file_in_exactly_one_job_and_deterministic(
 ) -> None:
     jobs = split_request("r", mjr(cap), files, strategy, cache_holders=holders)
     counts = Counter(x.url for j in jobs for x in j.files)
-    assert set(counts) == {x.url for x in files} and set(counts.values()) <= {1}
+    assert set(counts) == {x.url for x in files}
+    assert set(counts.values()) <= {1}
     assert all(j.files for j in jobs)
     if cap is not None:
         assert all(len(j.files) <= cap for j in jobs)

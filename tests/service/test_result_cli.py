@@ -122,7 +122,9 @@ def test_a_hostile_result_fetched_by_an_administrator_is_written_not_run(
     r = served.result(tmp_path / "out")
     assert r.exit_code == 1
     assert r.stderr.strip().splitlines() == [r.stderr.strip()], r.stderr  # one line
-    assert "posix.system" in r.stderr and "--trust" in r.stderr and "not loaded" in r.stderr
+    assert "posix.system" in r.stderr
+    assert "--trust" in r.stderr
+    assert "not loaded" in r.stderr
     assert not marker.exists(), "datasched result ran the result's code"
     assert (tmp_path / "out" / "result.pkl").read_bytes() == blob  # kept, to inspect
     assert [p.name for p in (tmp_path / "out").iterdir()] == ["result.pkl"]
@@ -131,7 +133,8 @@ def test_a_hostile_result_fetched_by_an_administrator_is_written_not_run(
 def test_trust_loads_ones_own_classes(served: Served, tmp_path: Path) -> None:
     served.set_result(pickle.dumps({"mine": Mine(3)}))
     r = served.result(tmp_path / "a", user="ann")
-    assert r.exit_code == 1 and f"{Mine.__module__}.Mine" in r.stderr
+    assert r.exit_code == 1
+    assert f"{Mine.__module__}.Mine" in r.stderr
     r = served.result(tmp_path / "b", "--trust", user="ann")
     assert r.exit_code == 0, r.output
     assert r.stdout.splitlines()[1] == f"mine: {Mine.__module__.split('.')[0]}.Mine"
@@ -140,7 +143,8 @@ def test_trust_loads_ones_own_classes(served: Served, tmp_path: Path) -> None:
 def test_a_result_that_does_not_unpickle_is_one_line(served: Served, tmp_path: Path) -> None:
     served.set_result(b"\x80\x05not a pickle")
     r = served.result(tmp_path / "out")
-    assert r.exit_code == 1 and "written, but it does not load" in r.stderr
+    assert r.exit_code == 1
+    assert "written, but it does not load" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
 
 
@@ -166,5 +170,8 @@ def test_packets_are_merged_here_when_the_server_does_not_merge(
     )
     StoreListener(served.store).packet_done(packet)
     r = served.result(tmp_path / "again")
-    assert r.exit_code == 1 and "posix.system" in r.stderr and "nothing written" in r.stderr
-    assert not marker.exists() and not (tmp_path / "again" / "result.pkl").exists()
+    assert r.exit_code == 1
+    assert "posix.system" in r.stderr
+    assert "nothing written" in r.stderr
+    assert not marker.exists()
+    assert not (tmp_path / "again" / "result.pkl").exists()

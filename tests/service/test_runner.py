@@ -253,7 +253,8 @@ def test_resume_after_a_stop_runs_each_event_once(
     asyncio.run(main())
     assert second.states(job.id)[-1] == JobState.COMPLETED
     before, after = first.packets(job.id), second.packets(job.id)
-    assert before and after
+    assert before
+    assert after
     covered(before + after, files)
     assert merged_counts(before + after) == reference_counts(catalog, 0, N_EVENTS)
 
@@ -317,14 +318,18 @@ def test_commands_get_local_copies_and_failures_their_log_and_file(
         (f.url, 0, f.n_events, None) for f in files[:2]
     ]
     final = rec.final(bad.id)
-    assert final is not None and final[1] == JobState.FAILED
-    assert "exited with code 3" in final[3] and "done" in final[3]
+    assert final is not None
+    assert final[1] == JobState.FAILED
+    assert "exited with code 3" in final[3]
+    assert "done" in final[3]
     assert rec.packets(bad.id) == []
     assert [p.url for p in rec.packets(part.id)] == [files[1].url]
     assert rec.states(part.id)[-1] == JobState.COMPLETED
     final = rec.final(unreadable.id)
-    assert final is not None and final[1] == JobState.FAILED
-    assert final[4] == missing.url and "data error" in final[3]
+    assert final is not None
+    assert final[1] == JobState.FAILED
+    assert final[4] == missing.url
+    assert "data error" in final[3]
 
 
 def test_jobs_that_cannot_run_fail_at_once_naming_the_field(
@@ -363,14 +368,17 @@ def test_jobs_that_cannot_run_fail_at_once_naming_the_field(
         final = rec.final(job.id)
         assert final is not None
         logs.append(final[3])
-    assert "processor" in logs[0] and "nowhere.py" in logs[0]
+    assert "processor" in logs[0]
+    assert "nowhere.py" in logs[0]
     assert f"outside [0, {f.n_events})" in logs[1]
     assert "not a file of job" in logs[2]
-    assert "process.stdout" in logs[3] and "outside the configured roots" in logs[3]
+    assert "process.stdout" in logs[3]
+    assert "outside the configured roots" in logs[3]
     assert "command" in logs[4]
     assert rec.states("b.5") == [JobState.QUEUED, JobState.RUNNING, JobState.FAILED]
     final = rec.final("b.5")
-    assert final is not None and "exited with code 1" in final[3]
+    assert final is not None
+    assert "exited with code 1" in final[3]
 
 
 def test_every_root_takes_outputs_and_a_users_own_directory_only(
@@ -409,5 +417,7 @@ def test_every_root_takes_outputs_and_a_users_own_directory_only(
     assert rec.states(job.id)[-1] == JobState.COMPLETED, rec.final(job.id)
     assert (second / "ann" / "o_0.out").read_text() == "ann o_0\n"
     final = rec.final(elsewhere.id)
-    assert final is not None and final[1] == JobState.FAILED
-    assert "your own directory" in final[3] and not (second / "bob.out").exists()
+    assert final is not None
+    assert final[1] == JobState.FAILED
+    assert "your own directory" in final[3]
+    assert not (second / "bob.out").exists()

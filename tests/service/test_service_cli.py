@@ -30,11 +30,16 @@ def test_users_add_prints_a_token_once_and_list_shows_the_users(tmp_path: Path) 
     assert r.exit_code == 0, r.output
     assert r.stdout.strip().startswith("ds_")
     r = cli.invoke(app, ["users", "add", "ann", "--group", "physics", "--db", db])
-    assert r.exit_code == 2 and "error: NAME: user 'ann' exists" in r.stderr
+    assert r.exit_code == 2
+    assert "error: NAME: user 'ann' exists" in r.stderr
     r = cli.invoke(app, ["users", "add", "bob", "--group", "a b", "--db", db])
-    assert r.exit_code == 2 and "--group" in r.stderr
+    assert r.exit_code == 2
+    assert "--group" in r.stderr
     r = cli.invoke(app, ["users", "list", "--db", db])
-    assert r.exit_code == 0 and "ann" in r.stdout and "physics" in r.stdout and "yes" in r.stdout
+    assert r.exit_code == 0
+    assert "ann" in r.stdout
+    assert "physics" in r.stdout
+    assert "yes" in r.stdout
 
 
 def test_catalog_scan_import_and_query(tmp_path: Path) -> None:
@@ -52,16 +57,20 @@ def test_catalog_scan_import_and_query(tmp_path: Path) -> None:
         "    metadata: {year: 2004, system: AuAu, energy: 200}\n"
     )
     r = cli.invoke(app, ["catalog", "import", str(tmp_path / "cat.yaml"), "--db", db])
-    assert r.exit_code == 0 and "imported 1 datasets: auau" in r.stdout
+    assert r.exit_code == 0
+    assert "imported 1 datasets: auau" in r.stdout
     r = cli.invoke(app, ["catalog", "query", "higgs year>=2010", "--files", "--db", db])
     assert r.exit_code == 0
     assert r.stdout.split("\t")[1:] == ["2421", f"{(DATA / 'uproot-HZZ.root').stat().st_size}\n"]
     r = cli.invoke(app, ["catalog", "query", "system=auau", "--db", db])
-    assert "auau" in r.stdout and "hzz" not in r.stdout
+    assert "auau" in r.stdout
+    assert "hzz" not in r.stdout
     r = cli.invoke(app, ["catalog", "query", "run=3", "--db", db])
-    assert r.exit_code == 2 and "unknown key 'run'" in r.stderr
+    assert r.exit_code == 2
+    assert "unknown key 'run'" in r.stderr
     r = cli.invoke(app, ["catalog", "scan", str(tmp_path / "none"), "--db", db])
-    assert r.exit_code == 2 and "no ROOT file found" in r.stderr
+    assert r.exit_code == 2
+    assert "no ROOT file found" in r.stderr
 
 
 @pytest.fixture
@@ -93,16 +102,20 @@ def test_the_client_commands_against_a_daemon(
     assert r.exit_code == 0, r.output
     rid = r.stdout.strip()
     r = cli.invoke(app, ["status", rid, "--watch", "--interval", "0.1"])
-    assert r.exit_code == 0 and "completed" in r.stdout and "40/40 events" in r.stdout
+    assert r.exit_code == 0
+    assert "completed" in r.stdout
+    assert "40/40 events" in r.stdout
     r = cli.invoke(app, ["status"])
-    assert rid in r.stdout and "first" in r.stdout
+    assert rid in r.stdout
+    assert "first" in r.stdout
     r = cli.invoke(app, ["logs", rid])
     assert f"== {rid}.0 (completed, node-0)" in r.stdout
     r = cli.invoke(app, ["result", rid, "--out", str(tmp_path / "res")])
     assert r.exit_code == 0, r.output
     assert pickle.loads((tmp_path / "res" / "result.pkl").read_bytes()) == {"events": 40}
     r = cli.invoke(app, ["catalog", "query", "year=2004", "--server", url])
-    assert r.exit_code == 0 and "d" in r.stdout
+    assert r.exit_code == 0
+    assert "d" in r.stdout
     # Errors from the server: one field: reason line each, exit 1.
     bad = tmp_path / "bad.yaml"
     bad.write_text("title: bad\ninput: [7]\n")
@@ -111,13 +124,16 @@ def test_the_client_commands_against_a_daemon(
     assert "process: give processor or command" in r.stderr
     assert "input[0]: expected a path or {catalog: query}" in r.stderr
     r = cli.invoke(app, ["cancel", rid, "--token", tokens["bob"]])
-    assert r.exit_code == 1 and f"id: no request '{rid}'" in r.stderr
+    assert r.exit_code == 1
+    assert f"id: no request '{rid}'" in r.stderr
     r = cli.invoke(app, ["status", "--token", "ds_bad_token"])
-    assert r.exit_code == 1 and "Authorization: a valid token is needed" in r.stderr
+    assert r.exit_code == 1
+    assert "Authorization: a valid token is needed" in r.stderr
     # bob's jobs run until cancelled.
     rid2 = cli.invoke(app, ["submit", str(req), "--token", tokens["bob"]]).stdout.strip()
     r = cli.invoke(app, ["cancel", rid2, "--token", tokens["bob"]])
-    assert r.exit_code == 0 and f"{rid2}: aborted" in r.stdout
+    assert r.exit_code == 0
+    assert f"{rid2}: aborted" in r.stdout
 
 
 def test_serve_refuses_bad_options_before_touching_the_store(tmp_path: Path) -> None:
@@ -145,11 +161,14 @@ def test_groups_set_and_list_against_a_daemon(
         root = add_user(s, "root", "admins", admin=True)
     monkeypatch.setenv("DATASCHED_SERVER", url)
     r = cli.invoke(app, ["groups", "set", "g", "--quota", "25", "--token", tokens["ann"]])
-    assert r.exit_code == 1 and "caller: administrators only" in r.stderr
+    assert r.exit_code == 1
+    assert "caller: administrators only" in r.stderr
     r = cli.invoke(app, ["groups", "set", "g", "--quota", "-2", "--token", root])
-    assert r.exit_code == 1 and "quota: expected a number > 0, got -2.0" in r.stderr
+    assert r.exit_code == 1
+    assert "quota: expected a number > 0, got -2.0" in r.stderr
     r = cli.invoke(app, ["groups", "set", "g", "--token", root])
-    assert r.exit_code == 2 and "--priority, --quota: give one or both" in r.stderr
+    assert r.exit_code == 2
+    assert "--priority, --quota: give one or both" in r.stderr
     r = cli.invoke(app, ["groups", "set", "g", "--quota", "25", "--priority", "3", "--token", root])
     assert r.exit_code == 0, r.output
     r = cli.invoke(app, ["groups", "list", "--token", tokens["bob"]])
@@ -167,19 +186,25 @@ def test_serve_confines_users_code_or_refuses_to_start(
     base = ["serve", "--db", str(db), "--runner", "svc_support:make_fake_runner"]
     if os.geteuid() == 0:
         r = cli.invoke(app, base)
-        assert r.exit_code == 2 and "--run-as: users' jobs need an account" in r.stderr
+        assert r.exit_code == 2
+        assert "--run-as: users' jobs need an account" in r.stderr
         r = cli.invoke(app, [*base, "--run-as", "no-such-account-xyz"])
-        assert r.exit_code == 2 and "no account 'no-such-account-xyz'" in r.stderr
+        assert r.exit_code == 2
+        assert "no account 'no-such-account-xyz'" in r.stderr
         r = cli.invoke(app, [*base, "--run-as", "root"])
-        assert r.exit_code == 2 and "is root" in r.stderr
+        assert r.exit_code == 2
+        assert "is root" in r.stderr
     else:
         r = cli.invoke(app, base)
-        assert r.exit_code == 2 and "never run as the daemon's own account" in r.stderr
+        assert r.exit_code == 2
+        assert "never run as the daemon's own account" in r.stderr
     # Without bubblewrap it says how to install it.
     monkeypatch.setattr(confine, "sandbox_problem", lambda: "bubblewrap (bwrap) is not installed")
     r = cli.invoke(app, [*base, "--run-as", "nobody"])
-    assert r.exit_code == 2 and "bubblewrap (bwrap) is not installed" in r.stderr
+    assert r.exit_code == 2
+    assert "bubblewrap (bwrap) is not installed" in r.stderr
     assert not db.exists()
     # --no-sandbox warns, every start (this one stops at the store).
     r = cli.invoke(app, [*base, "--no-sandbox", "--db", "mysql://h/d"])
-    assert r.exit_code == 2 and "WARNING: --no-sandbox" in r.stderr
+    assert r.exit_code == 2
+    assert "WARNING: --no-sandbox" in r.stderr

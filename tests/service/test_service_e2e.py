@@ -81,7 +81,8 @@ def _result(svc: dict[str, Any], rid: str, user: str = "ann") -> bytes:
         got = svc["client"].get(f"/api/v1/requests/{rid}/result", headers=_headers(svc, user))
         if got.status_code == 200:
             return bytes(got.content)
-        assert got.status_code == 409 and "Retry-After" in got.headers, got.text
+        assert got.status_code == 409, got.text
+        assert "Retry-After" in got.headers, got.text
         assert time.monotonic() < deadline, "the result was not merged"
         time.sleep(0.2)
 

@@ -51,7 +51,8 @@ def test_requests_overlap_and_bad_options_are_refused(tmp_path: Path) -> None:
         timeout=60,
         env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
     )
-    assert done.returncode == 2 and "--files: at most 20" in done.stderr.splitlines()[-1]
+    assert done.returncode == 2
+    assert "--files: at most 20" in done.stderr.splitlines()[-1]
 
 
 @pytest.mark.slow

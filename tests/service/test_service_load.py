@@ -39,4 +39,5 @@ def test_the_load_benchmark_refuses_bad_options() -> None:
         timeout=120,
         env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
     )
-    assert done.returncode == 2 and "--users" in done.stderr.splitlines()[-1]
+    assert done.returncode == 2
+    assert "--users" in done.stderr.splitlines()[-1]

@@ -49,9 +49,14 @@ def test_a_token_names_its_user_and_only_the_newest_works(store: Store) -> None:
         other = add_user(s, "bob", "physics")
     with store.session() as s:
         ann = authenticate(s, token)
-        assert ann is not None and ann.name == "ann" and ann.admin and ann.group == "physics"
+        assert ann is not None
+        assert ann.name == "ann"
+        assert ann.admin
+        assert ann.group == "physics"
         bob = authenticate(s, other)
-        assert bob is not None and bob.name == "bob" and not bob.admin
+        assert bob is not None
+        assert bob.name == "bob"
+        assert not bob.admin
         assert authenticate(s, token[:-1] + ("A" if token[-1] != "A" else "B")) is None
         assert authenticate(s, "nonsense") is None
         # The secret is not stored: no column holds the token or its secret part.
@@ -109,7 +114,8 @@ def test_a_refused_request_is_kept_with_its_errors(store: Store) -> None:
     with store.session() as s:
         req2 = ops.find_request(s, ann, rid)
         assert req2 is not None
-        assert req2.state == "refused" and req2.errors == [{"field": "a.b", "reason": "bad"}]
+        assert req2.state == "refused"
+        assert req2.errors == [{"field": "a.b", "reason": "bad"}]
 
 
 def test_a_replayed_packet_is_stored_once_and_states_follow_the_jobs(store: Store) -> None:
@@ -129,13 +135,16 @@ def test_a_replayed_packet_is_stored_once_and_states_follow_the_jobs(store: Stor
     listener.job_state(f"{rid}.1", JobState.FAILED, log="boom", failed_file="/d/ann1.root")
     with store.session() as s:
         req = ops.find_request(s, list_users(s)[0], rid)
-        assert req is not None and req.state == "failed"
-        assert req.jobs[1].failed_file == "/d/ann1.root" and req.jobs[1].log == "boom"
+        assert req is not None
+        assert req.state == "failed"
+        assert req.jobs[1].failed_file == "/d/ann1.root"
+        assert req.jobs[1].log == "boom"
     # A final job keeps its state whatever comes late.
     listener.job_state(f"{rid}.0", JobState.RUNNING)
     with store.session() as s:
         req = ops.find_request(s, list_users(s)[0], rid)
-        assert req is not None and req.jobs[0].state == "completed"
+        assert req is not None
+        assert req.jobs[0].state == "completed"
 
 
 def test_cancel_aborts_unfinished_jobs_and_names_those_the_runner_holds(store: Store) -> None:
@@ -149,7 +158,8 @@ def test_cancel_aborts_unfinished_jobs_and_names_those_the_runner_holds(store: S
         assert ops.cancel_request(s, req) == [f"{rid}.1"]
     with store.session() as s:
         req = ops.find_request(s, list_users(s)[0], rid)
-        assert req is not None and req.state == "aborted"
+        assert req is not None
+        assert req.state == "aborted"
         assert [j.state for j in req.jobs] == ["completed", "aborted", "aborted"]
         assert ops.pending_jobs(s) == []
 
@@ -164,7 +174,9 @@ def test_jobs_held_by_the_runner_are_requeued_with_their_files_and_work(store: S
     with store.session() as s:
         (job,) = ops.pending_jobs(s)
         ej = ops.elementary_job(job)
-    assert ej.id == f"{rid}.0" and ej.user == "ann" and ej.group == "g"
+    assert ej.id == f"{rid}.0"
+    assert ej.user == "ann"
+    assert ej.group == "g"
     assert ej.files == (FileRef("/d/ann0.root", 25, 1000),)
     assert ej.work == ProcessorWork("proc.py:P")
 
@@ -201,7 +213,8 @@ def test_jobs_ending_at_once_leave_their_request_completed(store: Store) -> None
             t.join()
         with store.reading() as s:
             req = ops.find_request(s, list_users(s)[0], rid)
-            assert req is not None and req.state == "completed"
+            assert req is not None
+            assert req.state == "completed"
 
 
 def test_a_job_s_node_is_where_its_packets_ran_not_the_split_s_preference(

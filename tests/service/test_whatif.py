@@ -8,11 +8,11 @@ import json
 from typing import Any
 
 import pytest
-from whatif_support import cached_on_second_node, mixed, one_node
 
 from datasched.policies.registry import UnknownPolicyError
 from datasched.service.contracts import ClusterSnapshot, SnapshotError
 from datasched.service.whatif import compare, predict
+from service.whatif_support import cached_on_second_node, mixed, one_node
 
 
 def test_one_node_one_job_takes_events_over_rate() -> None:
@@ -30,7 +30,8 @@ def test_only_the_entries_left_count() -> None:
     assert predict(ClusterSnapshot.from_dict(data), "farm").jobs["r1.0"] == pytest.approx(2.0)
     data["jobs"][0]["files"][0]["todo"] = []
     done = predict(ClusterSnapshot.from_dict(data), "farm")
-    assert done.jobs["r1.0"] == 0.0 and done.makespan_s == 0.0
+    assert done.jobs["r1.0"] == 0.0
+    assert done.makespan_s == 0.0
 
 
 def test_a_jobs_own_cpu_time_beats_the_nodes_rate() -> None:

@@ -9,10 +9,10 @@ pytest.importorskip("httpx")
 
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
-from whatif_support import cached_on_second_node
 
 from datasched.service.api_whatif import get_snapshot, router
 from datasched.service.contracts import ClusterSnapshot, NodeSnapshot
+from service.whatif_support import cached_on_second_node
 
 
 def _client(snapshot: ClusterSnapshot | None) -> TestClient:

@@ -27,4 +27,5 @@ def test_whatif_benchmark_reports_each_policy() -> None:
     assert [r["policy"] for r in report["runs"]] == ["farm", "splitting"]
     assert all(r["makespan_s"] > 0 for r in report["runs"])
     bad = _run("--jobs", "0")
-    assert bad.returncode == 2 and "--jobs" in bad.stderr
+    assert bad.returncode == 2
+    assert "--jobs" in bad.stderr

@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 from typer.testing import CliRunner
-from whatif_support import cached_on_second_node, mixed
 
 from datasched.cli import app
+from service.whatif_support import cached_on_second_node, mixed
 
 runner = CliRunner()
 
@@ -29,7 +29,9 @@ def test_whatif_json_from_a_snapshot(tmp_path: Path) -> None:
     assert eta["out-of-order"] < eta["farm"]
     table = runner.invoke(app, args)
     assert table.exit_code == 0, table.output
-    assert "makespan" in table.stdout and "out-of-order" in table.stdout and "r1" in table.stdout
+    assert "makespan" in table.stdout
+    assert "out-of-order" in table.stdout
+    assert "r1" in table.stdout
 
 
 def test_whatif_table_names_every_request(tmp_path: Path) -> None:
@@ -48,17 +50,22 @@ def test_whatif_bad_input_exits_2_naming_it(tmp_path: Path) -> None:
     assert "jobs[1].node" in result.stderr
     good = _file(tmp_path, mixed().as_dict())
     result = runner.invoke(app, ["whatif", "--policy", "nope", "--snapshot", good])
-    assert result.exit_code == 2 and "--policy" in result.stderr
+    assert result.exit_code == 2
+    assert "--policy" in result.stderr
     result = runner.invoke(app, ["whatif", "--policy", "farm"])
-    assert result.exit_code == 2 and "--snapshot or --server" in result.stderr
+    assert result.exit_code == 2
+    assert "--snapshot or --server" in result.stderr
     missing = str(tmp_path / "none.json")
     result = runner.invoke(app, ["whatif", "--policy", "farm", "--snapshot", missing])
-    assert result.exit_code == 2 and "cannot read" in result.stderr
+    assert result.exit_code == 2
+    assert "cannot read" in result.stderr
     (tmp_path / "junk.json").write_text("{")
     result = runner.invoke(app, ["whatif", "-p", "farm", "--snapshot", str(tmp_path / "junk.json")])
-    assert result.exit_code == 2 and "not JSON" in result.stderr
+    assert result.exit_code == 2
+    assert "not JSON" in result.stderr
     result = runner.invoke(app, ["whatif", "-p", "farm", "--server", "ftp://x"])
-    assert result.exit_code == 2 and "--server" in result.stderr
+    assert result.exit_code == 2
+    assert "--server" in result.stderr
 
 
 def test_whatif_server_unreachable_exits_1() -> None:

@@ -23,7 +23,8 @@ def test_record_keeps_each_prediction_and_its_error_once_ended() -> None:
     rec = EtaRecord("r1")
     rec.predict(0.0, 100.0)
     rec.predict(50.0, 110.0)
-    assert rec.errors() == [] and rec.at_submission is None
+    assert rec.errors() == []
+    assert rec.at_submission is None
     rec.finish(120.0)
     assert rec.at_submission == -20.0
     errors = rec.errors()

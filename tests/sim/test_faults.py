@@ -85,7 +85,8 @@ def test_every_event_once_and_every_job_completes_despite_faults(
             assert not (piece & union), f"job {job.job_id}: events processed twice"
             union = union | piece
         assert union == job.data, f"job {job.job_id}: events lost"
-    assert run.jobs_completed == len(jobs) and not sched.jobs
+    assert run.jobs_completed == len(jobs)
+    assert not sched.jobs
     assert run.events_processed == run.events_submitted
 
 
@@ -93,8 +94,10 @@ def test_faults_happen_and_cost_time_but_lose_nothing() -> None:
     base = SimConfig(policy="out-of-order", n_jobs=200, load_jobs_per_h=0.5, slots=2)
     steady, _ = simulate(base)
     faulty, run = simulate(SimConfig(**{**base.__dict__, "node_mtbf_h": 100.0}))
-    assert faulty.node_failures > 0 and run.node_failures == faulty.node_failures
-    assert faulty.jobs_completed == 200 and faulty.events_processed == faulty.events_submitted
+    assert faulty.node_failures > 0
+    assert run.node_failures == faulty.node_failures
+    assert faulty.jobs_completed == 200
+    assert faulty.events_processed == faulty.events_submitted
     assert steady.node_failures == 0
     # Lost caches and redone work: slower on average, never faster by much.
     assert faulty.mean_processing_s > 0.9 * steady.mean_processing_s

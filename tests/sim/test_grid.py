@@ -34,7 +34,8 @@ def simulate(cfg: GridConfig, external: str, dataset: str, threshold: int = 2) -
     ext = build_grid_scheduler(external)
     params = {"threshold": threshold} if dataset != DATA_DO_NOTHING else {}
     ds = build_grid_scheduler(dataset, **params)
-    assert isinstance(ext, ExternalScheduler) and isinstance(ds, DatasetScheduler)
+    assert isinstance(ext, ExternalScheduler)
+    assert isinstance(ds, DatasetScheduler)
     sim = GridSim(cfg, ext, ds)
     sim.run()
     return sim
@@ -72,7 +73,8 @@ def test_data_is_there_before_a_job_computes_and_users_go_in_sequence(
             assert job not in started
             started.add(job)
         elif what == "end":
-            assert job in started and job not in ended
+            assert job in started
+            assert job not in ended
             ended.add(job)
             user = sim.jobs[job].user
             assert out.pop(user) == job
@@ -130,7 +132,8 @@ def test_one_result_per_seed() -> None:
 
 def test_job_data_present_runs_where_the_data_is_and_moves_none() -> None:
     sim = simulate(SMALL, JOB_DATA_PRESENT, DATA_DO_NOTHING)
-    assert sim.fetch_bytes == 0.0 and sim.replica_bytes == 0.0
+    assert sim.fetch_bytes == 0.0
+    assert sim.replica_bytes == 0.0
     for job, site in zip(sim.jobs, sim.site_of, strict=True):
         assert sim.grid.home[job.dataset] == site
 
@@ -238,7 +241,9 @@ def test_bad_settings_name_their_field(changes: dict[str, object], field: str) -
 
 def test_the_tree_has_its_tiers_and_paths_meet_at_a_common_ancestor() -> None:
     tree = TierTree(30, 5, 1e6)
-    assert tree.depth.count(0) == 1 and tree.depth.count(1) == 5 and tree.depth.count(2) == 24
+    assert tree.depth.count(0) == 1
+    assert tree.depth.count(1) == 5
+    assert tree.depth.count(2) == 24
     assert tree.hops(6, 11) == 2  # two tier-2 sites under the same tier-1 site
     assert tree.hops(6, 7) == 4  # under different tier-1 sites: through tier 0
     assert tree.path(6, 7) == tuple(reversed(tree.path(7, 6)))

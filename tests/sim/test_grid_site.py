@@ -35,7 +35,8 @@ POLICIES = sorted(available())
 def simulate(cfg: GridConfig, external: str, dataset: str) -> GridSim:
     ext = build_grid_scheduler(external)
     ds = build_grid_scheduler(dataset, **({} if dataset == DATA_DO_NOTHING else {"threshold": 2}))
-    assert isinstance(ext, ExternalScheduler) and isinstance(ds, DatasetScheduler)
+    assert isinstance(ext, ExternalScheduler)
+    assert isinstance(ds, DatasetScheduler)
     sim = GridSim(cfg, ext, ds, check_conservation=True)
     sim.run()
     return sim
@@ -63,11 +64,13 @@ def test_every_cluster_policy_runs_a_grid_site(policy: str) -> None:
             present.discard((site, d))
         elif what == "submit":
             user = sim.jobs[job].user
-            assert user not in out and time == last_end.get(user, 0.0)
+            assert user not in out
+            assert time == last_end.get(user, 0.0)
             out[user] = job
         elif what == "start":
             assert (site, d) in present, f"job {job} computed at site {site} without {d}"
-            assert job not in running and job not in ended
+            assert job not in running
+            assert job not in ended
             running[job] = (site, d)
         elif what == "end":
             assert running.pop(job) == (site, d)
@@ -75,7 +78,9 @@ def test_every_cluster_policy_runs_a_grid_site(policy: str) -> None:
             user = sim.jobs[job].user
             assert out.pop(user) == job
             last_end[user] = time
-    assert len(ended) == cfg.jobs == len(sim.jobs) and not out and not running
+    assert len(ended) == cfg.jobs == len(sim.jobs)
+    assert not out
+    assert not running
     for job, site in zip(sim.jobs, sim.site_of, strict=True):
         pieces = sim.core.engines[site].processed(job.job_id)
         want = sim.core.events_of(job.dataset)
@@ -137,4 +142,5 @@ def test_bad_local_settings_name_their_field(changes: dict[str, object], field: 
         replace(TINY, **changes).check()  # type: ignore[arg-type]
     assert info.value.field == field
     if field == "local":
-        assert "fifo" in info.value.reason and POLICIES[0] in info.value.reason
+        assert "fifo" in info.value.reason
+        assert POLICIES[0] in info.value.reason

@@ -82,7 +82,8 @@ def test_an_answer_the_long_run_sustains_is_kept(monkeypatch: pytest.MonkeyPatch
     assert 0.98 <= found.max_load_jobs_per_h <= 1.0
     # One long run: the confirmation.
     assert [c for c in fake.calls if c[1] != 100] == [(found.max_load_jobs_per_h, 800)]
-    assert found.confirm_jobs == 100 * CONFIRM_FACTOR and found.n_jobs == 100
+    assert found.confirm_jobs == 100 * CONFIRM_FACTOR
+    assert found.n_jobs == 100
     assert found.lowest_overloaded_jobs_per_h is not None
     assert 1.0 < found.lowest_overloaded_jobs_per_h <= 1.02 * found.max_load_jobs_per_h
 
@@ -119,7 +120,8 @@ def test_nothing_sustained_gives_zero(monkeypatch: pytest.MonkeyPatch) -> None:
     assert found.highest_sustained_jobs_per_h is None
     assert found.lowest_overloaded_jobs_per_h == 0.05
     found, _ = fake_search(monkeypatch, short=0.01, long=0.01)
-    assert found.max_load_jobs_per_h == 0.0 and len(found.probes) == 1
+    assert found.max_load_jobs_per_h == 0.0
+    assert len(found.probes) == 1
 
 
 def test_confirm_factor_one_is_plain_bisection(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -22,13 +22,15 @@ PATHS = [(LINKS[0], LINKS[1]), (LINKS[0], LINKS[2]), (LINKS[1],), (LINKS[2],)]
 def test_one_transfer_goes_at_its_bottleneck_and_two_share_it() -> None:
     net = Network()
     t, _ = net.start(PATHS[0], 40.0, 0.0)
-    assert t.rate == 4.0 and t.eta() == pytest.approx(10.0)
+    assert t.rate == 4.0
+    assert t.eta() == pytest.approx(10.0)
     u, changed = net.start(PATHS[2], 40.0, 5.0)  # shares node 0's 4 B/s link from t = 5
     assert {x.transfer_id for x in changed} == {t.transfer_id, u.transfer_id}
     assert t.rate == u.rate == 2.0
     assert t.eta() == pytest.approx(5.0 + 20.0 / 2.0)  # 20 B were left at t = 5
     _, changed = net.finish(t.transfer_id, 15.0)
-    assert [x.transfer_id for x in changed] == [u.transfer_id] and u.rate == 4.0
+    assert [x.transfer_id for x in changed] == [u.transfer_id]
+    assert u.rate == 4.0
     assert u.eta() == pytest.approx(15.0 + 20.0 / 4.0)
 
 

@@ -31,7 +31,8 @@ def test_results_come_back_in_the_order_of_the_items() -> None:
 def test_one_process_runs_in_this_one_in_order() -> None:
     seen: list[int] = []
     out = map_in_processes(abs, [-2, 3, -1], on_done=lambda i, _: seen.append(i))
-    assert out == [2, 3, 1] and seen == [0, 1, 2]
+    assert out == [2, 3, 1]
+    assert seen == [0, 1, 2]
 
 
 def test_a_failure_in_a_worker_is_raised_here() -> None:

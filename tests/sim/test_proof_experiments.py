@@ -78,4 +78,5 @@ def test_the_full_reproduction_measures_every_claim() -> None:
     assert math.isnan(by_key["adaptive_over_basic_time_runtime"].ours)
     assert math.isnan(by_key["quota_max_error_pp_runtime"].ours)
     assert by_key["quota_max_error_pp"].agrees
-    assert results.quota.setup.hours == 24.0 and len(results.pairs) == 8
+    assert results.quota.setup.hours == 24.0
+    assert len(results.pairs) == 8

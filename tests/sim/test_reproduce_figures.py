@@ -42,7 +42,7 @@ def test_every_figure_is_written(quick_run: tuple[Path, str]) -> None:
     for key in FIGURES:
         png = out / "figures" / f"{key}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", key
-        with open(out / "figures" / f"{key}.csv") as fh:
+        with (out / "figures" / f"{key}.csv").open() as fh:
             rows = list(csv.DictReader(fh))
         assert rows, key
 
@@ -60,17 +60,19 @@ def test_report_has_the_claims_and_figures(quick_run: tuple[Path, str]) -> None:
 
 def test_figure_rows_cut_overloaded_points(quick_run: tuple[Path, str]) -> None:
     out, _ = quick_run
-    with open(out / "figures" / "fig03.csv") as fh:
+    with (out / "figures" / "fig03.csv").open() as fh:
         rows = list(csv.DictReader(fh))
     farm = [r for r in rows if r["series"] == "processing farm"]
     # The processing farm saturates near 1.1 jobs/h: the quick grid reaches 1.5.
-    assert farm[0]["overloaded"] == "False" and farm[-1]["overloaded"] == "True"
+    assert farm[0]["overloaded"] == "False"
+    assert farm[-1]["overloaded"] == "True"
 
 
 def test_claim_bounds() -> None:
     under = Claim("k", "s", "c", 0.5, 0.2, "%", 0.0, bound="at_most")
     over = Claim("k", "s", "c", 0.5, 0.7, "%", 0.0, bound="at_most")
-    assert under.agrees and not over.agrees
+    assert under.agrees
+    assert not over.agrees
     assert Claim("k", "s", "c", 1.0, 1.2, "", 0.0, bound="at_least").agrees
     assert not Claim("k", "s", "c", 1.0, 0.8, "", 0.0, bound="at_least").agrees
 

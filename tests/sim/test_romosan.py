@@ -62,8 +62,10 @@ def test_the_quick_run_measures_every_claim(quick: tuple[object, Path]) -> None:
     assert set(claims) == {spec.key for spec in ROMOSAN_CLAIMS}
     assert set(claims) >= ISSUE_KEYS
     for c in claims.values():
-        assert c.note and "{" not in c.note, c.key
-        assert c.ours == c.ours and c.ours >= 0, c.key  # a number, not NaN
+        assert c.note, c.key
+        assert "{" not in c.note, c.key
+        assert c.ours == c.ours, c.key
+        assert c.ours >= 0, c.key  # a number, not NaN
     for r in outcome.results:  # type: ignore[attr-defined]
         assert r.jobs_completed == (QUICK.zipf_jobs if r.experiment == "zipf" else QUICK.jobs)
         # Every file a job needs comes from the archive at least once.
@@ -94,20 +96,22 @@ def test_the_delay_note_says_what_the_ratio_shows(quick: tuple[object, Path]) ->
 def test_the_quick_run_writes_figures_and_a_report(quick: tuple[object, Path]) -> None:
     _, out_dir = quick
     report = (out_dir / "report.md").read_text()
-    assert "## The cluster" in report and "20 GB (the paper's)" in report
+    assert "## The cluster" in report
+    assert "20 GB (the paper's)" in report
     assert "archive bandwidth" in report
     for spec in ROMOSAN_CLAIMS:
         assert spec.claim in report
-    with open(out_dir / "claims.csv") as fh:
+    with (out_dir / "claims.csv").open() as fh:
         rows = list(csv.DictReader(fh))
     assert {r["key"] for r in rows} == {spec.key for spec in ROMOSAN_CLAIMS}
     figures = out_dir / "figures"
     for key in ("servers_copies", "servers_utilization", "servers_scheduler_time", "edges"):
         assert (figures / f"{key}.png").stat().st_size > 1000
-        with open(figures / f"{key}.csv") as fh:
+        with (figures / f"{key}.csv").open() as fh:
             assert len(list(csv.DictReader(fh))) > 0
     for key in ("zipf_small_cache", "zipf_infinite_cache", "delays"):
-        assert (figures / f"{key}.png").exists() and (figures / f"{key}.csv").exists()
+        assert (figures / f"{key}.png").exists()
+        assert (figures / f"{key}.csv").exists()
         assert f"figures/{key}.png" in report
 
 
@@ -122,7 +126,8 @@ def test_an_edges_batch_wants_every_file() -> None:
         # Nothing is cached: every placed job pays r / min(N(f), 2 free slots).
         per_job = CLUSTER.remote_cost / min(max(300 // n_files, 1), CLUSTER.slots)
         assert point.objective == pytest.approx(4 * CLUSTER.slots * per_job)
-        assert point.solve_s > 0 and point.batch_s > 0
+        assert point.solve_s > 0
+        assert point.batch_s > 0
 
 
 def test_a_run_is_deterministic() -> None:
@@ -134,7 +139,8 @@ def test_a_run_is_deterministic() -> None:
         b.makespan_h,
         b.batches,
     )
-    assert a.jobs_completed == 200 and a.batches > 0
+    assert a.jobs_completed == 200
+    assert a.batches > 0
 
 
 def test_the_study_covers_each_experiment() -> None:
@@ -142,7 +148,8 @@ def test_the_study_covers_each_experiment() -> None:
     kinds = {r.experiment for r in runs}
     assert kinds == {"servers", "zipf", "delays"}
     servers = [r for r in runs if r.experiment == "servers"]
-    assert len(servers) == 3 * len(FULL.servers) and {r.jobs for r in servers} == {10_000}
+    assert len(servers) == 3 * len(FULL.servers)
+    assert {r.jobs for r in servers} == {10_000}
     assert {r.cache_gb for r in runs if r.experiment == "zipf"} == {
         FULL.small_cache_gb,
         FULL.infinite_cache_gb,

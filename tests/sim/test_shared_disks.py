@@ -134,7 +134,8 @@ def test_the_packet_log_records_every_subjob() -> None:
     assert (local.node, local.source, local.peer, local.events) == (0, 0, -1, FILE)
     assert (remote.node, remote.source, remote.peer, remote.file) == (1, 1, 2, 1)
     assert remote.n_bytes == pytest.approx(FILE * EVENT_BYTES)
-    assert remote.cpu_s == pytest.approx(FILE * 0.1) and remote.finished
+    assert remote.cpu_s == pytest.approx(FILE * 0.1)
+    assert remote.finished
 
 
 def test_a_closed_workload_submits_each_next_job_when_the_last_ends() -> None:

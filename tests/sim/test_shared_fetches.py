@@ -134,7 +134,8 @@ def test_a_fetch_whose_fetcher_stops_is_taken_over_by_its_reader() -> None:
     sched = TwoNodes(script)
     result = run(sched, IntervalSet.range(0, 50))
     (stopped,) = [e for e in sched.seen if isinstance(e, SubjobStopped)]
-    assert stopped.remaining == IntervalSet.range(0, 25) and not stopped.cache_added
+    assert stopped.remaining == IntervalSet.range(0, 25)
+    assert not stopped.cache_added
     took_over = FETCH_S + COPY_S  # subjob 2's wait, now its own fetch
     assert sched.finished(2).time == pytest.approx(took_over + 25 * CACHE_S)
     assert sched.finished(3).time == pytest.approx(took_over + COPY_S + 25 * CACHE_S)

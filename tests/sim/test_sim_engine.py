@@ -165,7 +165,8 @@ def test_a_subjob_stopped_after_a_fetch_keeps_the_fetched_file() -> None:
     # Stopped during the first fetch: nothing processed, nothing cached.
     sched = run_until(10.0, IntervalSet.range(0, 100), IntervalSet())
     (stopped,) = [e for e in sched.seen if isinstance(e, SubjobStopped)]
-    assert stopped.remaining == IntervalSet.range(0, 100) and not stopped.cache_added
+    assert stopped.remaining == IntervalSet.range(0, 100)
+    assert not stopped.cache_added
 
 
 # -- moving data -------------------------------------------------------------------------------
@@ -189,10 +190,14 @@ def test_fetches_share_a_link_and_replicas_come_from_peers() -> None:
     engine.run([Job(0, 0.0, IntervalSet.range(0, 1))])
     done = [e for e in sched.seen if isinstance(e, FetchDone | TransferDone)]
     assert [type(e).__name__ for e in done] == ["FetchDone", "FetchDone", "TransferDone"]
-    assert done[0].time == pytest.approx(2 * FETCH_S) and done[1].time == done[0].time
-    assert done[0].added == a and done[1].added == b
+    assert done[0].time == pytest.approx(2 * FETCH_S)
+    assert done[1].time == done[0].time
+    assert done[0].added == a
+    assert done[1].added == b
     copied = done[2]
-    assert copied.added == a | b and copied.source == 1 and copied.node == 0
+    assert copied.added == a | b
+    assert copied.source == 1
+    assert copied.node == 0
     assert copied.time == pytest.approx(2 * FETCH_S + 2 * FILE_EVENTS * EVENT_BYTES / 125e6)
     assert engine.caches[0].content == a | b
     assert engine.result.bytes_transferred == pytest.approx(4 * FILE_EVENTS * EVENT_BYTES)

@@ -113,7 +113,8 @@ def test_hot_regions_are_equal_evenly_spread_and_cover_the_hot_fraction(k: int) 
     for i, (a, b) in enumerate(regions):
         assert (a + b) / 2 / space == pytest.approx((2 * i + 1) / (2 * k), abs=1e-6)
     bounds = [0, *(x for r in regions for x in r), space]
-    assert bounds == sorted(bounds) and len(set(bounds)) == len(bounds)
+    assert bounds == sorted(bounds)
+    assert len(set(bounds)) == len(bounds)
 
 
 def test_hot_regions_hold_half_the_start_points(big: list[JobRecord]) -> None:

@@ -187,7 +187,7 @@ def proof_sim(
             report_dir / "packets.png",
             title=f"{policy}, placement {seed}",
         )
-    by_cat = {c: 0 for c in CATEGORIES}
+    by_cat = dict.fromkeys(CATEGORIES, 0)
     for p in run.packets:
         by_cat[category(p, workers)] += p.events
     summary = {

@@ -304,9 +304,9 @@ def write_sweep(results: Sequence[Summary], out_dir: Path) -> tuple[Path, Path]:
         plot_sweep(results, tmp / "sweep.png")
         if out_dir.is_dir():
             for name in ("sweep.csv", "sweep.png"):
-                os.replace(tmp / name, out_dir / name)
+                (tmp / name).replace(out_dir / name)
         else:
-            os.replace(tmp, out_dir)
+            tmp.replace(out_dir)
     except BaseException:
         for path in created[1:]:  # the parents made for out_dir, innermost first
             shutil.rmtree(path, ignore_errors=True)

@@ -63,12 +63,11 @@ class PerformanceMap:
         )
         caches = {p.cache_gb for p in self.points if p.stripe_events == stripe}
         cache = min(caches, key=lambda c: (abs(math.log((c + 1) / (cache_gb + 1))), c))
-        pts = sorted(
+        return sorted(
             (p.period_h, p.max_load_jobs_per_h)
             for p in self.points
             if p.stripe_events == stripe and p.cache_gb == cache
         )
-        return pts
 
     def min_period_h(self, load_jobs_per_h: float, *, stripe_events: int, cache_gb: float) -> float:
         """The shortest period sustaining ``load_jobs_per_h``: linear between grid periods,

@@ -138,7 +138,7 @@ def log_tail(path: Path | None, label: str) -> str:
     """The end of the file at ``path`` (at most :data:`LOG_CHARS`), labelled; empty if none."""
     if path is None or not path.exists():
         return ""
-    with open(path, "rb") as fh:
+    with path.open("rb") as fh:
         size = fh.seek(0, os.SEEK_END)
         fh.seek(max(size - LOG_CHARS, 0))
         text = fh.read().decode("utf-8", "replace")
@@ -277,9 +277,9 @@ def _execute(spec: CommandSpec, paths: list[str]) -> tuple[CommandOutcome, float
         same = out.resolve() == err.resolve()
         argv = [substitute(a, values) for a in spec.argv]
         with (
-            open(stdin_path, "rb") if stdin_path is not None else open(os.devnull, "rb") as fin,
-            open(out, "wb") as fout,
-            open(err, "ab" if same else "wb") as ferr,
+            (stdin_path or Path(os.devnull)).open("rb") as fin,
+            out.open("wb") as fout,
+            err.open("ab" if same else "wb") as ferr,
         ):
             try:
                 ended = run_confined(

@@ -110,11 +110,7 @@ class ConfinedWorker(ProcessInterface):
             uid, gid = account(self.confine.run_as)
             os.chown(self.tmp, uid, gid)
         # Its log (errors only: Dask's logging is set so) goes to the daemon's, or to a file.
-        log = (
-            open(Path(self.log_dir) / f"worker-{self.name}.log", "ab")  # noqa: SIM115
-            if self.log_dir
-            else None
-        )
+        log = (Path(self.log_dir) / f"worker-{self.name}.log").open("ab") if self.log_dir else None
         try:
             self.process = await asyncio.create_subprocess_exec(
                 *self.command(),
@@ -212,7 +208,7 @@ def worker_credentials(creds: ClusterCredentials, account_name: str) -> Path:
     for src in (creds.worker.ca, creds.worker.cert, creds.worker.key):
         dest = where / src.name
         shutil.copyfile(src, dest)
-        os.chmod(dest, 0o600)
+        dest.chmod(0o600)
         os.chown(dest, uid, gid)
     return where
 
@@ -270,7 +266,7 @@ async def confined_cluster(
         },
     }
     with dask.config.set(dict(http_config)):
-        cluster = await ConfinedCluster(  # type: ignore[no-untyped-call]
+        return await ConfinedCluster(  # type: ignore[no-untyped-call]
             workers=workers,
             scheduler=scheduler,
             asynchronous=True,
@@ -278,4 +274,3 @@ async def confined_cluster(
             silence_logs=logging.ERROR,
             name="datasched-confined",
         )
-    return cluster

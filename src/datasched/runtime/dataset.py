@@ -164,7 +164,7 @@ def expand_files(patterns: Sequence[str], base_dir: Path) -> list[str]:
         if glob.has_magic(local) and not path.is_file():  # an existing file is taken as named
             # Glob relative to base_dir so that magic characters in base_dir itself are literal.
             root = None if Path(local).is_absolute() else base_dir
-            matches = sorted(glob.glob(local, root_dir=root))
+            matches = sorted(glob.glob(local, root_dir=root))  # noqa: PTH207 (absolute patterns too)
             files = [Path(m) if root is None else root / m for m in matches]
             files = [p for p in files if p.is_file()]
             if not files:

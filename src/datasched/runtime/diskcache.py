@@ -138,7 +138,7 @@ class DiskCache:
         part = self.path_of(url).with_suffix(".part")
         try:
             n = fetch(part)
-            os.replace(part, self.path_of(url))
+            part.replace(self.path_of(url))
         except BaseException:
             with self._lock:
                 self._reserved -= size

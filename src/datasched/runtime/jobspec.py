@@ -95,7 +95,7 @@ class JobSpec:
     processor: str
     output: Path
     submit_s: float = 0.0
-    base_dir: Path = Path(".")
+    base_dir: Path = Path()
     """Where relative processor paths are found (the jobs file's directory)."""
     processor_args: Mapping[str, Any] = field(default_factory=dict, compare=False)
     schema: str = "none"

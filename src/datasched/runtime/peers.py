@@ -69,7 +69,7 @@ class PeerServer:
         if not self.cache.pin(url):
             return None
         try:
-            with open(self.cache.path_of(url), "rb") as fh:
+            with self.cache.path_of(url).open("rb") as fh:
                 fh.seek(offset)
                 return fh.read(size)
         except OSError:
@@ -136,7 +136,7 @@ def peer_copy(
     it, is gone, or the copy is not ``expected_bytes`` long."""
     copied = 0
     try:
-        with open(dest, "wb") as out:
+        with dest.open("wb") as out:
             while copied < expected_bytes:
                 size = min(PEER_BLOCK_BYTES, expected_bytes - copied)
                 block = _call(worker, address, action="read", url=url, offset=copied, size=size)

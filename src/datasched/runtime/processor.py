@@ -89,7 +89,7 @@ _OWN_DIR = str(Path(__file__).resolve().parent.parent)
 
 
 def _is_own(filename: str) -> bool:
-    return filename.startswith(_OWN_DIR) or filename.startswith("<frozen importlib")
+    return filename.startswith((_OWN_DIR, "<frozen importlib"))
 
 
 def user_traceback(exc: BaseException) -> str:

@@ -127,7 +127,7 @@ def _copy_once(
     url: str, dest: Path, throttle: Throttle | None, expected: int | None, durable: bool
 ) -> int:
     copied = 0
-    with fsspec.open(url, "rb") as src, open(dest, "wb") as out:
+    with fsspec.open(url, "rb") as src, dest.open("wb") as out:
         while True:
             chunk = src.read(CHUNK_BYTES)
             if not chunk:

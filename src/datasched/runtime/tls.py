@@ -203,7 +203,7 @@ def _write(path: Path, data: bytes, mode: int) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
     with os.fdopen(fd, "wb") as f:
         f.write(data)
-    os.chmod(path, mode)  # the umask may have narrowed a certificate's; never widens a key
+    path.chmod(mode)  # the umask may have narrowed a certificate's; never widens a key
 
 
 @contextmanager
@@ -300,7 +300,9 @@ def check_tls_options(
             f"{missing[0]}: missing (a tls:// scheduler needs --tls-ca-file, --tls-cert and "
             "--tls-key)"
         )
-    assert ca is not None and cert is not None and key is not None
+    assert ca is not None
+    assert cert is not None
+    assert key is not None
     files = TlsFiles(Path(ca), Path(cert), Path(key))
     texts = {
         o: _read(o, p) for o, p in zip(OPTIONS, (files.ca, files.cert, files.key), strict=True)

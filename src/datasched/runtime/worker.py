@@ -315,7 +315,8 @@ def acquire_file(
     it from tertiary storage and keeps it, when it may cache: the master learns of it, and
     the peer then reads it from here instead of fetching it too."""
     cache, staging = plugin.cache, plugin.staging
-    assert cache is not None and staging is not None
+    assert cache is not None
+    assert staging is not None
     peer, keep = spec.peer, spec.cache_fill and (spec.peer is None or spec.replicate)
     if (spec.use_cache and cache.state(spec.url) == "cached") or (
         peer is not None and spec.cache_fill and peer_state(worker, peer, spec.url) == "absent"

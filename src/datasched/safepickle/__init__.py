@@ -41,6 +41,7 @@ import os
 import pickle
 import sys
 import types
+from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, ClassVar
 
 from datasched.safepickle.allowed import CLASS, FUNCTION, VALUE, Entry, allowed_names, lookup
@@ -84,7 +85,7 @@ def loads(data: bytes | bytearray | memoryview, *, trust: bool = False) -> Any:
 def load(file: str | os.PathLike[str] | IO[bytes], *, trust: bool = False) -> Any:
     """:func:`loads` of a file, given by path or open in binary mode."""
     if isinstance(file, str | os.PathLike):
-        with open(file, "rb") as fh:
+        with Path(file).open("rb") as fh:
             return loads(fh.read(), trust=trust)
     return loads(file.read(), trust=trust)
 

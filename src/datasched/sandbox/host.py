@@ -144,7 +144,7 @@ def _cpu_s(procs: Sequence[psutil.Process]) -> float:
 
 def _tail(path: Path) -> str:
     try:
-        with open(path, "rb") as fh:
+        with path.open("rb") as fh:
             size = fh.seek(0, os.SEEK_END)
             fh.seek(max(size - LOG_TAIL, 0))
             return fh.read().decode("utf-8", "replace").strip()
@@ -187,7 +187,7 @@ class Child:
         layout = Layout(self.scratch)
         try:
             line = command_line(self.conf, layout, argv)
-            with open(self.log_path, "wb") as log:
+            with self.log_path.open("wb") as log:
                 self.proc = subprocess.Popen(
                     line,
                     pass_fds=(theirs.fileno(),),
@@ -348,7 +348,7 @@ class Child:
         finally:
             os.close(fd)
         wall = time.monotonic() - t0
-        size = os.stat(path).st_size
+        size = Path(path).stat().st_size
 
         def number(key: str, top: float) -> float:
             value = head.get(key)

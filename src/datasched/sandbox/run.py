@@ -90,7 +90,7 @@ def selftest(conf: Confinement, timeout_s: float = 60.0) -> str | None:
     scratch = make_scratch(conf)
     try:
         err = scratch / "tmp" / "selftest.err"
-        with open(err, "wb") as fh:
+        with err.open("wb") as fh:
             try:
                 ended = run_confined(
                     conf,

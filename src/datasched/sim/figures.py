@@ -93,7 +93,7 @@ def figure_specs(*, quick: bool) -> list[FigureSpec]:
     # make do with fewer, and cut their curves more coarsely (overloads under ~12 % unseen).
     n_periods = 6 if quick else PERIODS_PER_RUN
     stripes = (200, 5000) if quick else (200, 1000, 5000, 25000)
-    specs = [
+    return [
         FigureSpec(
             "fig03",
             "Figure 3: FCFS policies, speedup and waiting time against load",
@@ -235,7 +235,6 @@ def figure_specs(*, quick: bool) -> list[FigureSpec]:
             loads=(10, 100, 1000) if quick else (10, 100, 1000, 10000, 20000),
         ),
     ]
-    return specs
 
 
 Progress = Callable[[str], None]
