@@ -104,7 +104,8 @@ def test_follow_ups_breadth_first_before_the_next_external_event() -> None:
     pump.emit(Tick(30.0))
     assert pump.pump() == 5
     assert sched.seen == [1.0, 11.0, 12.0, 21.0, 30.0]
-    assert pump.handled == 5 and not pump.pending()
+    assert pump.handled == 5
+    assert not pump.pending()
 
 
 def test_a_late_external_event_is_restamped_only_when_asked() -> None:

@@ -168,10 +168,10 @@ def test_validation_on_checks_after_the_events() -> None:
     sched.jobs[0].done_events += 1
     # Events that do not touch job 0 find it at the next full check, which comes within
     # (slots + live subjobs + jobs) / 2 events.
+    events = [JobArrived(1.0, Job(1, 1.0, R(100, 150))), *(Tick(float(i)) for i in range(2, 10))]
     with pytest.raises(SchedulerError, match="validate: job 0"):
-        sched.handle(JobArrived(1.0, Job(1, 1.0, R(100, 150))))
-        for i in range(2, 10):
-            sched.handle(Tick(float(i)))
+        for event in events:
+            sched.handle(event)
 
 
 def test_validation_off_does_not_check(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -277,7 +277,8 @@ def test_illegal_transitions_raise() -> None:
     with pytest.raises(SchedulerError, match="not live"):
         sched.suspend(held)
     sched.preempt(0)
-    assert sched.running[0].stopping and not sched.running[0].settled
+    assert sched.running[0].stopping
+    assert not sched.running[0].settled
     assert sched.state_of(running.subjob_id) is SubjobState.STOPPING
     with pytest.raises(SchedulerError, match="already being preempted"):
         sched.preempt(0)
@@ -340,7 +341,8 @@ def test_story_tells_why_a_job_went_where_it_went() -> None:
     assert kinds[0] == ("event", "JobArrived")
     assert ("action", "Start") in kinds
     assert ("transition", "running") in kinds
-    assert told[-1]["kind"] == "action" and told[-1]["type"] == "JobCompleted"
+    assert told[-1]["kind"] == "action"
+    assert told[-1]["type"] == "JobCompleted"
     # Each action and transition is explained by an event in the story.
     events = {r["stimulus"] for r in told if r["kind"] == "event"}
     for r in told:

@@ -214,11 +214,14 @@ def test_a_policy_keeping_no_metrics_answers_the_defaults() -> None:
 
 def test_policies_override_only_the_metrics_they_keep() -> None:
     delayed = build_policy("delayed", period_h=2.0)
-    assert delayed.max_delay_s() == 7200.0 and delayed.counters() == {}
+    assert delayed.max_delay_s() == 7200.0
+    assert delayed.counters() == {}
     ooo = build_policy("out-of-order")
     assert set(ooo.counters()) == {"fairness_fired", "replications", "replicated_jobs"}
-    assert ooo.held_jobs() == 0 and ooo.max_delay_s() == 0.0
+    assert ooo.held_jobs() == 0
+    assert ooo.max_delay_s() == 0.0
     flow = build_policy("mincostflow", lp_period_s=30.0)
-    assert flow.max_delay_s() == 30.0 and flow.held_jobs() == 0
+    assert flow.max_delay_s() == 30.0
+    assert flow.held_jobs() == 0
     assert {"local_copies", "batches"} <= set(flow.counters())
     assert build_policy("basic-packetizer").counters() == {"forced packets": 0}

@@ -41,7 +41,8 @@ def test_jobs_wait_for_the_end_of_the_period_then_share_a_stripe() -> None:
     started = [a for a in actions if isinstance(a, Start)]
     # One meta-subjob holds both jobs' subjobs over [0, 100): one node runs them in turn,
     # so the data is read from tertiary storage once.
-    assert len(started) == 1 and started[0].subjob.job_id == 0
+    assert len(started) == 1
+    assert started[0].subjob.job_id == 0
     assert WakeAt(7200.0, cause=3) in actions  # caused by the tick, the third event
 
 
