@@ -169,9 +169,13 @@ def test_validation_on_checks_after_the_events() -> None:
     # Events that do not touch job 0 find it at the next full check, which comes within
     # (slots + live subjobs + jobs) / 2 events.
     events = [JobArrived(1.0, Job(1, 1.0, R(100, 150))), *(Tick(float(i)) for i in range(2, 10))]
-    with pytest.raises(SchedulerError, match="validate: job 0"):
+
+    def handle_all() -> None:
         for event in events:
             sched.handle(event)
+
+    with pytest.raises(SchedulerError, match="validate: job 0"):
+        handle_all()
 
 
 def test_validation_off_does_not_check(monkeypatch: pytest.MonkeyPatch) -> None:
