@@ -19,8 +19,8 @@ whichever engine runs it.
 
 from __future__ import annotations
 
-import time
 from collections import deque
+from collections.abc import Callable
 from typing import Protocol, assert_never
 
 from datasched.core.actions import (
@@ -113,6 +113,10 @@ def apply(action: Action, handler: ActionHandler) -> None:
             assert_never(action)
 
 
+def _no_timer() -> float:
+    return 0.0
+
+
 class EventPump:
     """Feeds events to ``scheduler`` in the one order of every engine (see the module
     docstring) and applies the actions with ``handler``.
@@ -120,7 +124,8 @@ class EventPump:
     :meth:`emit` queues an event: while the pump is applying actions it is a follow-up,
     otherwise an external event. :meth:`pump` handles queued events until none is left.
     ``handled`` counts the events handled, ``scheduling_s`` the seconds spent in
-    :meth:`Scheduler.handle`.
+    :meth:`Scheduler.handle` as the engine's ``timer`` tells (the core has no clock; without
+    a timer, none are counted).
 
     ``restamp``: an engine on a real clock (the runtime) stamps each event when it queues
     it, and may queue several external events before it pumps; a follow-up of the first,
@@ -137,15 +142,22 @@ class EventPump:
         "_handler",
         "_pumping",
         "_restamp",
+        "_timer",
         "handled",
         "scheduler",
         "scheduling_s",
     )
 
     def __init__(
-        self, scheduler: Scheduler, handler: ActionHandler, *, restamp: bool = False
+        self,
+        scheduler: Scheduler,
+        handler: ActionHandler,
+        *,
+        timer: Callable[[], float] | None = None,
+        restamp: bool = False,
     ) -> None:
         self.scheduler = scheduler
+        self._timer = timer if timer is not None else _no_timer
         self._handler = handler
         self._restamp = restamp
         self._external: deque[Event] = deque()
@@ -169,7 +181,7 @@ class EventPump:
         if self._pumping:
             return 0
         external, follow = self._external, self._follow
-        handle, handler = self.scheduler.handle, self._handler
+        handle, handler, timer = self.scheduler.handle, self._handler, self._timer
         handled = 0
         self._pumping = True
         try:
@@ -180,9 +192,9 @@ class EventPump:
                     event = external.popleft()
                     if self._restamp and event.time < self.scheduler.now:
                         event = event._replace(time=self.scheduler.now)
-                t0 = time.perf_counter()
+                t0 = timer()
                 actions = handle(event)
-                self.scheduling_s += time.perf_counter() - t0
+                self.scheduling_s += timer() - t0
                 handled += 1
                 for action in actions:
                     apply(action, handler)

@@ -148,7 +148,7 @@ class RuntimeEngine(JobLimits, Serving, PacketStreams, DataMoves):
             for slot in scheduler.slots_of(node)
         }
         self._jobs: dict[int, _JobRun] = {}
-        self._events = EventPump(scheduler, self, restamp=True)
+        self._events = EventPump(scheduler, self, timer=time.perf_counter, restamp=True)
         """The one event order (core.dispatch): what the loop and the workers' results bring
         are external events; answers given while actions are carried out are follow-ups.
         An external event queued before a follow-up stamped later is handled at the

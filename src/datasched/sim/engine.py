@@ -29,8 +29,9 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from datasched.core.actions import (
     Assign,
@@ -47,18 +48,16 @@ from datasched.core.actions import (
     WakeAt,
 )
 from datasched.core.cache import NodeCache, new_cache
-from datasched.core.data import TERTIARY, CacheGrain
+from datasched.core.data import CacheGrain
 from datasched.core.directory import CacheDirectory
 from datasched.core.dispatch import EventPump
 from datasched.core.events import (
     CacheChanged,
     Event,
-    FetchDone,
     JobArrived,
     NodeJoined,
     NodeLost,
     Tick,
-    TransferDone,
 )
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import Job, Source, node_endpoint
@@ -66,7 +65,8 @@ from datasched.core.replacement import LRU, Replacement
 from datasched.core.scheduler import Scheduler
 from datasched.sim.faults import FaultStream, NodeFaults
 from datasched.sim.fetches import FileFetch
-from datasched.sim.network import Network, Transfer
+from datasched.sim.moves import DataMoves, Move
+from datasched.sim.network import Network
 from datasched.sim.recorder import JobRecordTimes, PacketRecord, Recorder, Release, SimRun
 from datasched.sim.state import Kind
 from datasched.sim.subjobs import SubjobRuns, _Run
@@ -87,19 +87,7 @@ next (None: none)."""
 _EMPTY = IntervalSet()
 
 
-@dataclass(slots=True)
-class _Move:
-    """A Fetch or Replicate in flight."""
-
-    node: int
-    data: IntervalSet
-    source: int | None
-    token: int
-    n_bytes: float
-    replicate: bool
-
-
-class SimEngine(SubjobRuns):
+class SimEngine(SubjobRuns, DataMoves):
     """Runs a list of jobs through a built :class:`Scheduler` on a simulated cluster."""
 
     def __init__(
@@ -150,7 +138,7 @@ class SimEngine(SubjobRuns):
         self._max_backlog: int | None = None
         self._halt = False
         self.now = 0.0
-        self._pump = EventPump(scheduler, self)
+        self._pump = EventPump(scheduler, self, timer=time.perf_counter)
         """The one event order (core.dispatch): actions' answers are follow-ups."""
         self.rec = Recorder(
             [],
@@ -427,59 +415,6 @@ class SimEngine(SubjobRuns):
             )
         )
 
-    # -- data movement --------------------------------------------------------------------------
-
-    def _begin_move(
-        self, node: int, data: IntervalSet, source: int | None, *, replicate: bool
-    ) -> None:
-        cache = self.caches[node]
-        _, missing = cache.partition(data)
-        if source is not None:
-            missing = missing & self.caches[source].content
-        n_bytes = self.space.cached_bytes(missing)
-        token = cache.begin_fetch(data)
-        move = _Move(node, data, source, token, n_bytes, replicate)
-        origin = TERTIARY if source is None else node_endpoint(source)
-        path = self.scheduler.topology.route(origin, node_endpoint(node)) if n_bytes > 0 else ()
-        _, changed = self._network.start(path, n_bytes, self.now, tag=move)
-        self._rerated(changed)
-
-    def _rerated(self, changed: list[Transfer]) -> None:
-        """Completion events for transfers whose rate changed (older ones go stale)."""
-        for t in changed:
-            heapq.heappush(
-                self._heap, (t.eta(), next(self._seq), _TRANSFER, t.transfer_id, t.version)
-            )
-
-    def _moved(self, transfer_id: int) -> FetchDone | TransferDone:
-        t, changed = self._network.finish(transfer_id, self.now)
-        self._rerated(changed)
-        move = t.tag
-        assert isinstance(move, _Move)
-        return self._land(move, ok=True)
-
-    def _land(self, move: _Move, *, ok: bool) -> FetchDone | TransferDone:
-        """Insert what a move brought (nothing when its source failed) and say so."""
-        cache = self.caches[move.node]
-        added, evicted = cache.end_fetch(move.token, move.data if ok else _EMPTY, self.now)
-        if self._world is not None:
-            self._world.remove(move.node, evicted)
-            self._world.add(move.node, added)
-        if ok:
-            self.rec.transferred(move.n_bytes)
-        now_cached = cache.lookup(move.data)
-        if move.replicate:
-            assert move.source is not None
-            return TransferDone(self.now, move.source, move.node, move.data, now_cached, evicted)
-        return FetchDone(self.now, move.node, move.data, now_cached, evicted)
-
-    def _evict(self, node: int, data: IntervalSet) -> CacheChanged:
-        cache = self.caches[node]
-        gone = cache.evict(data - cache.pinned)
-        if self._world is not None:
-            self._world.remove(node, gone)
-        return CacheChanged(self.now, node, evicted=gone)
-
     # -- nodes failing and coming back --------------------------------------------------------
 
     def _schedule_failure(self, node: int) -> None:
@@ -529,7 +464,7 @@ class SimEngine(SubjobRuns):
         answers: list[Event] = []
         for transfer_id, t in list(self._network.transfers.items()):
             move = t.tag
-            assert isinstance(move, _Move)
+            assert isinstance(move, Move)
             if move.node != node and move.source != node:
                 continue
             _, changed = self._network.finish(transfer_id, self.now)
