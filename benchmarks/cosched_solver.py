@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from datasched.policies.mincostflow import Batch, solve, solve_lp
+from datasched.policies.cosched.mincostflow import Batch, solve, solve_lp
 
 FILES = (2048, 4096, 8192, 16384, 32768, 65536)
 SERVERS = (32, 1024)

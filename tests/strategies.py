@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import Job
-from datasched.policies.mincostflow import Batch
+from datasched.policies.cosched.mincostflow import Batch
 
 __all__ = [
     "dense_event_sets",

@@ -1,7 +1,8 @@
-"""DESIGN.md's rules on the shape of the code: core and policies import no engine, no Dask, no
-clock, no I/O; the two engines never import each other (what compares them sits above both);
-no module imports another that imports it back; no source file past ~500 lines; nothing outside
-``policies/`` tests a policy's name."""
+"""The rules on the shape of the code (docs/design.md, "Layers"): core and policies import no
+engine, no Dask, no clock, no I/O; the two engines never import each other, nor what sits above
+them (the grid simulator, the studies, compare, the service, the command line); no module
+imports another that imports it back; a source file past ~600 lines says why in its docstring;
+nothing outside ``policies/`` tests a policy's name."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from datasched.policies import available
 PACKAGE = Path(datasched.__file__).parent
 FORBIDDEN = (
     "datasched.sim",
+    "datasched.gridsim",
+    "datasched.studies",
     "datasched.runtime",
     "datasched.compare",
     "datasched.service",
@@ -31,11 +34,18 @@ FORBIDDEN = (
     "os",
     "socket",
 )
-PURE_FILES = sorted((PACKAGE / "core").glob("*.py")) + sorted((PACKAGE / "policies").glob("*.py"))
+PURE_FILES = sorted((PACKAGE / "core").glob("*.py")) + sorted((PACKAGE / "policies").rglob("*.py"))
+ABOVE_ENGINES = ("datasched.gridsim", "datasched.studies", "datasched.compare")
+ABOVE_ALL = ("datasched.cli", "datasched.service")
 ENGINE_RULES = {
-    "sim": ("datasched.runtime", "datasched.compare", "datasched.cli", "datasched.service"),
-    "runtime": ("datasched.sim", "datasched.compare", "datasched.cli", "datasched.service"),
-    "compare": ("datasched.cli", "datasched.service"),
+    "sim": ("datasched.runtime", *ABOVE_ENGINES, *ABOVE_ALL),
+    "runtime": ("datasched.sim", *ABOVE_ENGINES, *ABOVE_ALL),
+    # The grid simulator is built on the simulator's engine, and on nothing above it.
+    "gridsim": ("datasched.runtime", "datasched.studies", "datasched.compare", *ABOVE_ALL),
+    # The studies and compare sit above both engines; the service and the command line above
+    # them (the service runs jobs on the runtime and answers what-ifs with the simulator).
+    "studies": ABOVE_ALL,
+    "compare": ("datasched.studies", *ABOVE_ALL),
     # Where users' code runs, and how results are read: no Dask, no daemon, no engine.
     "sandbox": (
         *("dask", "distributed", "datasched.service", "datasched.sim", "datasched.cli"),
@@ -81,9 +91,9 @@ def test_pure_layers_import_nothing_forbidden(path: Path) -> None:
 
 @pytest.mark.parametrize("package", sorted(ENGINE_RULES))
 def test_the_engines_never_import_each_other(package: str) -> None:
-    for path in sorted((PACKAGE / package).glob("*.py")):
+    for path in sorted((PACKAGE / package).rglob("*.py")):
         bad = matching(imported_modules(path), ENGINE_RULES[package])
-        assert not bad, f"{package}/{path.name} imports {sorted(bad)}"
+        assert not bad, f"{path.relative_to(PACKAGE)} imports {sorted(bad)}"
 
 
 SHARED_MONITOR = ("monitoring.py", "monitoring_plots.py")
@@ -122,16 +132,20 @@ def test_no_module_imports_one_that_imports_it_back() -> None:
 
 
 @pytest.mark.parametrize("path", ALL_FILES, ids=lambda p: str(p.relative_to(PACKAGE)))
-def test_source_files_stay_short(path: Path) -> None:
-    n = len(path.read_text().splitlines())
-    assert n <= 520, f"{path.name} has {n} lines, past ~500: two things in one?"
+def test_long_source_files_say_why(path: Path) -> None:
+    """Files are split by concept, not by size: length is a review signal. A file past ~600
+    lines keeps a paragraph starting "Length:" in its docstring saying why it is one concept."""
+    text = path.read_text()
+    n = len(text.splitlines())
+    doc = ast.get_docstring(ast.parse(text)) or ""
+    assert n <= 600 or "Length:" in doc, f"{path.name} has {n} lines: one concept? say why"
 
 
 def test_no_policy_name_is_tested_outside_the_policies() -> None:
     names = set(available())
     found = []
     for path in ALL_FILES:
-        if path.parent.name == "policies":
+        if path.relative_to(PACKAGE).parts[0] == "policies":
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if not isinstance(node, ast.Compare):

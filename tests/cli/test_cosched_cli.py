@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from datasched.cli import app
-from datasched.sim import romosan
+from datasched.studies.romosan import runs as romosan
 
 runner = CliRunner()
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -104,7 +104,7 @@ def test_not_json_and_bad_network_are_one_line(tmp_path: Path) -> None:
 
 def test_reproduce_romosan_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The quick reproduction at a tiny size (the sizes are the only difference; the smoke
-    run of tests/sim/test_romosan.py checks the claims)."""
+    run of tests/studies/test_romosan.py checks the claims)."""
     tiny = replace(romosan.SMOKE, jobs=60, zipf_jobs=40, edge_files=(256,), edge_jobs=100)
     monkeypatch.setattr(romosan, "QUICK", tiny)
     out = tmp_path / "out"

@@ -24,7 +24,7 @@ KEYS = {
 
 
 def test_the_quick_reproduction_writes_its_report_and_prints_its_claims(tmp_path: Path) -> None:
-    # The local-cluster claim has its own test (tests/compare/test_proof_runtime.py).
+    # The local-cluster claim has its own test (tests/studies/test_proof_runtime.py).
     args = ["reproduce", "proof", "--quick", "--no-runtime", "--out", str(tmp_path), "--json"]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output

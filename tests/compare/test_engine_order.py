@@ -27,7 +27,7 @@ from datasched.core.model import CostModel, Job, Topology
 from datasched.core.policy import JobView, Policy, SchedulerView
 from datasched.core.scheduler import Scheduler
 from datasched.policies import available, build_policy
-from datasched.policies.fcfs import ProcessingFarm
+from datasched.policies.ponce.fcfs import ProcessingFarm
 from datasched.sim.engine import SimEngine
 
 pytest.importorskip("distributed", reason="the runtime extra is not installed")

@@ -26,7 +26,7 @@ from datasched.core.events import (
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import Job
 from datasched.policies import available
-from datasched.policies.adaptive import MapPoint, PerformanceMap
+from datasched.policies.ponce.adaptive import MapPoint, PerformanceMap
 from datasched.sim.engine import SimEngine
 
 GOLDEN = Path(__file__).parent.parent / "golden"

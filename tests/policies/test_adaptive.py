@@ -7,7 +7,7 @@ import pytest
 
 from datasched.core.policy import ParamError
 from datasched.policies import build_policy, build_policy_from_text
-from datasched.policies.adaptive import (
+from datasched.policies.ponce.adaptive import (
     AdaptiveDelay,
     MapPoint,
     PerformanceMap,
@@ -15,7 +15,7 @@ from datasched.policies.adaptive import (
     load_map,
 )
 from datasched.sim.experiment import SimConfig, simulate
-from datasched.sim.perfmap import save_map
+from datasched.studies.ponce.perfmap import save_map
 
 MAP = PerformanceMap.of(
     [MapPoint(p, 5000, 100.0, load) for p, load in ((0, 1.0), (24, 2.0), (48, 2.5), (96, 2.5))]

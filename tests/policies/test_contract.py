@@ -19,14 +19,14 @@ from datasched.core.policy import (
     metrics_of,
 )
 from datasched.policies import build_policy, registry
-from datasched.policies.adaptive import AdaptiveDelay, default_map
-from datasched.policies.delayed import DelayedScheduling
-from datasched.policies.grid import (
+from datasched.policies.grid.schedulers import (
     DatasetScheduler,
     _register,
     build_grid_scheduler,
     grid_schedulers,
 )
+from datasched.policies.ponce.adaptive import AdaptiveDelay, default_map
+from datasched.policies.ponce.delayed import DelayedScheduling
 
 CLUSTER = sorted(registry.available())
 GRID = sorted(grid_schedulers())
@@ -175,7 +175,7 @@ def test_a_bad_parameter_is_a_param_error_naming_it(
 
 
 def test_a_rule_across_parameters_in_a_direct_call_names_the_parameter() -> None:
-    from datasched.policies.proof import AdaptivePacketizerPolicy
+    from datasched.policies.proof.policy import AdaptivePacketizerPolicy
 
     with pytest.raises(ParamError) as info:
         AdaptivePacketizerPolicy(min_packet_s=30.0)

@@ -27,8 +27,8 @@ from datasched.core.events import (
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import Job
 from datasched.core.scheduler import Scheduler
-from datasched.policies import cosched_flow
-from datasched.policies.mincostflow import Batch, BatchFlow, Network, solve_lp
+from datasched.policies.cosched import flow as cosched_flow
+from datasched.policies.cosched.mincostflow import Batch, BatchFlow, Network, solve_lp
 from datasched.sim.engine import SimEngine
 from strategies import multi_file_jobs
 

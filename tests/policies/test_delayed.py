@@ -12,7 +12,7 @@ from datasched.core.actions import Start, WakeAt
 from datasched.core.events import JobArrived, JobCancelled, NodeJoined, NodeLost, Tick
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import Job
-from datasched.policies.delayed import stripe_points
+from datasched.policies.ponce.delayed import stripe_points
 
 
 def test_stripe_points_drop_short_and_cut_long_stripes() -> None:

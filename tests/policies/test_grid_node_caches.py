@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from datasched.policies.grid import DATA_DO_NOTHING, JOB_DATA_PRESENT, JOB_LOCAL
-from datasched.sim.grid import GridRun, run_grid
-from datasched.sim.grid_model import GridConfig
+from datasched.gridsim.engine import GridRun, run_grid
+from datasched.gridsim.model import GridConfig
+from datasched.policies.grid.schedulers import DATA_DO_NOTHING, JOB_DATA_PRESENT, JOB_LOCAL
 
 HOT = GridConfig(users=12, sites=4, datasets=20, jobs=120, tier1=2, cache_gb=6.0, popularity_p=0.3)
 

@@ -13,7 +13,7 @@ from datasched.core.intervals import IntervalSet
 from datasched.core.model import CostModel, Job, Topology
 from datasched.core.scheduler import Scheduler
 from datasched.policies import build_policy
-from datasched.policies.groups import (
+from datasched.policies.proof.groups import (
     QuotaPriorities,
     UsageHistory,
     clipped,
@@ -24,7 +24,7 @@ from datasched.policies.groups import (
     priority_levels,
     workers_for_query,
 )
-from datasched.policies.sessions import SlotShares
+from datasched.policies.proof.sessions import SlotShares
 from datasched.sim.engine import SimEngine, SimRun
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
-from datasched.policies.mincostflow import (
+from datasched.policies.cosched.mincostflow import (
     NETWORKS,
     Batch,
     BatchFlow,

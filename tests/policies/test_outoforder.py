@@ -10,7 +10,7 @@ from datasched.core.actions import Preempt, Start
 from datasched.core.events import JobArrived, SubjobStopped
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import Job, Subjob
-from datasched.policies.outoforder import OutOfOrder
+from datasched.policies.ponce.outoforder import OutOfOrder
 from datasched.sim.engine import SimEngine
 from strategies import job_lists
 

@@ -17,7 +17,7 @@ from datasched.core.intervals import IntervalSet
 from datasched.core.model import CostModel, Job, Topology
 from datasched.core.scheduler import Scheduler
 from datasched.policies import build_policy
-from datasched.policies.packetizers import AdaptivePacketizer, BasicPacketizer
+from datasched.policies.proof.packetizers import AdaptivePacketizer, BasicPacketizer
 from datasched.sim.engine import SimEngine, SimRun
 from datasched.sim.faults import NodeFaults
 from strategies import placements

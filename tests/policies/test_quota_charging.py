@@ -16,8 +16,8 @@ from datasched.core.intervals import IntervalSet
 from datasched.core.model import Job, Topology
 from datasched.core.scheduler import Scheduler
 from datasched.policies import build_policy
-from datasched.policies.groups import GROUP_PARAMS
-from datasched.policies.sessions import GroupScheduler, SlotShares
+from datasched.policies.proof.groups import GROUP_PARAMS
+from datasched.policies.proof.sessions import GroupScheduler, SlotShares
 
 
 def groups(**over: Any) -> GroupScheduler:

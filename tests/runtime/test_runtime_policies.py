@@ -10,7 +10,7 @@ from pathlib import Path
 import yaml
 
 from datasched.core.packets import PacketSizing
-from datasched.policies.adaptive import AdaptiveDelay, default_map
+from datasched.policies.ponce.adaptive import AdaptiveDelay, default_map
 from datasched.runtime.engine import RuntimeEngine
 from datasched.runtime.jobspec import load_jobs
 from datasched.runtime.reports import EngineConfig

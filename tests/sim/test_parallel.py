@@ -15,7 +15,7 @@ import pytest
 from datasched.sim import parallel
 from datasched.sim.experiment import SimConfig, sweep
 from datasched.sim.parallel import ClusterError, check_scheduler, map_in_processes, usable_cores
-from datasched.sim.perfmap import build_map
+from datasched.studies.ponce.perfmap import build_map
 
 
 def test_results_come_back_in_the_order_of_the_items() -> None:

@@ -32,7 +32,12 @@ from datasched.cli.options import (
     TlsCertOpt,
     TlsKeyOpt,
 )
-from datasched.policies.mincostflow import NETWORKS, InstanceError, parse_instance, solve_instance
+from datasched.policies.cosched.mincostflow import (
+    NETWORKS,
+    InstanceError,
+    parse_instance,
+    solve_instance,
+)
 
 __all__: list[str] = []
 
@@ -122,8 +127,8 @@ def reproduce_romosan(
     with the paper's statement beside our number for every claim and the cluster we chose
     (the paper gives only its 20 GB caches). `--json` prints
     `{"claims": [{"key", "paper", "ours", "agrees", ...}], "report", "figures"}`."""
-    from datasched.sim import romosan
-    from datasched.sim.romosan_reproduce import run_romosan, write_romosan
+    from datasched.studies.romosan import runs as romosan
+    from datasched.studies.romosan.reproduce import run_romosan, write_romosan
 
     check_out_dir(out_dir)
     processes, target = where_to_run(processes, scheduler, tls_ca_file, tls_cert, tls_key)

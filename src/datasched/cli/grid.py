@@ -69,9 +69,9 @@ def reproduce_grid(
     "figures"}`."""
     from dataclasses import replace
 
-    from datasched.sim.grid_model import GridError
-    from datasched.sim.grid_reproduce import run_grid_study, write_grid
-    from datasched.sim.grid_study import BASE, FULL, QUICK
+    from datasched.gridsim.model import GridError
+    from datasched.studies.grid.reproduce import run_grid_study, write_grid
+    from datasched.studies.grid.runs import BASE, FULL, QUICK
 
     check_out_dir(out_dir)
     try:

@@ -15,7 +15,7 @@ from datasched.cli.common import fail, out, print_json, user_errors
 from datasched.cli.options import JsonOpt, LoadOpt, SeedOpt, trace_rate_jobs_per_h
 from datasched.core.trace import read_json_lines, story
 from datasched.policies import available, describe
-from datasched.policies.grid import describe_grid_scheduler, grid_schedulers
+from datasched.policies.grid.schedulers import describe_grid_scheduler, grid_schedulers
 from datasched.sim.workload import WorkloadSpec, generate, load_trace, save_trace
 
 __all__: list[str] = []

@@ -18,7 +18,7 @@ from datasched.cli.common import check_out_dir, err, fail, out, print_json, user
 from datasched.cli.options import ParamOpt, ReportDirOpt, policy_params_of
 
 if TYPE_CHECKING:
-    from datasched.sim.claims import Measured
+    from datasched.studies.claims import Measured
 
 __all__: list[str] = []
 
@@ -64,8 +64,8 @@ def reproduce_proof(
     does the quota test (four groups' continuous analyses, shares from per-packet CPU time,
     10 minutes; 1 with `--quick`), unless `--no-runtime`. `--json` prints
     `{"claims": [{"key", "paper", "ours", "agrees"}, ...]}` (ours null where not measured)."""
-    from datasched.sim.proof_reproduce import run_proof, write_proof_figures
-    from datasched.sim.report import write_report
+    from datasched.studies.proof.reproduce import run_proof, write_proof_figures
+    from datasched.studies.report import write_report
 
     check_out_dir(out_dir)
     with err.status("running the PROOF reproduction ...") as status:
@@ -165,8 +165,8 @@ def proof_sim(
         write_packets_csv,
         write_progress_csv,
     )
-    from datasched.sim.proof_experiments import run_uneven
-    from datasched.sim.proof_setup import UnevenSetup
+    from datasched.studies.proof.runs import run_uneven
+    from datasched.studies.proof.setup import UnevenSetup
 
     check_out_dir(report_dir)
     if files < 1:
@@ -221,8 +221,8 @@ def proof_sim(
 def _runtime_claims(figures: Path) -> Callable[[bool], dict[str, Measured]]:
     """The local-cluster measurements (compare/ may import the runtime; sim/ may not): the
     uneven job, then the quotas (whose plot and CSV go into ``figures``)."""
-    from datasched.compare.proof_quota import measure_quota_runtime
-    from datasched.compare.proof_runtime import measure_runtime
+    from datasched.studies.proof.runtime_quota import measure_quota_runtime
+    from datasched.studies.proof.runtime_uneven import measure_runtime
 
     def measure(quick: bool) -> dict[str, Measured]:
         return {

@@ -73,7 +73,7 @@ from datasched.sim.experiment import (
 from datasched.sim.experiment import sweep as run_sweep
 from datasched.sim.metrics import Summary
 from datasched.sim.parallel import SchedulerRef
-from datasched.sim.plots import plot_sweep, uses_cache
+from datasched.studies.ponce.plots import plot_sweep, uses_cache
 
 __all__ = ["run_all", "write_sweep"]
 

@@ -79,7 +79,7 @@ def scale(
     time per job and the master's load (scheduler seconds per simulated second; 1.0 = one core
     fully busy).
     """
-    from datasched.sim.scale import scale_point
+    from datasched.studies.ponce.scale import scale_point
 
     sizes = parse_ints(nodes, "--nodes")
     with user_errors():
@@ -147,8 +147,8 @@ def perf_map(
     """Build the performance map of delayed scheduling (ponce-hersch Figure 9): its maximal
     sustainable load at every period, stripe size and cache size. Adaptive delay (§6) reads
     it: `-P performance_map=FILE` (without it, the map shipped with datasched is used)."""
-    from datasched.policies.adaptive import MapPoint
-    from datasched.sim.perfmap import build_map, save_map
+    from datasched.policies.ponce.adaptive import MapPoint
+    from datasched.studies.ponce.perfmap import build_map, save_map
 
     periods = parse_floats(periods_h, "--periods-h")
     if any(p < 0 for p in periods):
@@ -215,8 +215,8 @@ def reproduce_ponce(
     """Re-run the experiments behind ponce-hersch's numbers and figures (§3-§8): our
     Figures 3-12 and 14-16 (CSV and PNG each) and a report with the paper's value beside ours
     for every claim."""
-    from datasched.sim.figures import write_figure
-    from datasched.sim.reproduce import run_ponce, write_report
+    from datasched.studies.ponce.figures import write_figure
+    from datasched.studies.ponce.reproduce import run_ponce, write_report
 
     check_out_dir(out_dir)
     processes, target = where_to_run(processes, scheduler, tls_ca_file, tls_cert, tls_key)

@@ -11,7 +11,7 @@ from rich.table import Table
 from datasched.cli.common import hours, percent, size
 from datasched.sim.experiment import MaxLoadSearch
 from datasched.sim.metrics import Summary
-from datasched.sim.plots import uses_cache
+from datasched.studies.ponce.plots import uses_cache
 
 __all__ = ["max_load_table", "summary_detail", "summary_table"]
 

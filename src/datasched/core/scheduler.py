@@ -28,12 +28,16 @@ work, a stop the engine made on its own) is handed to the policy's ``work_return
 default parks it with its job; a slot the policy leaves idle is given parked work; and if the
 cluster ever stands still with work left (no slot busy, no answer or wake-up awaited, a slot
 free) the scheduler raises :class:`SchedulerError` naming the policy, instead of hanging.
+
+Length: one state machine. The handlers of the events, the books they keep and the check of
+those books read and write the same private state; split over files they became mixins
+sharing it, which hid which code may change what. The commands policies call live apart
+(:mod:`datasched.core.commands`), as do the estimates.
 """
 
 from __future__ import annotations
 
 import itertools
-import os
 from bisect import bisect_left, insort
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
@@ -92,6 +96,15 @@ _RUNNING = SubjobState.RUNNING
 _PARKED = SubjobState.PARKED
 VALIDATE_ENV = "DATASCHED_VALIDATE"
 """Set to 1 (read once, when a scheduler is built) to validate after the events."""
+
+
+def _never() -> bool:
+    return False
+
+
+validate_by_default: Callable[[], bool] = _never
+"""Whether a scheduler built without ``validate=`` validates. The core reads no environment:
+the package's root (``datasched/__init__.py``) installs a reader of ``VALIDATE_ENV``."""
 _CHECK_EVERY = 2
 """Validation checks the whole books (O(slots + live subjobs + jobs)) after about one event
 in (slots + live subjobs + jobs) / 2, so that it costs about as much per event on a large
@@ -173,7 +186,7 @@ class Scheduler(Commands):
         """The id of the event being handled (or last handled): 1, 2, ... in order."""
         self._event_kind: type = type(None)
         if validate is None:
-            validate = os.environ.get(VALIDATE_ENV, "") not in ("", "0")
+            validate = validate_by_default()
         self._validating = validate
         self._since_check = 0
         self._trace = trace

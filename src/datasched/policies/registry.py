@@ -23,13 +23,13 @@ __all__ = [
 
 ENTRY_POINT_GROUP = "datasched.policies"
 _BUILTIN_MODULES = (
-    "datasched.policies.fcfs",
-    "datasched.policies.outoforder",
-    "datasched.policies.delayed",
-    "datasched.policies.adaptive",
-    "datasched.policies.proof",
-    "datasched.policies.cosched_greedy",
-    "datasched.policies.cosched_flow",
+    "datasched.policies.ponce.fcfs",
+    "datasched.policies.ponce.outoforder",
+    "datasched.policies.ponce.delayed",
+    "datasched.policies.ponce.adaptive",
+    "datasched.policies.proof.policy",
+    "datasched.policies.cosched.greedy",
+    "datasched.policies.cosched.flow",
 )
 
 _registry: dict[str, type[Policy]] = {}

@@ -25,7 +25,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from datasched.policies.groups import UsageHistory
+from datasched.policies.proof.groups import UsageHistory
 
 __all__ = ["FairShare", "GroupTurn", "cluster_slots", "targets"]
 

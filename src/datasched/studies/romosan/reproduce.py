@@ -1,0 +1,160 @@
+"""The reproduction of romosan (co-scheduling data movement with computation): every
+experiment run (:mod:`datasched.studies.romosan.runs`), the claims filled
+(:mod:`datasched.studies.romosan.claims`), the figures and the report written."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+
+from datasched.sim.parallel import SchedulerRef, map_in_processes
+from datasched.studies.claims import Claim, fill_claims
+from datasched.studies.report import write_report
+from datasched.studies.romosan.claims import ROMOSAN_CLAIMS, measure_romosan
+from datasched.studies.romosan.figures import RomosanFigure, romosan_figures, write_romosan_figure
+from datasched.studies.romosan.runs import (
+    CLUSTER,
+    LP,
+    POLICIES,
+    EdgePoint,
+    RomosanCluster,
+    RomosanStudy,
+    RunResult,
+    edge_point,
+    run_one,
+    study_runs,
+)
+
+__all__ = ["RomosanOutcome", "run_romosan", "write_romosan"]
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class RomosanOutcome:
+    """Everything the reproduction measured."""
+
+    study: RomosanStudy
+    cluster: RomosanCluster
+    results: list[RunResult]
+    edges: list[EdgePoint]
+    claims: list[Claim]
+
+
+def run_romosan(
+    study: RomosanStudy,
+    *,
+    cluster: RomosanCluster = CLUSTER,
+    processes: int = 1,
+    scheduler: SchedulerRef | None = None,
+    progress: Progress | None = None,
+) -> RomosanOutcome:
+    """Run every experiment of ``study``: the simulations in ``processes`` processes (or on
+    the Dask cluster at ``scheduler``), then the timed batches of the edges experiment here,
+    alone, with nothing else sharing the CPU."""
+    say = progress or (lambda _: None)
+    runs = study_runs(study, cluster)
+    # Longest first (10,000-job runs of the min-cost flow), so the processes finish together.
+    order = sorted(range(len(runs)), key=lambda i: (-runs[i].jobs, runs[i].policy != LP))
+    done = 0
+
+    def finished(_: int, result: RunResult) -> None:
+        nonlocal done
+        done += 1
+        say(
+            f"{done} of {len(runs)} simulations: {result.experiment}, {result.policy}, "
+            f"{result.servers} servers"
+        )
+
+    out = map_in_processes(
+        run_one,
+        [runs[i] for i in order],
+        processes=processes,
+        scheduler=scheduler,
+        on_done=finished,
+    )
+    results: list[RunResult] = [out[0]] * len(runs)
+    for k, i in enumerate(order):
+        results[i] = out[k]
+    edges = []
+    edge_point(64, replace(study, edge_jobs=64, edge_servers=4), cluster)  # imports, first calls
+    for n in study.edge_files:
+        say(f"one batch of the min-cost flow at {n:,} files x {study.edge_servers} servers")
+        edges.append(edge_point(n, study, cluster))
+    claims = fill_claims(ROMOSAN_CLAIMS, measure_romosan(results, edges, study))
+    return RomosanOutcome(study, cluster, results, edges, claims)
+
+
+def write_romosan(outcome: RomosanOutcome, out_dir: Path) -> tuple[Path, list[RomosanFigure]]:
+    """Write the figures (CSV and PNG) under ``out_dir/figures`` and ``report.md`` and
+    ``claims.csv`` in ``out_dir``; returns the report's path and the figures."""
+    figs = [
+        write_romosan_figure(f, out_dir / "figures")
+        for f in romosan_figures(outcome.results, outcome.edges)
+    ]
+    shown = [(f.title, f.png_path) for f in figs if f.png_path is not None]
+    _, md_path = write_report(
+        outcome.claims,
+        out_dir,
+        title="Reproduction of romosan (co-scheduling data movement with computation)",
+        figures=shown,
+        command="datasched reproduce romosan",
+        intro="the simulator with the cluster below (the paper gives only its 20 GB caches).",
+        sections=_sections(outcome),
+    )
+    return md_path, figs
+
+
+def _table(rows: Sequence[tuple[str, str]], head: tuple[str, str]) -> str:
+    lines = [f"| {head[0]} | {head[1]} |", "| --- | --- |"]
+    lines += [f"| {a} | {b} |" for a, b in rows]
+    return "\n".join(lines)
+
+
+def _sections(outcome: RomosanOutcome) -> list[str]:
+    study = outcome.study
+    sizes = [(f.name, _value(getattr(study, f.name))) for f in fields(study)]
+    zipf = [r for r in outcome.results if r.experiment == "zipf"]
+    zipf_note = ""
+    if zipf:
+        small = min(r.cache_gb for r in zipf)
+        remote = {
+            (r.policy, r.cache_gb == small): r.remote_copies
+            for r in zipf
+            if r.servers == max(study.servers)
+        }
+        zipf_note = (
+            "The paper shows the Zipf experiment's figures without a conclusion in words; "
+            f"ours are below. On {max(study.servers)} servers the small cache makes "
+            + ", ".join(
+                f"{p} {remote.get((p, True), 0)} remote copies (infinite: "
+                f"{remote.get((p, False), 0)})"
+                for p in POLICIES
+            )
+            + "."
+        )
+    return [
+        "## The cluster\n\nThe paper gives no cluster parameters beyond 20 GB of disk cache per "
+        "node; these are ours (`datasched.studies.romosan.runs.RomosanCluster`, the one place "
+        "they are set).\n\n" + _table(outcome.cluster.describe(), ("parameter", "value")),
+        "## The experiments' sizes\n\n" + _table(sizes, ("setting", "value")),
+        "## Notes\n\n"
+        "Policies: FIFO is `fifo-roundrobin`, SJF `sjf-data`, LP `mincostflow` (a min-cost "
+        "flow on the paper's network, the same optimum as its linear program). Transfers in "
+        "flight are known to every policy: a job never fetches a file already on its way to "
+        "its server, and a file on its way to another server is copied from there once it "
+        "has landed. Scheduler time is the wall-clock time spent in the scheduler, measured "
+        "while other simulations share the machine: compare it within a figure, not across "
+        "machines.\n\n" + zipf_note,
+    ]
+
+
+def _value(value: object) -> str:
+    if isinstance(value, tuple):
+        return ", ".join(_value(v) for v in value)
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
