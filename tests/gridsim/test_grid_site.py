@@ -1,4 +1,4 @@
-"""Grid sites whose local scheduler is a registered cluster policy (issue 17): every policy of
+"""Grid sites whose local scheduler is a registered cluster policy: every policy of
 the registry, the day it is added, completes every job on a small grid, computes every event
 of each job exactly once, keeps a user's jobs in sequence and a job's data at its site while
 any part computes, and gives one result per seed. The paper's default (FIFO, no node caches)

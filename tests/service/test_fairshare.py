@@ -1,7 +1,7 @@
-"""Fair-share admission (issue 18's group priorities and quotas): the dispatcher keeps a
-bounded number of jobs in the runner and hands the next one to the group furthest below its
-target share. Driven step by step by a runner that finishes one job when told (no threads,
-no clock but the test's)."""
+"""Fair-share admission (the group priorities and quotas of docs/service.md): the dispatcher
+keeps a bounded number of jobs in the runner and hands the next one to the group furthest
+below its target share. Driven step by step by a runner that finishes one job when told (no
+threads, no clock but the test's)."""
 
 from __future__ import annotations
 
