@@ -50,7 +50,7 @@ def test_a_confinement_names_what_is_wrong_with_it() -> None:
         ({"run_as": " "}, "run_as"),
     ):
         with pytest.raises(ValueError, match=field):
-            Confinement(**kw)  # type: ignore[arg-type]
+            Confinement(**kw)
     limits = Confinement(cpu_s=10.2).rlimits()
     assert limits["RLIMIT_CPU"] == 11
     assert limits["RLIMIT_NPROC"] == 256

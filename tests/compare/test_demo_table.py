@@ -8,7 +8,7 @@ from pathlib import Path
 from rich.console import Console
 
 from datasched.compare.demo import DemoResult, Floor
-from datasched.runtime.engine import JobReport, RunReport
+from datasched.runtime.reports import JobReport, RunReport
 
 
 def _run(policy: str, makespan_s: float) -> RunReport:

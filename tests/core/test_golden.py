@@ -92,14 +92,14 @@ def scenario_trace(policy: str) -> str:
     lines: list[str] = []
     handle = sched.handle
 
-    def traced(ev: Event) -> list[Action]:
-        actions = handle(ev)
+    def traced(event: Event) -> list[Action]:
+        actions = handle(event)
         sched.validate()  # the whole books, after every event (validation must not change them)
-        lines.append(fmt_event(ev))
+        lines.append(fmt_event(event))
         lines.extend(fmt_action(a) for a in actions)
         return actions
 
-    sched.handle = traced  # type: ignore[method-assign]
+    sched.handle = traced  # type: ignore[method-assign]  # wrapped: the test watches each event
     jobs = [
         Job(0, 0.0, IntervalSet.range(0, 300)),
         Job(1, 30.0, IntervalSet.range(200, 400)),

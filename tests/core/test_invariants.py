@@ -15,7 +15,7 @@ import pytest
 
 from clusters import scheduler, space
 from datasched.core.actions import Preempt, Start
-from datasched.core.events import JobArrived, SubjobFinished, SubjobStopped, Tick
+from datasched.core.events import Event, JobArrived, SubjobFinished, SubjobStopped, Tick
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import Job, Part, Subjob, Topology
 from datasched.core.policy import JobView, Policy, SchedulerView
@@ -168,7 +168,10 @@ def test_validation_on_checks_after_the_events() -> None:
     sched.jobs[0].done_events += 1
     # Events that do not touch job 0 find it at the next full check, which comes within
     # (slots + live subjobs + jobs) / 2 events.
-    events = [JobArrived(1.0, Job(1, 1.0, R(100, 150))), *(Tick(float(i)) for i in range(2, 10))]
+    events: list[Event] = [
+        JobArrived(1.0, Job(1, 1.0, R(100, 150))),
+        *(Tick(float(i)) for i in range(2, 10)),
+    ]
 
     def handle_all() -> None:
         for event in events:

@@ -3,6 +3,8 @@ determinism, and hand-checked decisions of the FCFS policies (ponce-hersch Table
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -196,7 +198,7 @@ def job(i: int, t: float, a: int, b: int) -> Job:
     return Job(job_id=i, submit_s=t, data=IntervalSet.range(a, b))
 
 
-def starts(actions: list[object]) -> list[Start]:
+def starts(actions: Sequence[object]) -> list[Start]:
     return [a for a in actions if isinstance(a, Start)]
 
 

@@ -72,8 +72,8 @@ def test_multi_hop_transfers_share_links_as_a_fluid(
             sizes[t.transfer_id] = size
             begun[t.transfer_id] = now
         else:
-            t = net.transfers.get(payload)
-            if t is None or t.version != version:
+            current = net.transfers.get(payload)
+            if current is None or current.version != version:
                 continue  # a completion planned at a rate since changed
             done, changed = net.finish(payload, now)
             moved[payload] = done.n_bytes - done.left

@@ -81,14 +81,14 @@ def test_every_cluster_policy_runs_a_grid_site(policy: str) -> None:
     assert len(ended) == cfg.jobs == len(sim.jobs)
     assert not out
     assert not running
-    for job, site in zip(sim.jobs, sim.site_of, strict=True):
-        pieces = sim.core.engines[site].processed(job.job_id)
-        want = sim.core.events_of(job.dataset)
-        assert sum(p.length for p in pieces) == want.length, f"job {job.job_id}"
+    for grid_job, site in zip(sim.jobs, sim.site_of, strict=True):
+        pieces = sim.core.engines[site].processed(grid_job.job_id)
+        want = sim.core.events_of(grid_job.dataset)
+        assert sum(p.length for p in pieces) == want.length, f"job {grid_job.job_id}"
         got = IntervalSet()
         for p in pieces:
             got = got | p
-        assert got == want, f"job {job.job_id}: computed {got}, not {want}"
+        assert got == want, f"job {grid_job.job_id}: computed {got}, not {want}"
     result = run_grid(GridRun(cfg, JOB_RANDOM, DATA_LEAST_LOADED, 2))
     assert result == run_grid(GridRun(cfg, JOB_RANDOM, DATA_LEAST_LOADED, 2))
     assert result.lan_mb_per_job > 0  # the node caches start empty: something crossed a LAN

@@ -28,7 +28,7 @@ from datasched.core.intervals import IntervalSet
 from datasched.core.model import Job
 from datasched.core.scheduler import Scheduler
 from datasched.policies.cosched import flow as cosched_flow
-from datasched.policies.cosched.mincostflow import Batch, BatchFlow, Network, solve_lp
+from datasched.policies.cosched.mincostflow import Batch, BatchFlow, Network, solve, solve_lp
 from datasched.sim.engine import SimEngine
 from strategies import multi_file_jobs
 
@@ -52,13 +52,13 @@ class CheckingEngine(SimEngine):
         """Subjobs started with all their files staged."""
         handle = sched.handle
 
-        def checked(ev: Event) -> list[Action]:
-            self._no_pinned_file_evicted(ev)
-            out = handle(ev)
-            self.actions += [(ev.time, a) for a in out]
+        def checked(event: Event) -> list[Action]:
+            self._no_pinned_file_evicted(event)
+            out = handle(event)
+            self.actions += [(event.time, a) for a in out]
             return out
 
-        sched.handle = checked  # type: ignore[method-assign]
+        sched.handle = checked  # type: ignore[method-assign]  # wrapped: the test watches each event
 
     def _no_pinned_file_evicted(self, ev: Event) -> None:
         if isinstance(ev, FetchDone | TransferDone | CacheChanged):
@@ -200,7 +200,6 @@ def test_mincostflow_places_jobs_in_batches_every_period() -> None:
 
 def test_mincostflow_batches_are_optima_of_the_lp(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every batch the policy solves during a run is checked against HiGHS."""
-    solve = cosched_flow.solve
     checked: list[int] = []
 
     def both(batch: Batch, network: Network = "grouped") -> BatchFlow:
@@ -262,13 +261,13 @@ def cosched_trace(policy: str) -> str:
     lines: list[str] = []
     handle = sched.handle
 
-    def traced(ev: Event) -> list[Action]:
-        actions = handle(ev)
-        lines.append(f"{ev.time:9.2f} {type(ev).__name__} {_brief(ev)}")
+    def traced(event: Event) -> list[Action]:
+        actions = handle(event)
+        lines.append(f"{event.time:9.2f} {type(event).__name__} {_brief(event)}")
         lines.extend(f"    -> {type(a).__name__} {_brief(a)}" for a in actions)
         return actions
 
-    sched.handle = traced  # type: ignore[method-assign]
+    sched.handle = traced  # type: ignore[method-assign]  # wrapped: the test watches each event
     jobs = [
         Job(0, 0.0, files(0)),
         Job(1, 0.0, files(1, 2)),

@@ -139,8 +139,8 @@ def shares_of(run: SimRun, group_of: dict[int, str], until_s: float) -> dict[str
 def contend(users: dict[str, int], params: dict[str, object]) -> dict[str, float]:
     """Every user's job on the same two slots (data in central storage, packets of 20 s),
     CPU shares over the first 2,800 s."""
-    jobs = []
-    group_of = {}
+    jobs: list[Job] = []
+    group_of: dict[int, str] = {}
     for group, n in users.items():
         for u in range(n):
             job_id = len(jobs)

@@ -69,7 +69,7 @@ def test_basic_packets_are_a_fraction_of_the_workers_share_by_performance() -> N
 def test_the_limit_refuses_a_worker_unless_forced() -> None:
     """Limit 1: while one worker reads the server, another is refused (and done with the
     job); the policy forces a packet only when nothing of the job runs any more."""
-    on_server = [(0, 100, 9)]
+    on_server: list[tuple[int, int, int | None]] = [(0, 100, 9)]
     pk = BasicPacketizer(
         IntervalSet.range(0, 100), [(0, 0, 100)], lambda a, b: on_server, max_workers_per_node=1
     )
@@ -86,12 +86,12 @@ def assigned(sched: Scheduler) -> list[tuple[float, Assign]]:
     out: list[tuple[float, Assign]] = []
     handle = sched.handle
 
-    def traced(ev: Event) -> list[Action]:
-        actions = handle(ev)
-        out.extend((ev.time, a) for a in actions if isinstance(a, Assign))
+    def traced(event: Event) -> list[Action]:
+        actions = handle(event)
+        out.extend((event.time, a) for a in actions if isinstance(a, Assign))
         return actions
 
-    sched.handle = traced  # type: ignore[method-assign]
+    sched.handle = traced  # type: ignore[method-assign]  # wrapped: the test watches each event
     return out
 
 

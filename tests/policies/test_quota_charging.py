@@ -5,6 +5,7 @@ starting level served heaviest first."""
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from typing import Any
 
 import pytest
@@ -55,7 +56,7 @@ def test_level_sessions_go_heaviest_first() -> None:
     """Three sessions level on a slot: the heaviest first (not the one listed first), then
     by weight; once served, the weighted time decides as before."""
     shares = SlotShares()
-    weight = {"light": 50.0, "heavy": 800.0, "mid": 100.0}
+    weight: dict[Hashable, float] = {"light": 50.0, "heavy": 800.0, "mid": 100.0}
     assert shares.order(0, ["light", "heavy", "mid"], weight) == ["heavy", "mid", "light"]
     shares.served(0, "heavy")
     shares.used(0, "heavy", 8.0, 800.0)  # 0.01 weighted seconds

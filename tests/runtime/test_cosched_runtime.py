@@ -55,12 +55,12 @@ async def run(
         seen: list[tuple[Event, list[Action]]] = []
         handle = sched.handle
 
-        def traced(ev: Event) -> list[Action]:
-            actions = handle(ev)
-            seen.append((ev, actions))
+        def traced(event: Event) -> list[Action]:
+            actions = handle(event)
+            seen.append((event, actions))
             return actions
 
-        sched.handle = traced  # type: ignore[method-assign]
+        sched.handle = traced  # type: ignore[method-assign]  # wrapped: the test watches each event
         engine = RuntimeEngine(client, sched, names, config=FAST)
         report = await engine.run(specs, known_cache={})
     return report, seen, engine

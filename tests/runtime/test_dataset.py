@@ -86,7 +86,7 @@ def test_locate_partitions_every_range_exactly() -> None:
     ds = dataset(3, 0, 0, 1, 4, 2, 0)
     for start in range(ds.n_events + 1):
         for stop in range(start, ds.n_events + 1):
-            covered = []
+            covered: list[int] = []
             for i, a, b in ds.locate(start, stop):
                 assert 0 <= a < b <= ds.files[i].n_events
                 first, _ = ds.file_range(i)

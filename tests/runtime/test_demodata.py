@@ -151,7 +151,7 @@ def test_argument_checks_and_rewriting(tmp_path: Path) -> None:
         ({"seed": -1}, "seed"),
     ):
         with pytest.raises(ValueError, match=f"^{name}: expected an integer"):
-            write_demo_dataset(tmp_path / "x", **kwargs)  # type: ignore[arg-type]
+            write_demo_dataset(tmp_path / "x", **kwargs)
     assert not (tmp_path / "x").exists()
     d = tmp_path / "d"
     write_demo_dataset(d, n_events=40, n_files=4)

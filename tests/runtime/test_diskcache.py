@@ -153,7 +153,8 @@ def test_throttle_spaces_reads() -> None:
     # 1,500 bytes at 1,000 B/s (the fake sleep lets no time pass): the last read may go
     # 1.5 s after the first, each 0.5 s after the one before.
     assert slept == pytest.approx([0.5, 1.0, 1.5], abs=0.05)
-    assert Throttle(None, sleep=slept.append).consume(10**9) is None
+    Throttle(None, sleep=slept.append).consume(10**9)  # no limit: it never waits
+    assert len(slept) == 3
     with pytest.raises(ValueError, match="tertiary_bytes_per_s"):
         Throttle(0)
 

@@ -5,12 +5,12 @@ the thread go back."""
 from __future__ import annotations
 
 import os
+import resource
 import threading
 from typing import Any
 
 import pytest
 
-from datasched.runtime import priority
 from datasched.runtime.priority import NICE_UNAVAILABLE, can_lower_to, packet_priority
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "setpriority"), reason="no thread priorities")
@@ -47,8 +47,8 @@ def test_a_packet_runs_at_its_nice_value_and_the_thread_returns_to_its_own() -> 
 def test_without_privilege_nothing_changes_and_the_note_says_why(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(priority.os, "geteuid", lambda: 1000)
-    monkeypatch.setattr(priority.resource, "getrlimit", lambda _: (0, 0))  # RLIMIT_NICE 0
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(resource, "getrlimit", lambda _: (0, 0))  # RLIMIT_NICE 0
     assert not can_lower_to(0)
     assert not can_lower_to(19)
     seen = in_a_thread(10)
@@ -57,6 +57,6 @@ def test_without_privilege_nothing_changes_and_the_note_says_why(
         seen["own"],
         NICE_UNAVAILABLE,
     )
-    monkeypatch.setattr(priority.resource, "getrlimit", lambda _: (20, 20))  # down to nice 0
+    monkeypatch.setattr(resource, "getrlimit", lambda _: (20, 20))  # down to nice 0
     assert can_lower_to(0)
     assert not can_lower_to(-1)

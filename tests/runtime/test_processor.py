@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pickle
 from pathlib import Path
+from typing import Any
 
 import hist
 import numpy as np
@@ -118,14 +119,21 @@ def test_load_processor_errors_name_the_ref_and_the_reason(
 # -- merging ---------------------------------------------------------------------------------
 
 
-def histogram(*values: float) -> hist.Hist:
+def histogram(*values: float) -> hist.Hist[hist.storage.Double]:
     h = hist.Hist.new.Reg(4, 0, 4, name="x").Double()
     h.fill(x=np.array(values))
     return h
 
 
 def test_merge_histograms_numbers_lists_and_nested_mappings() -> None:
-    a = {"h": histogram(1.5), "n": 1, "w": 0.5, "l": [1], "s": {"x"}, "sub": {"k": 1, "a": [0]}}
+    a: dict[str, Any] = {
+        "h": histogram(1.5),
+        "n": 1,
+        "w": 0.5,
+        "l": [1],
+        "s": {"x"},
+        "sub": {"k": 1, "a": [0]},
+    }
     b = {"h": histogram(1.5, 2.5), "n": 2, "w": 0.25, "l": [2], "s": {"y"}, "sub": {"k": 2}, "x": 7}
     out = merge(a, b)
     assert out["h"].values().tolist() == [0, 2, 1, 0]

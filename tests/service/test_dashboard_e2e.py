@@ -79,7 +79,7 @@ def served(sqlite_store: Store) -> Iterator[tuple[str, dict[str, str], GatedRunn
     finally:
         server.should_exit = True
         thread.join(timeout=10)
-        assert svc.runner is not None
+        assert isinstance(svc.runner, GatedRunner)
         svc.runner.gate.set()
         svc.runner.stop()
 

@@ -76,6 +76,9 @@ class StepRunner:
     def cluster(self) -> Mapping[str, Any]:
         return {"nodes": [{"name": "n0", "slots": self.slots}]}
 
+    def merge(self, work: ProcessorWork, results: Sequence[bytes]) -> bytes:
+        raise AssertionError("the dispatcher never merges: the merger does")
+
     def stop(self) -> None:
         pass
 
@@ -195,7 +198,7 @@ def test_a_group_s_priority_and_quota_are_checked(sqlite_store: Store) -> None:
         assert set_group(s, "phys", quota=75).priority == 2.0
         for field, kw in (("quota", {"quota": -1.0}), ("priority", {"priority": float("nan")})):
             with pytest.raises(UserError, match=f"^{field}:"):
-                set_group(s, "phys", **kw)  # type: ignore[arg-type]
+                set_group(s, "phys", **kw)
         with pytest.raises(UserError, match=r"^group:"):
             set_group(s, "bad name", quota=1.0)
         assert [(g.name, g.quota) for g in list_groups(s)] == [("phys", 75.0)]

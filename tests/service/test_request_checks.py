@@ -128,8 +128,8 @@ def test_paths_are_confined_to_the_roots(
         "output",
     ):
         assert "outside the configured roots" in errors[field], field
-    _, errors = check_request(request(InputSpec(path="/d/a.root")), None, roots=[])
-    assert "no storage roots" in errors[0].reason
+    _, unrooted = check_request(request(InputSpec(path="/d/a.root")), None, roots=[])
+    assert "no storage roots" in unrooted[0].reason
 
 
 def test_outputs_must_be_writable(root: Path) -> None:

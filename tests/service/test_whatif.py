@@ -48,7 +48,10 @@ def test_the_cache_aware_policy_predicts_sooner_than_the_farm() -> None:
     # then 10 s of processing. Out-of-order sends the job where its files are: 10 s.
     assert aware.jobs["r1.0"] == pytest.approx(10.0, rel=1e-6)
     assert farm.jobs["r1.0"] == pytest.approx(110.0, rel=0.1)
-    assert aware.jobs["r1.0"] < farm.jobs["r1.0"]
+    aware_s, farm_s = aware.jobs["r1.0"], farm.jobs["r1.0"]
+    assert aware_s is not None
+    assert farm_s is not None
+    assert aware_s < farm_s
 
 
 def test_predictions_are_deterministic_and_cover_every_job() -> None:

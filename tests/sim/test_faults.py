@@ -3,6 +3,8 @@ while jobs run; every event is processed exactly once and every job completes.""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -17,14 +19,14 @@ from datasched.sim.faults import NodeFaults
 from strategies import job_lists
 
 POLICIES = sorted(available())
-SMALL = {
+SMALL: dict[str, dict[str, Any]] = {
     "delayed": {"period_h": 0.05, "stripe_events": 50},
     "basic-packetizer": {"max_workers_per_node": 1},
     "adaptive-packetizer": {"priorities": "default=1", "calibration_events": 5},
 }
-PEER_READS = {"out-of-order": {"replication": True}}
+PEER_READS: dict[str, dict[str, Any]] = {"out-of-order": {"replication": True}}
 """Parameters that turn peer reads on (whole-file fetches then shared between nodes)."""
-LONG_RUN = {
+LONG_RUN: dict[str, dict[str, Any]] = {
     "delayed": {"period_h": 6.0},
     # Pull policies make a packet every few seconds of a job: longer ones keep the run short
     # (the same rules fire; a 40,000-event job is still tens of packets).

@@ -62,8 +62,8 @@ def test_bytes_are_conserved_and_links_never_oversubscribed(
             sizes[t.transfer_id] = size
             begun[t.transfer_id] = now
         else:
-            t = net.transfers.get(payload)
-            if t is None or t.version != kind:
+            current = net.transfers.get(payload)
+            if current is None or current.version != kind:
                 continue  # stale
             done, changed = net.finish(payload, now)
             moved[payload] = done.n_bytes - done.left

@@ -5,6 +5,7 @@ residual), other runs on the jobs seen by arrivals, as before."""
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -136,11 +137,11 @@ def test_a_runaway_backlog_is_overloaded_whatever_the_releases() -> None:
 # -- the engine's records, and whole simulations ----------------------------------------------
 
 
-def delayed(load: float, period_h: float, n_jobs: int, **kw: object) -> SimConfig:
+def delayed(load: float, period_h: float, n_jobs: int, **kw: Any) -> SimConfig:
     params = {"period_h": period_h, "stripe_events": 5000}
     return SimConfig(
         policy="delayed", policy_params=params, load_jobs_per_h=load, n_jobs=n_jobs, **kw
-    )  # type: ignore[arg-type]
+    )
 
 
 def test_engine_records_each_release_and_what_it_found_undone() -> None:

@@ -14,6 +14,7 @@ import pytest
 
 from datasched.sim import parallel
 from datasched.sim.experiment import SimConfig, sweep
+from datasched.sim.metrics import Summary
 from datasched.sim.parallel import ClusterError, check_scheduler, map_in_processes, usable_cores
 from datasched.studies.ponce.perfmap import build_map
 
@@ -49,8 +50,8 @@ def test_usable_cores_is_positive() -> None:
     assert usable_cores() >= 1
 
 
-def _without_wall(summary: object) -> dict[str, object]:
-    fields = dataclasses.asdict(summary)  # type: ignore[call-overload]
+def _without_wall(summary: Summary) -> dict[str, Any]:
+    fields = dataclasses.asdict(summary)
     del fields["wall_s"]  # time taken, not a result
     return fields
 
@@ -157,7 +158,7 @@ def test_losing_the_scheduler_midway_is_a_cluster_error() -> None:
     from distributed import LocalCluster
 
     # A cluster of its own, in this process (quick to start), closed after the first result.
-    cluster = LocalCluster(
+    cluster = LocalCluster(  # type: ignore[no-untyped-call]  # distributed is not annotated
         n_workers=1,
         threads_per_worker=1,
         processes=False,
@@ -165,12 +166,16 @@ def test_losing_the_scheduler_midway_is_a_cluster_error() -> None:
         host="127.0.0.1",
         dashboard_address="127.0.0.1:0",
     )
+
+    def close_cluster(i: int, r: int) -> None:
+        cluster.close()
+
     with cluster, pytest.raises(ClusterError, match="dropped the runs"):
         map_in_processes(
             sum,
             [range(10), *[range(3_000_000)] * 4],
             scheduler=cluster.scheduler_address,
-            on_done=lambda i, r: cluster.close(),
+            on_done=close_cluster,
         )
 
 

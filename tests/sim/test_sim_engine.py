@@ -195,6 +195,7 @@ def test_fetches_share_a_link_and_replicas_come_from_peers() -> None:
     assert done[0].added == a
     assert done[1].added == b
     copied = done[2]
+    assert isinstance(copied, TransferDone)
     assert copied.added == a | b
     assert copied.source == 1
     assert copied.node == 0
