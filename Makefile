@@ -59,7 +59,7 @@ coverage: venv
 lint: venv
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
-	$(BIN)/mypy src
+	$(BIN)/mypy src tests
 	$(BIN)/codespell
 	$(BIN)/shellcheck .ci/run .ci/wheel-smoke
 

@@ -33,7 +33,7 @@ def dask_cluster() -> Iterator[Any]:
     pytest.importorskip("distributed", reason="the runtime extra is not installed")
     from distributed import LocalCluster
 
-    with LocalCluster(
+    with LocalCluster(  # type: ignore[no-untyped-call]  # distributed is not annotated
         n_workers=2,
         threads_per_worker=1,
         processes=True,

@@ -73,7 +73,6 @@ class DaskProcesses:
             paths = (files.ca, files.cert, files.key)
             return [a for o, p in zip(TLS_OPTIONS, paths, strict=True) for a in (o, str(p))]
 
-        quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
         self.procs = [
             subprocess.Popen(
                 [
@@ -91,7 +90,8 @@ class DaskProcesses:
                     *tls_args(None if tls is None else tls.scheduler),
                 ],
                 env=base,
-                **quiet,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
             )
         ]
         try:
@@ -116,13 +116,16 @@ class DaskProcesses:
                             *tls_args(None if tls is None else tls.worker),
                         ],
                         env={**base, **env},
-                        **quiet,
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
                     )
                 )
             deadline = time.monotonic() + 60
             while True:
                 try:
-                    with Client(self.address, timeout=5, security=self.security) as client:
+                    with Client(  # type: ignore[no-untyped-call]  # distributed is not annotated
+                        self.address, timeout=5, security=self.security
+                    ) as client:
                         client.wait_for_workers(
                             len(workers), timeout=max(deadline - time.monotonic(), 1)
                         )

@@ -11,7 +11,7 @@ import os
 import pickle
 import struct
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import awkward as ak
 import boost_histogram as bh
@@ -29,7 +29,7 @@ try:  # numpy 2
     from numpy._core.numeric import _frombuffer  # type: ignore[attr-defined]
 except ImportError:  # numpy 1
     from numpy.core.multiarray import _reconstruct, scalar  # type: ignore[no-redef]
-    from numpy.core.numeric import _frombuffer  # type: ignore[attr-defined,no-redef]
+    from numpy.core.numeric import _frombuffer  # type: ignore[no-redef]
 
 
 class UserThing:
@@ -156,7 +156,7 @@ def test_boost_histograms_of_every_storage_and_axis_load_equal(storage: Any) -> 
         bh.axis.Boolean(),
         storage=storage,
     )
-    args = [
+    args: list[list[Any]] = [
         [1.0, 2.5],
         [2.0, 5.0],
         [2.0, 5.0],
@@ -166,8 +166,8 @@ def test_boost_histograms_of_every_storage_and_axis_load_equal(storage: Any) -> 
         ["a", "b"],
         [True, False],
     ]
-    sample = {"sample": [1.0, 3.0]} if "Mean" in type(storage).__name__ else {}
-    h.fill(*args, **sample)
+    sample = [1.0, 3.0] if "Mean" in type(storage).__name__ else None
+    h.fill(*args, sample=sample)
     for data in protocols(h, low=2):
         got = loads(data)
         assert got == h
@@ -250,7 +250,13 @@ def test_numpy_arrays_and_dtypes_of_every_kind_load_as_pickle_loads_them(spec: A
 
 def test_numpy_object_arrays_and_scalars_load_through_the_same_checks(tmp_path: Path) -> None:
     objects = np.array([{"a": 1}, [1, 2], None, "s", np.float32(2), (3,)], dtype=object)
-    scalars = [np.float64(1.5), np.int64(2), np.bool_(True), np.uint8(3), np.complex128(1j)]
+    scalars: list[object] = [
+        np.float64(1.5),
+        np.int64(2),
+        np.bool_(True),
+        np.uint8(3),
+        np.complex128(1j),
+    ]
     scalars += [np.str_("a"), np.datetime64("2020-01-01"), np.float64, np.int32]
     for data in protocols([objects, scalars, np.array(3.0), np.arange(10**5)]):
         o, s, zero_d, big = loads(data)
@@ -473,7 +479,8 @@ def test_state_is_never_given_to_a_class_function_or_module() -> None:
     on_function = b"\x80\x02cboost_histogram.axis.transform\n_internal_conversion\n"
     on_function += b"}X\x01\x00\x00\x00aK\x01sb."
     refused(on_function, "_internal_conversion")
-    assert collections.Counter.most_common is not dict
+    most_common: object = collections.Counter.most_common
+    assert most_common is not dict
 
 
 def test_numpy_gadgets_over_raw_memory_are_refused() -> None:
@@ -527,7 +534,8 @@ class NewObj:
 
 def test_boost_histogram_states_that_would_corrupt_memory_are_refused() -> None:
     h = bh.Histogram(bh.axis.Regular(1000, 0, 1))
-    state = list(h._hist.__getstate__())
+    # boost-histogram's stubs leave out its C++ histogram's __getstate__ (a tuple).
+    state = list(cast("tuple[Any, ...]", h._hist.__getstate__()))
     short = [*state[:-1], np.zeros(3)]
     refused(pickle.dumps(NewObj(type(h._hist), tuple(short))), "3 stored values for 1002 cells")
     wrong_type = [*state[:-1], np.zeros(1002, np.int8)]

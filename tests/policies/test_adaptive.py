@@ -3,6 +3,9 @@ measured load; zero at low load."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import pytest
 
 from datasched.core.policy import ParamError
@@ -37,7 +40,7 @@ def test_min_period_interpolates_between_grid_periods() -> None:
     assert period(0.75, stripe_events=5000, cache_gb=40) == pytest.approx(24.0)
 
 
-def test_map_round_trips_and_rejects_bad_files(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_map_round_trips_and_rejects_bad_files(tmp_path: Path) -> None:
     path = tmp_path / "map.json"
     save_map(MAP, path, meta={"why": "test"})
     assert load_map(path) == MAP
@@ -62,8 +65,8 @@ def test_shipped_map_covers_the_papers_grid() -> None:
         assert curve[-1][1] >= curve[0][1] * 0.95
 
 
-def _config(load: float, **kw: object) -> SimConfig:
-    return SimConfig(policy="adaptive-delay", load_jobs_per_h=load, n_jobs=300, **kw)  # type: ignore[arg-type]
+def _config(load: float, **kw: Any) -> SimConfig:
+    return SimConfig(policy="adaptive-delay", load_jobs_per_h=load, n_jobs=300, **kw)
 
 
 def test_no_delay_at_low_load() -> None:
@@ -103,7 +106,7 @@ def test_bad_parameters_name_the_field() -> None:
         build_policy_from_text("adaptive-delay", {"performance_map": "nope.json"})
 
 
-def test_the_shipped_map_comes_with_the_policy_in_every_engine(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_the_shipped_map_comes_with_the_policy_in_every_engine(tmp_path: Path) -> None:
     # The map belongs to the policy: built by name, with no parameter, it has the shipped
     # one (the simulator and the runtime both build policies this way).
     policy = build_policy("adaptive-delay")

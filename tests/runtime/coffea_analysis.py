@@ -12,7 +12,7 @@ import numpy as np
 from coffea import processor
 
 
-class MuonAnalysis(processor.ProcessorABC):
+class MuonAnalysis(processor.ProcessorABC):  # type: ignore[misc]  # coffea has no type information: its base class is Any
     """NanoAOD: muon pt and the dimuon mass per dataset, a cutflow, the files seen."""
 
     def __init__(self, min_pt: float = 3.0) -> None:
@@ -48,7 +48,7 @@ class MuonAnalysis(processor.ProcessorABC):
         pass  # coffea's convention: None leaves the result as it is
 
 
-class HZZAnalysis(processor.ProcessorABC):
+class HZZAnalysis(processor.ProcessorABC):  # type: ignore[misc]  # coffea has no type information: its base class is Any
     """A flat ntuple through coffea's BaseSchema: the leading muon's pt."""
 
     def process(self, events: Any) -> dict[str, Any]:

@@ -80,7 +80,7 @@ def test_peer_reads_go_through_dask_between_private_caches(
     (tmp_path / "jobs.yaml").write_text(yaml.safe_dump(doc))
     specs = load_jobs(tmp_path / "jobs.yaml")
     files = specs[0].dataset.files
-    with Client(cluster.address) as client:
+    with Client(cluster.address) as client:  # type: ignore[no-untyped-call]  # distributed is not annotated
         addrs = {w["name"]: a for a, w in client.scheduler_info()["workers"].items()}
     master_root = tmp_path / "the-masters-cache-dir"  # overridden on both workers
     opts = ClusterOptions(

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,7 +20,7 @@ def make_file(tmp_path: Path, name: str, n: int) -> str:
     return str(path)
 
 
-def fetcher(url: str, log: list[str]):  # type: ignore[no-untyped-def]
+def fetcher(url: str, log: list[str]) -> Callable[[Path], int]:
     def fetch(dest: Path) -> int:
         log.append(url)
         return copy_file(url, dest)
@@ -114,14 +116,16 @@ def test_failed_fetch_leaves_nothing(tmp_path: Path) -> None:
     assert [p.name for p in (tmp_path / "cache").iterdir()] == ["index.json"]
 
 
-def test_transient_errors_are_retried_then_reported(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_transient_errors_are_retried_then_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import datasched.runtime.storage as storage
 
     url = make_file(tmp_path, "flaky.root", 50)
-    calls = []
+    calls: list[int] = []
     real = storage._copy_once
 
-    def flaky(*args, **kwargs):  # type: ignore[no-untyped-def]
+    def flaky(*args: Any, **kwargs: Any) -> int:
         calls.append(1)
         if len(calls) < 3:
             raise ConnectionError("connection reset")

@@ -60,7 +60,7 @@ def test_a_hot_file_reaches_a_second_cache_and_results_are_unchanged(
                     seen.extend(x for x in [event, *out] if isinstance(x, TransferDone | Replicate))
                     return out
 
-                sched.handle = watch  # type: ignore[method-assign]
+                sched.handle = watch  # type: ignore[method-assign]  # wrapped: the test watches each event
                 engine = RuntimeEngine(client, sched, names, config=FAST)
                 reports.append(await engine.run([spec], known_cache=await cache_by_name(client)))
         return reports[0], reports[1]

@@ -117,8 +117,10 @@ def closed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Held]:
             assert client.scheduler is not None
             info = await client.scheduler.identity()
             workers = info["workers"]
+            address = client.scheduler.address
+            assert address is not None
             box["held"] = Held(
-                client.scheduler.address,
+                address,
                 Path(client.security.tls_ca_file).parent,
                 sorted(workers),
                 sorted(w["nanny"] for w in workers.values()),

@@ -69,18 +69,17 @@ def postgres_server() -> Iterator[str]:
         for p in (root, sock):
             os.chown(p, owner.pw_uid, owner.pw_gid)
     port = _free_port()
-    run = {"check": True, "capture_output": True, "text": True}
     try:
         subprocess.run(
             [*as_user, str(bindir / "initdb"), "-D", str(data), "-U", "postgres",
              "--auth=trust", "--no-sync", "-E", "UTF8"],
-            **run,
+            check=True, capture_output=True, text=True,
         )  # fmt: skip
         opts = f"-c listen_addresses=127.0.0.1 -p {port} -k {sock} -c fsync=off"
         subprocess.run(
             [*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-o", opts, "-w",
              "-l", str(root / "log"), "start"],
-            **run,
+            check=True, capture_output=True, text=True,
         )  # fmt: skip
     except subprocess.CalledProcessError as exc:
         shutil.rmtree(root, ignore_errors=True)

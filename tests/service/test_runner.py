@@ -70,7 +70,7 @@ def scheduler_address() -> Iterator[str]:
 
     from distributed import LocalCluster
 
-    with LocalCluster(
+    with LocalCluster(  # type: ignore[no-untyped-call]  # distributed is not annotated
         n_workers=2,
         threads_per_worker=2,
         processes=True,

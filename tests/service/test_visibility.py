@@ -197,6 +197,7 @@ def test_views_of_the_plain_shape_and_of_what_if() -> None:
 
 
 def test_the_whatif_command_reads_the_services_answers(monkeypatch: pytest.MonkeyPatch) -> None:
+    import email.message
     import io
     import urllib.error
 
@@ -216,7 +217,11 @@ def test_the_whatif_command_reads_the_services_answers(monkeypatch: pytest.Monke
     refused = {"errors": [{"field": "policy", "reason": "unknown policy 'nope'"}]}
     answers.append(
         urllib.error.HTTPError(
-            "http://x", 400, "Bad Request", {}, io.BytesIO(json.dumps(refused).encode())
+            "http://x",
+            400,
+            "Bad Request",
+            email.message.Message(),
+            io.BytesIO(json.dumps(refused).encode()),
         )
     )
     cmd = ["whatif", "-p", "nope", "--server", "http://x", "--token", "t"]

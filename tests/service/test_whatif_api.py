@@ -42,7 +42,7 @@ def test_whatif_refuses_bad_policies_by_field() -> None:
     assert resp.json()["detail"]["field"] == "policy"
     assert "nope" in resp.json()["detail"]["reason"]
     assert client.get("/api/v1/whatif").status_code == 422  # no policy at all
-    many = [("policy", "farm")] * 9
+    many = (("policy", "farm"),) * 9
     assert client.get("/api/v1/whatif", params=many).json()["detail"]["field"] == "policy"
 
 
