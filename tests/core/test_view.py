@@ -52,7 +52,7 @@ def test_the_scheduler_implements_every_member() -> None:
 
 def test_every_member_is_used_by_a_policy() -> None:
     sources = [
-        *(ROOT / "src" / "datasched" / "policies").glob("*.py"),
+        *(ROOT / "src" / "datasched" / "policies").rglob("*.py"),
         ROOT / "src" / "datasched" / "core" / "hot.py",
         *(ROOT / "docs" / "examples").glob("*.py"),
     ]
