@@ -7,11 +7,16 @@ golden runs and the core's state machine, after every event."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 import pytest
 
 
-@pytest.fixture(autouse=True)
-def _validation_off(monkeypatch: pytest.MonkeyPatch) -> None:
-    if os.environ.get("DATASCHED_VALIDATE_BY_TESTS"):
-        monkeypatch.setenv("DATASCHED_VALIDATE", "0")
+@pytest.fixture(scope="module", autouse=True)
+def _validation_off() -> Iterator[None]:
+    """Module-scoped and autouse, so it comes before the modules' own shared fixtures (a
+    quick reproduction built once per module runs without validation too)."""
+    with pytest.MonkeyPatch.context() as patch:
+        if os.environ.get("DATASCHED_VALIDATE_BY_TESTS"):
+            patch.setenv("DATASCHED_VALIDATE", "0")
+        yield
