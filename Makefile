@@ -46,11 +46,10 @@ test: venv lint
 	$(BIN)/python -m pytest -n $(TEST_PROCESSES) --dist loadscope
 
 # The same suite with the package's line coverage reported (modules not wholly covered, with
-# their missed lines, and the total); it fails below the floor. Tracing slows the simulator's
-# tests nearly twofold, so it is a target of its own rather than part of `make test`. The
-# floor is that of the tests of core/ and policies/ alone (31 %): raise it to just below the
-# whole suite's figure once that is measured.
-COVERAGE_FLOOR ?= 30
+# their missed lines, and the total); it fails below the floor. Tracing slows the suite nearly
+# twofold (1,078 s against 565 s on two cores), past what `make test` may take, so it is a
+# target of its own, which CI runs after `make test`. The whole suite covers 90.7 %.
+COVERAGE_FLOOR ?= 90
 
 coverage: venv
 	$(BIN)/python -m pytest -n $(TEST_PROCESSES) --dist loadscope \
