@@ -283,6 +283,30 @@ def test_a_completed_request_is_merged_by_the_runner_once(api: Api) -> None:
     assert api.runner.merged == [9]  # 3 files of 30 events in packets of 10, merged once
 
 
+def test_a_merge_never_overwrites_a_result_stored_meanwhile(api: Api) -> None:
+    """Two mergers on one store (or a merge begun before a restart): the first result stands."""
+    from datasched.service.merger import Merger
+    from datasched.service.store.models import Request
+
+    rid = api.submit("ann", "processor: p\ninput: [{catalog: year=2004}]\n").json()["id"]
+    api.wait("ann", rid, "completed")
+    store = api.client.app.state.service.store  # type: ignore[attr-defined]
+    with store.session() as s:
+        s.get(Request, rid).result = None  # as if not merged yet
+
+    class Racing:
+        """Merges slowly: another merger stores its result first."""
+
+        def merge(self, work: object, results: object) -> bytes:
+            with store.session() as s:
+                s.get(Request, rid).result = b"first"
+            return b"second"
+
+    Merger(store, Racing()).merge_once()
+    with store.reading() as s:
+        assert s.get(Request, rid).result == b"first"
+
+
 def test_groups_are_read_by_all_and_set_by_administrators_only(api: Api) -> None:
     put = api.client.put
     r = put("/api/v1/groups/physics", json={"quota": 75}, headers=api.h("ann"))

@@ -101,7 +101,9 @@ class Merger(Periodic):
                     continue
             with self.store.session() as s:
                 req = s.get(Request, request_id)
-                if req is not None:
+                # Stored only if no result came meanwhile (another daemon's merger on the same
+                # store, or a merge begun before a restart): the first one stands.
+                if req is not None and req.result is None and req.result_error is None:
                     req.result, req.result_error = merged, error
             n += 1
         return n
