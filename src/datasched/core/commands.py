@@ -319,11 +319,6 @@ class Commands(Estimates):
             js.suspended.append(sj)
         self._parked.add(sj.subjob_id)
 
-    def take_suspended(self, sj: Subjob) -> None:
-        """Take a parked subjob out of its job's list (starting it does so too)."""
-        self._unpark(self.jobs[sj.job_id], sj)
-        self._transition(sj, _QUEUED)
-
     def _unpark(self, js: JobState, sj: Subjob) -> None:
         js.suspended.remove(sj)
         self._parked.discard(sj.subjob_id)
