@@ -13,6 +13,8 @@ from datasched.core.actions import (
     Fetch,
     JobCompleted,
     JobFailed,
+    JobHeld,
+    JobReleased,
     Pin,
     Preempt,
     Replicate,
@@ -42,6 +44,8 @@ ONE_OF_EACH: list[tuple[Action, str]] = [
     (Evict(0, _D), "on_evict"),
     (JobCompleted(1, 2.0, 1.0), "on_job_completed"),
     (JobFailed(1, 2.0, "x", 0), "on_job_failed"),
+    (JobHeld(1, 2.0, 9.0), "on_job_held"),
+    (JobReleased(1, 3.0), "on_job_released"),
 ]
 
 

@@ -24,6 +24,8 @@ from datasched.core.actions import (
     Fetch,
     JobCompleted,
     JobFailed,
+    JobHeld,
+    JobReleased,
     Pin,
     Preempt,
     Replicate,
@@ -34,6 +36,7 @@ from datasched.core.actions import (
 )
 from datasched.core.dispatch import EventPump
 from datasched.core.events import (
+    ArrivalsClosed,
     CacheChanged,
     Event,
     FetchDone,
@@ -73,6 +76,9 @@ class FakeEngine:
         self.ended: dict[int, str] = {}
         self.jobs: dict[int, Job] = {}
         self.cached: dict[int, IntervalSet] = {}
+        self.held: dict[int, float] = {}
+        """Job -> until when its policy holds it back (JobHeld, not yet JobReleased)."""
+        self.closed = False
         self.pump = EventPump(sched, self)
 
     def send(self, event: Event) -> None:
@@ -105,6 +111,14 @@ class FakeEngine:
 
     def on_job_failed(self, action: JobFailed) -> None:
         self.ended[action.job_id] = "failed"
+        self.held.pop(action.job_id, None)  # cancelled while held: never released
+
+    def on_job_held(self, action: JobHeld) -> None:
+        assert action.job_id not in self.ended, "a job held after it ended"
+        self.held[action.job_id] = action.until
+
+    def on_job_released(self, action: JobReleased) -> None:
+        assert self.held.pop(action.job_id, None) is not None, "released, never held"
 
     def on_fetch(self, action: Fetch) -> None:
         self.pump.emit(FetchDone(self.now, action.node, action.data, action.data))
@@ -164,6 +178,8 @@ def machine_for(policy: str) -> type[RuleBasedStateMachine]:
 
         @rule(start=st.integers(0, SPACE - 1), size=st.integers(1, 200), dt=st.floats(0, 50))
         def arrive(self, start: int, size: int, dt: float) -> None:
+            if self.engine.closed:
+                return
             self.later(dt)
             job = Job(
                 self.next_job, self.engine.now, IntervalSet.range(start, min(start + size, SPACE))
@@ -171,6 +187,14 @@ def machine_for(policy: str) -> type[RuleBasedStateMachine]:
             self.next_job += 1
             self.engine.jobs[job.job_id] = job
             self.engine.send(JobArrived(self.engine.now, job))
+
+        @rule(dt=st.floats(0, 50))
+        def close_arrivals(self, dt: float) -> None:
+            """The jobs file's last job is in: nothing held may wait for a period's end."""
+            self.later(dt)
+            self.engine.closed = True
+            self.engine.send(ArrivalsClosed(self.engine.now))
+            assert not self.engine.held, f"{policy}: jobs held once no more can arrive"
 
         def pick(self, k: int) -> int | None:
             slots = sorted(self.engine.running)
@@ -298,6 +322,7 @@ def machine_for(policy: str) -> type[RuleBasedStateMachine]:
                 else:
                     pytest.fail(f"{policy}: jobs {sorted(engine.sched.jobs)} never end")
             assert not engine.sched.jobs, f"{policy}: work left after 10,000 steps"
+            assert not {j for j in engine.held if engine.ended.get(j) == "completed"}
             for job_id, job in engine.jobs.items():
                 union = _EMPTY
                 for piece in engine.processed.get(job_id, []):

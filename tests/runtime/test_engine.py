@@ -168,6 +168,9 @@ def test_worker_killed_mid_job_loses_and_doubles_nothing(
         async with open_cluster(opts) as (client, names):
             pids: dict[str, int] = await client.run(os.getpid)
             victim = max(pids.values())
+            assert client.scheduler is not None
+            by_address = (await client.scheduler.identity())["workers"]
+            victims.extend(str(by_address[a]["name"]) for a, p in pids.items() if p == victim)
             killer = KillOnFirstPacket(victim)
             killed = killer.killed
 
@@ -191,9 +194,89 @@ def test_worker_killed_mid_job_loses_and_doubles_nothing(
             assert killed
             return report, engine
 
+    victims: list[str] = []
     report, engine = asyncio.run(main())
     assert engine.worker_departures >= 1
     check_exactly_once(report, specs, demo_catalog)
+    # The summary names the lost worker, when, and what went back to the queue; those
+    # events were run again after the loss (by packets that started after it).
+    lost = report.workers_lost[0]
+    assert lost["worker"] == victims[0]
+    assert 0 < lost["lost_s"] <= report.makespan_s
+    assert lost["events_written_off"] <= sum(lost["events_requeued"].values())
+    note = next(n for n in report.notes if n.startswith(f"worker {victims[0]} lost "))
+    assert f"lost {lost['lost_s']:.1f} s into the run" in note
+    for job, n in lost["events_requeued"].items():
+        assert f"job {job}: {n:,}" in note
+        after = [p for p in report.packets if p.job == job and p.t_start >= lost["lost_s"]]
+        assert sum(p.n_events for p in after) >= n
+    if not lost["events_requeued"]:
+        assert "nothing was re-run" in note
+    assert report.summary()["workers_lost"] == report.workers_lost
+
+
+class HoldsSeen:
+    """A progress sink that keeps what the engine says of held jobs."""
+
+    def __init__(self) -> None:
+        self.held: dict[str, str] = {}
+        self.released: list[str] = []
+        self.lines: list[str] = []
+
+    def job_started(self, job_id: str, n_events: int) -> None:
+        pass
+
+    def advance(self, job_id: str, n_events: int, from_cache: bool) -> None:
+        assert job_id not in self.held or job_id in self.released, "ran while held"
+
+    def job_done(self, job_id: str, status: str) -> None:
+        pass
+
+    def job_held(self, job_id: str, why: str) -> None:
+        self.held[job_id] = why
+
+    def job_released(self, job_id: str) -> None:
+        self.released.append(job_id)
+
+    def note(self, line: str) -> None:
+        self.lines.append(line)
+
+
+def test_held_jobs_are_told_and_go_once_the_jobs_file_has_no_more(
+    demo_catalog: Path, tmp_path: Path
+) -> None:
+    """Delayed scheduling with its default period (two days) over a finite jobs file: each
+    job is said to be held, and until when; once the last job is in, nothing is left to
+    gather, so they go at once and the run ends in seconds, every event once."""
+    specs = write_jobs(
+        tmp_path,
+        demo_catalog,
+        [
+            {"id": "a", "dataset": "zmumu", "events": [0, 6000]},
+            {"id": "b", "dataset": "zmumu", "events": [3000, 9000], "submit_s": 0.3},
+        ],
+    )
+    seen = HoldsSeen()
+    report = asyncio.run(
+        run_jobs(
+            specs,
+            options(tmp_path),
+            policy="delayed",
+            config=FAST,
+            packets=PACKETS,
+            progress=seen,
+            calibration=default_calibration(None, 1e-5),
+        )
+    )
+    check_exactly_once(report, specs, demo_catalog)
+    assert seen.held == {"a": "held until 48.0 h", "b": "held until 48.0 h"}
+    assert sorted(seen.released) == ["a", "b"]
+    assert any(line.startswith("job a held by delayed until 48.0 h") for line in seen.lines)
+    released = [n for n in report.notes if "released" in n]
+    assert len(released) == 1
+    assert released[0].startswith("jobs a, b held by delayed (period end 48.0 h into the run)")
+    assert released[0].endswith("the jobs file has no more jobs to come")
+    assert report.makespan_s < 600
 
 
 def test_bad_files_fail_only_their_jobs(demo_catalog: Path, tmp_path: Path) -> None:

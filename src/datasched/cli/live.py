@@ -105,6 +105,22 @@ class BarProgress:
         self._last_end[stat.node] = max(self._last_end.get(stat.node, 0.0), row.end_s)
         self.monitor.add(row)
 
+    def job_held(self, job_id: str, why: str) -> None:
+        task = self.tasks.get(job_id)
+        if task is not None:
+            self.progress.update(task, description=f"{job_id} [{why}]")
+
+    def job_released(self, job_id: str) -> None:
+        task = self.tasks.get(job_id)
+        if task is not None:
+            self.progress.update(task, description=job_id)
+
+    def note(self, line: str) -> None:
+        if not self.progress.disable:
+            self.progress.console.print(
+                f"note: {line}", markup=False, highlight=False, soft_wrap=True
+            )
+
     def job_done(self, job_id: str, status: str) -> None:
         task = self.tasks.get(job_id)
         if task is not None:

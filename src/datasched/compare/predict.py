@@ -42,7 +42,9 @@ def simulate_run(
         policy_params=policy_params,
         packets=packets,
     )
-    return sched, SimEngine(sched).run(jobs)
+    # The runtime closes arrivals after a jobs file's last job (delayed scheduling's period
+    # then ends): so does its prediction.
+    return sched, SimEngine(sched).run(jobs, close_arrivals=True)
 
 
 def predict_makespan(

@@ -16,7 +16,9 @@ WakeAt         Tick
 Pin, Unpin     nothing: they take effect at once
 =============  ==================================================================
 
-``JobCompleted`` and ``JobFailed`` are notices for the engine to record and report.
+``JobCompleted`` and ``JobFailed`` are notices for the engine to record and report, as are
+``JobHeld`` and ``JobReleased`` (a policy holds a job back on purpose, then lets it go), so
+that a run can say why a job waits.
 Immutable named tuples, as events are (see :mod:`datasched.core.events` for why). Each ends
 with ``cause``: the stimulus id of the event whose handling asked for it, which the scheduler
 sets (:mod:`datasched.core.trace`); an action built elsewhere has -1.
@@ -36,6 +38,8 @@ __all__ = [
     "Fetch",
     "JobCompleted",
     "JobFailed",
+    "JobHeld",
+    "JobReleased",
     "Pin",
     "Preempt",
     "Replicate",
@@ -189,6 +193,27 @@ class JobFailed(NamedTuple):
     """The stimulus id of the event whose handling asked for it (-1: none)."""
 
 
+class JobHeld(NamedTuple):
+    """Notice: the policy holds the job back on purpose until ``until`` (the end of delayed
+    scheduling's period), or until no more jobs can arrive, whichever comes first."""
+
+    job_id: int
+    time: float
+    until: float
+    cause: int = -1
+    """The stimulus id of the event whose handling asked for it (-1: none)."""
+
+
+class JobReleased(NamedTuple):
+    """Notice: a job the policy held back (a :class:`JobHeld` before) is let go now; it is
+    scheduled from here on."""
+
+    job_id: int
+    time: float
+    cause: int = -1
+    """The stimulus id of the event whose handling asked for it (-1: none)."""
+
+
 Action = (
     Start
     | Assign
@@ -202,4 +227,6 @@ Action = (
     | WakeAt
     | JobCompleted
     | JobFailed
+    | JobHeld
+    | JobReleased
 )

@@ -19,6 +19,8 @@ from datasched.core.actions import (
     Assign,
     Evict,
     Fetch,
+    JobHeld,
+    JobReleased,
     Pin,
     Preempt,
     Replicate,
@@ -76,6 +78,7 @@ class Commands(Estimates):
     _nodes: list[int]
     left_cpu_s: dict[int, float]
     stimulus_id: int
+    arrivals_closed: bool
     _states: dict[int, SubjobState]
     _event_kind: type
     _changes: list[Transition] | None
@@ -338,9 +341,24 @@ class Commands(Estimates):
         self._transition(sj, _DONE)
         js.unissued = js.unissued | sj.data
 
+    def note_held(self, js: JobView, until: float) -> None:
+        """Record that the policy holds ``js`` back on purpose until ``until`` (delayed
+        scheduling's period end): the engine is told (:class:`JobHeld`), so that a run can
+        say why the job waits. Holding it again (a later period) tells the new time."""
+        state = self.jobs[js.job_id]
+        if state.held_until == until:
+            return
+        state.held_until = until
+        self._out.append(JobHeld(js.job_id, self.now, until, self.stimulus_id))
+
     def note_released(self, js: JobView) -> None:
-        """Record that a policy holding jobs back (delayed scheduling) let ``js`` go now."""
-        self.jobs[js.job_id].released_s = self.now
+        """Record that a policy holding jobs back (delayed scheduling) let ``js`` go now;
+        the engine is told (:class:`JobReleased`) when :meth:`note_held` had held it."""
+        state = self.jobs[js.job_id]
+        state.released_s = self.now
+        if state.held_until is not None:
+            state.held_until = None
+            self._out.append(JobReleased(js.job_id, self.now, self.stimulus_id))
 
     def wake_at(self, time: float) -> None:
         self._wakes += 1

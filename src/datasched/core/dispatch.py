@@ -30,6 +30,8 @@ from datasched.core.actions import (
     Fetch,
     JobCompleted,
     JobFailed,
+    JobHeld,
+    JobReleased,
     Pin,
     Preempt,
     Replicate,
@@ -82,6 +84,12 @@ class ActionHandler(Protocol):
     def on_job_failed(self, action: JobFailed) -> None:
         """Record and report a job that ended without all of its events processed."""
 
+    def on_job_held(self, action: JobHeld) -> None:
+        """Report a job the policy holds back on purpose (and until when)."""
+
+    def on_job_released(self, action: JobReleased) -> None:
+        """Report that a held job was let go."""
+
 
 def apply(action: Action, handler: ActionHandler) -> None:
     """Carry out ``action`` with ``handler``'s method for its class (the most frequent
@@ -109,6 +117,10 @@ def apply(action: Action, handler: ActionHandler) -> None:
             handler.on_unpin(action)
         case Evict():
             handler.on_evict(action)
+        case JobHeld():
+            handler.on_job_held(action)
+        case JobReleased():
+            handler.on_job_released(action)
         case _:
             assert_never(action)
 

@@ -18,6 +18,7 @@ from datasched.core.intervals import IntervalSet
 from datasched.core.model import Job, Node
 
 __all__ = [
+    "ArrivalsClosed",
     "CacheChanged",
     "Event",
     "FetchDone",
@@ -160,6 +161,17 @@ class NodeLost(NamedTuple):
     remaining: tuple[tuple[int, IntervalSet], ...] = ()
 
 
+class ArrivalsClosed(NamedTuple):
+    """No job will arrive any more (a finite jobs file has submitted its last one).
+
+    A policy that holds jobs back waiting for more to come (delayed scheduling's period)
+    may let them go now (:meth:`~datasched.core.policy.Policy.arrivals_closed`). An engine
+    with an open end (a service) never sends it; a JobArrived after it is an engine's error.
+    """
+
+    time: float
+
+
 class Tick(NamedTuple):
     """Time passed: the answer to a WakeAt action (period ends, fairness deadlines)."""
 
@@ -179,4 +191,5 @@ Event = (
     | NodeJoined
     | NodeLost
     | Tick
+    | ArrivalsClosed
 )

@@ -19,6 +19,7 @@ The hooks:
 * :meth:`Policy.data_arrived` - a Fetch or Replicate finished;
 * :meth:`Policy.job_cancelled` - drop the job's work the policy holds;
 * :meth:`Policy.tick` - a WakeAt came due;
+* :meth:`Policy.arrivals_closed` - no job will arrive any more (a finite jobs file);
 * :meth:`Policy.started` - a subjob started (by the policy or by a split it asked for);
 * :meth:`Policy.read_mode` - how a starting subjob uses the caches.
 
@@ -191,6 +192,11 @@ class ClusterView(Protocol):
         """Node -> how many of its slots run a subjob."""
         ...
 
+    @property
+    def arrivals_closed(self) -> bool:
+        """Whether no job will arrive any more (the engine sent ArrivalsClosed)."""
+        ...
+
     def is_idle(self, slot: int) -> bool: ...
     def is_lost(self, node: int) -> bool: ...
     def node_of(self, slot: int) -> int: ...
@@ -301,6 +307,7 @@ class SchedulerView(ClusterView, WorkView, EstimatesView, CacheView, Protocol):
     def pop_queued_job(self) -> JobView | None: ...
     def suspend(self, sj: Subjob, *, front: bool = True) -> None: ...
     def discard(self, sj: Subjob) -> None: ...
+    def note_held(self, js: JobView, until: float) -> None: ...
     def note_released(self, js: JobView) -> None: ...
     def wake_at(self, time: float) -> None: ...
 
@@ -373,6 +380,11 @@ class Policy:
 
     def tick(self, sched: SchedulerView) -> None:
         """A WakeAt this policy asked for came due."""
+
+    def arrivals_closed(self, sched: SchedulerView) -> None:
+        """No job will arrive any more (the engine ran a finite list of jobs and submitted
+        its last). A policy that holds jobs back waiting for others to gather (delayed
+        scheduling) lets them go now, since none will join them. Default: nothing."""
 
     def started(self, sched: SchedulerView, sj: Subjob, slot: int) -> None:
         """``sj`` was just started on ``slot`` (by the policy or by a split it asked for)."""

@@ -52,6 +52,7 @@ from datasched.core.commands import Commands
 from datasched.core.data import DataSpace
 from datasched.core.directory import CacheDirectory
 from datasched.core.events import (
+    ArrivalsClosed,
     CacheChanged,
     Event,
     FetchDone,
@@ -182,6 +183,8 @@ class Scheduler(Commands):
         self._subjob_ids: Iterator[int] = itertools.count()
         self._states: dict[int, SubjobState] = {}
         """Live subjob -> its state (DONE ones leave)."""
+        self.arrivals_closed = False
+        """Whether the engine said no job will arrive any more (:class:`ArrivalsClosed`)."""
         self.stimulus_id = 0
         """The id of the event being handled (or last handled): 1, 2, ... in order."""
         self._event_kind: type = type(None)
@@ -223,6 +226,7 @@ class Scheduler(Commands):
             NodeLost: self._on_node_lost,
             JobCancelled: self._on_cancelled,
             Tick: self._on_tick,
+            ArrivalsClosed: self._on_arrivals_closed,
         }
         policy.bind(self)
 
@@ -522,6 +526,8 @@ class Scheduler(Commands):
                 f"job {job.job_id}: events up to {job.data.stop} are beyond the data space "
                 f"({self.space.n_events} events)"
             )
+        if self.arrivals_closed:
+            raise SchedulerError(f"job {job.job_id} arrived after arrivals were closed")
         js = JobState(job)
         self.jobs[job.job_id] = js
         if job.n_events == 0:
@@ -677,6 +683,11 @@ class Scheduler(Commands):
         if self._wakes > 0:
             self._wakes -= 1
         self.policy.tick(self)
+
+    def _on_arrivals_closed(self, ev: ArrivalsClosed) -> None:
+        if not self.arrivals_closed:
+            self.arrivals_closed = True
+            self.policy.arrivals_closed(self)
 
     def _on_node_joined(self, ev: NodeJoined) -> None:
         spec = ev.node

@@ -91,6 +91,8 @@ class JobState:
     first_start_s: float | None = None
     released_s: float | None = None
     """Set by policies that hold jobs back (delayed scheduling): when this one was let go."""
+    held_until: float | None = None
+    """While a policy holds this job back on purpose: until when (``note_held``)."""
     live: dict[int, Subjob] = field(default_factory=dict)
     """Subjobs not yet finished: running, stopping, waiting in a queue or parked."""
     unissued: IntervalSet = field(default_factory=IntervalSet)

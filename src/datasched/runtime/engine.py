@@ -32,7 +32,13 @@ own disk cache); each of its slots runs one subjob at a time:
 Faults: a worker that vanishes (killed, crashed) is a ``NodeLost`` at once: its packets in
 flight are written off and the exact rest of each of its subjobs goes back to the core,
 which offers it to other slots. When it comes back (its nanny restarts it under its name), it
-is a ``NodeJoined``, and what its persistent cache holds is reported. A packet that fails on
+is a ``NodeJoined``, and what its persistent cache holds is reported. The run's notes name
+each lost worker, when, and what went back to the queue (:attr:`RunReport.workers_lost`).
+
+Holds: once a batch's last job has arrived, the core hears ``ArrivalsClosed`` (a policy
+that gathers jobs for a period, delayed scheduling, then lets them go: none will join them).
+A job a policy holds back (``JobHeld``) and lets go (``JobReleased``) is told to the progress
+sink and the log as it happens, and the run's notes say it afterwards. A packet that fails on
 its data (missing or corrupted file) or in the user's code fails its job, with a message
 naming the file: the core cancels the job (its running subjobs stop, the rest is dropped) and
 other jobs go on. Results are counted only when a packet returns, and each event range at most
@@ -43,6 +49,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import time
 import uuid
 from collections import deque
@@ -56,6 +63,8 @@ from datasched.core.actions import (
     Fetch,
     JobCompleted,
     JobFailed,
+    JobHeld,
+    JobReleased,
     Pin,
     Preempt,
     Replicate,
@@ -66,6 +75,7 @@ from datasched.core.actions import (
 )
 from datasched.core.dispatch import EventPump
 from datasched.core.events import (
+    ArrivalsClosed,
     CacheChanged,
     Event,
     JobArrived,
@@ -89,9 +99,11 @@ from datasched.runtime.reports import (
     EngineConfig,
     EngineListener,
     JobReport,
+    NoteSink,
     PacketStat,
     ProgressSink,
     RunReport,
+    span,
 )
 from datasched.runtime.serving import Serving
 from datasched.runtime.space import job_events
@@ -101,6 +113,7 @@ from datasched.runtime.worker import cache_contents
 __all__ = ["RuntimeEngine"]
 
 _EMPTY = IntervalSet()
+log = logging.getLogger("datasched.runtime")
 
 
 class RuntimeEngine(JobLimits, Serving, PacketStreams, DataMoves):
@@ -184,6 +197,13 @@ class RuntimeEngine(JobLimits, Serving, PacketStreams, DataMoves):
         """Set once :meth:`serve` has started: jobs may be submitted."""
         self._uncharted: dict[str, list[int]] = {}
         """Files the workers cache that no job has named yet: url -> nodes."""
+        self._arrivals_closed = False
+        self._holds: dict[int, float] = {}
+        """Job id -> until when its policy holds it back (while it does)."""
+        self._hold_news: list[tuple[bool, int, float]] = []
+        """Holds and releases not told yet: (released, job id, until)."""
+        self._lost: list[dict[str, Any]] = []
+        """Each worker lost during the run (:attr:`RunReport.workers_lost`)."""
 
     # -- the loop -----------------------------------------------------------------------------
 
@@ -266,6 +286,10 @@ class RuntimeEngine(JobLimits, Serving, PacketStreams, DataMoves):
                     jr.job_id, now, jr.data, user=jr.user, group=jr.group, priority=jr.spec.priority
                 )
                 self._emit(JobArrived(now, job))
+            if not arrivals and not self._serving and not self._arrivals_closed:
+                # The batch's last job is in: what a policy holds for others to join may go.
+                self._arrivals_closed = True
+                self._emit(ArrivalsClosed(now))
             self._ticks.sort()
             while self._ticks and self._ticks[0] <= now:
                 self._ticks.pop(0)
@@ -299,8 +323,9 @@ class RuntimeEngine(JobLimits, Serving, PacketStreams, DataMoves):
             packets=self._stats,
             scheduling_s=self._scheduling_s + self._events.scheduling_s,
             results=dict(self._outputs),
-            notes=list(self._notes),
+            notes=[*self._notes, *(self._lost_note(lost) for lost in self._lost)],
             workers=[w.name for w in self.workers],
+            workers_lost=[dict(lost) for lost in self._lost],
             started_wall=self._t0_wall,
         )
 
@@ -320,6 +345,8 @@ class RuntimeEngine(JobLimits, Serving, PacketStreams, DataMoves):
 
     def _pump(self) -> None:
         self._events.pump()
+        if self._hold_news:
+            self._tell_holds()
 
     def on_start(self, action: Start | Assign) -> None:
         slot = self.slots[action.slot]
@@ -349,6 +376,55 @@ class RuntimeEngine(JobLimits, Serving, PacketStreams, DataMoves):
         jr = self._jobs[action.job_id]
         self._fail(jr, action.reason)
         self._complete(jr)
+
+    def on_job_held(self, action: JobHeld) -> None:
+        if action.job_id in self._jobs:
+            self._holds[action.job_id] = action.until
+            self._hold_news.append((False, action.job_id, action.until))
+
+    def on_job_released(self, action: JobReleased) -> None:
+        until = self._holds.pop(action.job_id, None)
+        if until is not None:
+            self._hold_news.append((True, action.job_id, until))
+
+    def _tell_holds(self) -> None:
+        """Holds and releases since the last pump, one line per kind and time: on the
+        progress sink (its bars), in the log, and releases in the run's notes."""
+        news, self._hold_news = self._hold_news, []
+        policy = self.policy_name or "the policy"
+        sink = self.progress if isinstance(self.progress, NoteSink) else None
+        real_now = self.now() / self.time_scale
+        groups: dict[tuple[bool, float], list[str]] = {}
+        for released, job_id, until in news:
+            name = self._jobs[job_id].report.id
+            groups.setdefault((released, until), []).append(name)
+            if sink is not None:
+                if released:
+                    sink.job_released(name)
+                else:
+                    sink.job_held(name, f"held until {span(until / self.time_scale)}")
+        for (released, until), names in groups.items():
+            jobs = f"job{'s' if len(names) > 1 else ''} {', '.join(names)}"
+            until_text = span(until / self.time_scale)
+            if not released:
+                line = (
+                    f"{jobs} held by {policy} until {until_text} into the run (the end of its "
+                    "period; it ends sooner once the jobs file has no more jobs to come)"
+                )
+            else:
+                why = (
+                    "the jobs file has no more jobs to come"
+                    if self._arrivals_closed and self.scheduler.now < until
+                    else "the period ended"
+                )
+                line = (
+                    f"{jobs} held by {policy} (period end {until_text} into the run), "
+                    f"released {span(real_now)} into the run: {why}"
+                )
+                self._notes.append(line)
+            log.info("%s", line)
+            if sink is not None:
+                sink.note(line)
 
     def on_fetch(self, action: Fetch) -> None:
         self._move(action)
@@ -437,6 +513,10 @@ class RuntimeEngine(JobLimits, Serving, PacketStreams, DataMoves):
             if addr is None:
                 continue
             worker.up = True
+            for lost in reversed(self._lost):
+                if lost["worker"] == worker.name and lost["back_s"] is None:
+                    lost["back_s"] = round(now / self.time_scale, 3)
+                    break
             self._emit(NodeJoined(now, self.scheduler.topology.nodes[node]))
             contents: dict[str, list[str]] = await self.client.run(cache_contents, workers=[addr])
             urls = contents.get(addr, [])
@@ -454,6 +534,8 @@ class RuntimeEngine(JobLimits, Serving, PacketStreams, DataMoves):
         worker.up = False
         worker.announced.clear()
         remaining = []
+        requeued: dict[str, int] = {}
+        written_off = written_off_events = 0
         for index, slot in self.slots.items():
             if slot.node != node:
                 continue
@@ -461,11 +543,44 @@ class RuntimeEngine(JobLimits, Serving, PacketStreams, DataMoves):
                 entry = self._packets.pop(pid, None)
                 if entry is not None:
                     self._to_cancel.append(entry[4])
+                    written_off += 1
+                    written_off_events += entry[3] - entry[2]
             slot.inflight.clear()
             if slot.subjob is not None:
-                remaining.append((index, slot.subjob.data - slot.processed))
+                rest = slot.subjob.data - slot.processed
+                remaining.append((index, rest))
+                jr = self._jobs.get(slot.subjob.job_id)
+                if jr is not None and rest:
+                    requeued[jr.report.id] = requeued.get(jr.report.id, 0) + rest.length
             slot.subjob = slot.start = None
             slot.todo = slot.processed = _EMPTY
             slot.stopping = False
             slot.cpu_s = 0.0
+        self._lost.append(
+            {
+                "worker": worker.name,
+                "lost_s": round(self.now() / self.time_scale, 3),
+                "back_s": None,
+                "packets_written_off": written_off,
+                "events_written_off": written_off_events,
+                "events_requeued": dict(requeued),
+            }
+        )
         self._emit(NodeLost(self.now(), node, tuple(remaining)))
+
+    @staticmethod
+    def _lost_note(lost: dict[str, Any]) -> str:
+        """One line of the run's notes for a lost worker: who, when, what was re-run."""
+        requeued: dict[str, int] = lost["events_requeued"]
+        back = "" if lost["back_s"] is None else f", back {span(lost['back_s'])} into the run"
+        if requeued:
+            total = sum(requeued.values())
+            per_job = ", ".join(f"job {j}: {n:,}" for j, n in requeued.items())
+            what = (
+                f"{total:,} events went back to the queue and were run again ({per_job}), "
+                f"{lost['events_written_off']:,} of them in {lost['packets_written_off']} "
+                "packets in flight, written off"
+            )
+        else:
+            what = "it was running nothing: nothing was re-run"
+        return f"worker {lost['worker']} lost {span(lost['lost_s'])} into the run{back}: {what}"

@@ -10,11 +10,13 @@ __all__ = [
     "EngineConfig",
     "EngineListener",
     "JobReport",
+    "NoteSink",
     "PacketReport",
     "PacketSink",
     "PacketStat",
     "ProgressSink",
     "RunReport",
+    "span",
     "tell_packet",
 ]
 
@@ -127,9 +129,15 @@ class RunReport:
     """Each completed output's merged (post-processed) accumulator, by job id (a fileset
     job's id for the combined result of its datasets)."""
     notes: list[str] = field(default_factory=list)
-    """Things to tell the user once (a full cache disk on a node)."""
+    """Things to tell the user once (a full cache disk on a node, jobs a policy held back,
+    each lost worker)."""
     workers: list[str] = field(default_factory=list)
     """The workers' names (the nodes), in node order."""
+    workers_lost: list[dict[str, Any]] = field(default_factory=list)
+    """Each time a worker vanished during the run: ``worker`` (its name), ``lost_s`` and
+    ``back_s`` (seconds into the run; back None: not back before the end), the packets in
+    flight written off (``packets_written_off``, ``events_written_off``) and the events that
+    went back to the queue, by job (``events_requeued``)."""
     calibration: Any = None
     """What the master assumed of the cluster (a session's ``Calibration``)."""
     started_wall: float = 0.0
@@ -178,7 +186,17 @@ class RunReport:
             "bytes_from_tertiary": self.bytes_from_tertiary,
             "bytes_read": self.bytes_read,
             "skipped_files": [{"url": u, "reason": r} for u, r in self.skipped_files],
+            "workers_lost": [dict(w) for w in self.workers_lost],
         }
+
+
+def span(seconds: float) -> str:
+    """A time for people: seconds under two minutes, minutes under two hours, else hours."""
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 class ProgressSink(Protocol):
@@ -227,6 +245,22 @@ class PacketSink(Protocol):
     live monitor of ``datasched run``)."""
 
     def packet_stat(self, stat: PacketStat) -> None: ...
+
+
+@runtime_checkable
+class NoteSink(Protocol):
+    """A progress sink that also shows what the run does besides packets (the bars of
+    ``datasched run``): jobs a policy holds back, and lines for the log."""
+
+    def job_held(self, job_id: str, why: str) -> None:
+        """The job waits on purpose: ``why`` says until when (shown by its bar)."""
+        ...
+
+    def job_released(self, job_id: str) -> None: ...
+
+    def note(self, line: str) -> None:
+        """A line to show the user now (under the bars)."""
+        ...
 
 
 def tell_packet(sink: ProgressSink | None, stat: PacketStat) -> None:

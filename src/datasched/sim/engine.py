@@ -39,6 +39,8 @@ from datasched.core.actions import (
     Fetch,
     JobCompleted,
     JobFailed,
+    JobHeld,
+    JobReleased,
     Pin,
     Preempt,
     Replicate,
@@ -52,6 +54,7 @@ from datasched.core.data import CacheGrain
 from datasched.core.directory import CacheDirectory
 from datasched.core.dispatch import EventPump
 from datasched.core.events import (
+    ArrivalsClosed,
     CacheChanged,
     Event,
     JobArrived,
@@ -155,6 +158,7 @@ class SimEngine(SubjobRuns, DataMoves):
         self._follow_up: FollowUp | None = None
         self._followers: list[Job] = []
         self._follow_pending = 0
+        self._close_arrivals = False
 
     # -- the loop -----------------------------------------------------------------------------
 
@@ -166,6 +170,7 @@ class SimEngine(SubjobRuns, DataMoves):
         max_backlog: int | None = None,
         follow_up: FollowUp | None = None,
         until: float = math.inf,
+        close_arrivals: bool = False,
     ) -> SimRun:
         """Simulate until every job has completed or failed (or the backlog passes
         ``max_backlog``, or the next entry of the heap lies after ``until``).
@@ -177,7 +182,13 @@ class SimEngine(SubjobRuns, DataMoves):
         Files whose replicas name a node (``node:ID``) lie on that node's disk from the start
         (pinned there: a file server's own data), and the scheduler hears of them first; then
         what ``warm`` puts in each node's cache (unpinned, as a live cluster's caches are).
+        ``close_arrivals``: tell the scheduler when the last job has arrived
+        (:class:`ArrivalsClosed`), as the runtime does after a jobs file's last job; off, a
+        simulation stands for an endless stream of which ``jobs`` are a part (the papers').
         """
+        if close_arrivals and follow_up is not None:
+            raise ValueError("close_arrivals: a closed workload's users submit jobs to the end")
+        self._close_arrivals = close_arrivals
         order = sorted(range(len(jobs)), key=lambda i: (jobs[i].submit_s, i))
         self._arrivals = jobs = [jobs[i] for i in order]
         self._jobs = {j.job_id: j for j in jobs}
@@ -261,6 +272,8 @@ class SimEngine(SubjobRuns, DataMoves):
                 nxt = jobs[a + 1]
                 heapq.heappush(self._heap, (nxt.submit_s, next(self._seq), _ARRIVAL, a + 1, 0))
             pump.handle(JobArrived(t, jobs[a]))
+            if self._close_arrivals and a + 1 == len(jobs):
+                pump.handle(ArrivalsClosed(t))
             return True
         if kind == _TRANSFER:
             move = self._network.transfers.get(a)
@@ -322,6 +335,12 @@ class SimEngine(SubjobRuns, DataMoves):
 
     def on_job_failed(self, action: JobFailed) -> None:
         self.rec.failed(action)
+
+    def on_job_held(self, action: JobHeld) -> None:
+        pass  # the recorder reads holds from the policy (held_jobs) and JobCompleted
+
+    def on_job_released(self, action: JobReleased) -> None:
+        pass
 
     def on_fetch(self, action: Fetch) -> None:
         self._begin_move(action.node, action.data, action.source, replicate=False)

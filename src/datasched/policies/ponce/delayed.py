@@ -76,7 +76,9 @@ class DelayedScheduling(Policy):
     Where the table leaves room: periods are aligned on multiples of the period from time 0
     and stop while the cluster is empty; a cached piece goes to the queue of one node caching
     it (an idle one if any); a slot with nothing left on its node pops the next meta-subjob
-    into its node's queue; the queue of a lost node becomes the next meta-subjob.
+    into its node's queue; the queue of a lost node becomes the next meta-subjob. When no job
+    can arrive any more (a finite jobs file, :meth:`arrivals_closed`), the period ends at
+    once: nothing is left to gather, and waiting would only delay what is held.
     """
 
     name = "delayed"
@@ -146,6 +148,7 @@ class DelayedScheduling(Policy):
     def job_arrived(self, sched: SchedulerView, js: JobView) -> None:
         self.pending.append(js)
         if self._next_tick is not None:
+            sched.note_held(js, self._next_tick)
             return
         period = self.next_period_s(sched)
         if period == 0:
@@ -154,6 +157,14 @@ class DelayedScheduling(Policy):
             return
         self._next_tick = self.first_period_end(sched, period)
         sched.wake_at(self._next_tick)
+        sched.note_held(js, self._next_tick)
+
+    def arrivals_closed(self, sched: SchedulerView) -> None:
+        """No job will join those held: the period ends now (its wake-up, still due, finds
+        nothing to do)."""
+        if self.pending:
+            self._next_tick = None
+            self._release(sched)
 
     def next_period_s(self, sched: SchedulerView) -> float:
         """The length of the period starting now (fixed here; adaptive delay varies it)."""
@@ -168,7 +179,7 @@ class DelayedScheduling(Policy):
             return
         self._next_tick = None
         self._schedule_period(sched)
-        if sched.jobs or self.pending:
+        if (sched.jobs or self.pending) and not sched.arrivals_closed:
             period = self.next_period_s(sched)
             if period > 0:
                 self._next_tick = sched.now + period
