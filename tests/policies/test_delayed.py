@@ -78,7 +78,7 @@ def test_the_period_ends_when_no_more_jobs_can_arrive() -> None:
     assert not any(isinstance(a, WakeAt) for a in s.handle(Tick(48 * 3600.0)))
     # A job after the close is the engine's error, not a job to hold for ever.
     with pytest.raises(SchedulerError, match="after arrivals were closed"):
-        s.handle(JobArrived(2.0, Job(2, 2.0, IntervalSet.range(0, 10))))
+        s.handle(JobArrived(2e5, Job(2, 2e5, IntervalSet.range(0, 10))))
 
 
 def test_a_simulated_finite_workload_is_not_held_for_the_period() -> None:

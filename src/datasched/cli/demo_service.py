@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -15,17 +16,25 @@ from datasched.cli.runtime import PolicyOption, WorkersOption, runtime_errors
 __all__: list[str] = []
 
 
+ETA_CAPTION = "ETA error: the first ETA less the real finish (+: ended sooner than predicted)"
+"""The ETA column: seconds left while a request runs; once it ended, its first ETA's error
+with the sign of ``error_at_submission_s`` in the JSON (``datasched.service.eta.eta_error``:
+predicted minus actual, positive when it ended sooner than predicted)."""
+
+
 def _table(rows: list[dict[str, Any]]) -> Any:
     from rich.table import Table
 
-    table = Table("user", "group", "form", "request", "state", "jobs", "events", "ETA")
+    table = Table(
+        "user", "group", "form", "request", "state", "jobs", "events", "ETA", caption=ETA_CAPTION
+    )
     for r in rows:
         eta = r.get("eta") or {}
         left, error = eta.get("seconds_left"), eta.get("error_at_submission_s")
         if left is not None:
             eta_text = f"{left:.0f} s left"
-        elif error is not None:  # ended: how wrong the first prediction was
-            eta_text = f"off by {-error:+.1f} s"
+        elif error is not None:  # ended: how wrong the first prediction was, signed as stored
+            eta_text = f"error {error:+.1f} s"
         else:
             eta_text = "-"
         table.add_row(
@@ -52,7 +61,11 @@ def demo_service(
     policy: PolicyOption = "out-of-order",
     workers: WorkersOption = 2,
     screenshot: Annotated[
-        bool, typer.Option(help="Take the dashboard's screenshot (needs Chromium).")
+        bool,
+        typer.Option(
+            help="Take the dashboard's screenshot (needs Chromium, apt install chromium, and "
+            "Playwright; without them one line says so)."
+        ),
     ] = True,
 ) -> None:
     """The service on loopback: a daemon over a fresh store with the demo dataset in its
@@ -71,14 +84,17 @@ def demo_service(
 
             err.print(f"writing the demo dataset to {data_dir} ...")
             write_demo_dataset(data_dir)
-        with Live(_table([]), console=err, refresh_per_second=4) as live:
+        # The live table only on a terminal, and gone when the run ends: the final table is
+        # printed once (a Live without a terminal prints its last state when it stops).
+        live = Live(_table([]), console=err, refresh_per_second=4, transient=True)
+        with live if err.is_terminal else nullcontext():
             summary = run_service_demo(
                 out_dir,
                 data_dir,
                 workers=workers,
                 policy=policy,
                 screenshot=screenshot,
-                on_progress=lambda rows: live.update(_table(rows)),
+                on_progress=(lambda rows: live.update(_table(rows))) if err.is_terminal else None,
             )
     out.print(_table(summary["requests"]))
     out.print(
@@ -88,5 +104,7 @@ def demo_service(
     )
     if summary["screenshot"]:
         out.print(f"dashboard: {summary['screenshot']}", highlight=False)
+    elif summary.get("screenshot_missing"):
+        err.print(summary["screenshot_missing"], markup=False, highlight=False, soft_wrap=True)
     if any(r["state"] != "completed" for r in summary["requests"]):
         raise typer.Exit(1)

@@ -262,30 +262,43 @@ def run_service_demo(
                     raise RuntimeError(f"the requests did not end within {timeout_s:.0f} s")
                 time.sleep(0.5)
             elapsed = time.monotonic() - started
-            shot = None
+            shot, no_shot = None, None
             if screenshot:
-                shot = _screenshot(d, out_dir / "dashboard.png")
+                shot, no_shot = _screenshot(d, out_dir / "dashboard.png")
             client.close()
-    summary = {"elapsed_s": elapsed, "policy": policy, "requests": rows, "screenshot": shot}
+    summary = {
+        "elapsed_s": elapsed,
+        "policy": policy,
+        "requests": rows,
+        "screenshot": shot,
+        "screenshot_missing": no_shot,
+    }
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     return summary
 
 
-def _screenshot(demo: ServiceDemo, path: Path) -> str | None:
-    """The dashboard's screenshot, where the dashboard and a headless Chromium are
-    installed; None (and why, on stderr) otherwise."""
-    import importlib
+SCREENSHOT_HINT = (
+    "the dashboard's screenshot needs Chromium (Debian: apt install chromium) and Playwright "
+    "(pip install 'datasched[dev]'), which drives it"
+)
+"""What ``demo-service`` says when it cannot take the screenshot (docs/service-dashboard.md)."""
 
+
+def _screenshot(demo: ServiceDemo, path: Path) -> tuple[str | None, str | None]:
+    """The dashboard's screenshot, where Playwright and a headless Chromium are installed:
+    (its path, None); otherwise (None, one line saying why and how to get it)."""
     try:
-        take_screenshot = importlib.import_module(
-            "datasched.service.dashboard.shot"
-        ).take_screenshot
-    except (ImportError, AttributeError):
-        return None
+        from playwright.sync_api import sync_playwright  # noqa: F401  # only: is it there?
+
+        from datasched.service.dashboard.shot import chromium_path, take_screenshot
+    except ImportError as exc:
+        return None, f"no screenshot: {exc.name or exc} is not installed: {SCREENSHOT_HINT}"
+    if chromium_path() is None:
+        return None, f"no screenshot: no Chromium found: {SCREENSHOT_HINT}"
     token = demo.tokens[sorted(demo.tokens)[0]]
     try:
         take_screenshot(demo.url, token, path)
-    except Exception as exc:  # no browser here: the scene still ran
-        print(f"no screenshot of the dashboard: {exc}", file=sys.stderr)
-        return None
-    return str(path)
+    except Exception as exc:  # a browser that fails: the scene still ran
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return None, f"no screenshot: Chromium failed: {first}"
+    return str(path), None

@@ -75,9 +75,15 @@ class EtaWatch:
                     n += 1
         return n
 
-    def _close_ended(self) -> None:
+    def _close_ended(self, only: str | None = None) -> None:
+        """Records of requests that ended (in the store) take their end; ``only``: just that
+        request's."""
         with self._lock:
-            waiting = [rid for rid, r in self.records.items() if r.actual_finish is None]
+            waiting = [
+                rid
+                for rid, r in self.records.items()
+                if r.actual_finish is None and (only is None or rid == only)
+            ]
         if not waiting:
             return
         with self.store.reading() as s:
@@ -89,11 +95,16 @@ class EtaWatch:
         with self._lock:
             for request_id, updated in ended:
                 at = updated if updated.tzinfo is not None else updated.replace(tzinfo=UTC)
-                self.records[request_id].finish(at.timestamp())
+                record = self.records[request_id]
+                if record.actual_finish is None:  # a refresh and a reader may race here
+                    record.finish(at.timestamp())
 
     def eta(self, request_id: str) -> dict[str, Any] | None:
         """A request's latest predicted finish and, once it ended, each prediction's error
-        (None: never predicted)."""
+        (None: never predicted). A request that ended since the last refresh is closed
+        here, from the store: an ended request always has its finish and its error, never
+        "seconds left"."""
+        self._close_ended(request_id)
         with self._lock:
             record = self.records.get(request_id)
             if record is None or not record.predictions:
