@@ -409,3 +409,75 @@ def test_a_small_cache_disk_keeps_caching_by_evicting(demo_catalog: Path, tmp_pa
         assert held == set(plugin.cache.contents())
         assert 1 <= len(held) <= 2
         assert len(leftovers(tmp_path / "caches" / "n1")) == len(held)
+
+
+# -- a whole run (slow: two runs on a LocalCluster) ---------------------------------------
+
+
+@pytest.mark.slow
+def test_a_run_reads_through_a_full_cache_disk_and_never_processes_a_damaged_copy(
+    demo_catalog: Path, tmp_path: Path
+) -> None:
+    """Worker 0's cache is a tmpfs smaller than a file: it reads every file where it is,
+    and the summary says so. Then worker 1's cached copies are damaged between runs: the next
+    run drops and fetches them again, and the summary counts them. Both runs count every
+    event once, with the histogram computed directly."""
+    import asyncio
+
+    import yaml
+
+    from datasched.runtime.jobspec import load_jobs
+    from datasched.runtime.reports import EngineConfig, RunReport
+    from datasched.runtime.session import ClusterOptions, default_calibration, run_jobs
+    from runtime_support import N_EVENTS, reference_counts
+
+    doc = {
+        "catalog": str(demo_catalog),
+        "defaults": {"processor": "datasched.runtime.demodata:DimuonMass"},
+        "jobs": [
+            {"id": "a", "dataset": "zmumu", "events": [0, 8000], "output": str(tmp_path / "a.pkl")},
+            {
+                "id": "b",
+                "dataset": "zmumu",
+                "events": [4000, N_EVENTS],
+                "output": str(tmp_path / "b.pkl"),
+            },
+        ],
+    }
+    (tmp_path / "jobs.yaml").write_text(yaml.safe_dump(doc))
+    specs = load_jobs(tmp_path / "jobs.yaml")
+    opts = ClusterOptions(workers=2, cache_bytes=50 * 10**6, cache_root=tmp_path / "caches")
+    kw: dict[str, Any] = {
+        "policy": "cache-splitting",
+        "config": EngineConfig(queue_s=0.2, poll_s=0.1),
+        "calibration": default_calibration(None, 1e-5),
+    }
+
+    def exactly_once(report: RunReport) -> None:
+        for spec, job in zip(specs, report.jobs, strict=True):
+            assert job.status == "completed", job.error
+            assert job.events_processed == job.events_expected == spec.stop - spec.start
+            counts = [float(x) for x in report.results[spec.id]["mass"].values()]
+            assert counts == reference_counts(demo_catalog, spec.start, spec.stop)
+
+    with small_disk(tmp_path / "caches" / "0", "32k"):
+        full = asyncio.run(run_jobs(specs, opts, **kw))
+        assert leftovers(tmp_path / "caches" / "0") == []
+    exactly_once(full)
+    on_full = [p for p in full.packets if p.node == "0"]
+    assert on_full
+    assert {p.source for p in on_full} == {"direct"}
+    assert full.cache_faults["read_through"]["0"]["packets"] == len(on_full)
+    assert any(n.startswith("node 0: ") and "without caching" in n for n in full.notes)
+    assert "1" not in full.cache_faults["read_through"]
+
+    damaged = sorted((tmp_path / "caches" / "1").glob("*.root"))
+    assert damaged
+    for path in damaged:
+        flip_middle_byte(path)
+    again = asyncio.run(run_jobs(specs, opts, **kw))
+    exactly_once(again)
+    found = again.cache_faults["corrupted"].get("1", {})
+    assert found
+    assert {cache_file_name(url) for url in found} <= {p.name for p in damaged}
+    assert any(n.startswith("node 1: ") and "adler32" in n for n in again.notes)
