@@ -101,12 +101,15 @@ class FaultAt:
     action: Callable[[], None]
     after_events: int
     counted: int = 0
+    started: float | None = None
+    """When the first job started (about the run's time 0)."""
     at: float | None = None
     done_at: float | None = None
     statuses: dict[str, str] = field(default_factory=dict)
 
     def job_started(self, job_id: str, n_events: int) -> None:
-        pass
+        if self.started is None:
+            self.started = time.monotonic()
 
     def advance(self, job_id: str, n_events: int, from_cache: bool) -> None:
         self.counted += n_events
@@ -148,6 +151,7 @@ async def run_on_hosts(
         assert names == topo.workers
         await client.run(clear_cache)
         if prefill:
+            assert client.scheduler is not None
             addrs = {
                 str(w["name"]): a for a, w in (await client.scheduler.identity())["workers"].items()
             }

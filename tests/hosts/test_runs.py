@@ -13,7 +13,14 @@ from typing import Any
 import pytest
 import yaml
 
-from hosts.runs import CACHING_POLICIES, POLICIES, Workload, check_exactly_once, reads_peers, run_on_hosts
+from hosts.runs import (
+    CACHING_POLICIES,
+    POLICIES,
+    Workload,
+    check_exactly_once,
+    reads_peers,
+    run_on_hosts,
+)
 from hosts_support import Topology
 
 pytestmark = pytest.mark.hosts
