@@ -135,10 +135,10 @@ def test_partition_that_heals(
         time.sleep(max(remaining, 0))
         topo.heal(VICTIM)
         times["healed"] = time.monotonic()
-        times["back"] = wait_until(lambda: VICTIM in topo.connected(), 60)
+        times["back"] = wait_until(lambda: VICTIM in topo.connected(), 90)
 
     fault = FaultAt(partition, after_events=1)
-    specs = spread(workload.specs(tmp_path / "out"), tmp_path, every_s=6.0)
+    specs = spread(workload.specs(tmp_path / "out"), tmp_path, every_s=8.0)
     report, engine = asyncio.run(run_on_hosts(topo, specs, policy, tmp_path, progress=fault))
     check_exactly_once(report, specs, workload)
     assert fault.at is not None

@@ -30,13 +30,18 @@ XROOTD_CLIENT = {
     "ConnectionWindow": ("XRD_CONNECTIONWINDOW", 5),
     "ConnectionRetry": ("XRD_CONNECTIONRETRY", 1),
     "StreamErrorWindow": ("XRD_STREAMERRORWINDOW", 1),
+    "StreamTimeout": ("XRD_STREAMTIMEOUT", 15),
+    "RequestTimeout": ("XRD_REQUESTTIMEOUT", 120),
+    "TimeoutResolution": ("XRD_TIMEOUTRESOLUTION", 1),
 }
 """The XRootD client's own waits, bounded: by default it tries a refused connection five
 times, each in a window of 120 s, so a read from a restarting server blocked for two minutes,
-and a connection that failed for good stayed failed for 30 minutes (its stream error window).
-One try of at most 5 s here, a failure remembered for 1 s, and :func:`copy_file`'s retries do
-the waiting; a value given in the environment (``XRD_CONNECTIONWINDOW``,
-``XRD_CONNECTIONRETRY``, ``XRD_STREAMERRORWINDOW``) wins."""
+a connection that failed for good stayed failed for 30 minutes (its stream error window), and
+a read from a server cut off the network waited 60 s for its stream to time out (checked every
+15 s), its worker unable to close meanwhile. Here: one try of at most 5 s, a failure
+remembered for 1 s, a silent stream dead after 15 s, a request after 120 s, checked every
+second; :func:`copy_file`'s retries do the waiting. A value given in the environment
+(``XRD_CONNECTIONWINDOW``, ``XRD_STREAMTIMEOUT``, ...) wins."""
 _xrootd_bounded = False
 
 
@@ -107,7 +112,7 @@ def bound_xrootd_waits(url: str) -> None:
     except ImportError:  # fsspec-xrootd will say what is missing
         return
     put: Any = client.EnvPutInt  # type: ignore[attr-defined]  # pyxrootd's stubs omit it
-    for key, (variable, value) in XROOTD_CLIENT.items():
+    for key, (variable, value) in XROOTD_CLIENT.items():  # ``XRD_`` + the key, in capitals
         if variable not in os.environ:
             put(key, value)
 
