@@ -39,7 +39,14 @@ from datasched.runtime.peers import (
 from datasched.runtime.priority import packet_priority, thread_nice
 from datasched.runtime.processor import ShippedProcessor, unship, user_traceback
 from datasched.runtime.sandboxed import sandboxed_packet
-from datasched.runtime.storage import LocalDiskFull, StorageError, Throttle, copy_file
+from datasched.runtime.storage import (
+    BACKOFF_S,
+    RETRIES,
+    LocalDiskFull,
+    StorageError,
+    Throttle,
+    copy_file,
+)
 from datasched.sandbox.confine import Confinement, UserCode
 
 __all__ = [
@@ -97,8 +104,8 @@ class CachePlugin(WorkerPlugin):
         capacity_bytes: int,
         *,
         tertiary_bytes_per_s: float | None = None,
-        retries: int = 3,
-        backoff_s: float = 0.2,
+        retries: int = RETRIES,
+        backoff_s: float = BACKOFF_S,
         compute_slots: int = 1,
     ) -> None:
         self.root = root
