@@ -353,6 +353,11 @@ def run_datasched(workload: Workload, cache_dir: Path) -> float:
     return float(doc["makespan_s"])
 
 
+def _log(line: str) -> None:
+    """Progress on standard error (a run lasts minutes; ``--json`` keeps standard output)."""
+    print(line, file=sys.stderr, flush=True)
+
+
 def one_round(
     workloads: list[Workload], server: Storage, client: Any, work: Path
 ) -> list[dict[str, Any]]:
@@ -361,11 +366,14 @@ def one_round(
         server.take_sent()
         coffea_s = run_coffea(client, w)
         coffea_b = server.take_sent()
+        _log(f"{w.name}: coffea {coffea_s:.1f} s, {coffea_b / 1e6:.1f} MB")
         cache = work / f"cache-{k}-{time.monotonic_ns()}"
         cold_s = run_datasched(w, cache)
         cold_b = server.take_sent()
+        _log(f"{w.name}: datasched cold {cold_s:.1f} s, {cold_b / 1e6:.1f} MB")
         warm_s = run_datasched(w, cache)
         warm_b = server.take_sent()
+        _log(f"{w.name}: datasched warm {warm_s:.1f} s, {warm_b / 1e6:.1f} MB")
         shutil.rmtree(cache, ignore_errors=True)
         rows.append(
             {

@@ -183,6 +183,7 @@ def test_a_bad_schema_option_is_refused(
     assert message in refusal(data, {**job, "schema_options": options})
 
 
+@pytest.mark.slow  # a cluster: 30 s on an idle 2-core machine
 def test_nanoaod_jobs_on_the_demo_data_every_event_once(data: Path, tmp_path: Path) -> None:
     """The docs' example as written (its jobs file, fileset and processor), a job that counts
     NanoAOD's event ids, and one whose file lacks them (it runs only if the option reached
