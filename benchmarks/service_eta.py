@@ -112,6 +112,7 @@ def run(
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="datasched-eta-") as tmp:
         work = Path(tmp)
+        work.chmod(0o755)  # as demo-service: the jobs' account (when run as root) reaches it
         data_dir = work / "data"
         write_demo_dataset(data_dir, n_files=N_FILES)
         names = {f"user{i}": f"group{i % 3}" for i in range(users)}

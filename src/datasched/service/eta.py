@@ -91,7 +91,7 @@ class EtaRecord:
             return None
         return eta_error(self.predictions[0][1], self.actual_finish)
 
-    def errors(self) -> list[dict[str, float]]:
+    def errors(self) -> list[dict[str, Any]]:
         """Each prediction with its error (empty until the request ends)."""
         end = self.actual_finish
         if end is None:
