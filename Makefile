@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .PHONY: venv demo test coverage lint format constraints wheel-smoke bench reproduce reproduce-romosan \
-	reproduce-grid clean
+	reproduce-grid hosts hosts-down clean
 
 venv: $(STAMP)
 
@@ -92,6 +92,15 @@ reproduce-grid: venv
 	sed 's|(figures/|(figures/grid/|g' out/grid/report.md > docs/reproduction-grid.md
 	mkdir -p docs/figures/grid
 	cp out/grid/figures/*.csv out/grid/figures/*.png docs/figures/grid/
+
+# Test hosts in network namespaces (root): a storage host serving the demo's data over XRootD,
+# a Dask scheduler host, four worker hosts with caches of their own; it prints how to run jobs
+# across them and how to cut or slow a link (docs/deployment.md). `make hosts-down` removes it.
+hosts: venv
+	PYTHONPATH=src $(BIN)/python tests/hosts_support.py up
+
+hosts-down: venv
+	PYTHONPATH=src $(BIN)/python tests/hosts_support.py down
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .coverage build dist

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -178,3 +181,36 @@ def fake_worker(root: Path, name: str = "n1") -> Any:
     plugin.setup(worker)
     worker.plugins[PLUGIN_NAME] = plugin
     return worker
+
+
+REQUIRE_ROOT_ENV = "DATASCHED_REQUIRE_ROOT"
+"""Set to 1 (CI, a root machine), tests that mount file systems fail instead of skipping."""
+
+
+@contextlib.contextmanager
+def small_disk(path: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of ``size`` (``mount -o size=``, e.g. ``32k``) mounted at ``path`` for the
+    block: a cache disk that fills up. Skips where nothing can be mounted (not root, no
+    ``CAP_SYS_ADMIN``), unless ``DATASCHED_REQUIRE_ROOT=1``, which makes that a failure."""
+    import pytest
+
+    def unable(reason: str) -> None:
+        if os.environ.get(REQUIRE_ROOT_ENV) == "1":
+            pytest.fail(f"mounting a tmpfs is required ({REQUIRE_ROOT_ENV}=1): {reason}")
+        pytest.skip(f"cannot mount a tmpfs: {reason}")
+
+    if os.geteuid() != 0:
+        unable("not root")
+    path.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        unable(done.stderr.strip() or f"mount exited with {done.returncode}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False, capture_output=True)

@@ -64,3 +64,31 @@ class HZZAnalysis(processor.ProcessorABC):  # type: ignore[misc]  # coffea has n
         n = processor.defaultdict_accumulator(int)
         n[dataset] += len(events)
         return {"lead_pt": h, "events": n}
+
+
+class EventIds(processor.ProcessorABC):  # type: ignore[misc]  # coffea has no type information: its base class is Any
+    """NanoAOD's event ids of every event seen, and the count of events seen: a set that
+    equals the dataset's ids with a count equal to its events means every event once."""
+
+    def process(self, events: Any) -> dict[str, Any]:
+        ids = zip(
+            events.run.to_list(),
+            events.luminosityBlock.to_list(),
+            events.event.to_list(),
+            strict=True,
+        )
+        muons = events.Muon
+        return {
+            "ids": set(ids),
+            "n": len(events),
+            "muons": int(ak.sum(ak.num(muons))),
+            "mass_sum": float(ak.sum(muons.mass)),  # a NanoAOD candidate: pt, eta, phi, mass
+        }
+
+
+class MuonCount(processor.ProcessorABC):  # type: ignore[misc]  # coffea has no type information: its base class is Any
+    """Events and muons of files without NanoAOD's event ids (read with
+    ``error_missing_event_ids`` off)."""
+
+    def process(self, events: Any) -> dict[str, Any]:
+        return {"n": len(events), "events": set(events.event.to_list())}

@@ -233,8 +233,8 @@ def test_processor_missing_and_defaults(tmp_path: Path, catalog: Path) -> None:
     message = job_error(tmp_path, catalog, [OK], defaults={"processor": DEMO, "colour": 1})
     assert message.endswith(
         "field 'defaults': unknown colour (expected columns, dataset, events, files, fileset, "
-        "output, output_dir, priority, processor, processor_args, schema, submit_s, tree, "
-        "user, user_group)"
+        "output, output_dir, priority, processor, processor_args, schema, schema_options, "
+        "submit_s, tree, user, user_group)"
     )
 
 

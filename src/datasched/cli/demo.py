@@ -25,8 +25,9 @@ def demo_data(
     files: Annotated[int, typer.Option("--files", help="Number of ROOT files.")] = 20,
     seed: Annotated[int, typer.Option("--seed", help="Random seed.")] = 1,
 ) -> None:
-    """Write a synthetic collision dataset: ROOT TTrees of muons (pt, eta, phi, charge) with a
-    Z->mumu peak over a falling background, and a catalog.yaml naming it 'zmumu'."""
+    """Write a synthetic collision dataset shaped like CMS NanoAOD (tree Events: run,
+    luminosityBlock, event, Muon_*, Electron_*, MET_*; coffea's NanoAODSchema fits it), with
+    a Z->mumu peak over a falling background, and a catalog.yaml naming it 'zmumu'."""
     if files < 1:
         fail(f"--files: must be at least 1, got {files}")
     if events < files:

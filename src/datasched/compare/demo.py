@@ -25,6 +25,7 @@ from rich.table import Table
 from datasched._files import atomic_write_text
 from datasched.compare.predict import predict_makespan
 from datasched.core.packets import PacketSizing
+from datasched.runtime.coreshare import MachineLoad, core_share, measure_machine_load
 from datasched.runtime.daskmap import run_dask_map
 from datasched.runtime.jobspec import JobSpec, load_jobs
 from datasched.runtime.outputs import merge
@@ -181,12 +182,14 @@ def run_demo(
     replicate_hot: int | None = None,
     progress_factory: Callable[[int], AbstractContextManager[ProgressSink]] | None = None,
     log: Callable[[str], None] | None = None,
+    machine_load: Callable[[int], MachineLoad] = measure_machine_load,
 ) -> DemoResult:
     """Create the dataset if absent, run the three variants, predict, plot.
 
     ``policy_params`` go to ``cache_policy`` (default: :data:`DEMO_POLICY_PARAMS`);
     ``replicate_hot`` runs hot-file replication beside both policies (and in their
-    predictions)."""
+    predictions); ``machine_load`` measures what other programs want of the machine's
+    cores before each run (given the cores), which the simulator charges."""
     from datasched.runtime.demodata import plot_mass, write_demo_dataset
     from datasched.runtime.timeline import plot_timelines
 
@@ -220,17 +223,21 @@ def run_demo(
     if log is not None:
         log("timing the processor on a worker ...")
     # Measured once, on a worker of a cluster like the runs' (through its cache); as each
-    # node has it when the workers share this machine's cores. The runs' cores and the
-    # simulator both use it.
-    calibration = shared_cores(asyncio.run(_calibrate(specs, opts)), workers, cores)
+    # node has it when the workers share this machine's cores with each other and with
+    # what other programs want of them, measured just before each run (the machine's load
+    # moves). The runs' packets and the simulator both use it.
+    calibration = asyncio.run(_calibrate(specs, opts))
     notes: list[str] = []
     if replicate_hot is not None:
         notes.append(
             f"hot files copied between worker caches beside both policies, one more copy per "
             f"{replicate_hot} jobs reading a file (docs/replication.md)"
         )
+    loads: dict[str, MachineLoad] = {}
     for name in ("farm", cache_policy):
         params = policy_params if name == cache_policy else {}
+        loads[name] = load = machine_load(cores)
+        calibration = shared_cores(calibration, workers, cores, load.others)
         if log is not None:
             log(f"running under '{name}' ...")
         with bars() as sink:
@@ -254,15 +261,11 @@ def run_demo(
         predictions[name] = predict_makespan(
             specs,
             opts,
-            shared_cores(calibration, workers, cores),
+            shared_cores(calibration, workers, cores, load.others),
             policy=name,
             policy_params=params,
         )
-    if workers > cores:
-        notes.append(
-            f"the {workers} workers share this machine's {cores} cores: the simulator gives "
-            f"each node {cores / workers:.2g} of a core"
-        )
+    notes.extend(_share_notes(loads, workers, cores))
     if log is not None:
         log("running as a plain Dask map ...")
     with bars() as sink:
@@ -312,13 +315,35 @@ async def _calibrate(specs: list[JobSpec], opts: ClusterOptions) -> Calibration:
         )
 
 
-def shared_cores(calibration: Calibration, workers: int, cores: int) -> Calibration:
+def _share_notes(loads: dict[str, MachineLoad], workers: int, cores: int) -> list[str]:
+    """What the simulator gave each node of a core, and why, when it was less than one."""
+    notes = []
+    busy = {name: load for name, load in loads.items() if load.others >= 0.5}
+    if workers > cores and not busy:
+        notes.append(
+            f"the {workers} workers share this machine's {cores} cores: the simulator gives "
+            f"each node {core_share(cores, workers):.2g} of a core"
+        )
+    for name, load in busy.items():
+        notes.append(
+            f"before '{name}', other programs kept {load.others:.1f} threads runnable on this "
+            f"machine's {cores} cores: the simulator gives each of the {workers} nodes "
+            f"{load.share(workers):.2g} of a core"
+        )
+    return notes
+
+
+def shared_cores(
+    calibration: Calibration, workers: int, cores: int, others: float = 0.0
+) -> Calibration:
     """The calibration as the simulator should see this machine's cluster: when more
-    workers than cores share it, each node has ``cores / workers`` of a core, so an event
-    costs that much more CPU time on a node than it did alone (the calibration ran alone).
-    Scaling from the share the calibration already assumes, so a calibration scaled once
-    comes back as it is."""
-    share = min(1.0, cores / max(workers, 1))
+    workers than cores share it, with ``others`` runnable threads of other programs beside
+    them (:func:`~datasched.runtime.coreshare.measure_machine_load`), each node has
+    ``cores / (workers + others)`` of a core (at most one), so an event costs that much
+    more time on a node than its CPU time alone (the calibration ran alone). Scaling from
+    the share the calibration already assumes, so a calibration scaled once comes back as
+    it is."""
+    share = core_share(max(cores, 1), max(workers, 1), others)
     if share == calibration.core_share:
         return calibration
     cost = calibration.cost

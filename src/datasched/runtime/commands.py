@@ -161,6 +161,7 @@ def run_command(spec: CommandSpec) -> PacketResult:
     evicted: list[str] = []
     notes: list[str] = []
     paths: list[str] = []
+    corrupted: list[str] = []
     try:
         for url, n_bytes in spec.files:
             pspec = PacketSpec(
@@ -180,6 +181,7 @@ def run_command(spec: CommandSpec) -> PacketResult:
             held.append((got, keep))
             sources.append(str(info["source"]))
             from_peer += int(info["from_peer"])
+            corrupted += info["corrupted"]
             if note:
                 notes.append(note)
             if got is None:  # the local disk is full: the command reads it where it is
@@ -205,6 +207,8 @@ def run_command(spec: CommandSpec) -> PacketResult:
             outcome.log,
         )
     source = "cache" if sources and all(s == "cache" for s in sources) else "tertiary"
+    assert plugin.cache is not None
+    dropped, unsound = plugin.cache.take_news()
     return PacketResult(
         packet_id=spec.packet_id,
         job_id=spec.job_id,
@@ -217,11 +221,12 @@ def run_command(spec: CommandSpec) -> PacketResult:
         compute_s=compute_s,
         accumulator=outcome,
         cache_added=added,
-        cache_evicted=evicted,
+        cache_evicted=evicted + dropped,
         bytes_read=sum(n for _, n in spec.files),
         cpu_s=cpu_s,
         started=started,
         note="; ".join(notes),
+        cache_corrupted=unsound + corrupted,
     )
 
 

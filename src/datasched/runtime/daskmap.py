@@ -11,6 +11,7 @@ from typing import Any
 
 from datasched.core.data import DataSpace
 from datasched.core.intervals import IntervalSet
+from datasched.runtime.cachefaults import CacheFaults
 from datasched.runtime.jobspec import JobSpec, job_processor
 from datasched.runtime.outputs import merge
 from datasched.runtime.reports import JobReport, PacketStat, ProgressSink, RunReport, tell_packet
@@ -46,6 +47,7 @@ async def run_dask_map(
         ]
         stats: list[PacketStat] = []
         accumulators: dict[str, Any] = {}
+        faults = CacheFaults()
         pid = 0
 
         async def one_job(i: int) -> None:
@@ -78,6 +80,7 @@ async def run_dask_map(
             try:
                 for a, b, url, fut in futures:
                     res: PacketResult = await fut
+                    faults.packet(res.node, url, res.source, res.cache_corrupted)
                     acc = merge(acc, res.accumulator)
                     report.events_processed += b - a
                     report.bytes_from_tertiary += res.bytes_from_tertiary
@@ -127,6 +130,8 @@ async def run_dask_map(
             stats,
             0.0,
             results,
+            notes=faults.notes(),
+            cache_faults=faults.as_dict(),
             workers=list(names),
             started_wall=t0_wall,
         )

@@ -38,6 +38,8 @@ class MoveResult:
     evicted: list[str] = field(default_factory=list)
     bytes_moved: int = 0
     failed: list[str] = field(default_factory=list)
+    corrupted: list[str] = field(default_factory=list)
+    """Files whose copy here (or arriving from a peer) failed its size or adler32 check."""
 
 
 def move_files(files: list[FileToMove]) -> MoveResult:
@@ -48,18 +50,25 @@ def move_files(files: list[FileToMove]) -> MoveResult:
     assert cache is not None
     result = MoveResult(node)
     for f in files:
-        fetch, _ = fetcher(plugin, f.url, f.n_bytes, f.peer, worker)
+        fetch, info = fetcher(plugin, f.url, f.n_bytes, f.peer, worker)
         try:
             got = cache.acquire(f.url, f.n_bytes, fetch)
         except (StorageError, LocalDiskFull):
             result.failed.append(f.url)
+            result.corrupted += info["corrupted"]
             continue
         cache.release(got)
         result.added += got.added
         result.evicted += got.evicted
         result.bytes_moved += got.bytes_fetched
+        result.corrupted += info["corrupted"]
         if got.cached:
             result.cached.append(f.url)
+    # What the cache dropped unasked (evictions for fetches that failed, corrupted copies):
+    # the master's directory must not go on believing them here.
+    dropped, corrupted = cache.take_news()
+    result.evicted += dropped
+    result.corrupted += corrupted
     return result
 
 

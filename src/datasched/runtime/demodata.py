@@ -1,10 +1,16 @@
 """A synthetic collision dataset and the demo analysis: the dimuon mass, a Z peak over a
 falling background (what a physicist's first look at muon data shows).
 
-The files look like a slimmed NanoAOD: a TTree ``Events`` with jagged muon collections
-``Muon_pt``, ``Muon_eta``, ``Muon_phi``, ``Muon_charge`` (sorted by decreasing pt, counted by
-``nMuon``) and the global event number ``event``, so tests can check that every event was
-read exactly once.
+The files are shaped like a slimmed CMS NanoAOD, so that a coffea processor runs on them
+unchanged with coffea's ``NanoAODSchema`` (docs/runtime.md, "From coffea"): a TTree ``Events``
+with NanoAOD's event ids ``run``, ``luminosityBlock`` and ``event`` (the global event number,
+so tests can check that every event was read exactly once), the collections ``Muon`` and
+``Electron`` as NanoAOD stores them (``nMuon`` counting ``Muon_pt``, ``Muon_eta``,
+``Muon_phi``, ``Muon_mass``, ``Muon_charge``, sorted by decreasing pt; the same for
+``Electron``), and the missing transverse momentum ``MET_pt``, ``MET_phi``.
+
+The muons are drawn from the seed's own stream, the electrons and the MET from a second one:
+adding them left the muons, and so every result of the demo's analysis, as they were.
 """
 
 from __future__ import annotations
@@ -33,6 +39,12 @@ Z_FRACTION = 0.3
 """Share of Z→μμ events; the rest is background."""
 MASS_RESOLUTION = 1.5
 """GeV: the Gaussian detector smearing of a Z's mass."""
+ELECTRON_MASS = 0.000511
+"""GeV."""
+EVENTS_PER_LUMI = 1_000
+"""Events of a luminosity block (``luminosityBlock`` counts from 1 in each run)."""
+LUMIS_PER_RUN = 50
+"""Luminosity blocks of a run (``run`` counts from 1)."""
 
 
 def _z_muons(
@@ -53,9 +65,13 @@ def _z_muons(
     return pt, np.stack([eta_rest + boost, boost - eta_rest]), phi
 
 
-def _events(rng: np.random.Generator, n: int, first: int) -> dict[str, Any]:
+def _events(
+    rng: np.random.Generator, more: np.random.Generator, n: int, first: int
+) -> dict[str, Any]:
     """``n`` events numbered from ``first``: Z→μμ (two opposite-charge muons) or background
-    (0–4 muons of random charge, a falling exponential pt spectrum, so mostly low masses)."""
+    (0–4 muons of random charge, a falling exponential pt spectrum, so mostly low masses).
+    The muons come from ``rng``; the electrons (background only: 0–3 soft ones) and the
+    MET (small in Z events, which have no neutrino) from ``more``."""
     is_z = rng.random(n) < Z_FRACTION
     counts = np.where(is_z, 2, rng.poisson(0.8, n).clip(0, 4))
     total = int(counts.sum())
@@ -72,22 +88,69 @@ def _events(rng: np.random.Generator, n: int, first: int) -> dict[str, Any]:
         phi[i0], phi[i0 + 1] = z_phi, z_phi + np.pi
         charge[i0], charge[i0 + 1] = -1, 1
     phi = np.mod(phi + np.pi, 2 * np.pi) - np.pi
-    muons = ak.unflatten(
+    muons = _collection(counts, pt, eta, phi, MUON_MASS, charge)
+    n_el = more.poisson(0.15, n).clip(0, 3)
+    n_el_total = int(n_el.sum())
+    electrons = _collection(
+        n_el,
+        _nano_float(more.exponential(10.0, n_el_total) + 5.0),
+        _nano_float(more.uniform(-2.5, 2.5, n_el_total)),
+        _nano_float(more.uniform(-np.pi, np.pi, n_el_total)),
+        ELECTRON_MASS,
+        more.choice(np.array([-1, 1]), n_el_total),
+    )
+    event = np.arange(first, first + n, dtype=np.int64)
+    lumi = event // EVENTS_PER_LUMI
+    return {
+        "run": (1 + lumi // LUMIS_PER_RUN).astype(np.uint32),
+        "luminosityBlock": (1 + lumi % LUMIS_PER_RUN).astype(np.uint32),
+        "event": event,
+        "Muon": muons,
+        "Electron": electrons,
+        "MET_pt": _nano_float(np.where(is_z, more.exponential(8.0, n), more.exponential(20.0, n))),
+        "MET_phi": _nano_float(more.uniform(-np.pi, np.pi, n)),
+    }
+
+
+NANO_MANTISSA_BITS = 10
+"""Mantissa bits kept of the electrons' and MET's floats, as NanoAOD keeps most of its floats
+(the muons keep all 23, as the demo always wrote them)."""
+
+
+def _nano_float(x: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """``x`` as float32 rounded to :data:`NANO_MANTISSA_BITS` bits of mantissa: NanoAOD's lossy
+    float storage, which also lets the branches compress (the files stay small)."""
+    bits = x.astype(np.float32).view(np.uint32)
+    drop = 23 - NANO_MANTISSA_BITS
+    half = np.uint32(1 << (drop - 1))
+    rounded = (bits + half) & np.uint32(~((1 << drop) - 1) & 0xFFFFFFFF)
+    out: np.ndarray[Any, Any] = rounded.view(np.float32)
+    return out
+
+
+def _collection(
+    counts: np.ndarray[Any, Any],
+    pt: np.ndarray[Any, Any],
+    eta: np.ndarray[Any, Any],
+    phi: np.ndarray[Any, Any],
+    mass: float,
+    charge: np.ndarray[Any, Any],
+) -> ak.Array:
+    """A jagged NanoAOD collection (``pt``, ``eta``, ``phi``, ``mass``, ``charge``; ``counts``
+    per event), each event's particles sorted by decreasing pt, as NanoAOD sorts them."""
+    particles = ak.unflatten(
         ak.zip(
             {
                 "pt": pt.astype(np.float32),
                 "eta": eta.astype(np.float32),
                 "phi": phi.astype(np.float32),
+                "mass": np.full(pt.size, mass, np.float32),
                 "charge": charge.astype(np.int32),
             }
         ),
         counts,
     )
-    muons = muons[ak.argsort(muons["pt"], axis=1, ascending=False, stable=True)]
-    return {
-        "event": np.arange(first, first + n, dtype=np.int64),
-        **{f"Muon_{k}": muons[k] for k in ("pt", "eta", "phi", "charge")},
-    }
+    return particles[ak.argsort(particles["pt"], axis=1, ascending=False, stable=True)]
 
 
 def _check_count(name: str, value: Any, minimum: int) -> None:
@@ -112,11 +175,12 @@ def write_demo_dataset(
     catalog = directory / "catalog.yaml"
     catalog.unlink(missing_ok=True)
     rng = np.random.default_rng(seed)
+    more = np.random.default_rng([seed, 1])
     files = []
     first = 0
     for i in range(n_files):
         n = n_events // n_files + (1 if i < n_events % n_files else 0)
-        data = _events(rng, n, first)
+        data = _events(rng, more, n, first)
         path = directory / f"part-{i:03d}.root"
         _write_tree(data, path)
         files.append({"url": path.name, "n_events": n, "n_bytes": path.stat().st_size})
@@ -129,11 +193,14 @@ def write_demo_dataset(
 def _write_tree(data: dict[str, Any], path: Path) -> None:
     """``data`` as TTree ``Events`` of ``path``, written atomically."""
     with atomic_path(path) as tmp, uproot.recreate(tmp) as f:
-        # mktree + extend: since uproot 5.7, f[name] = {...} would write an RNTuple.
+        # mktree + extend: since uproot 5.7, f[name] = {...} would write an RNTuple. A
+        # collection (a jagged record) becomes NanoAOD's branches: nMuon, Muon_pt, ...
         f.mktree(
             "Events",
-            {name: (np.int64 if name == "event" else a.type.content) for name, a in data.items()},
-            counter_name=lambda _: "nMuon",
+            {
+                name: (a.type.content if isinstance(a, ak.Array) else a.dtype)
+                for name, a in data.items()
+            },
         )
         f["Events"].extend(data)
 

@@ -10,26 +10,69 @@ The cache lives in a directory of its own (never under Dask's scratch space, whi
 when a worker closes) with an ``index.json`` written atomically after each change; a restarted
 worker finds its cache intact. Files are pinned while packets read them, and never evicted
 while pinned. A second reader of a file being fetched waits for that fetch.
+
+Integrity (docs/runtime.md, "Faults"): each copy's adler32 is recorded in the index when it is
+fetched. A copy is used only while its size, inode and times are those it had when its checksum
+was last verified in this process: every use costs one ``stat``; the first use in a process,
+and the first after any change, reads the whole copy and checks its adler32. A copy that fails
+is dropped and fetched again, never read. A full disk (``ENOSPC``, ``EDQUOT``, or less free
+space than the file needs even after evicting what may be evicted) raises
+:class:`~datasched.runtime.storage.LocalDiskFull`, leaving no partial file behind: the caller
+reads the file where it is. What was dropped without the caller's knowledge (evictions for a
+fetch that then failed, corrupted copies) is kept for :meth:`DiskCache.take_news`, so that the
+master's directory never believes a file is cached that is not.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import logging
 import os
 import re
 import threading
 import time
+import zlib
 from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from datasched._files import atomic_write_text
+from datasched.runtime.storage import LocalDiskFull, is_disk_full
 
-__all__ = ["Acquired", "DiskCache", "StagingArea", "cache_file_name"]
+__all__ = ["Acquired", "DiskCache", "StagingArea", "cache_file_name", "file_adler32"]
 
 INDEX = "index.json"
+INDEX_VERSION = 2
+"""Version 2 records each file's adler32; a version-1 index's files cannot be checked and are
+dropped (fetched again when next used)."""
+CHECK_BLOCK_BYTES = 1 << 20
+
+log = logging.getLogger("datasched.cache")
+
+Signature = tuple[int, int, int, int]
+"""A copy's size, inode, modification and change times (ns): what a ``stat`` tells of it. A
+copy written in place, replaced, truncated or touched has another (the change time cannot be
+set back by a user, as the modification time can)."""
+
+
+def file_adler32(path: Path) -> int:
+    """The adler32 of the file at ``path`` (as XRootD computes it), read in 1 MiB blocks."""
+    value = 1
+    with path.open("rb") as fh:
+        while block := fh.read(CHECK_BLOCK_BYTES):
+            value = zlib.adler32(block, value)
+    return value
+
+
+def _signature(path: Path) -> Signature | None:
+    try:
+        st = os.stat(path)  # noqa: PTH116 (one syscall per use, on the hot path)
+    except OSError:
+        return None
+    return (st.st_size, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def cache_file_name(url: str) -> str:
@@ -51,6 +94,9 @@ class Acquired:
     bytes_fetched: int = 0
     added: list[str] = field(default_factory=list)
     evicted: list[str] = field(default_factory=list)
+    signature: Signature | None = None
+    """The cached copy's signature when it was verified (None: not a cache copy); a copy
+    that no longer has it changed while in use (:meth:`DiskCache.intact`)."""
 
 
 class DiskCache:
@@ -63,6 +109,16 @@ class DiskCache:
         self.capacity_bytes = capacity_bytes
         self._lock = threading.Lock()
         self._entries: OrderedDict[str, int] = OrderedDict()  # url -> bytes; oldest use first
+        self._sums: dict[str, int] = {}
+        """Each cached file's adler32, recorded when it was fetched."""
+        self._checked: dict[str, Signature] = {}
+        """Each copy's signature when this process last verified its checksum."""
+        self._dropped: list[str] = []
+        """Files dropped that no caller reported as evicted (for :meth:`take_news`)."""
+        self._corrupted: list[str] = []
+        """Files whose copy failed its check and was dropped (for :meth:`take_news`)."""
+        self.disk_full: str = ""
+        """Why the last fetch found the disk full ("" if none did)."""
         self._pins: Counter[str] = Counter()
         self._fetching: dict[str, threading.Event] = {}
         self._began: dict[str, float] = {}
@@ -111,48 +167,178 @@ class DiskCache:
 
         With ``keep`` the fetched copy enters the cache (evicting least recently used
         unpinned files to make room); without it, or when it cannot fit, the copy is
-        temporary. A cached file is pinned until :meth:`release`.
+        temporary. A cached file is pinned until :meth:`release`. A cached copy is checked
+        before it is handed out (see the module docstring); one that fails is dropped and
+        fetched again. Raises :class:`LocalDiskFull` when the disk has no room for the copy.
         """
         while True:
+            verify = False
+            waiting: threading.Event | None = None
             with self._lock:
                 if url in self._entries:
                     self._entries.move_to_end(url)
                     self._pins[url] += 1
-                    return Acquired(url, self.path_of(url), hit=True, cached=True)
-                waiting = self._fetching.get(url)
-                if waiting is None:
-                    evicted: list[str] = []
-                    cacheable = keep and self._make_room(size, evicted)
-                    if cacheable:
-                        self._fetching[url] = threading.Event()
-                        self._began[url] = time.time()
-                        self._reserved += size
-                    if evicted:
-                        self._save()
-                    break
-            waiting.wait()
-        if not cacheable:
-            tmp = self.root / f"tmp-{os.getpid()}-{threading.get_ident()}-{cache_file_name(url)}"
-            n = fetch(tmp)
-            return Acquired(url, tmp, hit=False, cached=False, bytes_fetched=n, evicted=evicted)
+                    path = self.path_of(url)
+                    seen = self._checked.get(url)
+                    if seen is not None and seen == _signature(path):
+                        return Acquired(url, path, hit=True, cached=True, signature=seen)
+                    verify = True
+                else:
+                    waiting = self._fetching.get(url)
+                    if waiting is None:
+                        evicted: list[str] = []
+                        room = self._make_room(size, evicted) if keep else "no"
+                        if room == "yes":
+                            self._fetching[url] = threading.Event()
+                            self._began[url] = time.time()
+                            self._reserved += size
+                        if evicted:
+                            self._save()
+                        break
+            if verify:
+                checked = self._verify(url)
+                if checked is not None:
+                    return Acquired(url, path, hit=True, cached=True, signature=checked)
+                continue  # dropped: fetch it again
+            if waiting is not None:
+                waiting.wait()
+        if room != "yes":
+            return self._temporary(url, size, fetch, evicted, full=room == "full")
         part = self.path_of(url).with_suffix(".part")
         try:
             n = fetch(part)
+            checksum = file_adler32(part)
             part.replace(self.path_of(url))
-        except BaseException:
+            signature = _signature(self.path_of(url))
+        except BaseException as exc:
+            part.unlink(missing_ok=True)
             with self._lock:
                 self._reserved -= size
+                self._dropped += evicted
                 self._began.pop(url, None)
                 self._fetching.pop(url).set()
+            if is_disk_full(exc) and not isinstance(exc, LocalDiskFull):
+                raise self._full(exc) from exc
+            if isinstance(exc, LocalDiskFull):
+                self.disk_full = str(exc)
             raise
         with self._lock:
             self._reserved -= size
             self._entries[url] = n
-            self._pins[url] += 1
-            self._save()
+            self._sums[url] = checksum
+            if signature is not None:
+                self._checked[url] = signature
+            saved = self._save()
+            if not saved:  # no room for the index: the copy would not survive a restart
+                self._forget(url)
+                self._dropped += evicted
             self._began.pop(url, None)
             self._fetching.pop(url).set()
-        return Acquired(url, self.path_of(url), False, True, n, added=[url], evicted=evicted)
+            if saved:
+                self._pins[url] += 1
+        if not saved:
+            raise self._full(OSError(errno.ENOSPC, "no space left for the cache's index"))
+        return Acquired(url, self.path_of(url), False, True, n, [url], evicted, signature=signature)
+
+    def _temporary(
+        self, url: str, size: int, fetch: Callable[[Path], int], evicted: list[str], *, full: bool
+    ) -> Acquired:
+        """A copy for one reader, outside the cache (it does not fit, or is not to be kept)."""
+        if full:
+            with self._lock:
+                self._dropped += evicted
+            raise self._full(OSError(errno.ENOSPC, "less free space than the file needs"))
+        tmp = self.root / f"tmp-{os.getpid()}-{threading.get_ident()}-{cache_file_name(url)}"
+        try:
+            n = fetch(tmp)
+        except BaseException as exc:
+            tmp.unlink(missing_ok=True)
+            with self._lock:
+                self._dropped += evicted
+            if is_disk_full(exc) and not isinstance(exc, LocalDiskFull):
+                raise self._full(exc) from exc
+            raise
+        return Acquired(url, tmp, hit=False, cached=False, bytes_fetched=n, evicted=evicted)
+
+    def _full(self, exc: BaseException) -> LocalDiskFull:
+        reason = getattr(exc, "strerror", None) or str(exc)
+        self.disk_full = f"{self.root}: {reason}"
+        return LocalDiskFull(getattr(exc, "errno", None) or errno.ENOSPC, self.disk_full)
+
+    def _verify(self, url: str) -> Signature | None:
+        """Check the cached copy of ``url`` (pinned by the caller) against its recorded size
+        and adler32; returns its signature if it passes. One that fails is dropped (even if
+        other readers hold it: they read their open handle), and the caller's pin with it."""
+        path = self.path_of(url)
+        before = _signature(path)
+        with self._lock:
+            expected = (self._entries.get(url), self._sums.get(url))
+        problem = ""
+        if before is None:
+            problem = "missing"
+        elif before[0] != expected[0]:
+            problem = f"{before[0]} bytes, {expected[0]} expected"
+        else:
+            try:
+                got = file_adler32(path)
+            except OSError as exc:
+                problem = f"unreadable: {exc}"
+            else:
+                if got != expected[1]:
+                    problem = f"adler32 {got:08x}, {expected[1] or 0:08x} expected"
+                elif _signature(path) != before:
+                    problem = "changed while it was checked"
+        with self._lock:
+            if not problem:
+                assert before is not None
+                self._checked[url] = before
+                return before
+            self._unpin(url)
+            # Another reader may have dropped it and fetched a good copy meanwhile: keep that.
+            if url in self._entries and _signature(path) == before:
+                self._forget(url)
+                self._dropped.append(url)
+                self._corrupted.append(url)
+                self._save()
+                log.warning("cache %s: dropped the copy of %s (%s)", self.root, url, problem)
+        return None
+
+    def intact(self, acquired: Acquired) -> bool:
+        """Whether a cached copy handed out is still the one verified (not modified, replaced
+        or truncated while it was read); True for temporary copies."""
+        return acquired.signature is None or _signature(acquired.path) == acquired.signature
+
+    def checksum(self, url: str) -> int | None:
+        """The adler32 recorded for the cached copy of ``url`` (None: not cached)."""
+        with self._lock:
+            return self._sums.get(url) if url in self._entries else None
+
+    def verified(self, url: str) -> bool:
+        """Whether ``url`` is cached and its copy passes its check now (a peer is about to be
+        served it); a copy that fails is dropped."""
+        with self._lock:
+            if url not in self._entries:
+                return False
+            self._pins[url] += 1
+            seen = self._checked.get(url)
+            if seen is not None and seen == _signature(self.path_of(url)):
+                self._unpin(url)
+                return True
+        if self._verify(url) is None:
+            return False
+        with self._lock:
+            self._unpin(url)
+        return True
+
+    def take_news(self) -> tuple[list[str], list[str]]:
+        """``(dropped, corrupted)`` since the last call: files dropped that no caller reported
+        as evicted (and not cached again since), and those whose copy failed its check. The
+        worker passes them on to the master with its next result."""
+        with self._lock:
+            dropped = [u for u in dict.fromkeys(self._dropped) if u not in self._entries]
+            corrupted = self._corrupted
+            self._dropped, self._corrupted = [], []
+        return dropped, corrupted
 
     def release(self, acquired: Acquired) -> None:
         """Unpin a cached file, or delete a temporary copy."""
@@ -175,17 +361,17 @@ class DiskCache:
 
     def unpin(self, url: str) -> None:
         with self._lock:
-            if self._pins[url] > 0:
-                self._pins[url] -= 1
-            if self._pins[url] <= 0:
-                del self._pins[url]
+            self._unpin(url)
 
-    def discard(self, url: str) -> bool:
-        """Drop ``url`` (e.g. a copy that turned out unreadable) unless it is pinned."""
+    def discard(self, url: str, *, unasked: bool = False) -> bool:
+        """Drop ``url`` (e.g. a copy that turned out unreadable) unless it is pinned.
+        ``unasked``: the master did not ask for it, so :meth:`take_news` reports it."""
         with self._lock:
             if url not in self._entries or self._pins[url]:
                 return False
             self._drop(url)
+            if unasked:
+                self._dropped.append(url)
             self._save()
             return True
 
@@ -200,47 +386,85 @@ class DiskCache:
 
     # -- internals (called with the lock held) ------------------------------------------------
 
-    def _make_room(self, size: int, evicted: list[str]) -> bool:
+    def _unpin(self, url: str) -> None:
+        if self._pins[url] > 0:
+            self._pins[url] -= 1
+        if self._pins[url] <= 0:
+            del self._pins[url]
+
+    def _make_room(self, size: int, evicted: list[str]) -> str:
+        """``yes`` (room made, evicting least recently used unpinned files into
+        ``evicted``), ``no`` (over the capacity however much is evicted: read through a
+        temporary copy) or ``full`` (the disk has less free space than the file needs, even
+        after evicting what may be evicted)."""
         if size > self.capacity_bytes:
-            return False
+            return "no"
         used = sum(self._entries.values()) + self._reserved
-        if used + size <= self.capacity_bytes:
-            return True
         unpinned = [url for url in self._entries if not self._pins[url]]
         freeable = sum(self._entries[u] for u in unpinned)
         if used - freeable + size > self.capacity_bytes:
-            return False  # pinned files fill the cache: read through without keeping
+            return "no"  # pinned files fill the cache: read through without keeping
+        # The disk may hold less than the capacity (other files, a small volume): what is
+        # fetched meanwhile (``_reserved``, counted whole) is yet to be written.
+        free = self._free_bytes() - self._reserved
+        if free + freeable < size:
+            return "full"
         for url in unpinned:
-            if used + size <= self.capacity_bytes:
+            if used + size <= self.capacity_bytes and free >= size:
                 break
             used -= self._entries[url]
+            free += self._entries[url]
             self._drop(url)
             evicted.append(url)
-        return True
+        return "yes"
+
+    def _free_bytes(self) -> int:
+        try:
+            st = os.statvfs(self.root)
+        except OSError:
+            return 1 << 62  # cannot tell: let the write find out
+        return st.f_bavail * st.f_frsize
 
     def _drop(self, url: str) -> None:
+        self._forget(url)
+
+    def _forget(self, url: str) -> None:
         del self._entries[url]
+        self._sums.pop(url, None)
+        self._checked.pop(url, None)
         self.path_of(url).unlink(missing_ok=True)
 
-    def _save(self) -> None:
-        doc = {"version": 1, "files": [{"url": u, "bytes": n} for u, n in self._entries.items()]}
-        atomic_write_text(self.root / INDEX, json.dumps(doc))
+    def _save(self) -> bool:
+        """Write the index; False when the disk has no room for it (the index on disk is
+        then the previous one, and a restart drops what it does not list)."""
+        files = [{"url": u, "bytes": n, "adler32": self._sums[u]} for u, n in self._entries.items()]
+        doc = {"version": INDEX_VERSION, "files": files}
+        try:
+            atomic_write_text(self.root / INDEX, json.dumps(doc))
+        except OSError as exc:
+            if is_disk_full(exc):
+                self.disk_full = f"{self.root}: {exc.strerror}"
+                return False
+            raise
+        return True
 
     def _load(self) -> None:
         """Read the index, keeping only files present with their recorded size; anything
         else in the directory (partial fetches, strays) is deleted."""
-        known: dict[str, int] = {}
+        known: dict[str, tuple[int, int]] = {}
         try:
             doc = json.loads((self.root / INDEX).read_text())
-            for item in doc.get("files", []):
-                known[str(item["url"])] = int(item["bytes"])
+            if doc.get("version") == INDEX_VERSION:
+                for item in doc.get("files", []):
+                    known[str(item["url"])] = (int(item["bytes"]), int(item["adler32"]))
         except (FileNotFoundError, ValueError, KeyError, TypeError, AttributeError):
             known = {}
         keep_names = {INDEX}
-        for url, n in known.items():
+        for url, (n, checksum) in known.items():
             path = self.path_of(url)
             if path.is_file() and path.stat().st_size == n:
                 self._entries[url] = n
+                self._sums[url] = checksum  # verified on first use
                 keep_names.add(path.name)
         for path in self.root.iterdir():
             if path.name not in keep_names and path.is_file():

@@ -88,6 +88,7 @@ from datasched.core.events import (
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import Job
 from datasched.core.scheduler import Scheduler
+from datasched.runtime.cachefaults import CacheFaults
 from datasched.runtime.commands import CommandSpec
 from datasched.runtime.datamoves import evict_files, pin_files, unpin_files
 from datasched.runtime.jobspec import JobSpec, processor_for
@@ -178,6 +179,7 @@ class RuntimeEngine(JobLimits, Serving, PacketStreams, DataMoves):
         self._t0 = 0.0
         self._t0_wall = 0.0
         self._notes: list[str] = []
+        self._cache_faults = CacheFaults()
         self._run_id = uuid.uuid4().hex[:8]
         self._tasks: set[asyncio.Task[None]] = set()
         self._outputs: dict[str, Any] = {}
@@ -323,7 +325,12 @@ class RuntimeEngine(JobLimits, Serving, PacketStreams, DataMoves):
             packets=self._stats,
             scheduling_s=self._scheduling_s + self._events.scheduling_s,
             results=dict(self._outputs),
-            notes=[*self._notes, *(self._lost_note(lost) for lost in self._lost)],
+            notes=[
+                *self._notes,
+                *self._cache_faults.notes(),
+                *(self._lost_note(lost) for lost in self._lost),
+            ],
+            cache_faults=self._cache_faults.as_dict(),
             workers=[w.name for w in self.workers],
             workers_lost=[dict(lost) for lost in self._lost],
             started_wall=self._t0_wall,

@@ -7,7 +7,11 @@ reading only the branches the processor uses.
 * ``schema: base`` or ``nanoaod``: NanoEvents built by coffea's factory in its virtual mode
   (the ``coffea`` extra), with ``events.metadata`` holding the dataset, the file's URL, the
   tree, the entry range and the file's UUID, as coffea's Runner gives them, and the
-  dataset's own metadata.
+  dataset's own metadata. A job's ``schema_options`` (an allow-list per schema,
+  :data:`SCHEMA_OPTIONS`) are the schema class's class attributes, such as NanoAODSchema's
+  ``error_missing_event_ids``: they are set here, in the process that builds the events, on a
+  subclass made for them (:func:`schema_class`), so that jobs with other options running in
+  the same worker at the same time each see their own, and coffea's class is left as it is.
 
 Either way the packet reports the bytes it read: the stored size of the baskets of the
 branches it touched that overlap its entries (what uproot reads and decompresses).
@@ -21,8 +25,10 @@ file its node caches pay that price once, not once per packet.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
+import warnings
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -33,17 +39,32 @@ import uproot
 
 __all__ = [
     "SCHEMAS",
+    "SCHEMA_OPTIONS",
     "EventsError",
     "ReadSpec",
     "branch_bytes",
     "forget_open_files",
     "open_events",
+    "schema_class",
+    "schema_mismatch",
     "trees_in",
 ]
 
 SCHEMAS = ("none", "base", "nanoaod")
 """How a job sees its events: flat arrays, or coffea's NanoEvents with its BaseSchema or
 NanoAODSchema."""
+
+SCHEMA_OPTIONS: dict[str, dict[str, type]] = {
+    "none": {},
+    "base": {},
+    "nanoaod": {"error_missing_event_ids": bool, "warn_missing_crossrefs": bool},
+}
+"""The options a job may set per schema (class attributes of coffea's schema class), with
+their types: an allow-list, since an option is set on a class that builds everyone's events
+(docs/runtime.md, "Schemas and their options")."""
+
+SchemaOptions = tuple[tuple[str, Any], ...]
+"""A job's schema options, sorted by name (hashable: they key the classes made for them)."""
 
 
 class EventsError(ValueError):
@@ -60,6 +81,8 @@ class ReadSpec:
     schema: str = "none"
     columns: tuple[str, ...] | None = None
     """Branch names or globs to read; None: whatever the processor touches."""
+    schema_options: SchemaOptions = ()
+    """The schema class's attributes to set (names from :data:`SCHEMA_OPTIONS`)."""
 
 
 def trees_in(f: Any) -> list[str]:
@@ -313,12 +336,84 @@ def nanoevents_metadata(
     }
 
 
+def schema_class(schema: str, options: SchemaOptions = ()) -> Any:
+    """coffea's schema class for ``schema`` (``base`` or ``nanoaod``), or, with ``options``,
+    a subclass of it with those class attributes (one per schema and options, made once in
+    each process). ``ValueError`` for an option not in :data:`SCHEMA_OPTIONS` or of the
+    wrong type: what the jobs file's check refused cannot be set here either."""
+    allowed = SCHEMA_OPTIONS.get(schema)
+    if allowed is None or schema == "none":
+        raise ValueError(f"schema {schema!r} has no schema class")
+    for name, value in options:
+        kind = allowed.get(name)
+        if kind is None or type(value) is not kind:
+            raise ValueError(f"schema {schema!r}: option {name!r}={value!r} is not allowed")
+    return _schema_class(schema, tuple(sorted(options)))
+
+
+@functools.lru_cache(maxsize=64)
+def _schema_class(schema: str, options: SchemaOptions) -> Any:
+    from coffea.nanoevents import BaseSchema, NanoAODSchema
+
+    base = {"base": BaseSchema, "nanoaod": NanoAODSchema}[schema]
+    if not options:
+        return base
+    # The subclass keeps the base's name: coffea and users' messages show the schema they
+    # chose.
+    return type(base.__name__, (base,), {"__module__": base.__module__, **dict(options)})
+
+
+def schema_mismatch(url: str, tree: str, schema: str, options: SchemaOptions = ()) -> str | None:
+    """Why the tree ``tree`` of the file ``url`` does not fit ``schema`` with ``options``, in
+    one line; None where it does. Cheap: it builds the NanoEvents of the first entries, which
+    reads the tree's metadata (the branches and their types) and no event data, and is where
+    coffea's schemas refuse a file (a NanoAOD file without its event ids, a collection whose
+    branches do not line up). ``OSError`` where the file cannot be opened."""
+    import uproot
+
+    if schema == "none":
+        return None
+    cls = schema_class(schema, options)
+    with uproot.open(url) as f:
+        try:
+            t = _tree(f, url, tree)
+        except EventsError as exc:
+            return str(exc)
+        if schema == "nanoaod" and cls.error_missing_event_ids:
+            names = set(t.keys(recursive=False))
+            missing = [name for name in cls.event_ids if name not in names]
+            if missing:
+                return (
+                    f"{url} (tree {tree}) has no branch {', '.join(missing)}, which "
+                    f"NanoAODSchema requires as event ids (or set schema_options: "
+                    f"{{error_missing_event_ids: false}}, or use schema: base)"
+                )
+        try:
+            from coffea.nanoevents import NanoEventsFactory
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # what the workers will warn of, once each
+                events = NanoEventsFactory.from_root(
+                    f,
+                    treepath=tree,
+                    mode="virtual",
+                    entry_start=0,
+                    entry_stop=min(int(t.num_entries), 1),
+                    schemaclass=cls,
+                ).events()
+                events.fields  # noqa: B018 (the form is built: nothing read)
+        except Exception as exc:
+            text = " ".join(str(exc).split())[:300] or type(exc).__name__
+            return f"{url} (tree {tree}) does not fit coffea's {cls.__name__}: {text}"
+    return None
+
+
 def _nanoevents(
     f: Any, url: str, t: Any, tree: str, read: ReadSpec, start: int, stop: int, log: list[Any]
 ) -> Any:
-    from coffea.nanoevents import BaseSchema, NanoAODSchema, NanoEventsFactory
+    from coffea.nanoevents import NanoEventsFactory
 
-    schema = {"base": BaseSchema, "nanoaod": NanoAODSchema}[read.schema]
+    schema = schema_class(read.schema, read.schema_options)
     metadata = nanoevents_metadata(read, url, tree, start, stop, str(f.file.uuid))
     options: dict[str, Any] = {}
     if read.columns is not None:

@@ -10,6 +10,7 @@ from typing import Any, Protocol
 import uproot
 
 from datasched.runtime.dataset import Dataset
+from datasched.runtime.events import SCHEMA_OPTIONS, SchemaOptions, schema_mismatch
 from datasched.runtime.outputs import OUTPUT_SUFFIXES, coffea_available
 from datasched.runtime.processor import (
     Processor,
@@ -19,7 +20,15 @@ from datasched.runtime.processor import (
     ship,
 )
 
-__all__ = ["COFFEA_HINT", "Err", "check_columns", "check_output", "check_processor"]
+__all__ = [
+    "COFFEA_HINT",
+    "Err",
+    "check_columns",
+    "check_output",
+    "check_processor",
+    "check_schema",
+    "check_schema_options",
+]
 
 COFFEA_HINT = "needs coffea: pip install 'datasched[coffea]'"
 
@@ -89,3 +98,61 @@ def check_columns(
         except OSError as exc:
             raise err("columns", f"cannot check them on {first.url}: {exc}") from exc
     return tuple(value)
+
+
+def check_schema_options(value: Any, schema: str, err: Err) -> SchemaOptions:
+    """The job's ``schema_options``: a mapping of the options ``schema`` allows
+    (:data:`~datasched.runtime.events.SCHEMA_OPTIONS`), each of its type; sorted pairs."""
+    if value is None:
+        return ()
+    if not isinstance(value, Mapping):
+        raise err("schema_options", f"expected a mapping of option names, got {value!r}")
+    allowed = SCHEMA_OPTIONS[schema]
+    unknown = sorted(str(k) for k in value if k not in allowed)
+    if unknown:
+        known = ", ".join(sorted(allowed)) if allowed else "none"
+        raise err(
+            "schema_options",
+            f"unknown option {unknown[0]!r} for schema {schema!r} (expected: {known})",
+        )
+    for name, kind in allowed.items():
+        if name in value and type(value[name]) is not kind:
+            raise err(
+                "schema_options",
+                f"option {name!r}: expected a {kind.__name__}, got {value[name]!r}",
+            )
+    return tuple(sorted((str(k), v) for k, v in value.items()))
+
+
+def check_schema(
+    schema: str,
+    options: SchemaOptions,
+    datasets: Mapping[str, Dataset],
+    err: Err,
+    checked: dict[tuple[str, str, str, SchemaOptions], str | None] | None = None,
+) -> None:
+    """Each dataset's first file read with ``schema`` and ``options`` as a worker will read
+    it (coffea's factory builds the events of its first entry: the branches' metadata, no
+    event data), so that a file the schema refuses is found now, in one line naming the
+    dataset, and not on the workers after the run started. ``checked`` remembers the files
+    already checked (many jobs read the same dataset)."""
+    if schema == "none":
+        return
+    for dataset in datasets.values():
+        first = dataset.files[0]
+        if first.url.endswith(".parquet"):
+            continue
+        key = (first.url, first.tree, schema, options)
+        if checked is not None and key in checked:
+            reason = checked[key]
+        else:
+            try:
+                reason = schema_mismatch(first.url, first.tree, schema, options)
+            except OSError as exc:
+                raise err(
+                    "schema", f"dataset {dataset.name!r}: cannot check {first.url}: {exc}"
+                ) from exc
+            if checked is not None:
+                checked[key] = reason
+        if reason is not None:
+            raise err("schema", f"dataset {dataset.name!r} does not fit it: {reason}")

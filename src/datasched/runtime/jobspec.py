@@ -17,6 +17,7 @@ papers' experiments)::
         processor: analysis.py:MyProcessor
         processor_args: {era: 2018}       # the processor class's constructor arguments
         schema: nanoaod                   # events as NanoEvents (none: flat arrays)
+        schema_options: {error_missing_event_ids: false}   # the schema class's options
         output: out/mine.coffea           # written with coffea.util.save
 
 Everything is checked before anything starts; a problem is one :class:`JobSpecError` naming
@@ -43,8 +44,15 @@ from datasched.runtime.dataset import (
     open_dataset,
     read_yaml,
 )
-from datasched.runtime.events import SCHEMAS, ReadSpec
-from datasched.runtime.jobchecks import Err, check_columns, check_output, check_processor
+from datasched.runtime.events import SCHEMAS, ReadSpec, SchemaOptions
+from datasched.runtime.jobchecks import (
+    Err,
+    check_columns,
+    check_output,
+    check_processor,
+    check_schema,
+    check_schema_options,
+)
 from datasched.runtime.processor import Processor, ShippedProcessor, load_processor, ship
 from datasched.sandbox.confine import Confinement, UserCode
 
@@ -61,6 +69,7 @@ JOB_KEYS = frozenset(
         "processor",
         "processor_args",
         "schema",
+        "schema_options",
         "columns",
         "output",
         "submit_s",
@@ -100,6 +109,9 @@ class JobSpec:
     processor_args: Mapping[str, Any] = field(default_factory=dict, compare=False)
     schema: str = "none"
     columns: tuple[str, ...] | None = None
+    schema_options: SchemaOptions = ()
+    """The schema class's options (``schema_options`` of the jobs file), set on the workers
+    where the events are built."""
     group: str | None = None
     """The fileset job this dataset's job is part of: the group's jobs write one output."""
     user: str = "user"
@@ -131,7 +143,13 @@ class JobSpec:
     @property
     def read(self) -> ReadSpec:
         """How its packets read their events."""
-        return ReadSpec(self.dataset.name, self.dataset.metadata, self.schema, self.columns)
+        return ReadSpec(
+            self.dataset.name,
+            self.dataset.metadata,
+            self.schema,
+            self.columns,
+            self.schema_options,
+        )
 
     @property
     def output_of(self) -> str:
@@ -252,6 +270,8 @@ class _Context:
     skip_bad_files: bool
     checked: dict[str, tuple[Processor, ShippedProcessor]] = field(default_factory=dict)
     """Processors already loaded and shipped (by reference and arguments)."""
+    schemas: dict[tuple[str, str, str, SchemaOptions], str | None] = field(default_factory=dict)
+    """Files already checked against a schema, and what was found."""
 
 
 def _job(ctx: _Context, n: int, raw: Any) -> list[JobSpec]:
@@ -313,6 +333,8 @@ def _job(ctx: _Context, n: int, raw: Any) -> list[JobSpec]:
     if schema not in SCHEMAS:
         raise err("schema", f"expected one of {', '.join(SCHEMAS)}, got {schema!r}")
     columns = check_columns(job.get("columns"), schema, datasets, err)
+    schema_options = check_schema_options(job.get("schema_options"), schema, err)
+    check_schema(schema, schema_options, datasets, err, ctx.schemas)
     output = check_output(job.get("output"), ctx.out_dir / f"{job_id}.pkl", ctx.base, err)
 
     submit = job.get("submit_s", 0.0)
@@ -345,6 +367,7 @@ def _job(ctx: _Context, n: int, raw: Any) -> list[JobSpec]:
         "base_dir": ctx.base,
         "processor_args": dict(args),
         "schema": schema,
+        "schema_options": schema_options,
         "columns": columns,
         "skipped": tuple(skipped or ()),
         "loaded": ctx.checked[key],

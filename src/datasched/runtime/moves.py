@@ -14,6 +14,7 @@ from datasched.core.actions import Evict, Fetch, Replicate
 from datasched.core.data import DataSpace
 from datasched.core.events import CacheChanged, Event, FetchDone, TransferDone
 from datasched.core.intervals import IntervalSet
+from datasched.runtime.cachefaults import CacheFaults
 from datasched.runtime.datamoves import FileToMove, MoveResult, move_files
 from datasched.runtime.streams import _Worker
 
@@ -29,6 +30,7 @@ class DataMoves:
     workers: list[_Worker]
     _moves: dict[int, tuple[Fetch | Replicate | Evict, Future[Any]]]
     _run_id: str
+    _cache_faults: CacheFaults
 
     def now(self) -> float:
         raise NotImplementedError
@@ -95,6 +97,7 @@ class DataMoves:
             return
         result = payload if ok else MoveResult(self.workers[action.node].name)
         assert isinstance(result, MoveResult)
+        self._cache_faults.copies(self.workers[action.node].name, result.corrupted)
         added = self.space.events_of(result.cached)
         evicted = self.space.events_of(result.evicted)
         if isinstance(action, Replicate):

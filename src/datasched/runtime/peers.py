@@ -6,9 +6,12 @@ from tertiary storage).
 Every worker serves its cache through one handler of its Dask server (:data:`PEER_OP`),
 registered by the cache plugin: ``state`` says whether a file is cached there, being fetched,
 or absent (``status`` adds when that fetch began); ``read`` returns a block of a cached file
-(pinned while it is read, so it is not evicted under the reader). The reading worker calls
-it from a packet's or a move's thread through its own connection pool (``worker.rpc``), block
-after block, and checks the size.
+(pinned while it is read, so it is not evicted under the reader); ``sum`` the adler32 the
+cache recorded when it fetched the file. The reading worker calls it from a packet's or a
+move's thread through its own connection pool (``worker.rpc``), block after block, and checks
+the size and the adler32 of what it received against the peer's record: a corrupted copy is
+served to nobody (the peer checks its copy before serving the first block, and the reader
+checks what arrived).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,6 +35,7 @@ __all__ = [
     "PEER_BLOCK_BYTES",
     "PEER_OP",
     "PEER_POLL_S",
+    "CorruptCopy",
     "PeerServer",
     "await_peer",
     "peer_copy",
@@ -42,6 +47,10 @@ PEER_OP = "datasched_peer"
 PEER_BLOCK_BYTES = 4 << 20
 """Bytes per message: a file travels in blocks, so no message holds a whole large file."""
 PEER_POLL_S = 0.05
+
+
+class CorruptCopy(StorageError):
+    """A peer's copy arrived with another adler32 than the peer recorded for it."""
 
 
 class PeerServer:
@@ -61,11 +70,16 @@ class PeerServer:
             return list(self.cache.status(url))
         if action == "read":
             return await asyncio.to_thread(self._read, url, offset, size)
+        if action == "sum":
+            return self.cache.checksum(url)
         raise ValueError(f"{PEER_OP}: unknown action {action!r}")
 
     def _read(self, url: str, offset: int, size: int) -> bytes | None:
         """Bytes ``[offset, offset + size)`` of the cached copy of ``url``, or None when it is
-        not cached (evicted meanwhile)."""
+        not cached (evicted meanwhile, or its copy failed its check: checked before the first
+        block is served)."""
+        if offset == 0 and not self.cache.verified(url):
+            return None
         if not self.cache.pin(url):
             return None
         try:
@@ -133,8 +147,10 @@ def peer_copy(
 ) -> int:
     """Copy the peer's cached ``url`` to the local ``dest`` over Dask's comms; returns the
     bytes copied. Raises :class:`StorageError` (``dest`` removed) if the peer does not have
-    it, is gone, or the copy is not ``expected_bytes`` long."""
+    it, is gone, or the copy is not ``expected_bytes`` long, and :class:`CorruptCopy` if its
+    adler32 is not the one the peer recorded when it fetched the file."""
     copied = 0
+    checksum = 1
     try:
         with dest.open("wb") as out:
             while copied < expected_bytes:
@@ -143,6 +159,7 @@ def peer_copy(
                 if not block:
                     break
                 out.write(block)
+                checksum = zlib.adler32(block, checksum)
                 copied += len(block)
             out.flush()
             if durable:
@@ -158,4 +175,17 @@ def peer_copy(
     if copied != expected_bytes:
         dest.unlink(missing_ok=True)
         raise StorageError(url, f"peer {address} has {copied} of {expected_bytes} bytes")
+    try:
+        recorded = _call(worker, address, action="sum", url=url)
+    except Exception as exc:
+        dest.unlink(missing_ok=True)
+        raise StorageError(url, f"peer {address}: {type(exc).__name__}: {exc}") from exc
+    if recorded is None:
+        dest.unlink(missing_ok=True)
+        raise StorageError(url, f"peer {address} dropped its copy while it was read")
+    if int(recorded) != checksum:
+        dest.unlink(missing_ok=True)
+        raise CorruptCopy(
+            url, f"copy from peer {address}: adler32 {checksum:08x}, {int(recorded):08x} recorded"
+        )
     return copied

@@ -131,6 +131,9 @@ class RunReport:
     notes: list[str] = field(default_factory=list)
     """Things to tell the user once (a full cache disk on a node, jobs a policy held back,
     each lost worker)."""
+    cache_faults: dict[str, Any] = field(default_factory=dict)
+    """Packets read through full cache disks and copies that failed their check, per node
+    (:meth:`datasched.runtime.cachefaults.CacheFaults.as_dict`)."""
     workers: list[str] = field(default_factory=list)
     """The workers' names (the nodes), in node order."""
     workers_lost: list[dict[str, Any]] = field(default_factory=list)
@@ -186,6 +189,7 @@ class RunReport:
             "bytes_from_tertiary": self.bytes_from_tertiary,
             "bytes_read": self.bytes_read,
             "skipped_files": [{"url": u, "reason": r} for u, r in self.skipped_files],
+            "cache_faults": self.cache_faults or {"read_through": {}, "corrupted": {}},
             "workers_lost": [dict(w) for w in self.workers_lost],
         }
 

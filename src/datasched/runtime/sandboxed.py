@@ -81,6 +81,7 @@ def sandboxed_packet(
         "metadata": dict(read.metadata),
         "schema": read.schema,
         "columns": list(read.columns) if read.columns is not None else None,
+        "schema_options": [[name, value] for name, value in read.schema_options],
     }
     with _LOCK:
         if token in _ABORTED:

@@ -13,12 +13,36 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import fsspec
 
 __all__ = ["LocalDiskFull", "StorageError", "Throttle", "copy_file", "is_disk_full", "url_size"]
 
 CHUNK_BYTES = 1 << 20
+RETRIES = 5
+BACKOFF_S = 0.5
+"""A read is retried five times, 0.5 s after the first failure and twice as long after each
+next: a storage server restarting within about 15 s costs a wait, not a failed job
+(docs/deployment.md measures it)."""
+
+XROOTD_CLIENT = {
+    "ConnectionWindow": ("XRD_CONNECTIONWINDOW", 5),
+    "ConnectionRetry": ("XRD_CONNECTIONRETRY", 1),
+    "StreamErrorWindow": ("XRD_STREAMERRORWINDOW", 1),
+    "StreamTimeout": ("XRD_STREAMTIMEOUT", 15),
+    "RequestTimeout": ("XRD_REQUESTTIMEOUT", 120),
+    "TimeoutResolution": ("XRD_TIMEOUTRESOLUTION", 1),
+}
+"""The XRootD client's own waits, bounded: by default it tries a refused connection five
+times, each in a window of 120 s, so a read from a restarting server blocked for two minutes,
+a connection that failed for good stayed failed for 30 minutes (its stream error window), and
+a read from a server cut off the network waited 60 s for its stream to time out (checked every
+15 s), its worker unable to close meanwhile. Here: one try of at most 5 s, a failure
+remembered for 1 s, a silent stream dead after 15 s, a request after 120 s, checked every
+second; :func:`copy_file`'s retries do the waiting. A value given in the environment
+(``XRD_CONNECTIONWINDOW``, ``XRD_STREAMTIMEOUT``, ...) wins."""
+_xrootd_bounded = False
 
 
 class StorageError(OSError):
@@ -76,6 +100,23 @@ class Throttle:
             self._sleep(wait)
 
 
+def bound_xrootd_waits(url: str) -> None:
+    """Set :data:`XROOTD_CLIENT` in this process's XRootD client, once, before a ``root://``
+    read."""
+    global _xrootd_bounded
+    if _xrootd_bounded or not url.startswith(("root://", "roots://")):
+        return
+    _xrootd_bounded = True
+    try:
+        from XRootD import client
+    except ImportError:  # fsspec-xrootd will say what is missing
+        return
+    put: Any = client.EnvPutInt  # type: ignore[attr-defined]  # pyxrootd's stubs omit it
+    for key, (variable, value) in XROOTD_CLIENT.items():  # ``XRD_`` + the key, in capitals
+        if variable not in os.environ:
+            put(key, value)
+
+
 def url_size(url: str) -> int:
     """Size in bytes of the file at ``url``."""
     fs, path = fsspec.core.url_to_fs(url)
@@ -90,20 +131,22 @@ def copy_file(
     dest: Path,
     *,
     throttle: Throttle | None = None,
-    retries: int = 3,
-    backoff_s: float = 0.2,
+    retries: int = RETRIES,
+    backoff_s: float = BACKOFF_S,
     expected_bytes: int | None = None,
     durable: bool = True,
 ) -> int:
     """Copy ``url`` to the local path ``dest``; returns the bytes copied. ``durable``: flush
     it to disk before returning (a cache entry; not a copy staged for one reader).
 
-    Transient read errors (``OSError`` other than a missing file) are retried ``retries``
-    times with exponential backoff; a missing file, or one of the wrong size when
-    ``expected_bytes`` is given, fails at once. A full local disk raises
-    :class:`LocalDiskFull` at once. On failure ``dest`` does not exist.
+    Transient read errors (``OSError`` other than a missing file: a server that refuses or
+    drops the connection) are retried ``retries`` times with exponential backoff; a missing
+    file, or one of the wrong size when ``expected_bytes`` is given, fails at once. A full
+    local disk raises :class:`LocalDiskFull` at once. On failure ``dest`` does not exist.
     """
+    bound_xrootd_waits(url)
     attempt = 0
+    began = time.monotonic()
     while True:
         try:
             return _copy_once(url, dest, throttle, expected_bytes, durable)
@@ -116,8 +159,11 @@ def copy_file(
         except OSError as exc:
             _remove(dest)
             if attempt >= retries:
+                took = time.monotonic() - began
                 raise StorageError(
-                    url, f"read failed after {retries + 1} attempts: {exc}", transient=True
+                    url,
+                    f"read failed after {retries + 1} attempts over {took:.0f} s: {exc}",
+                    transient=True,
                 ) from exc
             time.sleep(backoff_s * 2**attempt)
             attempt += 1

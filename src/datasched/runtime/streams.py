@@ -17,6 +17,7 @@ from datasched.core.intervals import IntervalSet
 from datasched.core.model import Subjob
 from datasched.core.packets import PacketRequest
 from datasched.core.scheduler import Scheduler
+from datasched.runtime.cachefaults import CacheFaults
 from datasched.runtime.commands import CommandSpec, run_command
 from datasched.runtime.jobspec import JobSpec
 from datasched.runtime.outputs import merge
@@ -116,6 +117,7 @@ class PacketStreams:
     _tasks: set[asyncio.Task[None]]
     _t0_wall: float
     _notes: list[str]
+    _cache_faults: CacheFaults
 
     def now(self) -> float:
         raise NotImplementedError
@@ -327,6 +329,11 @@ class PacketStreams:
             url = self.space.files[self.space.file_at(a)].name
             if payload.source == "cache" or url in payload.cache_added:
                 worker.announced.discard(url)
+            elif payload.source == "direct" and url in worker.announced:
+                # Its cache disk is full: the file announced there is not coming.
+                worker.announced.discard(url)
+                self._emit(CacheChanged(self.now(), slot.node, evicted=self.space.events_of([url])))
+            self._cache_faults.packet(worker.name, url, payload.source, payload.cache_corrupted)
         jr = self._jobs[job_id]
         skip = self.config.skip_bad_files
         if ok:

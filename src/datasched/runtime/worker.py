@@ -29,6 +29,7 @@ from datasched.runtime.diskcache import Acquired, DiskCache, StagingArea
 from datasched.runtime.events import ReadSpec, forget_open_files
 from datasched.runtime.peers import (
     PEER_OP,
+    CorruptCopy,
     PeerServer,
     await_peer,
     peer_copy,
@@ -38,11 +39,19 @@ from datasched.runtime.peers import (
 from datasched.runtime.priority import packet_priority, thread_nice
 from datasched.runtime.processor import ShippedProcessor, unship, user_traceback
 from datasched.runtime.sandboxed import sandboxed_packet
-from datasched.runtime.storage import LocalDiskFull, StorageError, Throttle, copy_file
+from datasched.runtime.storage import (
+    BACKOFF_S,
+    RETRIES,
+    LocalDiskFull,
+    StorageError,
+    Throttle,
+    copy_file,
+)
 from datasched.sandbox.confine import Confinement, UserCode
 
 __all__ = [
     "CACHE_DIR_ENV",
+    "DISK_FULL_NOTE",
     "PLUGIN_NAME",
     "CacheDirError",
     "CachePlugin",
@@ -95,8 +104,8 @@ class CachePlugin(WorkerPlugin):
         capacity_bytes: int,
         *,
         tertiary_bytes_per_s: float | None = None,
-        retries: int = 3,
-        backoff_s: float = 0.2,
+        retries: int = RETRIES,
+        backoff_s: float = BACKOFF_S,
         compute_slots: int = 1,
     ) -> None:
         self.root = root
@@ -204,9 +213,12 @@ class PacketResult:
     started: float = 0.0
     """Wall-clock time (``time.time()``) the task started on the worker."""
     note: str = ""
+    """Something to tell the user once (a full cache disk)."""
     nice: int | None = None
     """The nice value its thread computed at (None: not asked for)."""
-    """Something to tell the user once (a full cache disk)."""
+    cache_corrupted: list[str] = field(default_factory=list)
+    """Files whose copy on this node (its cache's, or one arriving from a peer) failed its
+    size or adler32 check since the node's last result: dropped, fetched again, not read."""
 
 
 def cache_plugin(worker: Any = None) -> tuple[str, CachePlugin]:
@@ -249,7 +261,7 @@ def fetcher(
     the lower address on a tie) and the other waits for it. An address alone decided
     before, so a worker never waited for a peer of higher address however long that peer
     had been fetching: the demo read 4.1 to 4.8 MB from tertiary storage for 3.7 MB."""
-    info: dict[str, Any] = {"source": "cache", "from_peer": 0}
+    info: dict[str, Any] = {"source": "cache", "from_peer": 0, "corrupted": []}
     limit_s = peer_wait_s(plugin.throttle, file_bytes)
 
     def from_peer(address: str, dest: Path) -> int | None:
@@ -257,6 +269,10 @@ def fetcher(
             return None
         try:
             n = peer_copy(worker, address, url, dest, file_bytes, durable=durable)
+        except CorruptCopy as exc:
+            log.warning("%s", exc)
+            info["corrupted"].append(url)
+            return None  # not used: read from the next source
         except StorageError:
             return None  # evicted on the peer meanwhile, or the peer is gone
         info["source"], info["from_peer"] = "peer", n
@@ -293,11 +309,16 @@ def fetcher(
     return fetch, info
 
 
+DISK_FULL_NOTE = "the cache disk is full"
+"""In the note a node's first read-through gives: ``node N: the cache disk is full (...);
+reading on without caching``."""
+
+
 def _note_disk_full(node: str, plugin: CachePlugin, exc: BaseException) -> str:
     if plugin.disk_full_noted:
         return ""
     plugin.disk_full_noted = True
-    note = f"node {node}: the cache disk is full ({exc}); reading on without caching"
+    note = f"node {node}: {DISK_FULL_NOTE} ({exc}); reading on without caching"
     log.warning(note)
     return note
 
@@ -422,9 +443,16 @@ def packet_on(worker: Any, spec: PacketSpec) -> PacketResult:
         release_file(plugin, got, keep)
         if exc.kind == "data" and got is not None and plugin.cache is not None:
             forget_open_files(str(got.path))
-            plugin.cache.discard(spec.url)  # a corrupted copy is not kept
+            plugin.cache.discard(spec.url, unasked=True)  # a corrupted copy is not kept
         raise
     release_file(plugin, got, keep)
+    assert plugin.cache is not None
+    if got is not None and keep and not plugin.cache.intact(got):
+        # Written to, replaced or truncated while it was read: the result is not used, the
+        # master sends the packet again, and the next use checks the copy.
+        forget_open_files(str(got.path))
+        raise StorageError(spec.url, "the cached copy changed while it was read", transient=True)
+    dropped, corrupted = plugin.cache.take_news()
     fetched = got.bytes_fetched if got is not None else bytes_read
     return PacketResult(
         packet_id=spec.packet_id,
@@ -438,12 +466,13 @@ def packet_on(worker: Any, spec: PacketSpec) -> PacketResult:
         compute_s=compute_s,
         accumulator=accumulator,
         cache_added=got.added if got is not None else [],
-        cache_evicted=got.evicted if got is not None else [],
+        cache_evicted=(got.evicted if got is not None else []) + dropped,
         bytes_read=bytes_read,
         cpu_s=time.thread_time() - cpu0,
         started=started,
         note=note or nice_note,
         nice=ran_at,
+        cache_corrupted=corrupted + info["corrupted"],
     )
 
 

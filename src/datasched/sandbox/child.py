@@ -139,6 +139,7 @@ class _Child:
             dict(read.get("metadata") or {}),
             str(read.get("schema", "none")),
             tuple(read["columns"]) if read.get("columns") is not None else None,
+            tuple((str(k), v) for k, v in read.get("schema_options") or ()),
         )
         path = self.files.path(fds[0])
         try:

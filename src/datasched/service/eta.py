@@ -14,7 +14,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["EtaRecord", "eta_error", "median_abs_relative_error", "relative_eta_error"]
+__all__ = [
+    "EtaRecord",
+    "eta_error",
+    "interval_coverage",
+    "median_abs_relative_error",
+    "relative_eta_error",
+]
 
 
 def eta_error(predicted_finish: float, actual_finish: float) -> float:
@@ -39,14 +45,40 @@ class EtaRecord:
     predictions: list[tuple[float, float]] = field(default_factory=list)
     """``(predicted_at, predicted_finish)``: the first at submission, then one a refresh."""
     actual_finish: float | None = None
+    intervals: list[tuple[float, float] | None] = field(default_factory=list)
+    """Each prediction's interval ``(low, high)`` of finishes on the daemon's clock (P10
+    and P90 of the simulated variations of the measured rates; None: none given), in the
+    order of ``predictions``."""
 
-    def predict(self, at: float, finish: float) -> None:
-        """Keep the prediction made at ``at`` (a finish on the daemon's clock)."""
+    def predict(
+        self, at: float, finish: float, interval: tuple[float, float] | None = None
+    ) -> None:
+        """Keep the prediction made at ``at`` (a finish on the daemon's clock) and its
+        interval, which must hold the finish."""
         if self.actual_finish is not None:
             raise ValueError(f"request {self.request_id}: ended already, no more predictions")
         if self.predictions and at < self.predictions[-1][0]:
             raise ValueError(f"request {self.request_id}: predictions must come in time order")
+        if interval is not None and not interval[0] <= finish <= interval[1]:
+            raise ValueError(
+                f"request {self.request_id}: interval {interval} does not hold the finish {finish}"
+            )
+        while len(self.intervals) < len(self.predictions):
+            self.intervals.append(None)
         self.predictions.append((at, finish))
+        self.intervals.append(interval)
+
+    def interval(self, i: int) -> tuple[float, float] | None:
+        """The interval of prediction ``i`` (None: none was given)."""
+        return self.intervals[i] if -len(self.intervals) <= i < len(self.intervals) else None
+
+    def covered(self, i: int) -> bool | None:
+        """Whether the request ended inside prediction ``i``'s interval (None: not ended,
+        or no interval)."""
+        got = self.interval(i)
+        if self.actual_finish is None or got is None:
+            return None
+        return got[0] <= self.actual_finish <= got[1]
 
     def finish(self, at: float) -> None:
         """The request ended at ``at``."""
@@ -59,7 +91,7 @@ class EtaRecord:
             return None
         return eta_error(self.predictions[0][1], self.actual_finish)
 
-    def errors(self) -> list[dict[str, float]]:
+    def errors(self) -> list[dict[str, Any]]:
         """Each prediction with its error (empty until the request ends)."""
         end = self.actual_finish
         if end is None:
@@ -70,15 +102,23 @@ class EtaRecord:
                 "predicted_finish": fin,
                 "error_s": eta_error(fin, end),
                 "relative_error": relative_eta_error(fin, end, at),
+                "covered": self.covered(i),
             }
-            for at, fin in self.predictions
+            for i, (at, fin) in enumerate(self.predictions)
         ]
 
     def as_dict(self) -> dict[str, Any]:
+        rows: list[dict[str, Any]] = []
+        for i, (a, f) in enumerate(self.predictions):
+            row: dict[str, Any] = {"at": a, "finish": f}
+            got = self.interval(i)
+            if got is not None:
+                row["low"], row["high"] = got
+            rows.append(row)
         return {
             "request": self.request_id,
             "actual_finish": self.actual_finish,
-            "predictions": [{"at": a, "finish": f} for a, f in self.predictions],
+            "predictions": rows,
             "errors": self.errors(),
         }
 
@@ -92,3 +132,17 @@ def median_abs_relative_error(records: Iterable[EtaRecord]) -> float | None:
         if r.actual_finish is not None and r.predictions
     ]
     return statistics.median(values) if values else None
+
+
+def interval_coverage(records: Iterable[EtaRecord], which: int | None = None) -> float | None:
+    """The share of ended requests' predictions whose interval held the real finish: of
+    each request's prediction ``which`` (0: the first, -1: the last), or of all of them
+    (None). None when no ended request has a prediction with an interval."""
+    hits: list[bool] = []
+    for r in records:
+        indices = range(len(r.predictions)) if which is None else [which]
+        for i in indices:
+            got = r.covered(i) if r.predictions else None
+            if got is not None:
+                hits.append(got)
+    return sum(hits) / len(hits) if hits else None

@@ -4,6 +4,12 @@ under the daemon's policy, and each open request's predicted finish is kept in i
 :class:`~datasched.service.eta.EtaRecord`. When a request ends, its record takes the real end
 (the store's time of its last change), and from then on says how wrong each prediction was.
 
+Each ETA comes with an interval: the same prediction with every rate faster and slower by
+the 90th percentile of their measured spread (:func:`~datasched.service.live.rate_spread`,
+taken as log-normal, at least :data:`SPREAD_FLOOR`; :data:`COLD_SPREAD` while no node has
+measured a rate), its P10 and P90: three simulations a refresh. A submission predicts at
+once (:meth:`EtaWatch.submitted`), so a request has an ETA from the start.
+
 Records live in the daemon's memory: a restarted daemon predicts again from its restart.
 Times are the daemon's wall clock (seconds since the epoch).
 """
@@ -11,6 +17,7 @@ Times are the daemon's wall clock (seconds since the epoch).
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -21,12 +28,30 @@ from sqlalchemy import select
 
 from datasched.service.contracts import JobState
 from datasched.service.eta import EtaRecord, median_abs_relative_error
-from datasched.service.live import live_snapshot
+from datasched.service.live import live_snapshot, rate_spread, recent_packets
 from datasched.service.store.db import Store
 from datasched.service.store.models import Request
 from datasched.service.whatif import predict
 
-__all__ = ["EtaWatch"]
+__all__ = ["COLD_SPREAD", "SPREAD_FLOOR", "Z90", "EtaWatch", "interval_factors"]
+
+Z90 = 1.2816
+"""The standard normal's 90th percentile: P10 and P90 lie this many spreads either side."""
+SPREAD_FLOOR = 0.25
+"""The least spread of the rates (log scale) an interval is drawn from: a spread measured
+over a few runs of packets understates what moves an ETA (the queue's order, the daemon's
+dispatch, other programs starting), measured in docs/service-whatif.md."""
+COLD_SPREAD = 1.0
+"""The spread while no node has measured a rate: the rates are the predictor's defaults,
+which may be off by a factor of several."""
+
+
+def interval_factors(spread: float | None, measured: bool) -> tuple[float, float]:
+    """The rate factors of the P90 (slow) and P10 (fast) finishes: rates slower and faster
+    by the 90th percentile of a log-normal of the spread."""
+    sigma = COLD_SPREAD if not measured else max(spread or 0.0, SPREAD_FLOOR)
+    return math.exp(-Z90 * sigma), math.exp(Z90 * sigma)
+
 
 log = logging.getLogger(__name__)
 
@@ -53,25 +78,50 @@ class EtaWatch:
         self.clock = clock
         self.records: dict[str, EtaRecord] = {}
         self._lock = threading.Lock()
+        self._refreshing = threading.Lock()
+        self.cost_s: list[float] = []
+        """Wall-clock seconds of each refresh's simulations (the point and its interval)."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def refresh(self) -> int:
-        """Predict now; how many open requests got a new ETA."""
+        """Predict now; how many open requests got a new ETA. One refresh at a time."""
+        with self._refreshing:
+            return self._refresh()
+
+    def submitted(self, request_id: str) -> dict[str, Any] | None:
+        """The ETA of a request just stored: a refresh unless one that began after it was
+        stored has predicted it already (a burst of submissions shares refreshes)."""
+        with self._refreshing:
+            if self.eta(request_id) is None:
+                self._refresh()
+        return self.eta(request_id)
+
+    def _refresh(self) -> int:
         snapshot = live_snapshot(self.store, self.cluster())
         now = self.clock()
         self._close_ended()
         if not snapshot.jobs or not snapshot.nodes:
             return 0
+        measured = any(n.rates.cached_events_per_s for n in snapshot.nodes)
+        slow, fast = interval_factors(rate_spread(recent_packets(self.store)), measured)
         prediction = predict(snapshot, self.policy)
+        late = predict(snapshot, self.policy, rate_factor=slow)
+        early = predict(snapshot, self.policy, rate_factor=fast)
+        self.cost_s.append(prediction.simulate_s + late.simulate_s + early.simulate_s)
         n = 0
         with self._lock:
             for request_id, eta in prediction.requests.items():
                 if eta is None:
                     continue
+                low, high = early.requests.get(request_id), late.requests.get(request_id)
+                interval = None
+                if low is not None and high is not None:
+                    interval = (now + min(low, eta), now + max(high, eta))
                 record = self.records.setdefault(request_id, EtaRecord(request_id))
                 if record.actual_finish is None:
-                    record.predict(now, now + eta)  # an ETA counts from the snapshot
+                    # an ETA counts from the snapshot
+                    record.predict(now, now + eta, interval)
                     n += 1
         return n
 
@@ -110,11 +160,15 @@ class EtaWatch:
             if record is None or not record.predictions:
                 return None
             at, finish = record.predictions[-1]
+            interval = record.interval(-1)
+            left = None if record.actual_finish else max(finish - self.clock(), 0.0)
             return {
                 "policy": self.policy,
                 "predicted_at": at,
                 "predicted_finish": finish,
-                "seconds_left": None if record.actual_finish else max(finish - self.clock(), 0.0),
+                "predicted_low": interval[0] if interval else None,
+                "predicted_high": interval[1] if interval else None,
+                "seconds_left": left,
                 "actual_finish": record.actual_finish,
                 "error_at_submission_s": record.at_submission,
                 "predictions": len(record.predictions),

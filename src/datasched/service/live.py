@@ -3,19 +3,26 @@ simulator's predictions (``GET /api/v1/whatif``, each request's ETA).
 
 * **Nodes** come from the runner (``cluster()``): their names, slots, cache capacity and the
   files their caches hold as the core knows them.
-* **Rates** are measured from the packets stored so far: per node, the events its packets
-  processed over the CPU seconds they took (one rate for cached, peer and tertiary reads:
-  the store keeps no read source per packet); a node with no packet yet takes the
-  predictor's default. This measures compute, not waiting on storage, so an ETA of work
-  bound by tertiary reads comes out early (docs/service-whatif.md).
+* **Rates** are measured from the packets stored so far, per node (one rate for cached,
+  peer and tertiary reads: the store keeps no read source per packet): what the machine
+  gave the node in wall-clock time, the events of its packets stored over the last
+  :data:`WINDOW_S` seconds over the time between the first and last of them, per slot
+  (with at least :data:`MIN_PACKETS` packets: this holds the waits for a core beside other
+  programs, for storage and for the daemon, which CPU time does not); else the events over
+  the CPU seconds its packets took; a node with no packet yet takes the predictor's default
+  (docs/service-whatif.md).
+* **Spread** (:func:`rate_spread`): how much a node's wall-clock rate moves from one run
+  of packets to the next, for the ETAs' intervals.
 * **Jobs** are the store's elementary jobs not yet over, each file with the entry ranges
   still to do (its events less the packets stored).
 """
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import func, select
@@ -32,7 +39,21 @@ from datasched.service.contracts import (
 from datasched.service.store.db import Store
 from datasched.service.store.models import Job, Packet, Request
 
-__all__ = ["live_snapshot"]
+__all__ = [
+    "MIN_PACKETS",
+    "WINDOW_S",
+    "live_snapshot",
+    "rate_spread",
+    "recent_packets",
+    "wall_rates",
+]
+
+WINDOW_S = 60.0
+"""The recent past a node's wall-clock rate is measured over (seconds)."""
+MIN_PACKETS = 4
+"""Packets a node must have stored in the window for a wall-clock rate."""
+CHUNK = 4
+"""Consecutive packets of a node whose rate is one sample of the spread."""
 
 _OPEN = (
     JobState.PENDING.value,
@@ -69,6 +90,69 @@ def _slots(node: Mapping[str, Any]) -> int:
 def _todo(n_events: int, done: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
     left = IntervalSet.range(0, n_events) - IntervalSet(done)
     return tuple(left)
+
+
+def _recent(store: Store, now: datetime) -> dict[str, list[tuple[float, int]]]:
+    """Per node, its packets stored in the window: (stored at, in seconds; events), in
+    time order."""
+    since = now - timedelta(seconds=WINDOW_S)
+    out: dict[str, list[tuple[float, int]]] = {}
+    with store.reading() as s:
+        for node, created, a, b in s.execute(
+            select(Packet.node, Packet.created, Packet.start, Packet.stop)
+            .where(Packet.created >= since)
+            .order_by(Packet.created, Packet.id)
+        ):
+            out.setdefault(str(node), []).append((_aware(created).timestamp(), int(b) - int(a)))
+    return out
+
+
+def _run_rate(run: list[tuple[float, int]]) -> float | None:
+    """Events per wall-clock second over a run of packets in time order: the events after
+    the first over the time from the first's storing to the last's."""
+    span = run[-1][0] - run[0][0]
+    events = sum(n for _, n in run[1:])
+    return events / span if span > 0 and events > 0 else None
+
+
+def wall_rates(
+    recent: Mapping[str, list[tuple[float, int]]], slots: Mapping[str, int]
+) -> dict[str, float]:
+    """Each node's events per wall-clock second per slot over its ``recent`` packets
+    (``(stored at, events)`` in time order), where it has at least :data:`MIN_PACKETS`."""
+    out: dict[str, float] = {}
+    for node, run in recent.items():
+        if len(run) < MIN_PACKETS:
+            continue
+        rate = _run_rate(run)
+        if rate is not None:
+            out[node] = rate / max(slots.get(node, 1), 1)
+    return out
+
+
+def rate_spread(recent: Mapping[str, list[tuple[float, int]]]) -> float | None:
+    """The spread of the nodes' wall-clock rates: the standard deviation of the logarithm
+    of each run of :data:`CHUNK` packets' rate about its node's mean (None: fewer than two
+    runs measured)."""
+    deviations: list[float] = []
+    for run in recent.values():
+        logs = []
+        for i in range(0, len(run) - CHUNK, CHUNK):
+            rate = _run_rate(run[i : i + CHUNK + 1])
+            if rate is not None:
+                logs.append(math.log(rate))
+        if len(logs) >= 2:
+            mean = statistics.fmean(logs)
+            deviations.extend(x - mean for x in logs)
+    if len(deviations) < 2:
+        return None
+    return math.sqrt(statistics.fmean(d * d for d in deviations))
+
+
+def recent_packets(store: Store) -> dict[str, list[tuple[float, int]]]:
+    """Per node, its packets stored in the last :data:`WINDOW_S` seconds (for
+    :func:`rate_spread`)."""
+    return _recent(store, datetime.now(UTC))
 
 
 def live_snapshot(store: Store, cluster: Mapping[str, Any]) -> ClusterSnapshot:
@@ -121,6 +205,8 @@ def live_snapshot(store: Store, cluster: Mapping[str, Any]) -> ClusterSnapshot:
                     node=job.node if job.state == JobState.RUNNING.value else None,
                 )
             )
+    slots = {str(n["name"]): _slots(n) for n in cluster.get("nodes", ())}
+    rates.update(wall_rates(_recent(store, datetime.now(UTC)), slots))
     now = (datetime.now(UTC) - epoch).total_seconds()
     return ClusterSnapshot(time_s=max(now, 0.0), nodes=_nodes(cluster, rates), jobs=tuple(jobs))
 

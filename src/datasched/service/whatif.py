@@ -88,12 +88,13 @@ def _mean(values: Sequence[float | None]) -> float | None:
 
 
 def _node_model(
-    snapshot: ClusterSnapshot, bytes_per_event: float
+    snapshot: ClusterSnapshot, bytes_per_event: float, rate_factor: float = 1.0
 ) -> tuple[tuple[Node, ...], float]:
-    """The nodes of the topology and the default CPU time per event."""
+    """The nodes of the topology and the default CPU time per event (every rate, measured
+    or default, times ``rate_factor``)."""
     rates = [n.rates for n in snapshot.nodes]
     cached = _mean([r.cached_events_per_s for r in rates])
-    cpu = 1.0 / cached if cached else DEFAULT_CPU_S_PER_EVENT
+    cpu = (1.0 / cached if cached else DEFAULT_CPU_S_PER_EVENT) / rate_factor
 
     def tertiary_bps(n: NodeSnapshot) -> float | None:
         r = n.rates
@@ -119,8 +120,8 @@ def _node_model(
                 node_id=i,
                 cache_bytes=n.cache_bytes,
                 slots=n.slots,
-                tertiary_bytes_per_s=tertiary,
-                network_bytes_per_s=network,
+                tertiary_bytes_per_s=min(tertiary * rate_factor, _FREE),
+                network_bytes_per_s=min(network * rate_factor, _FREE),
             )
         )
     return tuple(nodes), cpu
@@ -154,9 +155,12 @@ def predict(
     snapshot: ClusterSnapshot,
     policy: str,
     policy_params: Mapping[str, Any] | None = None,
+    *,
+    rate_factor: float = 1.0,
 ) -> Prediction:
     """The finish of every job and request of ``snapshot`` under ``policy`` (built from its
-    declared ``policy_params``), predicted by the simulator. Raises
+    declared ``policy_params``), predicted by the simulator, with every rate (measured or
+    default) times ``rate_factor`` (the ETAs' intervals simulate the rates' spread). Raises
     :class:`~datasched.service.contracts.SnapshotError` for an inconsistent snapshot, and
     the registry's errors for an unknown policy or a bad parameter."""
     import time
@@ -167,7 +171,9 @@ def predict(
         raise SnapshotError("nodes", "no node has a slot to run jobs")
     ordered = _order(snapshot)
     space, index = _space(ordered)
-    nodes, cpu = _node_model(snapshot, space.bytes_per_event)
+    if not rate_factor > 0:
+        raise SnapshotError("rate_factor", f"must be positive, got {rate_factor!r}")
+    nodes, cpu = _node_model(snapshot, space.bytes_per_event, rate_factor)
     built = build_policy(policy, **dict(policy_params or {}))
     cost = CostModel(cpu_s_per_event=cpu, disk_bytes_per_s=_FREE, pipelining=Pipelining.TERTIARY)
     sched = Scheduler(Topology(nodes=nodes), space, built, cost=cost)
@@ -192,7 +198,9 @@ def predict(
                 user=j.user or "user",
                 group=j.group or "default",
                 priority=j.priority,
-                cpu_s_per_event=j.cpu_s_per_event,
+                cpu_s_per_event=(
+                    None if j.cpu_s_per_event is None else j.cpu_s_per_event / rate_factor
+                ),
             )
         )
         ids.append(j.id)

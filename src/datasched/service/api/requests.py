@@ -3,6 +3,7 @@ one (state, elementary jobs, progress), cancel it, read its logs and its merged 
 
 from __future__ import annotations
 
+import logging
 import math
 import pickle
 from typing import Any
@@ -24,6 +25,7 @@ from datasched.service.users import Caller
 __all__ = ["router"]
 
 router = APIRouter(prefix="/requests", tags=["requests"])
+log = logging.getLogger(__name__)
 
 CONTENT_TYPES = {
     "application/xml": "xml",
@@ -78,9 +80,11 @@ class PendingFull(Exception):
     responses=error_responses(401, 413, 415, 422, 429, 503, refused=True),
 )
 async def submit(http: HttpRequest, svc: StateDep, caller: CallerDep) -> JSONResponse:
-    """Submit a request: XML (STAR's) or YAML by ``Content-Type``. 201 with ``id`` and
-    ``state``; 422 with ``errors: [{field, reason}]`` (the request is kept, refused, its
-    body cut to ``--refused-body-kb``); 413 past ``--max-request-kb`` (the body is read
+    """Submit a request: XML (STAR's) or YAML by ``Content-Type``. 201 with ``id``,
+    ``state``, ``jobs`` and, when the daemon predicts, ``eta`` (as ``GET`` gives it, from
+    the simulator over the current queue; null if the prediction failed); 422 with
+    ``errors: [{field, reason}]`` (the request is kept, refused, its body cut to
+    ``--refused-body-kb``); 413 past ``--max-request-kb`` (the body is read
     only up to the limit); 429 (field ``pending``) when the caller already has
     ``--max-pending`` requests not yet final (nothing is stored)."""
     limit = svc.limits.max_request_bytes
@@ -112,7 +116,20 @@ async def submit(http: HttpRequest, svc: StateDep, caller: CallerDep) -> JSONRes
     svc.metrics.submitted.labels(answer["state"]).inc()
     if status == 201 and svc.dispatcher is not None:
         svc.dispatcher.wake()
+    if status == 201 and svc.eta is not None:
+        answer["eta"] = await run_in_threadpool(_eta_at_submission, svc, answer["id"])
     return JSONResponse(answer, status_code=status)
+
+
+def _eta_at_submission(svc: ServiceState, request_id: str) -> dict[str, Any] | None:
+    """The new request's ETA over the current queue (docs/service-whatif.md); None when the
+    prediction fails: a submission stands without one."""
+    assert svc.eta is not None
+    try:
+        return svc.eta.submitted(request_id)
+    except Exception:
+        log.exception("predicting the ETA of %s at its submission failed", request_id)
+        return None
 
 
 async def _read_body(http: HttpRequest, limit: int) -> bytes | None:

@@ -1,0 +1,141 @@
+"""The demo's prediction against its real run, quickly: only the cache-aware policy.
+
+``datasched demo`` runs the farm, the cache-aware policy and a plain Dask map; this runs
+the calibration and the cache-aware policy alone (the same jobs, cluster, throttle and
+packets as the demo), then the simulator's prediction of that run, and prints the
+prediction's error (predicted minus actual, over actual) twice: with the share of a core
+each node had before the machine's load was measured (the workers alone on its cores), and
+with the share measured (:mod:`datasched.runtime.coreshare`), as ``datasched demo`` now
+does. With ``--busy N`` it keeps N other processes busy on the machine (``while True:
+pass``) for the whole trial, to see what another program beside the run does to the
+prediction.
+
+    python benchmarks/demo_prediction.py [--repeat 3] [--busy 1] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from datasched.compare.demo import (
+    CACHE_FRACTION,
+    DEMO_EVENTS,
+    DEMO_FILES,
+    DEMO_POLICY_PARAMS,
+    _calibrate,
+    _with_outputs,
+    demo_workload,
+    shared_cores,
+)
+from datasched.compare.predict import predict_makespan
+from datasched.core.packets import PacketSizing
+from datasched.runtime.coreshare import measure_machine_load
+from datasched.runtime.jobspec import load_jobs
+from datasched.runtime.reports import EngineConfig
+from datasched.runtime.session import Calibration, ClusterOptions, job_space, run_jobs
+from datasched.service.eta import eta_error
+from datasched.sim.parallel import usable_cores
+
+
+def trial(data_dir: Path, policy: str, workers: int, tertiary_mb_s: float) -> dict[str, Any]:
+    from datasched.runtime.demodata import write_demo_dataset
+
+    catalog = data_dir / "catalog.yaml"
+    if not catalog.exists():
+        catalog = write_demo_dataset(data_dir, n_events=DEMO_EVENTS, n_files=DEMO_FILES)
+    with tempfile.TemporaryDirectory(prefix="datasched-pred-") as tmp:
+        out = Path(tmp)
+        specs = load_jobs(demo_workload(catalog, out))
+        space = job_space(specs)
+        opts = ClusterOptions(
+            workers=workers,
+            cache_bytes=int(CACHE_FRACTION * space.n_bytes * 1.05),
+            cache_root=out / "caches",
+            tertiary_bytes_per_s=tertiary_mb_s * 1e6,
+        )
+        params = DEMO_POLICY_PARAMS.get(policy, {})
+        cores = usable_cores()
+        calibrated = asyncio.run(_calibrate(specs, opts))
+        load = measure_machine_load(cores)  # as the demo does, just before the run
+        calibration = shared_cores(calibrated, workers, cores, load.others)
+        report = asyncio.run(
+            run_jobs(
+                _with_outputs(specs, out / policy),
+                opts,
+                policy=policy,
+                policy_params=params,
+                config=EngineConfig(queue_s=0.5),
+                packets=PacketSizing(target_s=0.5, min_events=500),
+                cold=True,
+                calibration=calibration,
+            )
+        )
+        assert isinstance(report.calibration, Calibration)
+
+        def predicted(others: float) -> float:
+            scaled = shared_cores(report.calibration, workers, cores, others)
+            return predict_makespan(specs, opts, scaled, policy=policy, policy_params=params)
+
+        # The share the demo gave each node before it measured the machine (its workers
+        # alone on the cores), and the measured one.
+        alone, measured = predicted(0.0), predicted(load.others)
+    real = report.makespan_s
+    return {
+        "real_s": round(real, 2),
+        "others_runnable": round(load.others, 2),
+        "share": round(load.share(workers), 3),
+        "predicted_cores_alone_s": round(alone, 2),
+        "predicted_measured_share_s": round(measured, 2),
+        "error_cores_alone": round(eta_error(alone, real) / real, 3),
+        "error_measured_share": round(eta_error(measured, real) / real, 3),
+        "load_after": os.getloadavg()[0],
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--policy", default="out-of-order")
+    p.add_argument("--workers", type=int, default=4)
+    p.add_argument("--tertiary-mb-s", type=float, default=0.25)
+    p.add_argument("--data", type=Path, default=Path("out/demo-data"))
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--busy", type=int, default=0, help="other busy processes beside the run")
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args()
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
+    try:
+        results = []
+        for _ in range(args.repeat):
+            results.append(trial(args.data, args.policy, args.workers, args.tertiary_mb_s))
+            if not args.json:
+                print(results[-1], flush=True)
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
+    summary: dict[str, Any] = {"busy": args.busy, "runs": results}
+    for key in ("error_cores_alone", "error_measured_share"):
+        errors = [r[key] for r in results]
+        summary[f"median_{key}"] = statistics.median(errors)
+        summary[f"median_abs_{key}"] = statistics.median(abs(e) for e in errors)
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print(
+            f"busy {args.busy}: median error, cores alone "
+            f"{summary['median_error_cores_alone']:+.1%}, measured share "
+            f"{summary['median_error_measured_share']:+.1%}"
+        )
+
+
+if __name__ == "__main__":
+    main()
