@@ -4,6 +4,10 @@ and figures beside ours) and ``demo-sim`` (a short tour)."""
 
 from __future__ import annotations
 
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated
@@ -204,7 +208,21 @@ def reproduce_ponce(
     out_dir: ReportDirOpt,
     quick: Annotated[
         bool,
-        typer.Option("--quick", metavar="", help="Fewer jobs and loads (under 3 minutes)."),
+        typer.Option(
+            "--quick",
+            metavar="",
+            help="Fewer jobs, loads and seeds (under 3 minutes on two cores; "
+            "docs/reproduction.md says what it leaves out).",
+        ),
+    ] = False,
+    resume: Annotated[
+        bool,
+        typer.Option(
+            "--resume",
+            metavar="",
+            help="Go on from an interrupted run into the same --out: the runs it finished "
+            "(kept in DIR/runs/) are read back, not run again.",
+        ),
     ] = False,
     processes: ProcessesOpt = None,
     scheduler: SchedulerOpt = None,
@@ -214,20 +232,35 @@ def reproduce_ponce(
 ) -> None:
     """Re-run the experiments behind ponce-hersch's numbers and figures (§3-§8): our
     Figures 3-12 and 14-16 (CSV and PNG each) and a report with the paper's value beside ours
-    for every claim."""
+    for every claim.
+
+    Each run's result is kept in DIR/runs/ as it finishes, and a line says so on stderr (a
+    bar on a terminal). Interrupted (Ctrl-C, SIGTERM), the command keeps what finished;
+    `--resume` goes on from there.
+    """
+    from datasched import __version__
     from datasched.studies.ponce.figures import write_figure
     from datasched.studies.ponce.reproduce import run_ponce, write_report
+    from datasched.studies.resume import RunStore
 
     check_out_dir(out_dir)
     processes, target = where_to_run(processes, scheduler, tls_ca_file, tls_cert, tls_key)
-    where = f"on {target}" if target else f"in {processes} processes"
-    with err.status(f"running the reproduction {where} ...") as status, cluster_errors():
-        claims, results = run_ponce(
-            quick=quick,
-            processes=processes,
-            scheduler=target,
-            progress=lambda m: status.update(m),
+    store = RunStore(out_dir / "runs", {"study": "ponce", "quick": quick, "version": __version__})
+    if not resume:
+        store.clear()
+    try:
+        with run_progress() as say, cluster_errors(), sigterm_interrupts():
+            claims, results = run_ponce(
+                quick=quick, processes=processes, scheduler=target, progress=say, store=store
+            )
+    except KeyboardInterrupt:
+        err.print(
+            f"interrupted: {len(store)} finished runs are kept in {store.root}; the same "
+            "command with --resume goes on from there",
+            highlight=False,
+            markup=False,
         )
+        raise typer.Exit(130) from None
     figs = {}
     for result in results:
         with user_errors():
@@ -255,6 +288,41 @@ def reproduce_ponce(
     out.print(table)
     out.print(f"report: {md_path}", highlight=False)
     out.print(f"figures: {out_dir / 'figures'}", highlight=False)
+
+
+@contextmanager
+def run_progress() -> Iterator[Callable[[str], None]]:
+    """A sink for a study's progress lines: on a terminal, a status line under which the
+    finished runs scroll; otherwise each line printed plainly on stderr (a log, a pipe)."""
+    if not err.is_terminal:
+
+        def plain(message: str) -> None:
+            err.print(message, highlight=False, markup=False, soft_wrap=True)
+
+        yield plain
+        return
+    with err.status("starting ...") as status:
+
+        def live(message: str) -> None:
+            if message.startswith("["):
+                err.print(message, highlight=False, markup=False)
+            status.update(message)
+
+        yield live
+
+
+@contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM (a batch system's stop, ``kill``) stops the command as Ctrl-C does, so that
+    what finished is kept; the previous handler is put back after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 DEMO_POLICIES = ("farm", "splitting", "cache-splitting")
