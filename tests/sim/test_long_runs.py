@@ -31,7 +31,7 @@ def _figures(summary: Any) -> dict[str, Any]:
 
 
 def test_slices_of_a_run_are_the_whole_run() -> None:
-    """begin + advance(max_steps) in slices + close ends every job when run() does, with
+    """begin + proceed(max_steps) in slices + close ends every job when run() does, with
     the same number of scheduler events."""
     from clusters import scheduler as small_cluster
 
@@ -41,7 +41,7 @@ def test_slices_of_a_run_are_the_whole_run() -> None:
     sliced = SimEngine(small_cluster("out-of-order", 3, 800))
     sliced.begin(jobs)
     slices = 0
-    while not sliced.advance(max_steps=3):
+    while not sliced.proceed(max_steps=3):
         slices += 1
     part = sliced.close()
     assert slices > 5

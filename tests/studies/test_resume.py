@@ -28,7 +28,7 @@ TAG = {"study": "t", "quick": True, "version": "1"}
 
 def _square(x: int, calls: str | None = None) -> dict[str, Any]:
     if calls is not None:
-        with open(calls, "a") as fh:
+        with Path(calls).open("a") as fh:
             fh.write(f"{x}\n")
     return {"x": x, "square": x * x, "pair": (x, -x)}
 
@@ -84,7 +84,8 @@ def test_the_reproduction_is_units_with_stable_distinct_keys() -> None:
     shared, timed = ponce_units(quick=True)
     keys = [u.key for u in [*shared, *timed]]
     assert len(keys) == len(set(keys))
-    assert keys == [u.key for u in [*sum(ponce_units(quick=True), [])]]
+    again, later = ponce_units(quick=True)
+    assert keys == [u.key for u in [*again, *later]]
     assert [u.key for u in timed] == [u.key for u in figure_units(figure_specs(quick=True)[-1])]
     assert all(u.cost > 0 for u in shared if not u.key.startswith("fig09"))
 

@@ -4,6 +4,7 @@ and figures beside ours) and ``demo-sim`` (a short tour)."""
 
 from __future__ import annotations
 
+import math
 import signal
 import threading
 from collections.abc import Callable, Iterator
@@ -37,7 +38,6 @@ from datasched.cli.options import (
     JsonOpt,
     NodesOpt,
     ParamOpt,
-    PolicyOpt,
     ProcessesOpt,
     ReportDirOpt,
     SchedulerOpt,
@@ -51,17 +51,28 @@ from datasched.cli.sim import run_all, write_sweep
 from datasched.cli.tables import summary_table
 from datasched.core.model import Pipelining
 from datasched.sim.experiment import ConfigError, SimConfig
+from datasched.studies.ponce.scale import ScalePoint
 
 __all__: list[str] = []
 
 
 @app.command()
 def scale(
-    policy: PolicyOpt = "farm",
+    policy: Annotated[
+        str,
+        typer.Option(
+            "--policy",
+            metavar="NAME",
+            help="A registered cluster policy, or one of the grid's schedulers (JobRandom, "
+            "DataLeastLoaded, ...: `datasched policies` lists them).",
+        ),
+    ] = "farm",
     nodes: Annotated[
         str,
         typer.Option(
-            "--nodes", metavar="N,N,...", help="Cluster sizes, comma list (e.g. 10,100,1000)."
+            "--nodes",
+            metavar="N,N,...",
+            help="Cluster sizes, comma list (e.g. 10,100,1000); for a grid scheduler, sites.",
         ),
     ] = "10,100",
     load: Annotated[
@@ -80,38 +91,73 @@ def scale(
     """Measure the master's work as the cluster grows (ponce-hersch §8, Figure 16).
 
     Load and data space grow in proportion to the number of nodes; printed are the scheduler's
-    time per job and the master's load (scheduler seconds per simulated second; 1.0 = one core
-    fully busy).
+    time per job and per decision (an event it handled), the master's load (scheduler seconds
+    per simulated second; 1.0 = one core fully busy) and, extrapolated from the two largest
+    sizes, the nodes one core could serve as master. A grid scheduler is timed on grids of
+    that many sites in the paper's proportions (docs/scale.md).
     """
-    from datasched.studies.ponce.scale import scale_point
+    from datasched.policies.grid.schedulers import grid_schedulers
+    from datasched.studies.ponce.scale import nodes_per_core, scale_point
 
     sizes = parse_ints(nodes, "--nodes")
-    with user_errors():
-        base = make_config(
-            policy,
-            nodes=10,
-            cache_gb=cache_gb,
-            load=load,
-            jobs=jobs,
-            seed=0,
-            pipeline=Pipelining.NONE,
-            warmup=0.2,
-            min_subjob=10,
-            params=param,
-        )
-        for n in sizes:
-            if n < 1:
-                raise ConfigError("n_nodes", f"must be a positive number, got {n}")
+    grid = policy in grid_schedulers()
+    measure: Callable[[int], ScalePoint]
+    if grid:
+        from datasched.studies.grid.scale import grid_scale_point
+
+        if param:
+            fail("--param: the grid's schedulers are timed with their defaults")
+        if any(n < 2 for n in sizes):
+            fail("--nodes: a grid needs at least 2 sites")
+
+        def measure(n: int) -> ScalePoint:
+            return grid_scale_point(policy, n, jobs)
+    else:
+        with user_errors():
+            base = make_config(
+                policy,
+                nodes=10,
+                cache_gb=cache_gb,
+                load=load,
+                jobs=jobs,
+                seed=0,
+                pipeline=Pipelining.NONE,
+                warmup=0.2,
+                min_subjob=10,
+                params=param,
+            )
+            for n in sizes:
+                if n < 1:
+                    raise ConfigError("n_nodes", f"must be a positive number, got {n}")
+
+        def measure(n: int) -> ScalePoint:
+            return scale_point(base, n)
+
     points = []
     for n in sizes:
         if not as_json:
-            err.print(f"  {n} nodes ...", highlight=False)
-        points.append(scale_point(base, n))
+            err.print(f"  {n} {'sites' if grid else 'nodes'} ...", highlight=False)
+        points.append(measure(n))
+    served = nodes_per_core(points)
     if as_json:
-        print_json([asdict(p) for p in points])
+        # JSON has no infinity: a master load that does not grow serves "any" size.
+        per_core: float | str | None = "any" if served == math.inf else served
+        print_json(
+            [
+                jsonable(
+                    {
+                        **asdict(p),
+                        "us_per_decision": p.us_per_decision,
+                        "nodes_per_core": per_core,
+                    }
+                )
+                for p in points
+            ]
+        )
         return
+    unit = "sites" if grid else "nodes"
     table = Table(title=f"master's work under {policy}", box=box.SIMPLE_HEAD)
-    for col in ("nodes", "jobs/h", "jobs", "ms per job", "master load"):
+    for col in (unit, "jobs/h", "jobs", "ms per job", "µs per decision", "master load"):
         table.add_column(col, justify="right")
     for p in points:
         table.add_row(
@@ -119,9 +165,21 @@ def scale(
             f"{p.load_jobs_per_h:.3g}",
             str(p.n_jobs),
             f"{p.scheduler_s_per_job * 1e3:.2f}",
+            f"{p.us_per_decision:.1f}",
             f"{p.master_load:.2e}",
         )
     out.print(table)
+    if served is not None:
+        what = (
+            "far beyond 10 million (the master's load barely grows)"
+            if served > 1e7
+            else f"about {served:,.0f}"
+        )
+        out.print(
+            f"one core serves as master up to {what} {unit}, extrapolated from the two "
+            "largest sizes",
+            highlight=False,
+        )
 
 
 @app.command("perf-map")

@@ -179,11 +179,11 @@ class SimEngine(SubjobRuns, DataMoves):
         (pinned there: a file server's own data), and the scheduler hears of them first; then
         what ``warm`` puts in each node's cache (unpinned, as a live cluster's caches are).
 
-        The same as :meth:`begin`, :meth:`advance` and :meth:`close` in turn; a caller that
+        The same as :meth:`begin`, :meth:`proceed` and :meth:`close` in turn; a caller that
         reports progress or stops on its own terms (``datasched sim``) calls them itself.
         """
         self.begin(jobs, measure=measure, max_backlog=max_backlog, follow_up=follow_up)
-        self.advance(until)
+        self.proceed(until)
         return self.close()
 
     def begin(
@@ -222,7 +222,7 @@ class SimEngine(SubjobRuns, DataMoves):
             for node in sched.nodes:
                 self._schedule_failure(node)
 
-    def advance(self, until: float = math.inf, *, max_steps: int | None = None) -> bool:
+    def proceed(self, until: float = math.inf, *, max_steps: int | None = None) -> bool:
         """Take heap entries, in order, while the next lies at or before ``until`` (and at
         most ``max_steps`` of them); whether the run is over: nothing is left to do, or the
         backlog passed its bound, or every job ended while faults go on for ever."""
@@ -246,7 +246,7 @@ class SimEngine(SubjobRuns, DataMoves):
         return self.rec.ended
 
     def close(self) -> SimRun:
-        """End the run where it stands (all done, or stopped by :meth:`advance`'s bounds)
+        """End the run where it stands (all done, or stopped by :meth:`proceed`'s bounds)
         and return what it measured."""
         pump = self._pump
         handled = pump.handled - self._handled_before

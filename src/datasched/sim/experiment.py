@@ -368,7 +368,7 @@ def _advance(
             if left <= 0:
                 break
             steps = min(steps, left)
-        if engine.advance(bound, max_steps=steps):
+        if engine.proceed(bound, max_steps=steps):
             report(time.perf_counter())
             return ""
         if engine.peek() > bound:
