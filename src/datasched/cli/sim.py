@@ -8,7 +8,6 @@ import os
 import secrets
 import shutil
 from collections.abc import Sequence
-from contextlib import nullcontext
 from dataclasses import fields
 from pathlib import Path
 from typing import Annotated, Any
@@ -116,6 +115,24 @@ def sim(
         ),
     ] = False,
     trace_log: TraceLogOpt = None,
+    until: Annotated[
+        str | None,
+        typer.Option(
+            "--until",
+            metavar="TIME",
+            help="Stop at this simulated time (36h, 90d, 2w, 5000s; a bare number is hours): "
+            "the figures are then partial, of the measured jobs ended by then.",
+        ),
+    ] = None,
+    max_jobs: Annotated[
+        int | None,
+        typer.Option(
+            "--max-jobs",
+            metavar="N",
+            help="Stop once N jobs have ended: the figures are then partial, of the measured "
+            "jobs among the first N.",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
     named: dict[str, str] | None = None,
 ) -> None:
@@ -127,7 +144,21 @@ def sim(
     event, central storage at 1 MB/s per node, local disks at 10 MB/s, jobs of 40,000 events
     on average over a 2 TB dataset. `--slots`, `--file-gb` and `--node-mtbf-h` go beyond the
     paper: nodes of several CPUs, files cached whole, nodes that fail and come back.
+
+    While it runs, stderr shows the simulated time, the jobs ended and the time left: a bar
+    on a terminal, a line every 10 s otherwise. `--until` and `--max-jobs` stop a long run
+    early, with figures marked partial.
     """
+    from datasched.cli.simprogress import SimProgressView, parse_sim_time
+
+    until_s = None
+    if until is not None:
+        try:
+            until_s = parse_sim_time(until)
+        except ValueError as exc:
+            fail(f"--until: {exc}")
+    if max_jobs is not None and max_jobs < 1:
+        fail(f"--max-jobs: must be at least 1, got {max_jobs}")
     with user_errors():
         config = make_config(
             policy,
@@ -149,9 +180,16 @@ def sim(
             replicate_hot=replicate_hot,
         )
         check_out_file(trace_log, "--trace-log")
-    spinner = err.status(f"simulating {config.n_jobs} jobs under {policy} ...")
-    with nullcontext() if as_json else spinner, open_trace(trace_log) as sink:
-        summary, _ = simulate(config, validate=check or None, trace=sink)
+    view = SimProgressView(f"{policy}, {config.n_jobs} jobs", quiet=as_json)
+    with view, open_trace(trace_log) as sink:
+        summary, _ = simulate(
+            config,
+            validate=check or None,
+            trace=sink,
+            until=until_s,
+            max_jobs=max_jobs,
+            on_progress=view,
+        )
     if as_json:
         print_json(jsonable(summary.to_dict()))
         return

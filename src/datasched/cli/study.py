@@ -4,6 +4,11 @@ and figures beside ours) and ``demo-sim`` (a short tour)."""
 
 from __future__ import annotations
 
+import math
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated
@@ -33,7 +38,6 @@ from datasched.cli.options import (
     JsonOpt,
     NodesOpt,
     ParamOpt,
-    PolicyOpt,
     ProcessesOpt,
     ReportDirOpt,
     SchedulerOpt,
@@ -47,17 +51,28 @@ from datasched.cli.sim import run_all, write_sweep
 from datasched.cli.tables import summary_table
 from datasched.core.model import Pipelining
 from datasched.sim.experiment import ConfigError, SimConfig
+from datasched.studies.ponce.scale import ScalePoint
 
 __all__: list[str] = []
 
 
 @app.command()
 def scale(
-    policy: PolicyOpt = "farm",
+    policy: Annotated[
+        str,
+        typer.Option(
+            "--policy",
+            metavar="NAME",
+            help="A registered cluster policy, or one of the grid's schedulers (JobRandom, "
+            "DataLeastLoaded, ...: `datasched policies` lists them).",
+        ),
+    ] = "farm",
     nodes: Annotated[
         str,
         typer.Option(
-            "--nodes", metavar="N,N,...", help="Cluster sizes, comma list (e.g. 10,100,1000)."
+            "--nodes",
+            metavar="N,N,...",
+            help="Cluster sizes, comma list (e.g. 10,100,1000); for a grid scheduler, sites.",
         ),
     ] = "10,100",
     load: Annotated[
@@ -76,38 +91,73 @@ def scale(
     """Measure the master's work as the cluster grows (ponce-hersch §8, Figure 16).
 
     Load and data space grow in proportion to the number of nodes; printed are the scheduler's
-    time per job and the master's load (scheduler seconds per simulated second; 1.0 = one core
-    fully busy).
+    time per job and per decision (an event it handled), the master's load (scheduler seconds
+    per simulated second; 1.0 = one core fully busy) and, extrapolated from the two largest
+    sizes, the nodes one core could serve as master. A grid scheduler is timed on grids of
+    that many sites in the paper's proportions (docs/scale.md).
     """
-    from datasched.studies.ponce.scale import scale_point
+    from datasched.policies.grid.schedulers import grid_schedulers
+    from datasched.studies.ponce.scale import nodes_per_core, scale_point
 
     sizes = parse_ints(nodes, "--nodes")
-    with user_errors():
-        base = make_config(
-            policy,
-            nodes=10,
-            cache_gb=cache_gb,
-            load=load,
-            jobs=jobs,
-            seed=0,
-            pipeline=Pipelining.NONE,
-            warmup=0.2,
-            min_subjob=10,
-            params=param,
-        )
-        for n in sizes:
-            if n < 1:
-                raise ConfigError("n_nodes", f"must be a positive number, got {n}")
+    grid = policy in grid_schedulers()
+    measure: Callable[[int], ScalePoint]
+    if grid:
+        from datasched.studies.grid.scale import grid_scale_point
+
+        if param:
+            fail("--param: the grid's schedulers are timed with their defaults")
+        if any(n < 2 for n in sizes):
+            fail("--nodes: a grid needs at least 2 sites")
+
+        def measure(n: int) -> ScalePoint:
+            return grid_scale_point(policy, n, jobs)
+    else:
+        with user_errors():
+            base = make_config(
+                policy,
+                nodes=10,
+                cache_gb=cache_gb,
+                load=load,
+                jobs=jobs,
+                seed=0,
+                pipeline=Pipelining.NONE,
+                warmup=0.2,
+                min_subjob=10,
+                params=param,
+            )
+            for n in sizes:
+                if n < 1:
+                    raise ConfigError("n_nodes", f"must be a positive number, got {n}")
+
+        def measure(n: int) -> ScalePoint:
+            return scale_point(base, n)
+
     points = []
     for n in sizes:
         if not as_json:
-            err.print(f"  {n} nodes ...", highlight=False)
-        points.append(scale_point(base, n))
+            err.print(f"  {n} {'sites' if grid else 'nodes'} ...", highlight=False)
+        points.append(measure(n))
+    served = nodes_per_core(points)
     if as_json:
-        print_json([asdict(p) for p in points])
+        # JSON has no infinity: a master load that does not grow serves "any" size.
+        per_core: float | str | None = "any" if served == math.inf else served
+        print_json(
+            [
+                jsonable(
+                    {
+                        **asdict(p),
+                        "us_per_decision": p.us_per_decision,
+                        "nodes_per_core": per_core,
+                    }
+                )
+                for p in points
+            ]
+        )
         return
+    unit = "sites" if grid else "nodes"
     table = Table(title=f"master's work under {policy}", box=box.SIMPLE_HEAD)
-    for col in ("nodes", "jobs/h", "jobs", "ms per job", "master load"):
+    for col in (unit, "jobs/h", "jobs", "ms per job", "µs per decision", "master load"):
         table.add_column(col, justify="right")
     for p in points:
         table.add_row(
@@ -115,9 +165,21 @@ def scale(
             f"{p.load_jobs_per_h:.3g}",
             str(p.n_jobs),
             f"{p.scheduler_s_per_job * 1e3:.2f}",
+            f"{p.us_per_decision:.1f}",
             f"{p.master_load:.2e}",
         )
     out.print(table)
+    if served is not None:
+        what = (
+            "far beyond 10 million (the master's load barely grows)"
+            if served > 1e7
+            else f"about {served:,.0f}"
+        )
+        out.print(
+            f"one core serves as master up to {what} {unit}, extrapolated from the two "
+            "largest sizes",
+            highlight=False,
+        )
 
 
 @app.command("perf-map")
@@ -204,7 +266,21 @@ def reproduce_ponce(
     out_dir: ReportDirOpt,
     quick: Annotated[
         bool,
-        typer.Option("--quick", metavar="", help="Fewer jobs and loads (under 3 minutes)."),
+        typer.Option(
+            "--quick",
+            metavar="",
+            help="Fewer jobs, loads and seeds (under 3 minutes on two cores; "
+            "docs/reproduction.md says what it leaves out).",
+        ),
+    ] = False,
+    resume: Annotated[
+        bool,
+        typer.Option(
+            "--resume",
+            metavar="",
+            help="Go on from an interrupted run into the same --out: the runs it finished "
+            "(kept in DIR/runs/) are read back, not run again.",
+        ),
     ] = False,
     processes: ProcessesOpt = None,
     scheduler: SchedulerOpt = None,
@@ -214,20 +290,35 @@ def reproduce_ponce(
 ) -> None:
     """Re-run the experiments behind ponce-hersch's numbers and figures (§3-§8): our
     Figures 3-12 and 14-16 (CSV and PNG each) and a report with the paper's value beside ours
-    for every claim."""
+    for every claim.
+
+    Each run's result is kept in DIR/runs/ as it finishes, and a line says so on stderr (a
+    bar on a terminal). Interrupted (Ctrl-C, SIGTERM), the command keeps what finished;
+    `--resume` goes on from there.
+    """
+    from datasched import __version__
     from datasched.studies.ponce.figures import write_figure
     from datasched.studies.ponce.reproduce import run_ponce, write_report
+    from datasched.studies.resume import RunStore
 
     check_out_dir(out_dir)
     processes, target = where_to_run(processes, scheduler, tls_ca_file, tls_cert, tls_key)
-    where = f"on {target}" if target else f"in {processes} processes"
-    with err.status(f"running the reproduction {where} ...") as status, cluster_errors():
-        claims, results = run_ponce(
-            quick=quick,
-            processes=processes,
-            scheduler=target,
-            progress=lambda m: status.update(m),
+    store = RunStore(out_dir / "runs", {"study": "ponce", "quick": quick, "version": __version__})
+    if not resume:
+        store.clear()
+    try:
+        with run_progress() as say, cluster_errors(), sigterm_interrupts():
+            claims, results = run_ponce(
+                quick=quick, processes=processes, scheduler=target, progress=say, store=store
+            )
+    except KeyboardInterrupt:
+        err.print(
+            f"interrupted: {len(store)} finished runs are kept in {store.root}; the same "
+            "command with --resume goes on from there",
+            highlight=False,
+            markup=False,
         )
+        raise typer.Exit(130) from None
     figs = {}
     for result in results:
         with user_errors():
@@ -255,6 +346,41 @@ def reproduce_ponce(
     out.print(table)
     out.print(f"report: {md_path}", highlight=False)
     out.print(f"figures: {out_dir / 'figures'}", highlight=False)
+
+
+@contextmanager
+def run_progress() -> Iterator[Callable[[str], None]]:
+    """A sink for a study's progress lines: on a terminal, a status line under which the
+    finished runs scroll; otherwise each line printed plainly on stderr (a log, a pipe)."""
+    if not err.is_terminal:
+
+        def plain(message: str) -> None:
+            err.print(message, highlight=False, markup=False, soft_wrap=True)
+
+        yield plain
+        return
+    with err.status("starting ...") as status:
+
+        def live(message: str) -> None:
+            if message.startswith("["):
+                err.print(message, highlight=False, markup=False)
+            status.update(message)
+
+        yield live
+
+
+@contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM (a batch system's stop, ``kill``) stops the command as Ctrl-C does, so that
+    what finished is kept; the previous handler is put back after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 DEMO_POLICIES = ("farm", "splitting", "cache-splitting")

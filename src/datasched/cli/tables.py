@@ -27,11 +27,24 @@ def summary_detail(s: Summary) -> Table:
         title += f", {s.n_slots // max(s.n_nodes, 1)} slots a node"
     if s.file_gb:
         title += f", {s.file_gb:g} GB files"
+    if s.partial:
+        bound = "--until" if s.stopped_by == "until" else "--max-jobs"
+        title = f"PARTIAL (stopped by {bound}): {title}"
     table = Table(title=title, box=box.SIMPLE_HEAD, show_header=False, pad_edge=False)
     table.add_column("figure", style="bold")
     table.add_column("value", justify="right")
     table.add_column("meaning", style="dim")
-    rows = [
+    rows = []
+    if s.partial:
+        rows.append(
+            (
+                "[yellow]partial run[/yellow]",
+                f"{s.end_s / 3600:.1f} h",
+                f"stopped by {bound}: {s.jobs_completed + s.jobs_failed} jobs ended; "
+                "figures of the measured jobs ended by then",
+            )
+        )
+    rows += [
         ("jobs measured", f"{s.jobs_measured}", "warm-up and cool-down left out"),
         ("mean wait", hours(s.mean_wait_s), "submission to start of first part"),
     ]

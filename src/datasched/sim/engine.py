@@ -159,6 +159,7 @@ class SimEngine(SubjobRuns, DataMoves):
         self._followers: list[Job] = []
         self._follow_pending = 0
         self._close_arrivals = False
+        self._handled_before = 0
 
     # -- the loop -----------------------------------------------------------------------------
 
@@ -185,7 +186,31 @@ class SimEngine(SubjobRuns, DataMoves):
         ``close_arrivals``: tell the scheduler when the last job has arrived
         (:class:`ArrivalsClosed`), as the runtime does after a jobs file's last job; off, a
         simulation stands for an endless stream of which ``jobs`` are a part (the papers').
+
+        The same as :meth:`begin`, :meth:`proceed` and :meth:`close` in turn; a caller that
+        reports progress or stops on its own terms (``datasched sim``) calls them itself.
         """
+        self.begin(
+            jobs,
+            measure=measure,
+            max_backlog=max_backlog,
+            follow_up=follow_up,
+            close_arrivals=close_arrivals,
+        )
+        self.proceed(until)
+        return self.close()
+
+    def begin(
+        self,
+        jobs: Sequence[Job],
+        *,
+        measure: tuple[int, int] | None = None,
+        max_backlog: int | None = None,
+        follow_up: FollowUp | None = None,
+        close_arrivals: bool = False,
+    ) -> None:
+        """Set up a run of ``jobs`` (as :meth:`run` does, before its loop): the recorder,
+        the first arrival, the replicas placed, the first failures drawn."""
         if close_arrivals and follow_up is not None:
             raise ValueError("close_arrivals: a closed workload's users submit jobs to the end")
         self._close_arrivals = close_arrivals
@@ -207,19 +232,43 @@ class SimEngine(SubjobRuns, DataMoves):
         self._follow_up = follow_up
         self._max_backlog = max_backlog
         self._place_replicas()
-        handled_before = self._pump.handled  # the placed replicas' events are not counted
+        self._handled_before = self._pump.handled  # the placed replicas' are not counted
         heap = self._heap
         if jobs:
             heapq.heappush(heap, (jobs[0].submit_s, next(self._seq), _ARRIVAL, 0, 0))
         if self._faults is not None:
             for node in sched.nodes:
                 self._schedule_failure(node)
+
+    def proceed(self, until: float = math.inf, *, max_steps: int | None = None) -> bool:
+        """Take heap entries, in order, while the next lies at or before ``until`` (and at
+        most ``max_steps`` of them); whether the run is over: nothing is left to do, or the
+        backlog passed its bound, or every job ended while faults go on for ever."""
+        heap = self._heap
         step = self._step
-        while heap and heap[0][0] <= until:
-            if step() and self._over():
+        if max_steps is None:
+            while heap and heap[0][0] <= until:
+                if step() and self._over():
+                    return True
+            return not heap
+        for _ in range(max_steps):
+            if not heap or heap[0][0] > until:
                 break
+            if step() and self._over():
+                return True
+        return not heap or self._halt
+
+    @property
+    def jobs_ended(self) -> int:
+        """Jobs of the run that completed or failed so far."""
+        return self.rec.ended
+
+    def close(self) -> SimRun:
+        """End the run where it stands (all done, or stopped by :meth:`proceed`'s bounds)
+        and return what it measured."""
         pump = self._pump
-        self.result = rec.close(self.now, pump.handled - handled_before, pump.scheduling_s)
+        handled = pump.handled - self._handled_before
+        self.result = self.rec.close(self.now, handled, pump.scheduling_s)
         return self.result
 
     def peek(self) -> float:

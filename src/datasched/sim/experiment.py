@@ -33,6 +33,7 @@ __all__ = [
     "MaxLoadSearch",
     "Probe",
     "SimConfig",
+    "SimProgress",
     "find_max_load",
     "jobs_from_records",
     "search_max_load",
@@ -220,6 +221,43 @@ def jobs_from_records(records: Sequence[JobRecord]) -> list[Job]:
     ]
 
 
+@dataclass(frozen=True, slots=True)
+class SimProgress:
+    """Where a running simulation stands (what ``datasched sim`` shows while it runs)."""
+
+    sim_s: float
+    """Simulated time now (seconds since the start)."""
+    jobs_ended: int
+    """Jobs completed or failed so far."""
+    jobs_total: int
+    """Jobs the run goes to: all of the workload's, or ``max_jobs``."""
+    until_s: float | None
+    """The simulated time the run stops at, if bounded."""
+    wall_s: float
+    """Wall-clock seconds since the run began."""
+
+    @property
+    def fraction(self) -> float:
+        """The share of the run done, by whichever bound (jobs, simulated time) is nearer."""
+        done = self.jobs_ended / self.jobs_total if self.jobs_total else 1.0
+        if self.until_s is not None and self.until_s > 0:
+            done = max(done, self.sim_s / self.until_s)
+        return min(done, 1.0)
+
+    @property
+    def eta_s(self) -> float | None:
+        """Wall-clock seconds left at the pace so far (None before anything is done)."""
+        f = self.fraction
+        if f <= 0:
+            return None
+        return self.wall_s * (1 - f) / f
+
+
+PROGRESS_STEPS = 2000
+"""Heap entries taken between two looks at the clock and the stopping bounds: a look costs
+about what one entry does, so progress and bounds cost under a thousandth of a run."""
+
+
 def simulate(
     config: SimConfig,
     records: Sequence[JobRecord] | None = None,
@@ -227,13 +265,34 @@ def simulate(
     check_conservation: bool = False,
     validate: bool | None = None,
     trace: TraceSink | None = None,
+    until: float | None = None,
+    max_jobs: int | None = None,
+    on_progress: Callable[[SimProgress], None] | None = None,
+    progress_every_s: float = 0.5,
 ) -> tuple[Summary, SimRun]:
     """Run one simulation and summarise it. ``validate``: the scheduler checks its books
     after the events (None: as ``DATASCHED_VALIDATE`` says); ``trace`` receives its records
-    (events, transitions, actions: :mod:`datasched.core.trace`)."""
+    (events, transitions, actions: :mod:`datasched.core.trace`).
+
+    ``until`` (simulated seconds) and ``max_jobs`` (jobs ended) stop the run early; its
+    summary is then marked ``partial`` (and says which bound stopped it), measured over the
+    jobs that would have been measured in a run of the jobs submitted before the bound (or
+    of the first ``max_jobs``), those of them that ended; a partial run is judged
+    overloaded only on its backlog, not on the jobs it left unfinished. ``on_progress``
+    sees where the run stands every ``progress_every_s`` of wall-clock time.
+    """
+    if until is not None and not (until > 0):
+        raise ConfigError("until", f"must be a positive number of seconds, got {until!r}")
+    if max_jobs is not None and max_jobs < 1:
+        raise ConfigError("max_jobs", f"must be at least 1, got {max_jobs!r}")
     if records is None:
         records = config.records()
     jobs = jobs_from_records(records)
+    n_measured = len(jobs)
+    if until is not None:
+        n_measured = sum(1 for j in jobs if j.submit_s <= until)
+    if max_jobs is not None:
+        n_measured = min(n_measured, max_jobs)
     policy = build_policy(config.policy, **config.policy_params)
     sched = Scheduler(
         config.topology(),
@@ -246,7 +305,7 @@ def simulate(
         trace=trace,
     )
     engine = SimEngine(sched, check_conservation=check_conservation, faults=config.faults())
-    measure = config.measure(len(jobs))
+    measure = config.measure(n_measured)
     max_backlog = config.max_backlog
     if max_backlog is None:
         # 20 jobs per slot, plus what a period releases at once (twice the mean, for
@@ -255,7 +314,13 @@ def simulate(
         batch = 2 * config.load_jobs_per_h * metrics_of(policy).max_delay_s() / 3600
         max_backlog = 20 * config.n_nodes * config.slots + math.ceil(batch)
     t0 = time.perf_counter()
-    run = engine.run(jobs, measure=measure, max_backlog=max_backlog)
+    stopped_by = ""
+    if until is None and max_jobs is None and on_progress is None:
+        run = engine.run(jobs, measure=measure, max_backlog=max_backlog)
+    else:
+        engine.begin(jobs, measure=measure, max_backlog=max_backlog)
+        stopped_by = _advance(engine, until, max_jobs, len(jobs), on_progress, progress_every_s, t0)
+        run = engine.close()
     wall = time.perf_counter() - t0
     if sched.validating:
         sched.validate()  # the whole books once more, at the end
@@ -269,10 +334,55 @@ def simulate(
         measure=measure,
         wall_s=wall,
         file_gb=config.file_gb,
+        stopped_by=stopped_by,
     )
     if sched.replicator is not None:
         summary = replace(summary, replications=sched.replicator.replications)
     return summary, run
+
+
+def _advance(
+    engine: SimEngine,
+    until: float | None,
+    max_jobs: int | None,
+    n_jobs: int,
+    on_progress: Callable[[SimProgress], None] | None,
+    every_s: float,
+    t0: float,
+) -> str:
+    """Drive a begun run in slices of :data:`PROGRESS_STEPS` entries, reporting progress
+    and stopping at the bounds; which bound stopped it ("" if it ran to its end)."""
+    bound = math.inf if until is None else until
+    total = n_jobs if max_jobs is None else min(max_jobs, n_jobs)
+    last = t0
+
+    def report(now: float) -> None:
+        if on_progress is not None:
+            on_progress(SimProgress(engine.now, engine.jobs_ended, total, until, now - t0))
+
+    while True:
+        steps = PROGRESS_STEPS
+        if max_jobs is not None:
+            # A heap entry ends at most one job: never step past the max_jobs-th.
+            left = max_jobs - engine.jobs_ended
+            if left <= 0:
+                break
+            steps = min(steps, left)
+        if engine.proceed(bound, max_steps=steps):
+            report(time.perf_counter())
+            return ""
+        if engine.peek() > bound:
+            break
+        now = time.perf_counter()
+        if now - last >= every_s:
+            last = now
+            report(now)
+    report(time.perf_counter())
+    if engine.jobs_ended >= n_jobs:
+        return ""  # every job ended; only wake-ups were left past the bound
+    if max_jobs is not None and engine.jobs_ended >= max_jobs:
+        return "max_jobs"
+    return "until"
 
 
 CONFIRM_FACTOR = 8

@@ -59,6 +59,13 @@ class Summary:
     """Size of the data space's files, cached whole; 0: any event range is cached."""
     replications: int = 0
     """Hot files copied between node caches beside the policy (``--replicate-hot``)."""
+    partial: bool = False
+    """The run was stopped before its jobs ended (``--until``, ``--max-jobs``): the figures
+    are of the measured jobs that ended by then."""
+    stopped_by: str = ""
+    """What stopped a partial run: ``until`` (simulated time) or ``max_jobs``."""
+    end_s: float = 0.0
+    """Simulated time at the end of the run."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -198,8 +205,13 @@ def summarise(
     measure: tuple[int, int],
     wall_s: float = 0.0,
     file_gb: float = 0.0,
+    stopped_by: str = "",
 ) -> Summary:
-    """Steady-state figures of ``run`` over the jobs with index in ``measure``."""
+    """Steady-state figures of ``run`` over the jobs with index in ``measure``.
+
+    ``stopped_by`` names the bound that stopped the run before its jobs ended ("": none):
+    the summary is then partial, and overloaded only if its backlog says so (its unfinished
+    jobs are the bound's doing)."""
     lo, hi = measure
     recs = sorted(run.jobs, key=lambda r: (r.submit_s, r.job_id))[lo:hi]
     done = [r for r in recs if r.end_s >= 0]
@@ -248,7 +260,7 @@ def summarise(
         tertiary_bytes=run.tertiary_bytes,
         utilization=run.busy_s / span if span > 0 else 0.0,
         mean_backlog=float(np.mean(backlog)) if backlog else 0.0,
-        overloaded=is_overloaded(run, measure) or len(done) < len(recs),
+        overloaded=is_overloaded(run, measure) or (not stopped_by and len(done) < len(recs)),
         events_handled=run.n_events_handled,
         wall_s=wall_s,
         events_submitted=run.events_submitted,
@@ -258,4 +270,7 @@ def summarise(
         node_failures=run.node_failures,
         n_slots=run.n_slots,
         file_gb=file_gb,
+        partial=bool(stopped_by),
+        stopped_by=stopped_by,
+        end_s=run.end_s,
     )

@@ -130,10 +130,27 @@ def map_in_processes(
                 results[i] = future.result()
                 if on_done is not None:
                     on_done(i, results[i])
+        except (KeyboardInterrupt, SystemExit):
+            # Stopped from outside (Ctrl-C, SIGTERM): the runs under way are abandoned,
+            # not waited for, and their processes do not outlive this one.
+            _stop_workers(pool)
+            raise
         except BaseException:
             pool.shutdown(wait=True, cancel_futures=True)
             raise
     return [results[i] for i in range(len(items))]
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Terminate ``pool``'s worker processes and shut it down without waiting for them."""
+    workers = list((getattr(pool, "_processes", None) or {}).values())
+    for process in workers:
+        with suppress(Exception):
+            process.terminate()
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in workers:
+        with suppress(Exception):
+            process.join(timeout=5)
 
 
 # -- Dask --------------------------------------------------------------------------------------

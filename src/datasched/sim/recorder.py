@@ -158,6 +158,8 @@ class Recorder:
         """Jobs the policy held when the wake-up being handled came (see :meth:`tick`)."""
         self._residual = 0
         """The jobs in the system then that were not held."""
+        self.ended = 0
+        """Jobs completed or failed so far (progress, and ``datasched sim --max-jobs``)."""
 
     def watch(self, scheduler: Scheduler) -> None:
         """Count backlogs and releases from ``scheduler``'s jobs and its policy's metrics."""
@@ -244,11 +246,13 @@ class Recorder:
         rec.first_start_s = action.first_start_s
         rec.released_s = action.released_s
         rec.end_s = action.time
+        self.ended += 1
 
     def failed(self, action: JobFailed) -> None:
         rec = self.times[action.job_id]
         rec.end_s = action.time
         rec.failed = True
+        self.ended += 1
 
     def transferred(self, n_bytes: float) -> None:
         self.run.transfers += 1

@@ -14,6 +14,7 @@ import csv
 import io
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,11 @@ __all__ = [
     "FigureResult",
     "FigureSpec",
     "Series",
+    "Unit",
+    "assemble_figure",
+    "cost_of",
     "figure_specs",
+    "figure_units",
     "run_figure",
 ]
 
@@ -93,6 +98,10 @@ def figure_specs(*, quick: bool) -> list[FigureSpec]:
     # make do with fewer, and cut their curves more coarsely (overloads under ~12 % unseen).
     n_periods = 6 if quick else PERIODS_PER_RUN
     stripes = (200, 5000) if quick else (200, 1000, 5000, 25000)
+    # Figure 8's quick curves leave stripe 200 out: its runs cost 4.4 times stripe 1000's
+    # (13.6 against 3.1 CPU s a run of 997 jobs), a quarter of the quick reproduction's CPU,
+    # and no claim reads Figure 8 (Figure 10's stripe 200, which one does, stays).
+    fig8_stripes = (1000, 5000) if quick else stripes
     return [
         FigureSpec(
             "fig03",
@@ -156,7 +165,7 @@ def figure_specs(*, quick: bool) -> list[FigureSpec]:
                     params={"period_h": 48, "stripe_events": st},
                     n_jobs=jobs_for_period(jobs, 48, periods=n_periods),
                 )
-                for st in stripes
+                for st in fig8_stripes
             ),
             loads=_loads(3.0, n_loads),
         ),
@@ -240,71 +249,160 @@ def figure_specs(*, quick: bool) -> list[FigureSpec]:
 Progress = Callable[[str], None]
 
 
-def run_figure(spec: FigureSpec, *, quick: bool, progress: Progress | None = None) -> FigureResult:
-    """Run every point of ``spec`` and return its rows (not yet written)."""
-    say = progress or (lambda _: None)
-    result = FigureResult(spec)
+@dataclass(frozen=True, slots=True)
+class Unit:
+    """One independent piece of a reproduction's work: a stable ``key`` (what a resumed run
+    finds it by), a ``label`` for progress lines, and ``run``, which returns plain JSON data
+    (numbers, strings, lists, dicts) and pickles, so that it can run in another process.
+    ``cost`` estimates its CPU seconds (:func:`cost_of`), so that the largest start first."""
+
+    key: str
+    label: str
+    run: Callable[[], Any]
+    cost: float = 0.0
+
+
+MS_PER_JOB = {
+    "farm": 0.02,
+    "splitting": 0.3,
+    "cache-splitting": 3.0,
+    "out-of-order": 1.5,
+    "delayed": 0.3,
+    "adaptive-delay": 0.4,
+}
+"""Rough CPU milliseconds per simulated job at 10 nodes (docs/performance.md), to order runs
+only: no result depends on it."""
+SEARCH_RUNS = 10
+"""About how many runs a maximal-load search makes."""
+
+
+def cost_of(config: SimConfig, *, runs: int = 1) -> float:
+    """Estimated CPU seconds of ``runs`` runs of ``config`` (grows with the nodes too)."""
+    per_job = MS_PER_JOB.get(config.policy, 1.0) * max(config.n_nodes / 10, 1.0)
+    return runs * config.n_jobs * per_job / 1000
+
+
+def _load_point(series: Series, load: float, wait_with_delay: bool) -> dict[str, Any]:
+    """One point of a load figure: a row."""
+    summary, run = simulate(replace(series.config, load_jobs_per_h=load))
+    wait = summary.mean_wait_s if wait_with_delay else summary.mean_wait_excl_delay_s
+    return {
+        "series": series.label,
+        "load_jobs_per_h": load,
+        "mean_speedup": round(summary.mean_speedup, 4),
+        "mean_wait_h": round(wait / H, 5),
+        "overloaded": summary.overloaded,
+        "jobs": len(run.jobs),
+        **run.policy_counters,
+    }
+
+
+def _wait_hist(config: SimConfig) -> dict[str, Any]:
+    """Figure 5: the maximal load, then every measured job's wait at 95 % of it."""
+    max_load = find_max_load(config, confirm_factor=MAX_LOAD_CONFIRM)
+    load = round(0.95 * max_load, 3)
+    _, run = simulate(replace(config, load_jobs_per_h=load))
+    meta = {"max_load": max_load, "jobs": len(run.jobs), **run.policy_counters}
+    lo, hi = config.measure(len(run.jobs))
+    jobs = sorted(run.jobs, key=lambda r: r.submit_s)[lo:hi]
+    rows = [
+        {
+            "job_id": r.job_id,
+            "load_jobs_per_h": load,
+            "wait_h": round((r.first_start_s - r.submit_s) / H, 5),
+        }
+        for r in jobs
+        if r.first_start_s >= 0
+    ]
+    return {"rows": rows, "meta": meta}
+
+
+def _perfmap_rows() -> list[dict[str, Any]]:
+    # The map takes tens of minutes to compute: the figure shows the one shipped with
+    # datasched, which `datasched perf-map` built (and rebuilds) with these defaults.
+    from datasched.policies.ponce.adaptive import default_map
+
+    return list(default_map().to_dict()["points"])
+
+
+def _scale_row(series: Series, n: int) -> dict[str, Any]:
+    from datasched.studies.ponce.scale import scale_point
+
+    point = scale_point(replace(series.config, load_jobs_per_h=0.5), n)
+    return {
+        "series": series.label,
+        "nodes": n,
+        "scheduler_ms_per_job": round(point.scheduler_s_per_job * 1e3, 4),
+        "master_load": point.master_load,
+    }
+
+
+def figure_units(spec: FigureSpec) -> list[Unit]:
+    """The independent runs of ``spec``, in the order :func:`assemble_figure` takes their
+    results: one per series and load (a load figure), per series and cluster size (the
+    scale figure), one for the others."""
+    key = spec.key
     if spec.kind in ("load", "ratio"):
-        for series in spec.series:
-            for load in spec.loads:
-                say(f"{spec.key}: {series.label} @ {load:g}/h")
-                summary, run = simulate(replace(series.config, load_jobs_per_h=load))
-                wait = (
-                    summary.mean_wait_s if spec.wait_with_delay else summary.mean_wait_excl_delay_s
-                )
-                result.rows.append(
-                    {
-                        "series": series.label,
-                        "load_jobs_per_h": load,
-                        "mean_speedup": round(summary.mean_speedup, 4),
-                        "mean_wait_h": round(wait / H, 5),
-                        "overloaded": summary.overloaded,
-                        "jobs": len(run.jobs),
-                        **run.policy_counters,
-                    }
-                )
-    elif spec.kind == "wait_hist":
+        return [
+            Unit(
+                f"{key}/{series.label}@{load:g}",
+                f"{key}: {series.label} @ {load:g}/h",
+                partial(_load_point, series, load, spec.wait_with_delay),
+                cost_of(series.config),
+            )
+            for series in spec.series
+            for load in spec.loads
+        ]
+    if spec.kind == "wait_hist":
         config = spec.series[0].config
-        say(f"{spec.key}: maximal load")
-        max_load = find_max_load(config, confirm_factor=MAX_LOAD_CONFIRM)
-        load = round(0.95 * max_load, 3)
-        say(f"{spec.key}: waiting times at {load:g}/h")
-        _, run = simulate(replace(config, load_jobs_per_h=load))
-        result.meta = {"max_load": max_load, "jobs": len(run.jobs), **run.policy_counters}
-        lo, hi = config.measure(len(run.jobs))
-        jobs = sorted(run.jobs, key=lambda r: r.submit_s)[lo:hi]
-        for r in jobs:
-            if r.first_start_s >= 0:
-                result.rows.append(
-                    {
-                        "job_id": r.job_id,
-                        "load_jobs_per_h": load,
-                        "wait_h": round((r.first_start_s - r.submit_s) / H, 5),
-                    }
-                )
+        return [
+            Unit(
+                key,
+                f"{key}: maximal load, waiting times",
+                partial(_wait_hist, config),
+                cost_of(config, runs=SEARCH_RUNS + 1),
+            )
+        ]
+    if spec.kind == "perfmap":
+        return [Unit(key, f"{key}: the shipped performance map", _perfmap_rows)]
+    if spec.kind == "scale":
+        return [
+            Unit(
+                f"{key}/{series.label}@{int(n)}",
+                f"{key}: {series.label}, {int(n)} nodes",
+                partial(_scale_row, series, int(n)),
+                cost_of(replace(series.config, n_nodes=int(n))),
+            )
+            for series in spec.series
+            for n in spec.loads
+        ]
+    raise ValueError(f"figure {key}: unknown kind {spec.kind!r}")
+
+
+def assemble_figure(spec: FigureSpec, results: Sequence[Any]) -> FigureResult:
+    """The figure from the results of its :func:`figure_units`, in their order."""
+    result = FigureResult(spec)
+    if spec.kind == "wait_hist":
+        (hist,) = results
+        result.rows = list(hist["rows"])
+        result.meta = dict(hist["meta"])
     elif spec.kind == "perfmap":
-        # The map takes tens of minutes to compute: the figure shows the one shipped with
-        # datasched, which `datasched perf-map` built (and rebuilds) with these defaults.
-        from datasched.policies.ponce.adaptive import default_map
-
-        say(f"{spec.key}: the shipped performance map")
-        result.rows = list(default_map().to_dict()["points"])
-    elif spec.kind == "scale":
-        from datasched.studies.ponce.scale import scale_point
-
-        for series in spec.series:
-            for n in spec.loads:
-                say(f"{spec.key}: {series.label}, {int(n)} nodes")
-                point = scale_point(replace(series.config, load_jobs_per_h=0.5), int(n))
-                result.rows.append(
-                    {
-                        "series": series.label,
-                        "nodes": int(n),
-                        "scheduler_ms_per_job": round(point.scheduler_s_per_job * 1e3, 4),
-                        "master_load": point.master_load,
-                    }
-                )
+        (rows,) = results
+        result.rows = list(rows)
+    else:
+        result.rows = [dict(row) for row in results]
     return result
+
+
+def run_figure(spec: FigureSpec, *, quick: bool, progress: Progress | None = None) -> FigureResult:
+    """Run every point of ``spec`` and return its rows (not yet written). ``quick`` is
+    already in ``spec`` (:func:`figure_specs`); it is kept for callers that pass it."""
+    say = progress or (lambda _: None)
+    results = []
+    for unit in figure_units(spec):
+        say(unit.label)
+        results.append(unit.run())
+    return assemble_figure(spec, results)
 
 
 def write_figure(result: FigureResult, out_dir: Path) -> FigureResult:

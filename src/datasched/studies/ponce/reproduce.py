@@ -13,28 +13,32 @@ names other modules import from it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from datasched.sim.parallel import SchedulerRef, map_in_processes
+from datasched.sim.parallel import SchedulerRef
 from datasched.studies.claims import Claim, fill_claims
 from datasched.studies.ponce.claims import PONCE_FCFS_CLAIMS, PONCE_POLICY_CLAIMS
-from datasched.studies.ponce.figures import FigureResult
+from datasched.studies.ponce.figures import SEARCH_RUNS, FigureResult, Unit, cost_of
 from datasched.studies.ponce.runs import (
     MAX_LOAD_POLICIES,
     Progress,
+    fcfs_measured,
+    fcfs_units,
+    max_load_probe,
     measure_fcfs,
     measure_policies,
     policy_max_load,
 )
 from datasched.studies.report import write_report
+from datasched.studies.resume import RunStore, run_units
 
 __all__ = [
     "Claim",
     "policy_max_load",
     "ponce_fcfs_claims",
     "ponce_policy_claims",
+    "ponce_units",
     "run_ponce",
     "write_report",
 ]
@@ -63,9 +67,27 @@ def ponce_policy_claims(
     return fill_claims(PONCE_POLICY_CLAIMS, measured)
 
 
-def _call(part: Callable[[], Any]) -> Any:
-    """Run one part of the reproduction (in a worker process)."""
-    return part()
+def ponce_units(*, quick: bool = False) -> tuple[list[Unit], list[Unit]]:
+    """The reproduction's runs: those that may share the machine (the claims of §3 and §7,
+    the figures' points, the maximal-load searches of §4-§6) and those timed alone (the
+    master's load, Figure 16)."""
+    from datasched.studies.ponce.figures import figure_specs, figure_units
+
+    specs = figure_specs(quick=quick)
+    shared = fcfs_units(quick=quick)
+    timed: list[Unit] = []
+    for spec in specs:
+        (timed if spec.kind == "scale" else shared).extend(figure_units(spec))
+    shared += [
+        Unit(
+            f"max-load/{p}",
+            f"maximal load of {p}",
+            partial(policy_max_load, p, quick=quick),
+            cost_of(max_load_probe(p, quick=quick), runs=SEARCH_RUNS),
+        )
+        for p in MAX_LOAD_POLICIES
+    ]
+    return shared, timed
 
 
 def run_ponce(
@@ -74,53 +96,36 @@ def run_ponce(
     processes: int = 1,
     scheduler: SchedulerRef | None = None,
     progress: Progress | None = None,
+    store: RunStore | None = None,
 ) -> tuple[list[Claim], list[FigureResult]]:
     """Every experiment of the reproduction: the claims and the figures (in the paper's
     order, not yet written).
 
-    With ``processes`` > 1 the independent parts (the claims of §3 and §7, the figures, the
-    maximal-load searches of §4-§6) run in that many processes; with ``scheduler`` (a Dask
-    scheduler's address) they run on that cluster's workers instead. The §8 scale figure
-    times the scheduler, so it runs alone afterwards, here, with nothing else sharing the CPU.
+    The runs (:func:`ponce_units`) run in up to ``processes`` processes, or with
+    ``scheduler`` (a Dask scheduler's address) on that cluster's workers, the largest
+    first; ``progress`` gets a line as each finishes. The §8 scale figure times the
+    scheduler, so its runs go alone afterwards, here, with nothing else sharing the CPU.
+    With ``store``, each run is kept as it finishes and runs it already holds are read back
+    (:mod:`datasched.studies.resume`). The results do not depend on the number of
+    processes, the order of the runs, or which were read back.
     """
-    from datasched.studies.ponce.figures import figure_specs, run_figure
+    from datasched.studies.ponce.figures import assemble_figure, figure_specs, figure_units
 
     say = progress or (lambda _: None)
-    specs = figure_specs(quick=quick)
-    timed = [s for s in specs if s.kind == "scale"]
+    shared, timed = ponce_units(quick=quick)
+    where = f"on the Dask cluster at {scheduler}" if scheduler else f"in {processes} processes"
+    say(f"{len(shared)} runs {where}, then {len(timed)} timed alone")
+    out = run_units(shared, processes=processes, scheduler=scheduler, store=store, say=say)
+    out += run_units(timed, store=store, say=say)
+    by_key = dict(zip((u.key for u in [*shared, *timed]), out, strict=True))
+    fcfs = fcfs_units(quick=quick)
+    claims = fill_claims(
+        PONCE_FCFS_CLAIMS, fcfs_measured([by_key[u.key] for u in fcfs], quick=quick)
+    )
     results: dict[str, FigureResult] = {}
-    max_loads: dict[str, float] = {}
-    if processes <= 1 and scheduler is None:
-        claims = ponce_fcfs_claims(quick=quick, progress=say)
-        for spec in specs:
-            if spec not in timed:
-                results[spec.key] = run_figure(spec, quick=quick, progress=say)
-    else:
-        figures = [s for s in specs if s not in timed]
-        parts: list[tuple[str, Callable[[], Any]]] = [
-            ("claims of §3 and §7", partial(ponce_fcfs_claims, quick=quick))
-        ]
-        parts += [(s.key, partial(run_figure, s, quick=quick)) for s in figures]
-        parts += [
-            (f"maximal load of {p}", partial(policy_max_load, p, quick=quick))
-            for p in MAX_LOAD_POLICIES
-        ]
-        where = f"on the Dask cluster at {scheduler}" if scheduler else f"in {processes} processes"
-        say(f"running {len(parts)} parts {where} ...")
-        finished = 0
-
-        def done(i: int, _: object) -> None:
-            nonlocal finished
-            finished += 1
-            say(f"{finished} of {len(parts)} parts done: {parts[i][0]}")
-
-        out = map_in_processes(
-            _call, [f for _, f in parts], processes=processes, scheduler=scheduler, on_done=done
-        )
-        claims = out[0]
-        results.update(zip((s.key for s in figures), out[1 : 1 + len(figures)], strict=True))
-        max_loads.update(zip(MAX_LOAD_POLICIES, out[1 + len(figures) :], strict=True))
-    for spec in timed:
-        results[spec.key] = run_figure(spec, quick=quick, progress=say)
+    specs = figure_specs(quick=quick)
+    for spec in specs:
+        results[spec.key] = assemble_figure(spec, [by_key[u.key] for u in figure_units(spec)])
+    max_loads = {p: by_key[f"max-load/{p}"] for p in MAX_LOAD_POLICIES}
     claims += ponce_policy_claims(results, quick=quick, progress=say, max_loads=max_loads)
     return claims, [results[spec.key] for spec in specs]

@@ -7,8 +7,9 @@ parameters, §2.4); nothing is fitted. Each function returns, per claim key of
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from datasched.core.model import Pipelining
@@ -18,7 +19,7 @@ from datasched.sim.engine import SimRun
 from datasched.sim.experiment import SimConfig, find_max_load, simulate
 from datasched.sim.workload import expected_single_node_time_s, theoretical_max_load_jobs_per_h
 from datasched.studies.claims import Measured
-from datasched.studies.ponce.figures import MAX_LOAD_CONFIRM
+from datasched.studies.ponce.figures import MAX_LOAD_CONFIRM, SEARCH_RUNS, Unit, cost_of
 from datasched.studies.ponce.perfmap import jobs_for_period
 
 __all__ = [
@@ -26,6 +27,9 @@ __all__ = [
     "MAX_LOAD_POLICIES",
     "PIPELINING_GAIN_LOADS",
     "Progress",
+    "fcfs_measured",
+    "fcfs_units",
+    "max_load_probe",
     "measure_fcfs",
     "measure_policies",
     "policy_max_load",
@@ -59,6 +63,128 @@ def _decompose(
     return sum(caching) / len(caching), sum(parallel) / len(parallel)
 
 
+def _fcfs_configs(quick: bool) -> tuple[SimConfig, SimConfig, int]:
+    """The FCFS claims' base run, their maximal-load probe and the cache runs' length."""
+    n_jobs = 600 if quick else 2500
+    n_cache_jobs = 900 if quick else 2500
+    # Maximal loads need longer runs: near capacity a short run cannot tell a queue that
+    # grows from one that fluctuates (farm and splitting runs are cheap).
+    n_max_load_jobs = 2000 if quick else 4000
+    base = SimConfig(n_jobs=n_jobs)
+    return base, replace(base, n_jobs=n_max_load_jobs), n_cache_jobs
+
+
+def _max_load_of(probe: SimConfig, policy: str, pipelining: Pipelining) -> float:
+    return find_max_load(
+        replace(probe, policy=policy, pipelining=pipelining), confirm_factor=MAX_LOAD_CONFIRM
+    )
+
+
+def _speedup_of(base: SimConfig, policy: str, pipelining: Pipelining) -> float:
+    config = replace(base, policy=policy, load_jobs_per_h=LOW_LOAD, pipelining=pipelining)
+    return simulate(config)[0].mean_speedup
+
+
+def _cache_splitting_low_load(base: SimConfig, cache_gb: float, n_jobs: int) -> dict[str, float]:
+    config = replace(
+        base, policy="cache-splitting", cache_gb=cache_gb, load_jobs_per_h=LOW_LOAD, n_jobs=n_jobs
+    )
+    s, run = simulate(config)
+    factor, parallelism = _decompose(run, config.measure(n_jobs), base.reference_s_per_event)
+    return {
+        "speedup": s.mean_speedup,
+        "factor": factor,
+        "hit_ratio": s.cache_hit_ratio,
+        "parallelism": parallelism,
+    }
+
+
+FCFS_CACHES_GB = (50.0, 100.0, 200.0)
+
+
+def fcfs_units(*, quick: bool = False) -> list[Unit]:
+    """The independent runs behind the claims of §3.4 and §7.1 (:func:`fcfs_measured` makes
+    the claims' numbers of their results, in this order)."""
+    base, probe, n_cache_jobs = _fcfs_configs(quick)
+    none, tert = Pipelining.NONE, Pipelining.TERTIARY
+    units = [
+        Unit(
+            "fcfs/farm-max-load",
+            "processing farm: maximal sustainable load",
+            partial(_max_load_of, probe, "farm", none),
+            cost_of(replace(probe, policy="farm"), runs=SEARCH_RUNS),
+        ),
+        Unit(
+            "fcfs/farm-pipelined",
+            "processing farm with tertiary pipelining",
+            partial(_speedup_of, base, "farm", tert),
+            cost_of(replace(base, policy="farm")),
+        ),
+        Unit(
+            "fcfs/splitting",
+            "job splitting at low load",
+            partial(_speedup_of, base, "splitting", none),
+            cost_of(replace(base, policy="splitting")),
+        ),
+        Unit(
+            "fcfs/splitting-pipelined",
+            "job splitting at low load, tertiary pipelining",
+            partial(_speedup_of, base, "splitting", tert),
+            cost_of(replace(base, policy="splitting")),
+        ),
+        Unit(
+            "fcfs/splitting-max-load",
+            "job splitting: maximal sustainable load",
+            partial(_max_load_of, probe, "splitting", none),
+            cost_of(replace(probe, policy="splitting"), runs=SEARCH_RUNS),
+        ),
+        Unit(
+            "fcfs/splitting-pipelined-max-load",
+            "job splitting with pipelining: maximal sustainable load",
+            partial(_max_load_of, probe, "splitting", tert),
+            cost_of(replace(probe, policy="splitting"), runs=SEARCH_RUNS),
+        ),
+    ]
+    units += [
+        Unit(
+            f"fcfs/cache-splitting-{cache_gb:g}gb",
+            f"cache-oriented splitting at low load, {cache_gb:.0f} GB caches",
+            partial(_cache_splitting_low_load, base, cache_gb, n_cache_jobs),
+            cost_of(replace(base, policy="cache-splitting", n_jobs=n_cache_jobs)),
+        )
+        for cache_gb in FCFS_CACHES_GB
+    ]
+    return units
+
+
+def fcfs_measured(results: Sequence[Any], *, quick: bool = False) -> dict[str, Measured]:
+    """Our numbers for the claims of §3.4 and §7.1 from the results of :func:`fcfs_units`."""
+    base, _, _ = _fcfs_configs(quick)
+    farm_max, farm_pipe, split, split_pipe, split_max, split_pipe_max, *caches = results
+    reference = base.reference_s_per_event
+    out: dict[str, Measured] = {}
+    out["single_node_time_s"] = Measured(expected_single_node_time_s())
+    out["theoretical_max_load"] = Measured(theoretical_max_load_jobs_per_h())
+    capacity = 3600 * base.n_nodes / (base.mean_job_events * reference)
+    out["farm_max_load"] = Measured(farm_max, {"capacity": capacity})
+    out["farm_pipelined_speedup"] = Measured(farm_pipe)
+    out["splitting_low_load_speedup"] = Measured(split)
+    out["splitting_pipelined_low_load_speedup"] = Measured(split_pipe)
+    out["splitting_max_load"] = Measured(split_max, {"capacity": capacity})
+    pipe_capacity = capacity * reference / 0.6
+    out["splitting_pipelined_max_load"] = Measured(split_pipe_max, {"capacity": pipe_capacity})
+    by_cache = dict(zip(FCFS_CACHES_GB, caches, strict=True))
+    gains = {c: r["speedup"] - split for c, r in by_cache.items()}
+    top = by_cache[200.0]
+    out["cache_splitting_200gb_low_load_speedup"] = Measured(
+        top["speedup"],
+        {"factor": top["factor"], "hit_ratio": top["hit_ratio"], "parallelism": top["parallelism"]},
+    )
+    out["cache_gain_100_over_50"] = Measured(gains[100.0] / gains[50.0])
+    out["cache_gain_200_over_100"] = Measured(gains[200.0] / gains[100.0])
+    return out
+
+
 def measure_fcfs(*, quick: bool = False, progress: Progress | None = None) -> dict[str, Measured]:
     """Our numbers for the claims of ponce-hersch §3.4 and §7.1 about the FCFS policies.
 
@@ -66,69 +192,11 @@ def measure_fcfs(*, quick: bool = False, progress: Progress | None = None) -> di
     shorter warm-up).
     """
     say = progress or (lambda _: None)
-    n_jobs = 600 if quick else 2500
-    n_cache_jobs = 900 if quick else 2500
-    # Maximal loads need longer runs: near capacity a short run cannot tell a queue that
-    # grows from one that fluctuates (farm and splitting runs are cheap).
-    n_max_load_jobs = 2000 if quick else 4000
-    base = SimConfig(n_jobs=n_jobs)
-    probe = replace(base, n_jobs=n_max_load_jobs)
-    reference = base.reference_s_per_event
-    out: dict[str, Measured] = {}
-
-    out["single_node_time_s"] = Measured(expected_single_node_time_s())
-    out["theoretical_max_load"] = Measured(theoretical_max_load_jobs_per_h())
-
-    say("processing farm: maximal sustainable load")
-    farm_max = find_max_load(replace(probe, policy="farm"), confirm_factor=MAX_LOAD_CONFIRM)
-    capacity = 3600 * base.n_nodes / (base.mean_job_events * reference)
-    out["farm_max_load"] = Measured(farm_max, {"capacity": capacity})
-
-    say("processing farm with tertiary pipelining")
-    farm_pipe, _ = simulate(
-        replace(base, policy="farm", load_jobs_per_h=LOW_LOAD, pipelining=Pipelining.TERTIARY)
-    )
-    out["farm_pipelined_speedup"] = Measured(farm_pipe.mean_speedup)
-
-    say("job splitting at low load")
-    split, _ = simulate(replace(base, policy="splitting", load_jobs_per_h=LOW_LOAD))
-    split_pipe, _ = simulate(
-        replace(base, policy="splitting", load_jobs_per_h=LOW_LOAD, pipelining=Pipelining.TERTIARY)
-    )
-    out["splitting_low_load_speedup"] = Measured(split.mean_speedup)
-    out["splitting_pipelined_low_load_speedup"] = Measured(split_pipe.mean_speedup)
-
-    say("job splitting: maximal sustainable load, without and with pipelining")
-    split_max = find_max_load(replace(probe, policy="splitting"), confirm_factor=MAX_LOAD_CONFIRM)
-    split_pipe_max = find_max_load(
-        replace(probe, policy="splitting", pipelining=Pipelining.TERTIARY),
-        confirm_factor=MAX_LOAD_CONFIRM,
-    )
-    out["splitting_max_load"] = Measured(split_max, {"capacity": capacity})
-    pipe_capacity = capacity * reference / 0.6
-    out["splitting_pipelined_max_load"] = Measured(split_pipe_max, {"capacity": pipe_capacity})
-
-    gains: dict[float, float] = {}
-    for cache_gb in (50.0, 100.0, 200.0):
-        say(f"cache-oriented splitting at low load, {cache_gb:.0f} GB caches")
-        config = replace(
-            base,
-            policy="cache-splitting",
-            cache_gb=cache_gb,
-            load_jobs_per_h=LOW_LOAD,
-            n_jobs=n_cache_jobs,
-        )
-        s, run = simulate(config)
-        gains[cache_gb] = s.mean_speedup - split.mean_speedup
-        if cache_gb == 200.0:
-            factor, parallelism = _decompose(run, config.measure(n_cache_jobs), reference)
-            out["cache_splitting_200gb_low_load_speedup"] = Measured(
-                s.mean_speedup,
-                {"factor": factor, "hit_ratio": s.cache_hit_ratio, "parallelism": parallelism},
-            )
-    out["cache_gain_100_over_50"] = Measured(gains[100.0] / gains[50.0])
-    out["cache_gain_200_over_100"] = Measured(gains[200.0] / gains[100.0])
-    return out
+    results = []
+    for unit in fcfs_units(quick=quick):
+        say(unit.label)
+        results.append(unit.run())
+    return fcfs_measured(results, quick=quick)
 
 
 def _rows(fig: Any, series: str, *, ok: bool = True) -> list[dict[str, Any]]:
@@ -154,9 +222,8 @@ def _probe(quick: bool) -> SimConfig:
     return SimConfig(n_jobs=1000 if quick else 2000)
 
 
-def policy_max_load(policy: str, *, quick: bool = False) -> float:
-    """The maximal load of ``policy`` with 100 GB caches, as :func:`measure_policies`
-    searches it (a separate function so that the searches can run in other processes)."""
+def max_load_probe(policy: str, *, quick: bool = False) -> SimConfig:
+    """The runs of :func:`policy_max_load`'s search (at a load the search sets)."""
     probe = _probe(quick)
     delay_h = metrics_of(build_policy(policy)).max_delay_s() / 3600
     if delay_h > 0:
@@ -164,7 +231,13 @@ def policy_max_load(policy: str, *, quick: bool = False) -> float:
         # map's, for adaptive delay): they must span as many periods as the map's own runs
         # for overload to show.
         probe = replace(probe, n_jobs=jobs_for_period(probe.n_jobs, delay_h))
-    return find_max_load(replace(probe, policy=policy), confirm_factor=MAX_LOAD_CONFIRM)
+    return replace(probe, policy=policy)
+
+
+def policy_max_load(policy: str, *, quick: bool = False) -> float:
+    """The maximal load of ``policy`` with 100 GB caches, as :func:`measure_policies`
+    searches it (a separate function so that the searches can run in other processes)."""
+    return find_max_load(max_load_probe(policy, quick=quick), confirm_factor=MAX_LOAD_CONFIRM)
 
 
 def measure_policies(

@@ -9,12 +9,13 @@ scheduling.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from datasched.policies import get_policy
 from datasched.sim.experiment import SimConfig, simulate
 
-__all__ = ["ScalePoint", "scale_config", "scale_point"]
+__all__ = ["ScalePoint", "nodes_per_core", "scale_config", "scale_point"]
 
 MONTH_H = 30 * 24.0
 
@@ -32,6 +33,13 @@ class ScalePoint:
     master_load: float
     """Scheduler seconds per simulated second (the paper's "load of the master node")."""
     simulated_s: float
+    decisions: int = 0
+    """Events the scheduler handled (a grid's: choices of a site, answers to accesses)."""
+
+    @property
+    def us_per_decision(self) -> float:
+        """Microseconds of the master's time per event it handled."""
+        return 1e6 * self.scheduler_s / self.decisions if self.decisions else float("nan")
 
 
 def scale_config(base: SimConfig, n_nodes: int) -> SimConfig:
@@ -63,4 +71,22 @@ def scale_point(base: SimConfig, n_nodes: int) -> ScalePoint:
         scheduler_s_per_job=run.scheduler_s / max(len(run.jobs), 1),
         master_load=run.scheduler_s / simulated,
         simulated_s=simulated,
+        decisions=run.n_events_handled,
     )
+
+
+def nodes_per_core(points: list[ScalePoint]) -> float | None:
+    """The cluster size at which the master would keep one core busy (master load 1),
+    extrapolated from the two largest of ``points`` along the power law through them
+    (docs/scale.md); inf when the master load does not grow, None with fewer than two
+    sizes or no time measured."""
+    sized = sorted(points, key=lambda p: p.n_nodes)
+    if len(sized) < 2:
+        return None
+    a, b = sized[-2], sized[-1]
+    if a.n_nodes == b.n_nodes or a.master_load <= 0 or b.master_load <= 0:
+        return None
+    slope = math.log(b.master_load / a.master_load) / math.log(b.n_nodes / a.n_nodes)
+    if slope <= 0:
+        return math.inf
+    return float(b.n_nodes * (1 / b.master_load) ** (1 / slope))
