@@ -11,7 +11,7 @@ from rich import box
 from rich.table import Table
 
 from datasched.cli.app import app, trace_app
-from datasched.cli.common import fail, out, print_json, user_errors
+from datasched.cli.common import check_out_file, fail, out, print_json, user_errors
 from datasched.cli.options import JsonOpt, LoadOpt, SeedOpt, trace_rate_jobs_per_h
 from datasched.core.trace import read_json_lines, story
 from datasched.policies import available, describe
@@ -75,10 +75,7 @@ def trace_generate(
     the data, Poisson arrivals. Replay it with `datasched sim --trace FILE`."""
     with user_errors():
         records = generate(WorkloadSpec(load_jobs_per_h=load, n_jobs=jobs, seed=seed))
-    if not out_file.parent.is_dir():
-        fail(f"--out: directory {out_file.parent} does not exist")
-    if out_file.is_dir():
-        fail(f"--out: {out_file} is a directory")
+    check_out_file(out_file, "--out")
     with user_errors():
         save_trace(records, out_file)
     out.print(f"wrote {len(records)} jobs to {out_file}", highlight=False)
