@@ -37,18 +37,28 @@ def policies(as_json: JsonOpt = False) -> None:
             }
         )
         return
-    table = Table(title="scheduling policies", box=box.SIMPLE_HEAD)
-    table.add_column("name", style="bold")
-    table.add_column("source")
-    table.add_column("what it does")
-    table.add_column("parameters")
+    # Names are never cut (they are what --policy takes); the other cells wrap, and a word
+    # longer than its column is folded onto the next line rather than cut short, so that
+    # the table is whole at 80 columns too.
+    table = Table(title="scheduling policies", box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("name", style="bold", no_wrap=True)
+    table.add_column("source", overflow="fold")
+    table.add_column("what it does", overflow="fold")
+    table.add_column("parameters", overflow="fold")
     for name, cls in available().items():
         params = ", ".join(f"{p.name}={_shown(p.default)}" for p in cls.params) or "-"
         table.add_row(name, cls.section, cls.summary, params)
     out.print(table)
-    grid = Table(title="data-grid schedulers (datasched reproduce grid)", box=box.SIMPLE_HEAD)
+    grid = Table(
+        title="data-grid schedulers (datasched reproduce grid)",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )
     for col in ("name", "role", "source", "what it does", "parameters"):
-        grid.add_column(col, style="bold" if col == "name" else None)
+        if col == "name":
+            grid.add_column(col, style="bold", no_wrap=True)
+        else:
+            grid.add_column(col, overflow="fold")
     for name, gcls in grid_schedulers().items():
         params = ", ".join(f"{p.name}={_shown(p.default)}" for p in gcls.params) or "-"
         grid.add_row(name, gcls.role, gcls.section, gcls.summary, params)
