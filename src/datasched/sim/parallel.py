@@ -216,7 +216,7 @@ async def _probe(address: str, timeout: float) -> None:
     it, so that a host that does not resolve, or a port where nothing listens, is told as
     such and at once. distributed's own ``connect`` retries both until its timeout is over and
     then says only that it timed out. Other protocols are left to ``connect``."""
-    from distributed.comm import parse_address, parse_host_port
+    from distributed.comm.addressing import parse_address, parse_host_port
 
     scheme, location = parse_address(address)
     if scheme not in ("tcp", "tls"):
