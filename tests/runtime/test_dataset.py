@@ -323,7 +323,7 @@ def test_catalog_errors_name_catalog_dataset_and_field(
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("datasets:\n  d: {tree: T\n", r"\(line \d+\): not valid YAML"),
+        ("datasets:\n  d: {tree: T\n", r" line \d+, column \d+: not valid YAML"),
         ("- a\n- b\n", "expected a mapping with a 'datasets' field"),
         ("other: 1\n", "field 'datasets': missing"),
         ("datasets: {}\n", "field 'datasets': missing, empty"),

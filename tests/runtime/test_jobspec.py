@@ -250,7 +250,7 @@ def test_the_processor_is_checked_by_loading_it(tmp_path: Path, catalog: Path) -
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("jobs: [\n  {id: a\n", r" \(line \d+\): not valid YAML"),
+        ("jobs: [\n  {id: a\n", r" line \d+, column \d+: not valid YAML"),
         ("- id: a\n", ": expected a mapping with a 'jobs' list"),
         ("catalog: c.yaml\n", ": field 'jobs': missing"),
         ("jobs: []\n", ": field 'jobs': empty"),

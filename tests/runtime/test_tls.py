@@ -414,14 +414,16 @@ def test_run_joins_an_existing_tls_cluster_with_the_users_files(
     tcp = cluster.address.replace("tls://", "tcp://")
     result = runner.invoke(app, [*base, "--scheduler", tcp])
     assert result.exit_code == 2
-    assert result.stderr.startswith(f"error: --scheduler: cannot connect to {tcp}: ")
+    # (asked before anything starts, by the check every command with --scheduler makes)
+    assert result.stderr.startswith(f"error: --scheduler: {tcp} ")
     assert "a scheduler that requires TLS takes its tls:// address" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
     # Another CA's files: refused too.
     with private_credentials() as other:
         result = runner.invoke(app, [*args, *tls_args(other.scheduler)])
     assert result.exit_code == 2
-    assert result.stderr.startswith(f"error: --scheduler: cannot connect to {cluster.address}: ")
+    assert result.stderr.startswith("error: --scheduler: ")
+    assert cluster.address in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
 
 

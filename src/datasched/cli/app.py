@@ -34,8 +34,24 @@ def _usage_error_line(exc: Exception) -> str:
     return " ".join(line.split())
 
 
+def plain_flags(command: Any) -> None:
+    """Show every on/off flag of ``command`` and of its subcommands as the bare flag in
+    ``--help`` (``--skip-bad-files``), not followed by typer's ``<bool>`` placeholder, which
+    reads as if the flag took a value. ``--help`` itself included: its option is made here
+    (typer keeps the one a command makes, and reuses it)."""
+    params = list(getattr(command, "params", []))
+    help_option = command.get_help_option(typer.Context(command))
+    for param in [*params, help_option]:
+        flag = getattr(param, "is_flag", False) and not getattr(param, "count", False)
+        if flag and param.metavar is None:
+            param.metavar = ""
+    for sub in getattr(command, "commands", {}).values():
+        plain_flags(sub)
+
+
 class RootGroup(TyperGroup):
-    """The root command: errors of the parser, too, are one ``error:`` line (exit code 2)."""
+    """The root command: errors of the parser, too, are one ``error:`` line (exit code 2);
+    flags show no ``<bool>`` in ``--help`` (:func:`plain_flags`)."""
 
     def main(
         self,
@@ -46,6 +62,7 @@ class RootGroup(TyperGroup):
         windows_expand_args: bool = True,
         **extra: Any,
     ) -> Any:
+        plain_flags(self)
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
         try:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
+import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -38,6 +40,7 @@ from datasched.sim.workload import TraceError, WorkloadError
 __all__ = [
     "OPTION_OF",
     "check_out_dir",
+    "check_out_file",
     "cluster_errors",
     "err",
     "fail",
@@ -49,7 +52,9 @@ __all__ = [
     "percent",
     "print_json",
     "processes_or_default",
+    "reachable_scheduler",
     "size",
+    "unwritable",
     "user_errors",
     "where_to_run",
 ]
@@ -142,21 +147,63 @@ def parse_ints(text: str, option: str) -> list[int]:
     return values
 
 
-def check_out_dir(out_dir: Path) -> None:
-    """Refuse an ``--out`` that names a file, before anything runs."""
-    if out_dir.exists() and not out_dir.is_dir():
-        fail(f"--out: {out_dir} exists and is not a directory")
+def unwritable(path: Path, *, directory: bool) -> str | None:
+    """Why ``path`` cannot be written (as a directory, or as a file), missing directories
+    above it created on the way; None when it can.
+
+    Asked before anything runs, so that a command never stops with a traceback after its
+    work, or leaves half of its outputs behind: a path under a file (``/dev/null/x``), a file
+    where a directory is wanted or the other way round, a directory that may not be written.
+    The last is tried, not guessed from permission bits (root passes those, and a read-only
+    file system says no only when written): an empty file is made there and removed.
+    """
+    if path.exists():
+        if directory and not path.is_dir():
+            return f"{path} exists and is not a directory"
+        if not directory and path.is_dir():
+            return f"{path} is a directory"
+        home = path if directory else path.parent
+    else:
+        home = path.parent
+        while not home.exists() and home != home.parent:
+            home = home.parent
+        if not home.is_dir():
+            return f"{home} is not a directory"
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".datasched-probe-", dir=home)
+        os.close(fd)
+        Path(probe).unlink()
+        if not directory and path.exists():
+            with path.open("a"):  # opened to append, nothing written: unchanged
+                pass
+    except OSError as exc:
+        if not directory and path.exists():
+            return f"cannot write {path}: {exc.strerror or exc}"
+        return f"cannot write in {home}: {exc.strerror or exc}"
+    return None
 
 
-def check_out_file(path: Path | None, option: str) -> None:
-    """Refuse an output file that cannot be written (a directory, no such directory), before
-    anything runs."""
+def check_out_dir(out_dir: Path, option: str = "--out") -> None:
+    """Refuse an output directory that cannot be written (a file, under a file, not
+    writable), before anything runs: one line naming ``option``."""
+    problem = unwritable(out_dir, directory=True)
+    if problem is not None:
+        fail(f"{option}: {problem}")
+
+
+def check_out_file(path: Path | None, option: str, *, make_parents: bool = False) -> None:
+    """Refuse an output file that cannot be written (a directory, not writable; its
+    directory missing unless ``make_parents``: the writer creates it), before anything
+    runs."""
     if path is None:
         return
-    if path.is_dir():
-        fail(f"{option}: {path} is a directory")
-    if not path.parent.is_dir():
+    if not make_parents and not path.parent.is_dir() and not path.is_dir():
+        if path.parent.exists():
+            fail(f"{option}: {path.parent} is not a directory")
         fail(f"{option}: directory {path.parent} does not exist")
+    problem = unwritable(path, directory=False)
+    if problem is not None:
+        fail(f"{option}: {problem}")
 
 
 @contextmanager
@@ -224,6 +271,32 @@ def cluster_errors() -> Iterator[None]:
         fail(f"--scheduler: {exc.reason}", code=1)
 
 
+def reachable_scheduler(scheduler: str, files: Any = None) -> tuple[SchedulerRef, int]:
+    """The Dask scheduler of ``--scheduler`` (with the credentials of ``--tls-*``: ``files``,
+    checked :class:`~datasched.runtime.tls.TlsFiles`, or None), asked who it is now, and how
+    many workers it has: ``(target, workers)``.
+
+    Every command that takes ``--scheduler`` calls this before anything runs, so that an
+    address that cannot be used is one line and exit code 2 within a few seconds (a host that
+    does not resolve, a port where nothing listens, a server that does not answer as a Dask
+    scheduler within :data:`~datasched.sim.parallel.CONNECT_TIMEOUT_S`), never a wait and a
+    traceback (docs/runtime.md, "Existing clusters").
+    """
+    target: SchedulerRef = scheduler
+    if files is not None:
+        from datasched.runtime.tls import security
+
+        try:
+            target = DaskScheduler(scheduler, security(files))
+        except ModuleNotFoundError as exc:
+            fail(f"--scheduler: running on a Dask cluster needs Dask: {INSTALL_HINT} ({exc.name})")
+    try:
+        workers = check_scheduler(target)
+    except ClusterError as exc:
+        fail(f"--scheduler: {exc.reason}")
+    return target, workers
+
+
 def where_to_run(
     processes: int | None,
     scheduler: str | None,
@@ -240,7 +313,7 @@ def where_to_run(
     runs; ``--processes`` beside it is refused rather than silently ignored, and so are
     credentials beside a ``tcp://`` address (docs/runtime.md, "A closed cluster").
     """
-    from datasched.runtime.tls import TlsError, check_tls_options, security
+    from datasched.runtime.tls import TlsError, check_tls_options
 
     try:
         files = check_tls_options(scheduler, tls_ca_file, tls_cert, tls_key)
@@ -253,16 +326,7 @@ def where_to_run(
             "--processes: not with --scheduler (the cluster's workers decide how many "
             "simulations run at once)"
         )
-    target: SchedulerRef = scheduler
-    if files is not None:
-        try:
-            target = DaskScheduler(scheduler, security(files))
-        except ModuleNotFoundError as exc:
-            fail(f"--scheduler: running on a Dask cluster needs Dask: {INSTALL_HINT} ({exc.name})")
-    try:
-        workers = check_scheduler(target)
-    except ClusterError as exc:
-        fail(f"--scheduler: {exc.reason}")
+    target, workers = reachable_scheduler(scheduler, files)
     if workers == 0:
         err.print(
             f"note: the Dask cluster at {scheduler} has no workers yet; the simulations wait "

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from datasched.cli.app import app
-from datasched.cli.common import fail, out, print_json
+from datasched.cli.common import check_out_dir, fail, out, print_json
 from datasched.cli.live import BarProgress, progress_bars
 from datasched.cli.options import ReplicateHotOpt, policy_params_of
 from datasched.cli.runtime import PolicyOption, WorkersOption, runtime_errors
@@ -32,6 +32,7 @@ def demo_data(
         fail(f"--files: must be at least 1, got {files}")
     if events < files:
         fail(f"--events: must be at least --files ({files}), got {events}")
+    check_out_dir(directory, "DIR")
     with runtime_errors():
         from datasched.runtime.demodata import write_demo_dataset
 
@@ -67,16 +68,18 @@ def demo(
         bool, typer.Option("--json", help="Print one JSON object and nothing else.")
     ] = False,
 ) -> None:
-    """The runtime tour (about a minute): overlapping jobs on a synthetic dataset, run under
-    processing-farm scheduling, under a cache-aware policy, and as a plain Dask map through the
-    same worker caches; a comparison table with the simulator's prediction and the physical
-    floor beside the measured makespans, the three runs' timelines on one time axis, and the
-    dimuon-mass plot."""
+    """The runtime tour (about a minute and a half): overlapping jobs on a synthetic dataset,
+    run under processing-farm scheduling, under a cache-aware policy, and as a plain Dask map
+    through the same worker caches; a comparison table with the simulator's prediction and the
+    physical floor beside the measured makespans, the three runs' timelines on one time axis,
+    and the dimuon-mass plot."""
     with runtime_errors():
         from datasched.compare.demo import run_demo
 
         get_policy(policy)  # an unknown name: one line naming the known ones
         policy_params = policy_params_of(policy, params) if params else None
+        check_out_dir(data_dir, "--data")
+        check_out_dir(out_dir, "--out")
         if workers < 1:
             fail(f"--workers: must be at least 1, got {workers}")
         if not tertiary_mb_s > 0:

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from datasched.cli.app import app
-from datasched.cli.common import err, fail, out
+from datasched.cli.common import check_out_dir, err, fail, out
 from datasched.cli.runtime import PolicyOption, WorkersOption, runtime_errors
 
 __all__: list[str] = []
@@ -78,6 +78,8 @@ def demo_service(
         from datasched.service.demo import run_service_demo
     except ModuleNotFoundError as exc:
         fail(f"the service is not installed ({exc.name}): pip install 'datasched[all]'")
+    check_out_dir(data_dir, "--data")
+    check_out_dir(out_dir, "--out")
     with runtime_errors():
         if not (data_dir / "catalog.yaml").exists():
             from datasched.runtime.demodata import write_demo_dataset

@@ -11,7 +11,7 @@ from rich import box
 from rich.table import Table
 
 from datasched.cli.app import app, trace_app
-from datasched.cli.common import fail, out, print_json, user_errors
+from datasched.cli.common import check_out_file, fail, out, print_json, user_errors
 from datasched.cli.options import JsonOpt, LoadOpt, SeedOpt, trace_rate_jobs_per_h
 from datasched.core.trace import read_json_lines, story
 from datasched.policies import available, describe
@@ -37,18 +37,28 @@ def policies(as_json: JsonOpt = False) -> None:
             }
         )
         return
-    table = Table(title="scheduling policies", box=box.SIMPLE_HEAD)
-    table.add_column("name", style="bold")
-    table.add_column("source")
-    table.add_column("what it does")
-    table.add_column("parameters")
+    # Names are never cut (they are what --policy takes); the other cells wrap, and a word
+    # longer than its column is folded onto the next line rather than cut short, so that
+    # the table is whole at 80 columns too.
+    table = Table(title="scheduling policies", box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("name", style="bold", no_wrap=True)
+    table.add_column("source", overflow="fold")
+    table.add_column("what it does", overflow="fold")
+    table.add_column("parameters", overflow="fold")
     for name, cls in available().items():
         params = ", ".join(f"{p.name}={_shown(p.default)}" for p in cls.params) or "-"
         table.add_row(name, cls.section, cls.summary, params)
     out.print(table)
-    grid = Table(title="data-grid schedulers (datasched reproduce grid)", box=box.SIMPLE_HEAD)
+    grid = Table(
+        title="data-grid schedulers (datasched reproduce grid)",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )
     for col in ("name", "role", "source", "what it does", "parameters"):
-        grid.add_column(col, style="bold" if col == "name" else None)
+        if col == "name":
+            grid.add_column(col, style="bold", no_wrap=True)
+        else:
+            grid.add_column(col, overflow="fold")
     for name, gcls in grid_schedulers().items():
         params = ", ".join(f"{p.name}={_shown(p.default)}" for p in gcls.params) or "-"
         grid.add_row(name, gcls.role, gcls.section, gcls.summary, params)
@@ -75,10 +85,7 @@ def trace_generate(
     the data, Poisson arrivals. Replay it with `datasched sim --trace FILE`."""
     with user_errors():
         records = generate(WorkloadSpec(load_jobs_per_h=load, n_jobs=jobs, seed=seed))
-    if not out_file.parent.is_dir():
-        fail(f"--out: directory {out_file.parent} does not exist")
-    if out_file.is_dir():
-        fail(f"--out: {out_file} is a directory")
+    check_out_file(out_file, "--out")
     with user_errors():
         save_trace(records, out_file)
     out.print(f"wrote {len(records)} jobs to {out_file}", highlight=False)

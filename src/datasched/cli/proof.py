@@ -168,7 +168,7 @@ def proof_sim(
     from datasched.studies.proof.runs import run_uneven
     from datasched.studies.proof.setup import UnevenSetup
 
-    check_out_dir(report_dir)
+    check_out_dir(report_dir, "--report")
     if files < 1:
         fail("--files: must be at least 1")
     with user_errors():

@@ -3,6 +3,7 @@ offline, as the service would take it, without a server."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -116,7 +117,10 @@ def check(
     try:
         mjr = parse_request(data, _content_type(file, data))
     except RequestInvalid as exc:
-        _errors(list(exc.errors), as_json)
+        errors = list(exc.errors)
+        if not as_json:  # the request's text as a whole ("body") is, here, the file
+            errors = [replace(e, field=str(file)) if e.field == "body" else e for e in errors]
+        _errors(errors, as_json)
     lookup = _catalog(catalog)
     files, errors = check_request(
         mjr,

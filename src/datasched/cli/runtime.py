@@ -16,7 +16,17 @@ import typer
 from rich.table import Table
 
 from datasched.cli.app import app
-from datasched.cli.common import check_out_file, err, fail, open_trace, out, print_json, size
+from datasched.cli.common import (
+    check_out_dir,
+    check_out_file,
+    err,
+    fail,
+    open_trace,
+    out,
+    print_json,
+    reachable_scheduler,
+    size,
+)
 from datasched.cli.live import BarProgress, progress_bars
 from datasched.cli.options import (
     JobqueueArgsOpt,
@@ -307,8 +317,9 @@ def run(
             fail(f"--chunksize: must be at least 1, got {chunksize}")
         if maxchunks is not None and maxchunks < 1:
             fail(f"--maxchunks: must be at least 1, got {maxchunks}")
-        if report_dir is not None and report_dir.exists() and not report_dir.is_dir():
-            fail(f"--report: {report_dir} exists and is not a directory")
+        if report_dir is not None:
+            check_out_dir(report_dir, "--report")
+        check_out_file(packets_csv, "--packets", make_parents=True)
         check_out_file(trace_log, "--trace-log")
         tls = tls_files_of(scheduler, tls_ca_file, tls_cert, tls_key)
         batch = jobqueue_spec(jobqueue, jobqueue_args, scheduler)
@@ -328,6 +339,8 @@ def run(
 
             check_cache_root(opts.cache_root)
         specs = load_jobs(jobs_file, skip_bad_files=skip_bad_files)
+        if scheduler is not None:  # one line within seconds, not the client's long wait
+            reachable_scheduler(scheduler, tls)
         if maxchunks is not None:
             specs = limit_chunks(specs, chunksize or COFFEA_CHUNKSIZE, maxchunks)
         # About --packet-s of work queued on a worker while its packets are short.

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from datasched.cli.app import app
-from datasched.cli.common import err, fail, out
+from datasched.cli.common import err, fail, out, reachable_scheduler
 from datasched.cli.options import (
     JobqueueArgsOpt,
     JobqueueOpt,
@@ -269,6 +269,8 @@ def serve(
 
     if policy not in available():
         fail(f"--policy: unknown policy {policy!r}; `datasched policies` lists them")
+    if scheduler is not None:  # one line now, before the store is opened
+        reachable_scheduler(scheduler, tls)
     try:
         import uvicorn
 

@@ -21,6 +21,7 @@ from rich.table import Table
 from datasched.cli.app import app, reproduce_app
 from datasched.cli.common import (
     check_out_dir,
+    check_out_file,
     cluster_errors,
     err,
     fail,
@@ -221,8 +222,7 @@ def perf_map(
     caches = parse_floats(caches_gb, "--caches-gb")
     if any(c < 0 for c in caches):
         fail("--caches-gb: cache sizes must be zero or positive")
-    if out_path.is_dir():
-        fail(f"--out: {out_path} is a directory")
+    check_out_file(out_path, "--out", make_parents=True)
     with user_errors():
         base = SimConfig(policy="delayed", n_nodes=nodes, n_jobs=jobs, seed=seed)
     processes, target = where_to_run(processes, scheduler, tls_ca_file, tls_cert, tls_key)

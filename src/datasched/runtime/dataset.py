@@ -11,6 +11,7 @@ names them too, each file with its tree.
 from __future__ import annotations
 
 import glob
+import re
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ __all__ = [
     "open_dataset",
     "read_events",
     "read_yaml",
+    "yaml_problem",
 ]
 
 CATALOG_DATASET_KEYS = frozenset({"tree", "files", "metadata", "treename"})
@@ -240,9 +242,26 @@ def read_yaml(path: Path, error: type[ValueError], *, missing: str = "no such fi
     except OSError as exc:
         raise error(f"{path}: cannot read: {exc}") from exc
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f" (line {mark.line + 1})" if mark is not None else ""
-        raise error(f"{path}{line}: not valid YAML: {exc}") from exc
+        raise error(f"{path}{yaml_problem(exc)}") from exc
+
+
+def yaml_problem(exc: Exception) -> str:
+    """A YAML parser's error as the end of one line: `` line 4, column 3: not valid YAML:
+    expected <block end>, but found '-' (in the block mapping begun at line 2, column 1)``.
+
+    PyYAML's own message spans several lines and quotes the text around the error; users
+    get the place (1-based, as editors count) and the problem, and the construct it broke
+    when the parser names one."""
+    mark = getattr(exc, "problem_mark", None)
+    place = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
+    context = getattr(exc, "context", None)
+    context_mark = getattr(exc, "context_mark", None)
+    if context and context_mark is not None:
+        where = f"line {context_mark.line + 1}, column {context_mark.column + 1}"
+        context = re.sub(r"^while parsing (an? )?", "", " ".join(str(context).split()))
+        problem += f" (in the {context} begun at {where})"
+    return f"{place}: not valid YAML: {problem}"
 
 
 def load_catalog(path: Path, *, skipped: Skipped | None = None) -> dict[str, Dataset]:

@@ -20,7 +20,7 @@ from datasched._files import atomic_write_bytes
 if TYPE_CHECKING:
     from datasched.runtime.reports import PacketStat, RunReport
 
-__all__ = ["SOURCE_COLOURS", "lanes", "plot_timelines"]
+__all__ = ["SOURCE_COLOURS", "lanes", "plot_timelines", "timeline_figure"]
 
 SOURCE_COLOURS = {
     "cache": ("#2ca02c", "own cache"),
@@ -56,13 +56,36 @@ def lanes(report: RunReport) -> dict[str, list[list[PacketStat]]]:
 def plot_timelines(runs: Mapping[str, RunReport], path: Path, *, title: str = "") -> Path:
     """The runs' timelines, one panel each on a shared time axis, as a PNG at ``path``
     (written atomically; drawn on matplotlib's Agg canvas, no global state)."""
+    fig = timeline_figure(runs, title=title)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    atomic_write_bytes(path, buf.getvalue())
+    return path
+
+
+LEGEND_IN = 0.45
+"""Inches at the foot of the figure for the legend of the colours."""
+TITLE_IN = 0.4
+"""Inches at its head for the title."""
+
+
+def timeline_figure(runs: Mapping[str, RunReport], *, title: str = "") -> Any:
+    """The figure :func:`plot_timelines` draws (a matplotlib ``Figure`` on an Agg canvas).
+
+    The title is at the head of the figure and the legend of the colours at its foot, each
+    in a strip of its own that the panels are laid out between, so that neither covers the
+    other nor a panel's own title, whatever the number of runs."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch
 
     layouts = {name: lanes(r) for name, r in runs.items()}
     heights = [max(sum(max(len(rows), 1) for rows in lay.values()), 1) for lay in layouts.values()]
-    fig = Figure(figsize=(10, 1.2 + 0.32 * sum(heights) + 0.5 * len(runs)))
+    used = {p.source for r in runs.values() for p in r.packets}
+    handles = [Patch(color=c, label=label) for s, (c, label) in SOURCE_COLOURS.items() if s in used]
+    height_in = 1.2 + 0.32 * sum(heights) + 0.5 * len(runs)
+    height_in += (LEGEND_IN if handles else 0) + (TITLE_IN if title else 0)
+    fig = Figure(figsize=(10, height_in))
     FigureCanvasAgg(fig)
     axes = fig.subplots(len(runs), 1, sharex=True, squeeze=False, height_ratios=heights)[:, 0]
     end = max((r.makespan_s for r in runs.values()), default=1.0)
@@ -71,17 +94,21 @@ def plot_timelines(runs: Mapping[str, RunReport], path: Path, *, title: str = ""
         end = max(end, *(_span(p)[1] for p in report.packets), 0.0)
     axes[-1].set_xlim(0, end * 1.02)
     axes[-1].set_xlabel("seconds since the run started")
-    used = {p.source for r in runs.values() for p in r.packets}
-    handles = [Patch(color=c, label=label) for s, (c, label) in SOURCE_COLOURS.items() if s in used]
+    bottom = LEGEND_IN / height_in if handles else 0.0
+    top = 1 - TITLE_IN / height_in if title else 1.0
     if handles:
-        fig.legend(handles=handles, loc="upper center", ncol=len(handles), frameon=False)
+        fig.legend(
+            handles=handles,
+            loc="lower center",
+            bbox_to_anchor=(0.5, 0.0),
+            ncol=len(handles),
+            frameon=False,
+            fontsize="small",
+        )
     if title:
-        fig.suptitle(title, y=0.995, fontsize="medium")
-    fig.tight_layout(rect=(0, 0, 1, 0.95 if handles else 1))
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    atomic_write_bytes(path, buf.getvalue())
-    return path
+        fig.suptitle(title, y=1 - 0.5 * TITLE_IN / height_in, va="center", fontsize="medium")
+    fig.tight_layout(rect=(0, bottom, 1, top))
+    return fig
 
 
 def _panel(ax: Any, name: str, report: RunReport, layout: dict[str, list[list[Any]]]) -> None:

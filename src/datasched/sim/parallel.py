@@ -189,6 +189,7 @@ def check_scheduler(scheduler: SchedulerRef, *, timeout_s: float | None = None) 
     args = {} if target.security is None else target.security.get_connection_args("client")
 
     async def identity() -> Any:
+        await _probe(address, timeout)
         comm = None
         try:
             comm = await connect(address, timeout=timeout, **args)  # type: ignore[no-untyped-call]
@@ -207,6 +208,8 @@ def check_scheduler(scheduler: SchedulerRef, *, timeout_s: float | None = None) 
     except CommClosedError as exc:  # TLS refused, or a TLS scheduler reached over tcp://
         why = " ".join(str(exc).split())
         raise ClusterError(address, f"{address} closed the connection: {why}{hint}") from exc
+    except _Unreachable as exc:
+        raise ClusterError(address, f"{address}: {exc}") from exc
     except (OSError, TimeoutError) as exc:
         raise ClusterError(
             address, f"no Dask scheduler answered at {address} within {timeout:g} s{hint}"
@@ -218,6 +221,37 @@ def check_scheduler(scheduler: SchedulerRef, *, timeout_s: float | None = None) 
         what = f" (it is a {kind})" if isinstance(kind, str) else ""
         raise ClusterError(address, f"{address} is not a Dask scheduler{what}")
     return len(info.get("workers") or {})
+
+
+class _Unreachable(Exception):
+    """Why nothing at all can answer at an address: its host does not resolve, or nothing
+    listens on its port."""
+
+
+async def _probe(address: str, timeout: float) -> None:
+    """Resolve the host of a ``tcp://`` or ``tls://`` address and open a plain connection to
+    it, so that a host that does not resolve, or a port where nothing listens, is told as
+    such and at once. distributed's own ``connect`` retries both until its timeout is over and
+    then says only that it timed out. Other protocols are left to ``connect``."""
+    from distributed.comm.addressing import parse_address, parse_host_port
+
+    scheme, location = parse_address(address)
+    if scheme not in ("tcp", "tls"):
+        return
+    host, port = parse_host_port(location)
+    loop = asyncio.get_running_loop()
+    try:
+        # getaddrinfo runs in a thread: a resolver that hangs is bounded by the timeout.
+        await asyncio.wait_for(loop.getaddrinfo(host, port), timeout)
+    except OSError as exc:  # socket.gaierror
+        raise _Unreachable(f"host {host!r} is not known ({exc.strerror or exc})") from exc
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+    except ConnectionRefusedError as exc:
+        raise _Unreachable(f"nothing listens there (connection refused by {host})") from exc
+    writer.close()
+    with suppress(OSError):
+        await writer.wait_closed()
 
 
 def _run(coro: Coroutine[Any, Any, T]) -> T:

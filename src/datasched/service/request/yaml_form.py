@@ -61,7 +61,7 @@ def _load(text: str, errs: Errors) -> Any:
         doc = yaml.load(text, Loader=_LOADER)  # a safe loader: no Python objects
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        line = f" (line {mark.line + 1})" if mark is not None else ""
+        line = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
         problem = getattr(exc, "problem", None) or type(exc).__name__
         errs.add("body", f"not valid YAML{line}: {problem}")
         return None
