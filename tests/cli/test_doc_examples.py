@@ -32,6 +32,7 @@ RUN = "run"
 SLOW = "slow"
 SETUP = "setup"
 CI = "ci"
+COFFEA_DOCS = "tests/runtime/test_schemas.py::test_nanoaod_jobs_on_the_demo_data_every_event_once"
 
 SERVICE_CLI = "tests/service/test_service_cli.py::test_the_client_commands_against_a_daemon"
 SERVICE_GROUPS = "tests/service/test_service_cli.py::test_groups_set_and_list_against_a_daemon"
@@ -149,6 +150,13 @@ EXAMPLES: dict[str, str] = {
     "datasched reproduce proof --out docs/proof --json": "tests/studies/test_proof_experiments.py"
     "::test_the_full_reproduction_measures_every_claim",
     "make reproduce": "tests/studies/test_paper_ponce.py::test_claim_agrees_with_the_paper",
+    # docs/runtime.md's coffea migration on the NanoAOD-shaped demo data: its files as written
+    "datasched demo-data data/ --files 4": COFFEA_DOCS,
+    "cp docs/examples/coffea/analysis.py docs/examples/coffea/fileset.json "
+    "docs/examples/coffea/jobs.yaml .": COFFEA_DOCS,
+    "datasched run jobs.yaml --chunksize 100000 --workers 2": COFFEA_DOCS,
+    # docs/deployment.md: the hosts in network namespaces, which .ci/run runs as root
+    ".venv/bin/python -m pytest -m hosts": CI,
     # the set-up and the checks: what CI runs (.ci/run: make test, make coverage; the
     # pre-commit hooks are make lint's linters); make demo is `datasched demo` (a row above)
     # and `datasched demo-service` (a row below)
@@ -207,11 +215,7 @@ EXAMPLES: dict[str, str] = {
     'Bearer $TOKEN"': API_CANCEL,
 }
 
-SECTIONS: dict[tuple[str, str], str] = {
-    # Being rewritten to run on NanoAOD-shaped demo data; its examples get rows of their own
-    # with that change.
-    ("docs/runtime.md", "from-coffea"): "placeholder: the coffea migration on NanoAOD demo data",
-}
+SECTIONS: dict[tuple[str, str], str] = {}
 
 runner = CliRunner()
 
