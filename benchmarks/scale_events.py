@@ -4,15 +4,18 @@ The simulator's cost per event should not grow with the cluster (docs/performanc
 per event as the cluster grows"). For each policy this runs ``benchmarks/run.py``'s
 simulation (load and data space growing with the cluster) at ``--small`` and ``--large``
 nodes, each in a fresh process, and prints the seconds per scheduler event at both sizes, their
-ratio (target: at most 1.5), the wall time, the scheduler events and the peak memory of each run.
+ratio (target: at most 1.5), the large run's seconds (``--clock``: wall-clock, or CPU time,
+steadier on a busy host), its scheduler events and its peak memory (MB).
 
 With ``--baseline SRC`` (a ``src`` directory of another build, e.g. the main branch's) every run
 is made with that build too, alternating with this one in the same rounds, and the table gives
-each wall time beside the baseline's and their ratio: the machine is shared and its speed
-drifts, so only figures paired in one run compare.
+each time beside the baseline's, their ratio and whether the two builds' summaries are
+identical: the machine is shared and its speed drifts, so only figures paired in one run
+compare.
 
     python benchmarks/scale_events.py [--policies a,b] [--small 10] [--large 1000]
-        [--jobs-small 200] [--jobs-large 200] [--repeat 1] [--baseline ../main/src] [--json]
+        [--jobs-small 200] [--jobs-large 200] [--repeat 1] [--baseline ../main/src]
+        [--clock wall|cpu] [--json]
 """
 
 from __future__ import annotations
@@ -82,8 +85,15 @@ def main() -> None:
     parser.add_argument("--jobs-large", type=int, default=200)
     parser.add_argument("--repeat", type=int, default=1, help="interleaved rounds (median)")
     parser.add_argument("--baseline", type=Path, help="another build's src directory")
+    parser.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="the time per event: wall-clock, or the process's CPU time (steadier on a busy host)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
+    clock = "cpu_s" if args.clock == "cpu" else "wall_s"
     policies = _csv(args.policies)
     unknown = sorted(set(policies) - set(available()))
     if unknown:
@@ -102,7 +112,8 @@ def main() -> None:
                     r = run_one(src, policy, nodes, jobs)
                     samples.setdefault((build, policy, nodes), []).append(r)
                     print(
-                        f"  {build:<9}{policy:<20}{nodes:>6} nodes {r['wall_s']:8.2f} s",
+                        f"  {build:<9}{policy:<20}{nodes:>6} nodes {r['wall_s']:8.2f} s wall"
+                        f" {r['cpu_s']:8.2f} s CPU {r['fingerprint']}",
                         file=sys.stderr,
                         flush=True,
                     )
@@ -113,7 +124,7 @@ def main() -> None:
             per_event = {}
             for nodes, _jobs in sizes:
                 runs = samples[(build, policy, nodes)]
-                wall = statistics.median(float(r["wall_s"]) for r in runs)
+                wall = statistics.median(float(r[clock]) for r in runs)
                 events = int(runs[0]["events"])
                 per_event[nodes] = wall / max(events, 1)
                 prefix = f"{build}_{nodes}"
@@ -129,9 +140,9 @@ def main() -> None:
         return
     s, g = args.small, args.large
     head = f"{'policy':<20}{'us/ev ' + str(s):>11}{'us/ev ' + str(g):>12}{'ratio':>7}"
-    head += f"{'wall ' + str(g):>10}{'MB':>6}"
+    head += f"{'s ' + str(g):>10}{'MB':>6}"
     if args.baseline:
-        head += f"{'base us/ev ' + str(g):>17}{'base ratio':>11}{'base wall':>10}{'speed-up':>9}"
+        head += f"{'base us/ev ' + str(g):>17}{'base ratio':>11}{'base s':>10}{'speed-up':>9}"
         head += "  same results"
     print(head)
     for r in rows:
