@@ -76,37 +76,6 @@ class Estimates:
         total = local * s_cache + peer * s_peer + (n - local - peer) * s_tertiary
         return total / n
 
-    def remaining_pace_on(self, target: int, slot: int) -> tuple[int, float]:
-        """``(n, s)`` for the subjob running on ``slot``: the ``n`` events it is estimated to
-        have left, and ``s``, :meth:`s_per_event_on` of those events on ``target``.
-
-        The same figures as building the rest (``data.head(estimated_done)``) and asking
-        :meth:`s_per_event_on`, but without building it when ``target``'s node caches none of
-        the subjob's data and the estimate depends only on the count (uniform event sizes, no
-        peer reads): the split choice asks this of every running subjob it looks at, many per
-        decision on a large cluster (docs/performance.md, "Cost per event as the cluster
-        grows"). The arithmetic is :meth:`s_per_event_on`'s, term for term, so the floats
-        are identical."""
-        r = self.running[slot]
-        data = r.subjob.data
-        done = r.estimated_done(self.now)
-        length = data.length
-        n = length if done <= 0 else length - min(done, length)
-        reads = self._reads
-        node = self.slot_node[target]
-        if (
-            n
-            and reads.cache_fill
-            and not reads.peer_reads
-            and self.space.uniform_bytes_per_event is not None
-            and not data.overlaps(self.directory.content(node))
-        ):
-            s_cache, s_peer, s_tertiary = self._rates[node]
-            local = peer = 0
-            return n, (local * s_cache + peer * s_peer + (n - local - peer) * s_tertiary) / n
-        _, rest = data.head(done)
-        return rest.length, self.s_per_event_on(target, rest)
-
     def longest_running(self) -> int | None:
         """The slot whose subjob (not being stopped) is estimated to end last, the lowest
         slot on ties; None if every one is due. O(log n) amortised: a heap by estimated end,

@@ -119,18 +119,26 @@ def cut_by_cache(sched: SchedulerView, data: IntervalSet) -> list[tuple[Interval
     return out
 
 
-def _split_saving(n: int, a: float, b: float, minimum: int) -> float:
-    """Seconds saved by splitting ``n`` events running at ``a`` seconds per event with a free
-    slot that would run them at ``b``.
+def _split_saving(
+    sched: SchedulerView,
+    slot: int,
+    data: IntervalSet,
+    target: int,
+    s_here: float | None = None,
+) -> float:
+    """Seconds saved by splitting ``data`` (to run on ``slot``) with the free ``target``.
 
-    Alone, the slot needs ``n * a`` seconds; split so both parts end together,
-    ``n * a * b / (a + b)``. The saving, ``n * a * a / (a + b)``, is half the time when both
-    read at the same speed, more when the target caches the data, less when the data is
-    cached where it is (the split part would be read again from tertiary storage). No saving
-    when ``n`` is under two minimal subjobs.
+    Alone, ``slot`` needs ``n * a`` seconds (``a`` its time per event); split so both parts
+    end together, ``n * a * b / (a + b)``, with ``b`` the target's time per event. The saving,
+    ``n * a * a / (a + b)``, is half the time when both read at the same speed, more when the
+    target caches the data, less when the data is cached where it is (the split part would be
+    read again from tertiary storage).
     """
-    if n < 2 * minimum:
+    n = data.length
+    if n < 2 * sched.min_subjob_events:
         return 0.0
+    a = s_here if s_here is not None else sched.s_per_event_on(slot, data)
+    b = sched.s_per_event_on(target, data)
     return n * a * a / (a + b)
 
 
@@ -370,10 +378,8 @@ class CacheOrientedSplitting(Policy):
             a = r.s_per_event
             if left_s * a / (a + fastest) <= best_saving:
                 return True
-            # The rest's size and pace on the target, without building the rest where the
-            # estimate does not need it.
-            n, b = sched.remaining_pace_on(slot, other)
-            saving = _split_saving(n, a, b, sched.min_subjob_events)
+            _, rest = r.subjob.data.head(r.estimated_done(sched.now))
+            saving = _split_saving(sched, other, rest, slot, a)
             if saving > best_saving or (
                 saving == best_saving and best is not None and other < best
             ):
