@@ -92,3 +92,31 @@ def test_the_sandbox_benchmark_runs_the_same_packets_both_ways() -> None:
     assert [r["events"] for r in result["packets"]] == [100, 300]
     assert all(r["sandbox_s"] > 0 and r["here_s"] > 0 for r in result["packets"])
     assert result["child_start_s"] > 0
+
+
+@pytest.mark.slow  # seven child processes: about 10 s on a quiet machine, 40 s loaded
+def test_scale_events_pairs_two_builds_and_refuses_bad_options() -> None:
+    """benchmarks/scale_events.py: per-event cost at two sizes, with a baseline build run in
+    the same rounds; a build paired with itself gives identical summaries."""
+    script = BENCHMARKS / "scale_events.py"
+    src = str(BENCHMARKS.parent / "src")
+    done = _run(
+        "--policies", "splitting", "--small", "2", "--large", "4", "--jobs-small", "6",
+        "--jobs-large", "6", "--baseline", src, "--clock", "cpu", "--json", script=script,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    (row,) = json.loads(done.stdout)["runs"]
+    assert row["policy"] == "splitting"
+    for build in ("this", "baseline"):
+        assert row[f"{build}_ratio"] > 0
+        assert row[f"{build}_4_events"] > row[f"{build}_2_events"] > 0
+        assert row[f"{build}_4_peak_rss_mb"] > 0
+    assert row["this_4_fingerprint"] == row["baseline_4_fingerprint"]
+    for args, field in (
+        (["--policies", "nope"], "--policies"),
+        (["--baseline", "/nonexistent"], "--baseline"),
+        (["--large", "0"], "--large"),
+    ):
+        done = _run(*args, script=script)
+        assert done.returncode == 2
+        assert field in done.stderr.splitlines()[-1]

@@ -4,10 +4,13 @@ pins, fetches, directory queries."""
 from __future__ import annotations
 
 from itertools import pairwise
+from unittest import mock
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from datasched.core import directory as directory_module
 from datasched.core.cache import RangeCache
 from datasched.core.directory import CacheDirectory
 from datasched.core.intervals import IntervalSet
@@ -217,6 +220,57 @@ def test_directory_agrees_with_per_node_contents(
     by_node = directory.by_node(r(0, 300))
     for node in range(4):
         assert by_node.get(node, IntervalSet()) == truth[node] & r(0, 300)
+
+
+@settings(max_examples=100)
+@given(
+    script=st.lists(
+        st.tuples(st.booleans(), st.integers(0, 3), st.integers(0, 200), st.integers(1, 60)),
+        max_size=60,
+    ),
+)
+def test_directory_in_tiny_chunks_answers_as_in_one(
+    script: list[tuple[bool, int, int, int]],
+) -> None:
+    """The segment map in chunks of two or three boundaries (every insert splits one, every
+    walk crosses them, merges empty them) answers exactly as in large chunks, and both pass
+    their own recomputation."""
+
+    def play(d: CacheDirectory) -> None:
+        for add, node, start, size in script:
+            data = r(start, start + size)
+            if add:
+                d.add(node, data)
+            else:
+                d.remove(node, data)
+            d.check()
+
+    small, large = CacheDirectory(4), CacheDirectory(4)
+    play(large)
+    with mock.patch.object(directory_module, "_CHUNK", 1):
+        play(small)
+    if small.n_segments > 3:
+        assert len(small._bounds) > 1  # the script did exercise several chunks
+    assert small.n_segments == large.n_segments
+    for a, b in ((0, 300), (5, 17), (150, 260)):
+        assert small.holders(a, b) == large.holders(a, b)
+
+
+def test_directory_check_catches_a_map_that_disagrees_with_the_contents() -> None:
+    """A holder set changed behind the directory's back, or an unmerged pair of equal
+    neighbours, is reported (Scheduler.validate relies on it)."""
+    directory = CacheDirectory(2)
+    directory.add(0, r(10, 20))
+    directory.add(1, r(15, 30))
+    directory.check()
+    directory._holders[0][1] = frozenset({1})  # [10, 15) now claims node 1, not node 0
+    with pytest.raises(ValueError, match="segment map"):
+        directory.check()
+    directory = CacheDirectory(1)
+    directory.add(0, r(10, 20))
+    directory._cut(15)  # [10, 15) and [15, 20) hold the same node: not merged
+    with pytest.raises(ValueError, match="segment map"):
+        directory.check()
 
 
 def test_eviction_heap_stays_bounded_without_evictions() -> None:

@@ -15,23 +15,34 @@ from datasched.core.intervals import IntervalSet
 __all__ = ["CacheDirectory"]
 
 _EMPTY = IntervalSet()
+_CHUNK = 256
+"""Half the most boundaries a chunk of the segment map holds (see CacheDirectory)."""
 
 
 class CacheDirectory:
     """Which nodes cache which event ranges, for the whole cluster.
 
-    Stored as sorted segment boundaries ``_bounds`` with one frozenset of holders per segment
-    (segment ``i`` is ``[_bounds[i], _bounds[i+1])``; the last runs to infinity and is empty).
-    Neighbouring segments with equal holders are merged, so the map stays as small as the
-    cached data is fragmented. Per-node contents are also kept as IntervalSets for "what does
-    node n hold of this job".
+    Stored as sorted segment boundaries with one frozenset of holders per segment (a segment
+    runs from its boundary to the next; the last runs to infinity and is empty). Neighbouring
+    segments with equal holders are merged, so the map stays as small as the cached data is
+    fragmented. Per-node contents are also kept as IntervalSets for "what does node n hold of
+    this job".
+
+    The boundaries are kept in chunks of at most ``2 * _CHUNK`` (``_bounds[c]``, with
+    ``_holders[c]`` beside them and ``_firsts[c]`` the chunk's first boundary): a 1,000-node
+    cluster's caches make a map of 10^5 segments, where inserting a boundary into one flat list
+    moved the whole list's tail on every cache change and grew with the cluster
+    (docs/performance.md, "Cost per event as the cluster grows"). A chunk costs a bisect over
+    the chunks' first boundaries and a short insert; the map's contents, and so every answer,
+    are the same as a flat list's.
     """
 
-    __slots__ = ("_bounds", "_content", "_holders")
+    __slots__ = ("_bounds", "_content", "_firsts", "_holders")
 
     def __init__(self, n_nodes: int) -> None:
-        self._bounds: list[int] = [0]
-        self._holders: list[frozenset[int]] = [frozenset()]
+        self._bounds: list[list[int]] = [[0]]
+        self._holders: list[list[frozenset[int]]] = [[frozenset()]]
+        self._firsts: list[int] = [0]
         self._content: list[IntervalSet] = [_EMPTY] * n_nodes
 
     def add_node(self) -> int:
@@ -75,19 +86,26 @@ class CacheDirectory:
         """Segments of ``[start, stop)`` as ``(a, b, nodes holding [a, b))``, in order."""
         if start >= stop:
             return []
-        bounds = self._bounds
-        i = max(bisect_right(bounds, start) - 1, 0)
-        j = bisect_left(bounds, stop, i)  # segments i .. j-1 meet [start, stop)
-        if j <= i:
-            return []
+        c, j = self._seek(start)
+        bounds, holders = self._bounds, self._holders
         # Built from slices (C speed: a job meets tens of segments where the caches are
         # fragmented); only the first segment's start and the last one's end are clipped.
-        ends = bounds[i + 1 : j]
+        cb = bounds[c]
+        k = bisect_left(cb, stop, j)
+        starts = cb[j:k]
+        nodes = holders[c][j:k]
+        while k == len(cb) and c + 1 < len(bounds):
+            c += 1
+            cb = bounds[c]
+            k = bisect_left(cb, stop)
+            starts += cb[:k]
+            nodes += holders[c][:k]
+        ends = starts[1:]
         ends.append(stop)
-        out = list(zip(bounds[i:j], ends, self._holders[i:j], strict=True))
-        a, b, nodes = out[0]
+        out = list(zip(starts, ends, nodes, strict=True))
+        a, b, first = out[0]
         if a < start:
-            out[0] = (start, b, nodes)
+            out[0] = (start, b, first)
         return out
 
     def by_node(self, data: IntervalSet) -> dict[int, IntervalSet]:
@@ -101,30 +119,107 @@ class CacheDirectory:
 
     @property
     def n_segments(self) -> int:
-        return len(self._bounds)
+        return sum(len(cb) for cb in self._bounds)
 
-    def _cut(self, point: int) -> int:
-        """Make ``point`` a boundary; returns its index."""
-        bounds = self._bounds
-        i = bisect_left(bounds, point)
-        if i < len(bounds) and bounds[i] == point:
-            return i
-        bounds.insert(i, point)
-        self._holders.insert(i, self._holders[i - 1])
-        return i
+    def check(self) -> None:
+        """Raise ValueError unless the segment map is exactly what the nodes' contents make:
+        chunks sorted, non-empty and indexed by their first boundary, equal neighbours merged,
+        and each segment's holders the nodes whose content covers it (a recomputation from
+        the contents, O(cached extents); ``Scheduler.validate`` calls it)."""
+        if len(self._firsts) != len(self._bounds) or len(self._bounds) != len(self._holders):
+            raise ValueError("cache directory: chunk lists differ in length")
+        flat_b: list[int] = []
+        flat_h: list[frozenset[int]] = []
+        for c, (cb, ch) in enumerate(zip(self._bounds, self._holders, strict=True)):
+            if not cb or len(cb) != len(ch) or self._firsts[c] != cb[0]:
+                raise ValueError(f"cache directory: chunk {c} is empty or mis-indexed")
+            flat_b += cb
+            flat_h += ch
+        # Recompute: every content boundary, then the holders of each elementary piece.
+        points = sorted({p for ranges in self._content for ab in ranges for p in ab} | {0})
+        cover: dict[int, set[int]] = {p: set() for p in points}
+        for node, ranges in enumerate(self._content):
+            for a, b in ranges:
+                for p in points[bisect_left(points, a) : bisect_left(points, b)]:
+                    cover[p].add(node)
+        want_b: list[int] = []
+        want_h: list[frozenset[int]] = []
+        for p in points:
+            h = frozenset(cover[p])
+            if not want_h or want_h[-1] != h:
+                want_b.append(p)
+                want_h.append(h)
+        if flat_b != want_b or flat_h != want_h:
+            raise ValueError(
+                f"cache directory: the segment map ({len(flat_b)} segments) is not what the "
+                f"nodes' contents make ({len(want_b)} segments)"
+            )
+
+    def _seek(self, point: int) -> tuple[int, int]:
+        """Chunk and index of the segment containing ``point``."""
+        c = max(bisect_right(self._firsts, point) - 1, 0)
+        return c, max(bisect_right(self._bounds[c], point) - 1, 0)
+
+    def _cut(self, point: int) -> None:
+        """Make ``point`` a boundary."""
+        c = max(bisect_right(self._firsts, point) - 1, 0)
+        cb = self._bounds[c]
+        i = bisect_left(cb, point)
+        if i < len(cb) and cb[i] == point:
+            return
+        ch = self._holders[c]
+        cb.insert(i, point)
+        ch.insert(i, ch[i - 1])
+        if len(cb) > 2 * _CHUNK:
+            self._bounds[c + 1 : c + 1] = [cb[_CHUNK:]]
+            self._holders[c + 1 : c + 1] = [ch[_CHUNK:]]
+            self._firsts.insert(c + 1, cb[_CHUNK])
+            del cb[_CHUNK:], ch[_CHUNK:]
+
+    def _delete(self, point: int) -> None:
+        """Remove the boundary ``point`` (the segment before it extends over its segment)."""
+        c, i = self._seek(point)
+        cb = self._bounds[c]
+        del cb[i], self._holders[c][i]
+        if not cb:
+            del self._bounds[c], self._holders[c], self._firsts[c]
+        elif i == 0:
+            self._firsts[c] = cb[0]
 
     def _update(self, a: int, b: int, node: int, *, add: bool) -> None:
-        lo = self._cut(a)
-        hi = self._cut(b)
-        holders = self._holders
-        for i in range(lo, hi):
-            holders[i] = holders[i] | {node} if add else holders[i] - {node}
-        # Merge equal neighbours around the touched span.
-        i = max(lo - 1, 0)
-        stop = min(hi + 1, len(self._bounds) - 1)
-        while i < stop:
-            if holders[i] == holders[i + 1]:
-                del self._bounds[i + 1], holders[i + 1]
-                stop -= 1
-            else:
+        self._cut(a)
+        self._cut(b)
+        bounds, holders = self._bounds, self._holders
+        c, i = self._seek(a)
+        # Start one segment before ``a`` (to merge with it), and walk to the segment after
+        # the one starting at ``b``, changing the holders of those inside ``[a, b)``.
+        if i > 0:
+            i -= 1
+        elif c > 0:
+            c -= 1
+            i = len(bounds[c]) - 1
+        span: list[tuple[int, frozenset[int]]] = []
+        past = 0
+        while c < len(bounds):
+            cb, ch = bounds[c], holders[c]
+            while i < len(cb):
+                x = cb[i]
+                if a <= x < b:
+                    ch[i] = ch[i] | {node} if add else ch[i] - {node}
+                elif x >= b:
+                    past += 1
+                span.append((x, ch[i]))
+                if past == 2:
+                    break
                 i += 1
+            if past == 2:
+                break
+            c += 1
+            i = 0
+        # Merge equal neighbours around the touched span.
+        current = span[0][1]
+        for x, h in span[1:]:
+            if h == current:
+                self._delete(x)
+            else:
+                current = h

@@ -329,7 +329,8 @@ class Scheduler(Commands):
         subjob's state agrees with where it is (on a slot, parked, waiting); every slot of a
         node in the cluster is running, idle or reserved, exactly one; parked work and the
         jobs' parked lists agree; per-node counts agree with what runs; pending replacements
-        and splits name subjobs that are stopping or shrinking. O(slots + live subjobs)."""
+        and splits name subjobs that are stopping or shrinking; the cache directory's map is
+        what the nodes' contents make. O(slots + live subjobs + cached extents)."""
         self._validate_slots()
         self._validate_jobs(self.jobs)
         n_live = sum(len(js.live) for js in self.jobs.values())
@@ -356,6 +357,10 @@ class Scheduler(Commands):
                 f"validate: {self._transfers} transfers counted, "
                 f"{sum(len(v) for v in self._fetches.values())} in flight"
             )
+        try:
+            self.directory.check()
+        except ValueError as e:
+            raise SchedulerError(f"validate: {e}") from None
 
     def _validate_slots(self) -> None:
         idle = self._idle

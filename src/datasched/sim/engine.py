@@ -26,11 +26,13 @@ start.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import heapq
 import itertools
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 
 from datasched.core.actions import (
@@ -88,6 +90,37 @@ FollowUp = Callable[[Job, float], "Job | None"]
 """A closed workload's rule: given a job that completed and when, the job its user submits
 next (None: none)."""
 _EMPTY = IntervalSet()
+
+
+_GC_YOUNG = 50_000
+"""Allocations between young-generation collections during a run (Python's default: 700)."""
+
+
+@contextlib.contextmanager
+def _tuned_gc() -> Iterator[None]:
+    """Garbage collection tuned for the simulator's allocation pattern during a run.
+
+    A run allocates millions of short-lived tuples, events and IntervalSets and keeps a heap
+    that grows with the cluster (caches, the cache directory). With Python's defaults, every
+    700 allocations promote whatever is alive at that moment, so transient objects reach the
+    old generation and trigger full collections that walk the whole heap: 16 % of a
+    1,000-node out-of-order run (docs/performance.md, "Cost per event as the cluster
+    grows"). Here the young generation is collected every ``_GC_YOUNG`` allocations, and what
+    existed before the run (imports, the workload) is frozen out of the collector's walks
+    when nothing else froze objects (``gc.freeze`` is process-wide; a caller's freeze is left
+    alone). Both are undone at the end; collection itself stays on (cycles are still freed).
+    """
+    threshold = gc.get_threshold()
+    freeze = gc.isenabled() and gc.get_freeze_count() == 0
+    if freeze:
+        gc.freeze()
+    gc.set_threshold(max(threshold[0], _GC_YOUNG), *threshold[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*threshold)
+        if freeze:
+            gc.unfreeze()
 
 
 class SimEngine(SubjobRuns, DataMoves):
@@ -246,17 +279,18 @@ class SimEngine(SubjobRuns, DataMoves):
         backlog passed its bound, or every job ended while faults go on for ever."""
         heap = self._heap
         step = self._step
-        if max_steps is None:
-            while heap and heap[0][0] <= until:
+        with _tuned_gc():
+            if max_steps is None:
+                while heap and heap[0][0] <= until:
+                    if step() and self._over():
+                        return True
+                return not heap
+            for _ in range(max_steps):
+                if not heap or heap[0][0] > until:
+                    break
                 if step() and self._over():
                     return True
-            return not heap
-        for _ in range(max_steps):
-            if not heap or heap[0][0] > until:
-                break
-            if step() and self._over():
-                return True
-        return not heap or self._halt
+            return not heap or self._halt
 
     @property
     def jobs_ended(self) -> int:
