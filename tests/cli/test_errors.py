@@ -190,13 +190,13 @@ def _path_cases() -> list[tuple[list[str], str]]:
 def test_an_output_that_cannot_be_written_is_one_line_and_nothing_is_written(
     args: list[str], expected: str, tmp_path: Path
 ) -> None:
-    afile = tmp_path / "afile"
-    afile.write_text("mine\n")
+    plain = tmp_path / "plain"
+    plain.write_text("mine\n")
     before = sorted(tmp_path.rglob("*"))
-    filled = [a.format(f=afile, t=tmp_path) for a in args]
+    filled = [a.format(f=plain, t=tmp_path) for a in args]
     result = runner.invoke(app, filled)
-    _one_error_line(result, "error: " + expected.format(f=afile, t=tmp_path))
-    assert afile.read_text() == "mine\n"
+    _one_error_line(result, "error: " + expected.format(f=plain, t=tmp_path))
+    assert plain.read_text() == "mine\n"
     assert sorted(tmp_path.rglob("*")) == before
 
 
@@ -206,11 +206,11 @@ def test_an_output_that_cannot_be_written_is_one_line_and_nothing_is_written(
 def test_run_refuses_its_outputs_before_it_starts(
     option: list[str], jobs_file: Path, tmp_path: Path
 ) -> None:
-    afile = tmp_path / "afile"
-    afile.write_text("mine\n")
-    args = ["run", str(jobs_file), *(a.format(f=afile) for a in option)]
-    _one_error_line(runner.invoke(app, args), f"error: {option[0]}: {afile}")
-    assert afile.read_text() == "mine\n"
+    plain = tmp_path / "plain"
+    plain.write_text("mine\n")
+    args = ["run", str(jobs_file), *(a.format(f=plain) for a in option)]
+    _one_error_line(runner.invoke(app, args), f"error: {option[0]}: {plain}")
+    assert plain.read_text() == "mine\n"
     assert not (jobs_file.parent / "out").exists()
 
 
