@@ -14,6 +14,7 @@ import json
 import statistics
 import sys
 from dataclasses import replace
+from typing import Any
 
 from datasched.studies.proof.runs import ADAPTIVE, BASIC, run_uneven
 from datasched.studies.proof.setup import UnevenSetup
@@ -33,11 +34,13 @@ server's link is its disk; placement 3 is the hosts' (the same draw)."""
 HOSTS_SEED = 3
 
 
-def ratios(setup: UnevenSetup, seeds: range | list[int]) -> list[float]:
+def ratios(
+    setup: UnevenSetup, seeds: range | list[int], adaptive_params: dict[str, Any]
+) -> list[float]:
     out = []
     for seed in seeds:
         basic = run_uneven(setup, BASIC, seed)
-        adaptive = run_uneven(setup, ADAPTIVE, seed)
+        adaptive = run_uneven(setup, ADAPTIVE, seed, adaptive_params)
         out.append(adaptive.end_s / basic.end_s)
     return out
 
@@ -46,17 +49,26 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--coefficients", default="0,0.1,0.25,0.5,1,2")
     parser.add_argument("--quick", action="store_true", help="150 files, four placements")
+    parser.add_argument(
+        "--adaptive-limit",
+        type=int,
+        default=None,
+        help="the adaptive packetizer's max_workers_per_node (default: none, as ROOT's newest)",
+    )
     args = parser.parse_args(argv)
     try:
         coefficients = [float(c) for c in args.coefficients.split(",")]
     except ValueError:
         parser.error(f"--coefficients: numbers separated by commas, got {args.coefficients!r}")
+    params: dict[str, Any] = {}
+    if args.adaptive_limit is not None:
+        params["max_workers_per_node"] = args.adaptive_limit
     paper = UnevenSetup(files=150 if args.quick else 300)
     seeds = range(4 if args.quick else 8)
     rows = []
     for c in coefficients:
-        r = ratios(replace(paper, disk_contention=c), seeds)
-        h = ratios(replace(HOSTS, disk_contention=c), [HOSTS_SEED])[0]
+        r = ratios(replace(paper, disk_contention=c), seeds, params)
+        h = ratios(replace(HOSTS, disk_contention=c), [HOSTS_SEED], params)[0]
         rows.append(
             {
                 "contention": c,

@@ -320,6 +320,10 @@ class Experiment:
             "adaptive_peer_bytes": [_peer_bytes(r) for r in self.adaptive],
             "basic_idle_between_s": [round(r.run.idle_between_s, 2) for r in self.basic],
             "adaptive_idle_between_s": [round(r.run.idle_between_s, 2) for r in self.adaptive],
+            "basic_read_s": [_total(r, "read_s") for r in self.basic],
+            "adaptive_read_s": [_total(r, "read_s") for r in self.adaptive],
+            "basic_compute_s": [_total(r, "compute_s") for r in self.basic],
+            "adaptive_compute_s": [_total(r, "compute_s") for r in self.adaptive],
             "ratios": [round(x, 3) for x in self.ratios],
             "adaptive_over_basic": round(self.ratio, 3),
             "server_bytes_per_s_by_readers": {
@@ -335,6 +339,11 @@ class Experiment:
 def _peer_bytes(r: HostsRun) -> int:
     """Bytes copied from other hosts (a peer read copies the packet's whole file)."""
     return sum(p.bytes_from_peer for p in r.run.packets)
+
+
+def _total(r: HostsRun, name: str) -> float:
+    """A packet statistic summed over the run's packets (seconds)."""
+    return round(sum(float(getattr(p, name)) for p in r.run.packets), 2)
 
 
 def run_experiment(
