@@ -36,7 +36,7 @@ def proof_topo() -> Iterator[hosts_support.Topology]:
 def test_packetizers_on_file_servers_of_their_own(
     proof_topo: hosts_support.Topology,
     tmp_path: Path,
-    record_property: Callable[[str, object], None],
+    record_testsuite_property: Callable[[str, object], None],
 ) -> None:
     setup = HostsUneven()
     exp: Experiment = run_experiment(proof_topo, setup, tmp_path / "runs", repeats=1)
@@ -60,7 +60,8 @@ def test_packetizers_on_file_servers_of_their_own(
     assert summary["adaptive_over_basic"] == pytest.approx(exp.ratio, abs=1e-3)
     assert exp.ratio > 0
     assert summary["server_reads_by_readers"]  # the servers' reads were measured
-    # Recorded: in the JUnit XML (``--junitxml``) and beside the test's files.
-    record_property("adaptive_over_basic", round(exp.ratio, 3))
-    record_property("proof_hosts", json.dumps(summary))
+    # Recorded: in the JUnit XML (``--junitxml``: the suite's properties) and beside the
+    # test's files.
+    record_testsuite_property("proof_hosts_adaptive_over_basic", round(exp.ratio, 3))
+    record_testsuite_property("proof_hosts", json.dumps(summary))
     (tmp_path / "proof_hosts.json").write_text(json.dumps(summary))
