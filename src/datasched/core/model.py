@@ -101,7 +101,7 @@ class CostModel:
     """With ``shared_disks``: how much a disk's total rate falls with its readers, as a disk
     whose head seeks between them does: ``n`` readers share ``disk_bytes_per_s / (1 + c (n -
     1))``. 0 (the default): the total stays whole however many read (a fluid, a network link's
-    token bucket); 1: ``n`` readers get no more together than one alone. docs/proof.md,
+    token bucket); 1: ``n`` readers get ``1/n`` of the rate between them. docs/proof.md,
     "Disks whose throughput falls with their readers"."""
 
     def __post_init__(self) -> None:
