@@ -97,12 +97,22 @@ class CostModel:
     most its fair share of ``disk_bytes_per_s`` (max-min over what each would read alone).
     Off (the default, and ponce-hersch's model): every reader gets the whole rate. PROOF's
     results hinge on it: four workers reading one file server's disk go slower."""
+    disk_contention: float = 0.0
+    """With ``shared_disks``: how much a disk's total rate falls with its readers, as a disk
+    whose head seeks between them does: ``n`` readers share ``disk_bytes_per_s / (1 + c (n -
+    1))``. 0 (the default): the total stays whole however many read (a fluid, a network link's
+    token bucket); 1: ``n`` readers get ``1/n`` of the rate between them. docs/proof.md,
+    "Disks whose throughput falls with their readers"."""
 
     def __post_init__(self) -> None:
         for name in ("cpu_s_per_event", "disk_bytes_per_s"):
             value = getattr(self, name)
             if not value > 0:
                 raise ModelError(name, f"must be positive, got {value!r}")
+        if not self.disk_contention >= 0:
+            raise ModelError(
+                "disk_contention", f"must not be negative, got {self.disk_contention!r}"
+            )
         if not self.fresh_cpu_s_per_event >= 0:
             raise ModelError(
                 "fresh_cpu_s_per_event", f"must not be negative, got {self.fresh_cpu_s_per_event!r}"

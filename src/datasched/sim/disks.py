@@ -8,7 +8,9 @@ the bytes of an event, ``t0`` its time per event from the cost model); the disk'
 ``disk_bytes_per_s`` is split max-min fairly over these demands, and a reader held below its
 demand takes ``b / share`` seconds an event. Identical readers thus go at
 ``max(t0, n * b / disk)``: alone or few, as fast as their CPU lets them; many, at the disk's
-pace, each its ``1/n``.
+pace, each its ``1/n``. With ``CostModel.disk_contention`` ``c`` above 0 the disk's total
+falls with its readers, to ``disk / (1 + c (n - 1))`` (a disk seeking between them); 0 keeps
+the total whole, and nothing else changes.
 
 A subjob stays costed in closed form: its segments (by source) keep their times per event,
 and only the segment in progress is re-timed when the readers of its disk change, from the
@@ -24,12 +26,21 @@ import heapq
 from bisect import bisect_right
 from dataclasses import dataclass
 
-from datasched.core.model import Source
+from datasched.core.model import CostModel, Source
 from datasched.sim.state import FINISH as _FINISH
 from datasched.sim.state import SEGMENT, EngineState
 
-__all__ = ["SharedDisks", "fair_shares"]
+__all__ = ["SharedDisks", "disk_capacity", "fair_shares"]
 _Kind = tuple[int | None, Source, float]
+
+
+def disk_capacity(cost: CostModel, readers: int) -> float:
+    """The total rate of a disk with ``readers`` at once: whole (``disk_contention`` 0, the
+    default), or falling as ``1 / (1 + c (n - 1))`` (a disk seeking between its readers)."""
+    c = cost.disk_contention
+    if c == 0.0 or readers <= 1:
+        return cost.disk_bytes_per_s
+    return cost.disk_bytes_per_s / (1.0 + c * (readers - 1))
 
 
 def fair_shares(capacity: float, demands: list[float]) -> list[float]:
@@ -146,7 +157,7 @@ class SharedDisks(EngineState):
         slots = sorted(self._disk_readers[disk])
         readers = [self._readers[s] for s in slots]
         demands = [r.bytes_per_event / r.nominal for r in readers]
-        shares = fair_shares(self.cost.disk_bytes_per_s, demands)
+        shares = fair_shares(disk_capacity(self.cost, len(readers)), demands)
         for slot, reader, demand, share in zip(slots, readers, demands, shares, strict=True):
             per = reader.nominal if share >= demand else reader.bytes_per_event / share
             if per != reader.per or slot == force:

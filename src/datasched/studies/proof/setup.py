@@ -47,6 +47,9 @@ class UnevenSetup:
     uniform: bool = False
     """Spread the files evenly over the workers' own disks instead (file i on worker i mod
     workers): the uniform case where the paper finds the basic packetizer does well."""
+    disk_contention: float = 0.0
+    """How a disk's total rate falls with its readers (``CostModel.disk_contention``): 0, the
+    reproduction's, keeps it whole; docs/proof.md measures the figures it gives."""
 
     @property
     def nodes(self) -> int:
@@ -71,6 +74,7 @@ class UnevenSetup:
             cpu_s_per_event=self.cpu_s_per_event,
             disk_bytes_per_s=self.disk_bytes_per_s,
             shared_disks=True,
+            disk_contention=self.disk_contention,
         )
 
     def placement(self, seed: int) -> list[int]:
