@@ -23,19 +23,34 @@ from datasched.compare.demo import demo_workload
 from datasched.runtime.demodata import write_demo_dataset
 from datasched.runtime.jobspec import load_jobs
 from datasched.runtime.session import ClusterOptions, run_jobs
-from hosts.runs import CALIBRATION, FAST, N_EVENTS, N_FILES, N_JOBS, PACKETS, Workload, counts
+from hosts.runs import (
+    CALIBRATION,
+    FAST,
+    N_EVENTS,
+    N_FILES,
+    N_JOBS,
+    PACKETS,
+    SMALL_CACHE_HOST,
+    SMALL_CACHE_MB,
+    Workload,
+    counts,
+)
 
 
 @pytest.fixture(scope="session")
 def hosts() -> Iterator[hosts_support.Topology]:
     """The topology, built once for the session: a storage host (XRootD, 40 Mbit/s), a
-    scheduler host, four worker hosts on 20 Mbit/s links, the client in this namespace."""
+    scheduler host, four worker hosts on 20 Mbit/s links, the client in this namespace.
+    One worker's cache disk is a tmpfs (room for the cache, which a cache-fault test shrinks
+    to nothing for its runs)."""
     problem = hosts_support.missing_tools()
     if problem is not None:
         if os.environ.get("DATASCHED_REQUIRE_HOSTS") == "1":
             pytest.fail(f"the hosts tests are required (DATASCHED_REQUIRE_HOSTS=1): {problem}")
         pytest.skip(problem)
-    topo = hosts_support.build(storage_mbit=40.0, worker_mbit=20.0)
+    topo = hosts_support.build(
+        storage_mbit=40.0, worker_mbit=20.0, tmpfs_mb={SMALL_CACHE_HOST: SMALL_CACHE_MB}
+    )
     # This process is the client: Dask's timeouts as the hosts have them.
     with dask.config.set(
         {k: v for k, v in hosts_support.HOSTS_DASK_CONFIG.items() if "profile" not in k}
@@ -51,6 +66,8 @@ def topo(hosts: hosts_support.Topology) -> Iterator[hosts_support.Topology]:
     """The session's topology, whole again after the test: links up at their rate, the
     storage server running, every worker back on the scheduler."""
     yield hosts
+    for name, mb in hosts.tmpfs_mb.items():
+        hosts.resize_cache(name, f"{mb}m")
     for name in hosts.workers:
         hosts.heal(name)
         hosts.limit(name, out_mbit=hosts.worker_mbit, in_mbit=hosts.worker_mbit)
