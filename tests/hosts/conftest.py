@@ -21,7 +21,8 @@ import dask.config
 import hosts_support
 from datasched.compare.demo import demo_workload
 from datasched.runtime.demodata import write_demo_dataset
-from datasched.runtime.jobspec import load_jobs
+from datasched.runtime.jobspec import JobSpec, load_jobs
+from datasched.runtime.reports import RunReport
 from datasched.runtime.session import ClusterOptions, run_jobs
 from hosts.runs import (
     CALIBRATION,
@@ -103,12 +104,23 @@ def workload(hosts: hosts_support.Topology, tmp_path_factory: pytest.TempPathFac
     local_jobs.write_text(yaml.safe_dump(doc, sort_keys=False))
     specs = load_jobs(local_jobs)
     opts = ClusterOptions(workers=2, cache_bytes=50 * 10**6, cache_root=local / "caches")
-    report = asyncio.run(
+    # Dask's own timeouts, not the hosts' short ones: a local cluster started on a loaded
+    # machine (several test processes at once) may take longer than 5 s to connect.
+    local_timeouts = {
+        "distributed.comm.timeouts.connect": "30s",
+        "distributed.comm.timeouts.tcp": "30s",
+    }
+    with dask.config.set(local_timeouts):
+        report = _single_host_run(specs, opts)
+    assert all(j.status == "completed" for j in report.jobs), [j.error for j in report.jobs]
+    reference = {job: counts(result) for job, result in report.results.items()}
+    return Workload(jobs_file, local_jobs, reference, N_EVENTS)
+
+
+def _single_host_run(specs: list[JobSpec], opts: ClusterOptions) -> RunReport:
+    return asyncio.run(
         run_jobs(
             specs, opts, policy="cache-splitting", config=FAST, packets=PACKETS,
             calibration=CALIBRATION,
         )
     )  # fmt: skip
-    assert all(j.status == "completed" for j in report.jobs), [j.error for j in report.jobs]
-    reference = {job: counts(result) for job, result in report.results.items()}
-    return Workload(jobs_file, local_jobs, reference, N_EVENTS)
