@@ -105,10 +105,12 @@ def workload(hosts: hosts_support.Topology, tmp_path_factory: pytest.TempPathFac
     specs = load_jobs(local_jobs)
     opts = ClusterOptions(workers=2, cache_bytes=50 * 10**6, cache_root=local / "caches")
     # Dask's own timeouts, not the hosts' short ones: a local cluster started on a loaded
-    # machine (several test processes at once) may take longer than 5 s to connect.
+    # machine (several test processes at once) took longer than 5 s to connect, and its
+    # workers' heartbeats came later than the hosts' 10 s TTL.
     local_timeouts = {
         "distributed.comm.timeouts.connect": "30s",
         "distributed.comm.timeouts.tcp": "30s",
+        "distributed.scheduler.worker-ttl": "5 minutes",
     }
     with dask.config.set(local_timeouts):
         report = _single_host_run(specs, opts)
