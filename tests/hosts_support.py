@@ -178,12 +178,21 @@ class Topology:
             self.down()
             raise
 
+    def claim(self) -> None:
+        """The bridge with the client's address: the subnet taken (:func:`build`)."""
+        try:
+            self.work.mkdir(parents=True, exist_ok=True)
+            self.work.chmod(0o755)
+            sh("ip", "link", "add", self.bridge, "type", "bridge")
+            sh("ip", "addr", "add", f"{self.gateway}/24", "dev", self.bridge)
+            sh("ip", "link", "set", self.bridge, "up")
+        except BaseException:
+            self.down()
+            raise
+
     def _network(self) -> None:
-        self.work.mkdir(parents=True, exist_ok=True)
-        self.work.chmod(0o755)
-        sh("ip", "link", "add", self.bridge, "type", "bridge")
-        sh("ip", "addr", "add", f"{self.gateway}/24", "dev", self.bridge)
-        sh("ip", "link", "set", self.bridge, "up")
+        if sh("ip", "link", "show", self.bridge, check=False).returncode != 0:
+            self.claim()
         names = ["scheduler", *self.storage, *self.workers]
         for index, name in enumerate(names):
             last = 2 if name == "scheduler" else (10 + index if name in self.storage else 0)
@@ -369,6 +378,15 @@ class Topology:
     def heal(self, host: str) -> None:
         sh("ip", "link", "set", self.hosts[host].veth, "up")
 
+    def resize_cache(self, worker: str, size: str) -> None:
+        """The worker's tmpfs cache disk (one of ``tmpfs_mb``) remounted at ``size`` (``mount
+        -o size=``: ``32k``, ``64m``), its files kept: shrunk below what a file needs, it is a
+        full cache disk, at once and without restarting the worker (the worker's namespace
+        sees the same mount). Shrinking below what it holds fails (empty the cache first)."""
+        if worker not in self.tmpfs_mb:
+            raise ValueError(f"worker {worker}: its cache is no tmpfs (tmpfs_mb)")
+        sh("mount", "-o", f"remount,size={size}", str(self.cache_dir(worker)))
+
     def limit(
         self, host: str, *, out_mbit: float | None = None, in_mbit: float | None = None
     ) -> None:
@@ -417,6 +435,7 @@ class Topology:
         """Stop every process started here, remove the namespaces, the bridge, the mounts and
         the work directory. Safe to call twice, and after a partial build."""
         groups = [p for h in self.hosts.values() for p in h.procs]
+        self.keep_logs()
         _teardown(
             groups,
             [h.ns for h in self.hosts.values()],
@@ -431,6 +450,20 @@ class Topology:
         self.children.clear()
         self.hosts.clear()
         self.mounts.clear()
+
+    def keep_logs(self) -> None:
+        """The hosts' logs (each host's ``*.log``, ``*.out``, XRootD's) copied to the directory
+        ``DATASCHED_HOSTS_LOGS`` names, if any, before the work directory is removed: what a
+        failed run leaves to read."""
+        dest = os.environ.get("DATASCHED_HOSTS_LOGS")
+        if not dest or not self.work.exists():
+            return
+        for log in self.work.glob("*/**/*"):
+            if log.is_file() and log.suffix in (".log", ".out"):
+                target = Path(dest) / self.tag / log.relative_to(self.work)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with contextlib.suppress(OSError):
+                    shutil.copy(log, target)
 
 
 def _kill_group(pgid: int, sig: int) -> None:
@@ -514,13 +547,33 @@ def free_subnet(first: int) -> int:
     raise RuntimeError("no free 10.77.N.0/24 subnet")
 
 
+@contextlib.contextmanager
+def _building() -> Any:
+    """Held while a topology's network is made: processes building at once (pytest-xdist's,
+    ``make hosts`` beside a test run) never pick the same free subnet."""
+    import fcntl
+
+    STATE_ROOT.mkdir(parents=True, exist_ok=True)
+    with (STATE_ROOT / "build.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def build(tag: str | None = None, **kw: Any) -> Topology:
-    """Build a topology (stale ones removed first); ``kw``: :class:`Topology`'s fields."""
-    remove_stale()
+    """Build a topology (stale ones removed first); ``kw``: :class:`Topology`'s fields.
+    Several processes may build at once, each its own (tagged with its process id)."""
     tag = tag or str(os.getpid())
-    subnet = free_subnet(0 if tag == MANUAL_TAG else int(tag) % 200 + 10)
-    topo = Topology(tag=tag, subnet=subnet, work=Path(f"/tmp/datasched-hosts-{tag}"), **kw)
-    shutil.rmtree(topo.work, ignore_errors=True)
+    with _building():
+        remove_stale()
+        subnet = free_subnet(0 if tag == MANUAL_TAG else int(tag) % 200 + 10)
+        topo = Topology(tag=tag, subnet=subnet, work=Path(f"/tmp/datasched-hosts-{tag}"), **kw)
+        shutil.rmtree(topo.work, ignore_errors=True)
+        # The bridge (with the subnet's address) claims the subnet; the rest may go on
+        # beside another build.
+        topo.claim()
     topo.up()
     return topo
 

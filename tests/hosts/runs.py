@@ -39,6 +39,11 @@ PACKETS = PacketSizing(target_s=0.2, min_events=300)
 CALIBRATION = default_calibration(None, 2e-5)
 """The demo processor's cost given, not measured: a calibration reads through a worker's
 cache and would change what each caches, and costs a run's seconds."""
+SMALL_CACHE_HOST = "w1"
+SMALL_CACHE_MB = 96
+"""The worker whose cache directory is a tmpfs of its own, with room for the whole cache
+(50 MB) until a test shrinks it (``Topology.resize_cache``). The first node: every policy
+gives it work (delayed scheduling left the fourth idle in a run of these six jobs)."""
 
 
 @dataclass(frozen=True)
@@ -106,6 +111,8 @@ class FaultAt:
     at: float | None = None
     done_at: float | None = None
     statuses: dict[str, str] = field(default_factory=dict)
+    thread: threading.Thread | None = None
+    """Where ``action`` runs (a test joins it before reading what it measured)."""
 
     def job_started(self, job_id: str, n_events: int) -> None:
         if self.started is None:
@@ -116,7 +123,8 @@ class FaultAt:
         if self.at is None and self.counted >= self.after_events:
             self.at = time.monotonic()
             # Off the master's loop: a fault may take a moment (a server killed and awaited).
-            threading.Thread(target=self.action, daemon=True).start()
+            self.thread = threading.Thread(target=self.action, daemon=True)
+            self.thread.start()
 
     def job_done(self, job_id: str, status: str) -> None:
         self.statuses[job_id] = status
@@ -142,14 +150,18 @@ async def run_on_hosts(
     *,
     progress: Any = None,
     prefill: list[tuple[str, str, int]] | None = None,
+    cold: bool = True,
+    before: Callable[[], None] | None = None,
 ) -> tuple[RunReport, RuntimeEngine]:
-    """Run ``specs`` under ``policy`` across the hosts with cold caches; ``prefill``: files
-    ``(worker, url, bytes)`` copied into a worker's cache first (where a policy that reads
-    data where it lies finds it)."""
+    """Run ``specs`` under ``policy`` across the hosts with cold caches (``cold=False``: with
+    what the workers cache from an earlier run); ``prefill``: files ``(worker, url, bytes)``
+    copied into a worker's cache first (where a policy that reads data where it lies finds
+    it); ``before``: called once the caches are ready, just before the run starts."""
     opts = options(topo, tmp_path)
     async with open_cluster(opts) as (client, names):
         assert names == topo.workers
-        await client.run(clear_cache)
+        if cold:
+            await client.run(clear_cache)
         if prefill:
             assert client.scheduler is not None
             addrs = {
@@ -161,6 +173,8 @@ async def run_on_hosts(
             for worker, moves in by_worker.items():
                 moved = await client.submit(move_files, moves, workers=[addrs[worker]], pure=False)
                 assert sorted(moved.cached) == sorted(m.url for m in moves)
+        if before is not None:
+            before()
         sched = build_scheduler(
             len(names),
             opts,

@@ -143,6 +143,38 @@ def test_transient_errors_are_retried_then_reported(
     assert not (tmp_path / "copy2").exists()
 
 
+def test_a_closing_worker_stops_retrying(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker that lost its scheduler closes only when its reads are done: once its stop
+    event is set, a failed read is not tried again, and a wait between tries ends at once."""
+    import threading
+    import time
+
+    import datasched.runtime.storage as storage
+
+    url = make_file(tmp_path, "cut.root", 50)
+    calls: list[int] = []
+    stop = threading.Event()
+
+    def unreachable(*args: Any, **kwargs: Any) -> int:
+        calls.append(1)
+        raise TimeoutError("stream timed out")
+
+    monkeypatch.setattr(storage, "_copy_once", unreachable)
+    # Set while the read waits 60 s before its second try: it gives up at once.
+    threading.Timer(0.2, stop.set).start()
+    began = time.monotonic()
+    with pytest.raises(StorageError, match="the worker is closing: no retry after 2 attempts"):
+        copy_file(url, tmp_path / "a", retries=5, backoff_s=60.0, stop=stop)
+    assert time.monotonic() - began < 30
+    assert len(calls) == 2
+    calls.clear()
+    with pytest.raises(StorageError, match="no retry after 1 attempts") as info:
+        copy_file(url, tmp_path / "b", retries=5, backoff_s=60.0, stop=stop)
+    assert info.value.transient  # the master sends the packet elsewhere
+    assert calls == [1]
+    assert not (tmp_path / "b").exists()
+
+
 def test_wrong_size_is_an_error(tmp_path: Path) -> None:
     url = make_file(tmp_path, "sz.root", 10)
     with pytest.raises(StorageError, match="expected 11 bytes"):

@@ -135,9 +135,14 @@ def copy_file(
     backoff_s: float = BACKOFF_S,
     expected_bytes: int | None = None,
     durable: bool = True,
+    stop: threading.Event | None = None,
 ) -> int:
     """Copy ``url`` to the local path ``dest``; returns the bytes copied. ``durable``: flush
     it to disk before returning (a cache entry; not a copy staged for one reader).
+    ``stop``: once set (the worker is closing), a failed read is not retried and a wait
+    between tries ends at once: a worker that lost its scheduler (a host cut off the network)
+    closes only when its reading threads are free, and its supervisor can bring it back only
+    then (docs/deployment.md, "Faults and recovery").
 
     Transient read errors (``OSError`` other than a missing file: a server that refuses or
     drops the connection) are retried ``retries`` times with exponential backoff; a missing
@@ -158,14 +163,19 @@ def copy_file(
             raise StorageError(url, "no such file") from exc
         except OSError as exc:
             _remove(dest)
-            if attempt >= retries:
+            closing = stop is not None and stop.is_set()
+            if attempt >= retries or closing:
                 took = time.monotonic() - began
+                why = "the worker is closing: no retry after" if closing else "read failed after"
                 raise StorageError(
                     url,
-                    f"read failed after {retries + 1} attempts over {took:.0f} s: {exc}",
+                    f"{why} {attempt + 1} attempts over {took:.0f} s: {exc}",
                     transient=True,
                 ) from exc
-            time.sleep(backoff_s * 2**attempt)
+            if stop is not None:
+                stop.wait(backoff_s * 2**attempt)
+            else:
+                time.sleep(backoff_s * 2**attempt)
             attempt += 1
 
 

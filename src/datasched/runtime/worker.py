@@ -125,6 +125,10 @@ class CachePlugin(WorkerPlugin):
         self.disk_full_noted = False
         self.compute: threading.BoundedSemaphore | None = None
         """Held by a packet while it computes (made on the worker: locks do not pickle)."""
+        self.closing: threading.Event | None = None
+        """Set when the plugin is torn down (the worker closes, or a run registers a new
+        one): reads from storage stop retrying, so that a worker that lost its scheduler is
+        not held open by threads retrying a storage host it cannot reach."""
 
     def setup(self, worker: Any) -> None:
         root = os.environ.get(CACHE_DIR_ENV) or self.root
@@ -139,11 +143,14 @@ class CachePlugin(WorkerPlugin):
             ) from exc
         self.throttle = Throttle(self.tertiary_bytes_per_s)
         self.compute = threading.BoundedSemaphore(max(self.compute_slots, 1))
+        self.closing = threading.Event()
         self.pins = {}
         self.disk_full_noted = False
         worker.handlers[PEER_OP] = PeerServer(self.cache).serve
 
     def teardown(self, worker: Any) -> None:
+        if self.closing is not None:
+            self.closing.set()
         handler = worker.handlers.get(PEER_OP)
         if isinstance(getattr(handler, "__self__", None), PeerServer):
             del worker.handlers[PEER_OP]
@@ -304,6 +311,7 @@ def fetcher(
             backoff_s=plugin.backoff_s,
             expected_bytes=file_bytes,
             durable=durable,
+            stop=plugin.closing,
         )
 
     return fetch, info
