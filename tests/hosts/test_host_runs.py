@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +38,11 @@ def caches(policy: str) -> bool:
 
 @pytest.mark.parametrize("policy", POLICIES)
 def test_policy_across_hosts(
-    policy: str, topo: Topology, workload: Workload, tmp_path: Path
+    policy: str,
+    topo: Topology,
+    workload: Workload,
+    tmp_path: Path,
+    record_property: Callable[[str, object], None],
 ) -> None:
     specs = workload.specs(tmp_path / "out")
     prefill = None
@@ -51,11 +57,17 @@ def test_policy_across_hosts(
     assert {p.node for p in report.packets} <= set(topo.workers)
     assert all(p.url.startswith("root://") for p in report.packets)
     peer = [p for p in report.packets if p.source == "peer"]
-    if reads_peers(policy):
-        assert peer, [(p.node, p.source) for p in report.packets]
-        assert all(p.bytes_from_peer > 0 for p in peer)
-    else:
+    record_property("peer_packets", len(peer))
+    assert all(p.bytes_from_peer > 0 for p in peer)
+    if not reads_peers(policy):
         assert not peer
+    elif prefill is not None:
+        # Certain here: half the data lies on w1 alone, and the policy keeps no copies.
+        assert peer, Counter((p.node, p.source) for p in report.packets)
+    # A caching policy that reads peers (out-of-order with replication) does so only when a
+    # host that lacks a file gets work on it while another holds it: with cold caches that
+    # depends on which fetch ends first, so its count is recorded, not required (the
+    # packetizers' runs above show the reads between hosts for certain).
 
 
 def test_coffea_nanoaod_job_across_hosts(topo: Topology, tmp_path: Path) -> None:
