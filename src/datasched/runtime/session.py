@@ -24,7 +24,11 @@ from datasched.core.packets import PacketSizing
 from datasched.core.scheduler import Scheduler
 from datasched.core.trace import TraceSink
 from datasched.policies import build_policy
-from datasched.runtime.calibrate import CalibrationResult, calibrate_packet
+from datasched.runtime.calibrate import (
+    CalibrationResult,
+    calibrate_packet,
+    packet_round_trip_cpu,
+)
 from datasched.runtime.cluster import (
     ClusterOptions,
     ClusterSetupError,
@@ -119,7 +123,9 @@ async def calibrate_on_cluster(
     """CPU per event, by timing the first job's packets on a worker: read and process a
     slice of its first file (read through that worker's cache, so the read is not wasted),
     the least CPU time of three runs with the file open from an earlier packet, and what
-    opening a new copy costs more (``CostModel.fresh_cpu_s_per_event``). Never in the
+    opening a new copy costs more (``CostModel.fresh_cpu_s_per_event``), and what a packet
+    costs besides its events (``CostModel.packet_overhead_s``: tiny packets' round trips
+    through the master and Dask, in CPU). Never in the
     master: its reads would go to tertiary storage, and the user's code runs where it will
     run. A processor that fails here is reported by the job's own packets; the master then
     goes on with its default guess."""
@@ -153,7 +159,13 @@ async def calibrate_on_cluster(
     cal = default_calibration(tertiary_bytes_per_s, cpu)
     # Opening a new copy is paid once per file a node reads: spread over the file's events.
     fresh = result.open_cpu_s / max(first.n_events, 1)
-    cost = replace(cal.cost, fresh_cpu_s_per_event=fresh)
+    try:
+        overhead = await packet_round_trip_cpu(client, packet, result.node)
+    except PacketError as exc:
+        if log is not None:
+            log(f"calibration: job {spec.id}: per-packet cost not measured: {exc}")
+        overhead = 0.0
+    cost = replace(cal.cost, fresh_cpu_s_per_event=fresh, packet_overhead_s=overhead)
     return Calibration(cost, cal.tertiary_bytes_per_s, measured=True)
 
 
