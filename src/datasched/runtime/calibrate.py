@@ -103,9 +103,20 @@ async def packet_round_trip_cpu(
     processing their event), per packet. CPU, not wall time, so the machine's load does not
     inflate it (the simulator shares it out with the rest, docs/performance.md); a worker
     on another host is not counted (only the master's part). ``spec``'s file should be in
-    ``node``'s cache (as the calibration leaves it)."""
+    ``node``'s cache (as the calibration leaves it); 0 when no worker has that name."""
+    assert client.scheduler is not None
+    info = await client.scheduler.identity()
+    # Dask pins by address; a node is a worker's name (a LocalCluster's are numbers).
+    found = [a for a, w in info.get("workers", {}).items() if str(w.get("name")) == node]
+    if not found:
+        return 0.0
+    address = found[0]
     pid, host = await client.submit(
-        _whereabouts, key=f"datasched-where-{uuid.uuid4().hex[:8]}", pure=False, workers=[node]
+        _whereabouts,
+        key=f"datasched-where-{uuid.uuid4().hex[:8]}",
+        pure=False,
+        workers=[address],
+        allow_other_workers=False,
     )
     procs = [psutil.Process()]
     if host == socket.gethostname() and pid != os.getpid() and psutil.pid_exists(pid):
@@ -118,7 +129,7 @@ async def packet_round_trip_cpu(
             replace(tiny, packet_id=-2 - k),
             key=f"datasched-roundtrip-{uuid.uuid4().hex[:8]}",
             pure=False,
-            workers=[node],
+            workers=[address],
             allow_other_workers=False,
         )
         return float(result.cpu_s)

@@ -10,6 +10,7 @@ Dask map, is :mod:`datasched.runtime.daskmap`.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -110,6 +111,8 @@ def default_calibration(
 
 
 CALIBRATION_EVENTS = 2000
+ROUND_TRIP_TIMEOUT_S = 60.0
+"""At most this long measuring the per-packet cost; past it, none is charged."""
 
 
 async def calibrate_on_cluster(
@@ -160,10 +163,12 @@ async def calibrate_on_cluster(
     # Opening a new copy is paid once per file a node reads: spread over the file's events.
     fresh = result.open_cpu_s / max(first.n_events, 1)
     try:
-        overhead = await packet_round_trip_cpu(client, packet, result.node)
-    except PacketError as exc:
+        overhead = await asyncio.wait_for(
+            packet_round_trip_cpu(client, packet, result.node), ROUND_TRIP_TIMEOUT_S
+        )
+    except (PacketError, TimeoutError) as exc:
         if log is not None:
-            log(f"calibration: job {spec.id}: per-packet cost not measured: {exc}")
+            log(f"calibration: job {spec.id}: per-packet cost not measured: {exc or 'timed out'}")
         overhead = 0.0
     cost = replace(cal.cost, fresh_cpu_s_per_event=fresh, packet_overhead_s=overhead)
     return Calibration(cost, cal.tertiary_bytes_per_s, measured=True)
