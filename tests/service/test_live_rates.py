@@ -113,3 +113,25 @@ def test_a_new_request_is_costed_from_earlier_requests_of_its_processor(store: S
     took = prediction.jobs[heavy]
     assert took is not None
     assert took >= 10.0
+
+
+def test_a_node_idle_for_the_window_keeps_the_rate_it_last_worked_at(store: Store) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from datasched.service.live import live_snapshot
+    from datasched.service.store.models import Packet
+
+    job = _submit(store, "p.py:P", "/d/a.root", n=1000)
+    long_ago = datetime.now(UTC) - timedelta(hours=1)
+    with store.session() as s:
+        # Five packets of 100 events two seconds apart, an hour ago; their CPU says 1000/s.
+        for k in range(5):
+            s.add(
+                Packet(
+                    job_id=job, url="/d/a.root", start=100 * k, stop=100 * (k + 1), node="w0",
+                    n_bytes=10, cpu_s=0.1, result=None,
+                    created=long_ago + timedelta(seconds=2 * k),
+                )
+            )  # fmt: skip
+    (node,) = live_snapshot(store, CLUSTER).nodes
+    assert node.rates.cached_events_per_s == pytest.approx(50.0)  # wall clock, not CPU

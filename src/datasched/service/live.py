@@ -8,7 +8,8 @@ simulator's predictions (``GET /api/v1/whatif``, each request's ETA).
   gave the node in wall-clock time, the events of its packets stored over the last
   :data:`WINDOW_S` seconds over the time between the first and last of them, per slot
   (with at least :data:`MIN_PACKETS` packets: this holds the waits for a core beside other
-  programs, for storage and for the daemon, which CPU time does not); else the events over
+  programs, for storage and for the daemon, which CPU time does not); else over its last
+  :data:`HISTORY_PACKETS` packets, however old; else the events over
   the CPU seconds its packets took; a node with no packet yet takes the predictor's default
   (docs/service-whatif.md).
 * **Busy time**: the time between two packets of a node stored one after the other
@@ -65,6 +66,9 @@ WINDOW_S = 60.0
 """The recent past a node's wall-clock rate is measured over (seconds)."""
 MIN_PACKETS = 4
 """Packets a node must have stored in the window for a wall-clock rate."""
+HISTORY_PACKETS = 16
+"""A node with too few packets in the window takes its wall-clock rate from its last this
+many packets, however old (a request submitted after a quiet spell)."""
 CHUNK = 4
 """Consecutive packets of a node whose rate is one sample of the spread."""
 IDLE_FACTOR = 3.0
@@ -121,6 +125,19 @@ def _recent(store: Store, now: datetime) -> dict[str, list[tuple[float, int]]]:
         ):
             out.setdefault(str(node), []).append((_aware(created).timestamp(), int(b) - int(a)))
     return out
+
+
+def _last(store: Store, node: str) -> list[tuple[float, int]]:
+    """The node's last :data:`HISTORY_PACKETS` packets, however old, in time order: a node
+    idle for the window keeps the wall-clock rate it last worked at."""
+    with store.reading() as s:
+        rows = s.execute(
+            select(Packet.created, Packet.start, Packet.stop)
+            .where(Packet.node == node)
+            .order_by(Packet.created.desc(), Packet.id.desc())
+            .limit(HISTORY_PACKETS)
+        ).all()
+    return [(_aware(c).timestamp(), int(b) - int(a)) for c, a, b in reversed(rows)]
 
 
 def _run_rate(run: list[tuple[float, int]]) -> float | None:
@@ -289,7 +306,13 @@ def live_snapshot(store: Store, cluster: Mapping[str, Any]) -> ClusterSnapshot:
                 )
             )
     slots = {str(n["name"]): _slots(n) for n in cluster.get("nodes", ())}
-    rates.update(wall_rates(_recent(store, datetime.now(UTC)), slots))
+    recent = _recent(store, datetime.now(UTC))
+    for node in slots:
+        if len(recent.get(node, ())) < MIN_PACKETS:
+            last = _last(store, node)
+            if len(last) >= MIN_PACKETS:
+                recent[node] = last
+    rates.update(wall_rates(recent, slots))
     nodes = _nodes(cluster, rates)
     jobs = _costed(jobs, job_costs(per_job, keys, [j.id for j in jobs]), per_job, nodes)
     now = (datetime.now(UTC) - epoch).total_seconds()
