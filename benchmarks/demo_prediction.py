@@ -5,10 +5,11 @@ the calibration and the cache-aware policy alone (the same jobs, cluster, thrott
 packets as the demo), then the simulator's prediction of that run, and prints the
 prediction's error (predicted minus actual, over actual) twice: with the share of a core
 each node had before the machine's load was measured (the workers alone on its cores), and
-with the share measured (:mod:`datasched.runtime.coreshare`), as ``datasched demo`` now
-does. With ``--busy N`` it keeps N other processes busy on the machine (``while True:
-pass``) for the whole trial, to see what another program beside the run does to the
-prediction.
+with the share measured (:mod:`datasched.runtime.coreshare`), and with that share and the
+calibration's per-packet cost (``CostModel.packet_overhead_s``), as ``datasched demo`` now
+does: the same run, three predictions. With ``--busy N`` it keeps N other processes busy
+on the machine (``while True: pass``) for the whole trial, to see what another program
+beside the run does to the prediction.
 
     python benchmarks/demo_prediction.py [--repeat 3] [--busy 1] [--json]
 """
@@ -23,6 +24,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -81,22 +83,32 @@ def trial(data_dir: Path, policy: str, workers: int, tertiary_mb_s: float) -> di
         )
         assert isinstance(report.calibration, Calibration)
 
-        def predicted(others: float) -> float:
-            scaled = shared_cores(report.calibration, workers, cores, others)
+        def predicted(others: float, per_packet: bool = True) -> float:
+            cal = report.calibration
+            if not per_packet:
+                cal = replace(cal, cost=replace(cal.cost, packet_overhead_s=0.0))
+            scaled = shared_cores(cal, workers, cores, others)
             return predict_makespan(specs, opts, scaled, policy=policy, policy_params=params)
 
         # The share the demo gave each node before it measured the machine (its workers
-        # alone on the cores), and the measured one.
-        alone, measured = predicted(0.0), predicted(load.others)
+        # alone on the cores), the measured one without the per-packet cost (the demo's
+        # prediction before it), and with it (now).
+        alone = predicted(0.0, per_packet=False)
+        measured = predicted(load.others, per_packet=False)
+        with_packets = predicted(load.others)
     real = report.makespan_s
     return {
         "real_s": round(real, 2),
         "others_runnable": round(load.others, 2),
         "share": round(load.share(workers), 3),
+        "packet_overhead_ms": round(report.calibration.cost.packet_overhead_s * 1e3, 2),
+        "packets": len(report.packets),
         "predicted_cores_alone_s": round(alone, 2),
         "predicted_measured_share_s": round(measured, 2),
+        "predicted_with_packet_cost_s": round(with_packets, 2),
         "error_cores_alone": round(eta_error(alone, real) / real, 3),
         "error_measured_share": round(eta_error(measured, real) / real, 3),
+        "error_with_packet_cost": round(eta_error(with_packets, real) / real, 3),
         "load_after": os.getloadavg()[0],
     }
 
@@ -123,7 +135,7 @@ def main() -> None:
             h.kill()
             h.wait()
     summary: dict[str, Any] = {"busy": args.busy, "runs": results}
-    for key in ("error_cores_alone", "error_measured_share"):
+    for key in ("error_cores_alone", "error_measured_share", "error_with_packet_cost"):
         errors = [r[key] for r in results]
         summary[f"median_{key}"] = statistics.median(errors)
         summary[f"median_abs_{key}"] = statistics.median(abs(e) for e in errors)
@@ -133,7 +145,8 @@ def main() -> None:
         print(
             f"busy {args.busy}: median error, cores alone "
             f"{summary['median_error_cores_alone']:+.1%}, measured share "
-            f"{summary['median_error_measured_share']:+.1%}"
+            f"{summary['median_error_measured_share']:+.1%}, with the per-packet cost "
+            f"{summary['median_error_with_packet_cost']:+.1%}"
         )
 
 

@@ -13,8 +13,13 @@ signed medians (predicted minus actual: positive when the requests ended sooner 
 predicted), the coverage of their P10-P90 intervals, and what a prediction cost.
 Also the machine's load average, before and after. Figures only; nothing is asserted.
 
+With ``--warmup N``, N requests of the same processor (each over files of its own choosing)
+run to their end before the users submit: the daemon has seen the processor before, as a
+daemon in service has, and prices a new request from those packets
+(docs/service-whatif.md); their ETAs are not counted.
+
     python benchmarks/service_eta.py [--users 10] [--requests 3] [--workers 4] [--files 2]
-        [--policy out-of-order] [--tertiary-mb-s MB] [--eta-period-s 2] [--json]
+        [--policy out-of-order] [--tertiary-mb-s MB] [--eta-period-s 2] [--warmup N] [--json]
 """
 
 from __future__ import annotations
@@ -102,6 +107,7 @@ def run(
     tertiary_mb_s: float | None = None,
     eta_period_s: float = 2.0,
     timeout_s: float = 900.0,
+    warmup: int = 0,
 ) -> dict[str, Any]:
     import httpx
 
@@ -126,9 +132,13 @@ def run(
             eta_period_s=eta_period_s,
         ) as d:
             base = f"{d.url}/api/v1"
+            if warmup:
+                _warm_up(base, d.tokens["user0"], data_dir.resolve(), warmup, files, timeout_s)
 
             def user(i: int) -> tuple[list[float], list[str], list[str]]:
-                latency, ids, refused = [], [], []
+                latency: list[float] = []
+                ids: list[str] = []
+                refused: list[str] = []
                 token = d.tokens[f"user{i}"]
                 with httpx.Client(
                     base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=120
@@ -181,6 +191,7 @@ def run(
         "policy": policy,
         "tertiary_mb_s": tertiary_mb_s,
         "eta_period_s": eta_period_s,
+        "warmup": warmup,
         "accepted": len(ids),
         "refused": [x for r in results for x in r[2]],
         "completed": sum(st == "completed" for st in states.values()),
@@ -200,6 +211,30 @@ def run(
     }
 
 
+def _warm_up(base: str, token: str, data_dir: Path, n: int, files: int, timeout_s: float) -> None:
+    """``n`` requests of the processor, one after the other, each to its end."""
+    import httpx
+
+    with httpx.Client(
+        base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=120
+    ) as c:
+        for k in range(n):
+            r = c.post(
+                "/requests",
+                content=request_body(data_dir, 1000 + k, 0, files).replace(
+                    "title: user", "title: warm-up "
+                ),
+                headers={"Content-Type": "application/yaml"},
+            )
+            r.raise_for_status()
+            rid = r.json()["id"]
+            started = time.monotonic()
+            while c.get(f"/requests/{rid}").json()["state"] not in FINAL:
+                if time.monotonic() - started > timeout_s:
+                    raise SystemExit(f"warm-up request {rid} did not end in {timeout_s:.0f} s")
+                time.sleep(0.5)
+
+
 def _fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}"
 
@@ -213,6 +248,7 @@ def main() -> None:
     p.add_argument("--policy", default="out-of-order")
     p.add_argument("--tertiary-mb-s", type=float, default=None)
     p.add_argument("--eta-period-s", type=float, default=2.0)
+    p.add_argument("--warmup", type=int, default=0, help="requests run before the users'")
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
     for name in ("users", "requests", "workers", "files"):
@@ -230,6 +266,7 @@ def main() -> None:
         policy=args.policy,
         tertiary_mb_s=args.tertiary_mb_s,
         eta_period_s=args.eta_period_s,
+        warmup=args.warmup,
     )
     if args.json:
         print(json.dumps(report, indent=2))

@@ -352,6 +352,9 @@ def shared_cores(
         cost,
         cpu_s_per_event=cost.cpu_s_per_event * factor,
         fresh_cpu_s_per_event=cost.fresh_cpu_s_per_event * factor,
+        # The per-packet round trip is CPU in the master, Dask and the worker: shared out
+        # like the rest (docs/performance.md, "Per-packet cost").
+        packet_overhead_s=cost.packet_overhead_s * factor,
     )
     return Calibration(
         scaled, calibration.tertiary_bytes_per_s, calibration.measured, core_share=share

@@ -91,6 +91,13 @@ class CostModel:
     it), so its events do not pay it. 0 in the papers' models."""
     disk_bytes_per_s: float = 10e6
     pipelining: Pipelining = Pipelining.NONE
+    packet_overhead_s: float = 0.0
+    """Wall seconds each packet costs besides its events: the runtime's round trip through
+    the master and Dask (sending it, starting its task, returning its result). The
+    simulator charges it once per packet the runtime would cut from a subjob (at least one
+    per file it reads, more when the file's part takes longer than the packetizer's aim),
+    spread over that packet's events (docs/performance.md, "Per-packet cost"). 0 (the
+    default, and the papers' models): nothing charged, every simulation as before."""
     shared_disks: bool = False
     """Whether a node's disk rate is shared by everyone reading it at once (its own slots
     reading its cache, other nodes' slots reading it as a peer), as a fluid: a reader gets at
@@ -112,6 +119,10 @@ class CostModel:
         if not self.disk_contention >= 0:
             raise ModelError(
                 "disk_contention", f"must not be negative, got {self.disk_contention!r}"
+            )
+        if not self.packet_overhead_s >= 0:
+            raise ModelError(
+                "packet_overhead_s", f"must not be negative, got {self.packet_overhead_s!r}"
             )
         if not self.fresh_cpu_s_per_event >= 0:
             raise ModelError(

@@ -3,15 +3,21 @@
 The first job's packet is read through the worker's cache and processed as a packet does
 it, with its file kept open from an earlier packet and opened afresh; the master turns the
 times into its cost model's CPU per event and the cost of opening a new copy
-(:func:`datasched.runtime.session.calibrate_on_cluster`).
+(:func:`datasched.runtime.session.calibrate_on_cluster`). It also measures what a packet
+costs besides its events, the round trip through the master and Dask
+(:func:`packet_round_trip_cpu`).
 """
 
 from __future__ import annotations
 
+import os
+import socket
 import time
-from dataclasses import dataclass, field
+import uuid
+from dataclasses import dataclass, field, replace
 
-from distributed import get_worker
+import psutil
+from distributed import Client, get_worker
 
 from datasched.runtime.events import forget_open_files
 from datasched.runtime.worker import (
@@ -20,9 +26,13 @@ from datasched.runtime.worker import (
     cache_plugin,
     process_events,
     release_file,
+    run_packet,
 )
 
-__all__ = ["CalibrationResult", "calibrate_packet"]
+__all__ = ["CalibrationResult", "calibrate_packet", "packet_round_trip_cpu"]
+
+ROUND_TRIPS = 5
+"""Tiny packets timed for the per-packet cost (after one untimed)."""
 
 
 @dataclass(slots=True)
@@ -71,3 +81,63 @@ def calibrate_packet(spec: PacketSpec, repeats: int = 3) -> CalibrationResult:
         got.added if got is not None else [],
         open_cpu_s=max(cold - warm, 0.0),
     )
+
+
+def _whereabouts() -> tuple[int, str]:
+    """This worker's process id and host (a Dask task)."""
+    return os.getpid(), socket.gethostname()
+
+
+def _cpu_s(proc: psutil.Process) -> float:
+    times = proc.cpu_times()
+    return float(times.user + times.system)
+
+
+async def packet_round_trip_cpu(
+    client: Client, spec: PacketSpec, node: str, n: int = ROUND_TRIPS
+) -> float:
+    """CPU seconds a packet costs besides its events (``CostModel.packet_overhead_s``):
+    ``n`` packets of one event each, sent one after the other to ``node`` as the runtime
+    sends a packet, and the CPU the master's process (client and embedded scheduler) and
+    the worker's process used meanwhile, less the packets' own thread time (reading and
+    processing their event), per packet. CPU, not wall time, so the machine's load does not
+    inflate it (the simulator shares it out with the rest, docs/performance.md); a worker
+    on another host is not counted (only the master's part). ``spec``'s file should be in
+    ``node``'s cache (as the calibration leaves it); 0 when no worker has that name."""
+    assert client.scheduler is not None
+    info = await client.scheduler.identity()
+    # Dask pins by address; a node is a worker's name (a LocalCluster's are numbers).
+    found = [a for a, w in info.get("workers", {}).items() if str(w.get("name")) == node]
+    if not found:
+        return 0.0
+    address = found[0]
+    pid, host = await client.submit(
+        _whereabouts,
+        key=f"datasched-where-{uuid.uuid4().hex[:8]}",
+        pure=False,
+        workers=[address],
+        allow_other_workers=False,
+    )
+    procs = [psutil.Process()]
+    if host == socket.gethostname() and pid != os.getpid() and psutil.pid_exists(pid):
+        procs.append(psutil.Process(pid))
+    tiny = replace(spec, local_stop=spec.local_start + 1)
+
+    async def one(k: int) -> float:
+        result = await client.submit(
+            run_packet,
+            replace(tiny, packet_id=-2 - k),
+            key=f"datasched-roundtrip-{uuid.uuid4().hex[:8]}",
+            pure=False,
+            workers=[address],
+            allow_other_workers=False,
+        )
+        return float(result.cpu_s)
+
+    await one(0)  # untimed: the processor's first call, the connection
+    before = sum(_cpu_s(p) for p in procs)
+    own = 0.0
+    for k in range(n):
+        own += await one(k + 1)
+    used = sum(_cpu_s(p) for p in procs) - before
+    return max(used - own, 0.0) / max(n, 1)

@@ -10,6 +10,7 @@ Dask map, is :mod:`datasched.runtime.daskmap`.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -24,7 +25,11 @@ from datasched.core.packets import PacketSizing
 from datasched.core.scheduler import Scheduler
 from datasched.core.trace import TraceSink
 from datasched.policies import build_policy
-from datasched.runtime.calibrate import CalibrationResult, calibrate_packet
+from datasched.runtime.calibrate import (
+    CalibrationResult,
+    calibrate_packet,
+    packet_round_trip_cpu,
+)
 from datasched.runtime.cluster import (
     ClusterOptions,
     ClusterSetupError,
@@ -106,6 +111,8 @@ def default_calibration(
 
 
 CALIBRATION_EVENTS = 2000
+ROUND_TRIP_TIMEOUT_S = 60.0
+"""At most this long measuring the per-packet cost; past it, none is charged."""
 
 
 async def calibrate_on_cluster(
@@ -119,7 +126,9 @@ async def calibrate_on_cluster(
     """CPU per event, by timing the first job's packets on a worker: read and process a
     slice of its first file (read through that worker's cache, so the read is not wasted),
     the least CPU time of three runs with the file open from an earlier packet, and what
-    opening a new copy costs more (``CostModel.fresh_cpu_s_per_event``). Never in the
+    opening a new copy costs more (``CostModel.fresh_cpu_s_per_event``), and what a packet
+    costs besides its events (``CostModel.packet_overhead_s``: tiny packets' round trips
+    through the master and Dask, in CPU). Never in the
     master: its reads would go to tertiary storage, and the user's code runs where it will
     run. A processor that fails here is reported by the job's own packets; the master then
     goes on with its default guess."""
@@ -153,7 +162,15 @@ async def calibrate_on_cluster(
     cal = default_calibration(tertiary_bytes_per_s, cpu)
     # Opening a new copy is paid once per file a node reads: spread over the file's events.
     fresh = result.open_cpu_s / max(first.n_events, 1)
-    cost = replace(cal.cost, fresh_cpu_s_per_event=fresh)
+    try:
+        overhead = await asyncio.wait_for(
+            packet_round_trip_cpu(client, packet, result.node), ROUND_TRIP_TIMEOUT_S
+        )
+    except (PacketError, TimeoutError) as exc:
+        if log is not None:
+            log(f"calibration: job {spec.id}: per-packet cost not measured: {exc or 'timed out'}")
+        overhead = 0.0
+    cost = replace(cal.cost, fresh_cpu_s_per_event=fresh, packet_overhead_s=overhead)
     return Calibration(cost, cal.tertiary_bytes_per_s, measured=True)
 
 

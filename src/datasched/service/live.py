@@ -8,9 +8,19 @@ simulator's predictions (``GET /api/v1/whatif``, each request's ETA).
   gave the node in wall-clock time, the events of its packets stored over the last
   :data:`WINDOW_S` seconds over the time between the first and last of them, per slot
   (with at least :data:`MIN_PACKETS` packets: this holds the waits for a core beside other
-  programs, for storage and for the daemon, which CPU time does not); else the events over
+  programs, for storage and for the daemon, which CPU time does not); else over its last
+  :data:`HISTORY_PACKETS` packets, however old; else the events over
   the CPU seconds its packets took; a node with no packet yet takes the predictor's default
   (docs/service-whatif.md).
+* **Busy time**: the time between two packets of a node stored one after the other
+  counts at most :data:`IDLE_FACTOR` times what its events take at the node's median pace
+  (:func:`busy_rate`): a longer gap is the node waiting for work (the dispatcher, a queue
+  empty for a while), not working, and counting it would make the node look slower than it
+  is.
+* **A job's cost** (:func:`job_costs`): a job's CPU per event relative to the mean of all
+  packets, from its own packets, or, while it has none (a request just submitted), from the
+  earlier packets of jobs with the same work (processor or command, and tree); the
+  simulator charges the job that share of the nodes' time per event.
 * **Spread** (:func:`rate_spread`): how much a node's wall-clock rate moves from one run
   of packets to the next, for the ETAs' intervals.
 * **Jobs** are the store's elementary jobs not yet over, each file with the entry ranges
@@ -21,7 +31,8 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -40,8 +51,11 @@ from datasched.service.store.db import Store
 from datasched.service.store.models import Job, Packet, Request
 
 __all__ = [
+    "IDLE_FACTOR",
     "MIN_PACKETS",
     "WINDOW_S",
+    "busy_rate",
+    "job_costs",
     "live_snapshot",
     "rate_spread",
     "recent_packets",
@@ -52,8 +66,14 @@ WINDOW_S = 60.0
 """The recent past a node's wall-clock rate is measured over (seconds)."""
 MIN_PACKETS = 4
 """Packets a node must have stored in the window for a wall-clock rate."""
+HISTORY_PACKETS = 16
+"""A node with too few packets in the window takes its wall-clock rate from its last this
+many packets, however old (a request submitted after a quiet spell)."""
 CHUNK = 4
 """Consecutive packets of a node whose rate is one sample of the spread."""
+IDLE_FACTOR = 3.0
+"""A gap between two stored packets of a node counts as busy up to this many times what
+the later packet's events take at the node's median pace; beyond, the node was idle."""
 
 _OPEN = (
     JobState.PENDING.value,
@@ -107,6 +127,19 @@ def _recent(store: Store, now: datetime) -> dict[str, list[tuple[float, int]]]:
     return out
 
 
+def _last(store: Store, node: str) -> list[tuple[float, int]]:
+    """The node's last :data:`HISTORY_PACKETS` packets, however old, in time order: a node
+    idle for the window keeps the wall-clock rate it last worked at."""
+    with store.reading() as s:
+        rows = s.execute(
+            select(Packet.created, Packet.start, Packet.stop)
+            .where(Packet.node == node)
+            .order_by(Packet.created.desc(), Packet.id.desc())
+            .limit(HISTORY_PACKETS)
+        ).all()
+    return [(_aware(c).timestamp(), int(b) - int(a)) for c, a, b in reversed(rows)]
+
+
 def _run_rate(run: list[tuple[float, int]]) -> float | None:
     """Events per wall-clock second over a run of packets in time order: the events after
     the first over the time from the first's storing to the last's."""
@@ -115,16 +148,34 @@ def _run_rate(run: list[tuple[float, int]]) -> float | None:
     return events / span if span > 0 and events > 0 else None
 
 
+def busy_rate(run: list[tuple[float, int]]) -> float | None:
+    """Events per second a node had work over a run of its packets (``(stored at, events)``
+    in time order): the events after the first over the gaps between consecutive packets,
+    each gap counted at most :data:`IDLE_FACTOR` times what its packet's events take at the
+    run's median seconds per event. A node that waited for the dispatcher between packets
+    did not work meanwhile: its rate is what it does while it has packets in flight (None:
+    no gap with events)."""
+    gaps = [(t - run[i][0], n) for i, (t, n) in enumerate(run[1:]) if n > 0]
+    paces = [g / n for g, n in gaps if g > 0]
+    if not paces:
+        return None
+    pace = statistics.median(paces)
+    busy = sum(min(g, IDLE_FACTOR * pace * n) for g, n in gaps)
+    events = sum(n for _, n in gaps)
+    return events / busy if busy > 0 else None
+
+
 def wall_rates(
     recent: Mapping[str, list[tuple[float, int]]], slots: Mapping[str, int]
 ) -> dict[str, float]:
     """Each node's events per wall-clock second per slot over its ``recent`` packets
-    (``(stored at, events)`` in time order), where it has at least :data:`MIN_PACKETS`."""
+    (``(stored at, events)`` in time order), where it has at least :data:`MIN_PACKETS`:
+    over the time it had work (:func:`busy_rate`)."""
     out: dict[str, float] = {}
     for node, run in recent.items():
         if len(run) < MIN_PACKETS:
             continue
-        rate = _run_rate(run)
+        rate = busy_rate(run)
         if rate is not None:
             out[node] = rate / max(slots.get(node, 1), 1)
     return out
@@ -147,6 +198,41 @@ def rate_spread(recent: Mapping[str, list[tuple[float, int]]]) -> float | None:
     if len(deviations) < 2:
         return None
     return math.sqrt(statistics.fmean(d * d for d in deviations))
+
+
+def work_key(work: Mapping[str, Any]) -> str:
+    """What makes two jobs' events cost the same: their processor (or command) and tree."""
+    what = work.get("processor") or work.get("command") or ""
+    return f"{work.get('kind', '')}:{what}:{work.get('tree') or ''}"
+
+
+def job_costs(
+    per_job: Mapping[str, tuple[float, float]],
+    keys: Mapping[str, str],
+    open_jobs: Sequence[str],
+) -> dict[str, float]:
+    """Each open job's CPU per event over the mean of all packets' (1: as costly as the
+    average event): from its own packets (``per_job``: job -> (events, CPU seconds)), else
+    from those of the jobs of the same :func:`work_key` (``keys``: job -> key, for every
+    job in ``per_job`` and ``open_jobs``); left out when neither has a packet."""
+    events = sum(e for e, _ in per_job.values())
+    cpu = sum(c for _, c in per_job.values())
+    if events <= 0 or cpu <= 0:
+        return {}
+    mean = cpu / events
+    by_key: dict[str, list[float]] = {}
+    for job, (e, c) in per_job.items():
+        got = by_key.setdefault(keys.get(job, ""), [0.0, 0.0])
+        got[0] += e
+        got[1] += c
+    out: dict[str, float] = {}
+    for job in open_jobs:
+        e, c = per_job.get(job, (0.0, 0.0))
+        if e <= 0 or c <= 0:
+            e, c = by_key.get(keys.get(job, ""), (0.0, 0.0))
+        if e > 0 and c > 0:
+            out[job] = (c / e) / mean
+    return out
 
 
 def recent_packets(store: Store) -> dict[str, list[tuple[float, int]]]:
@@ -174,6 +260,20 @@ def live_snapshot(store: Store, cluster: Mapping[str, Any]) -> ClusterSnapshot:
             .where(Job.state.in_(_OPEN))
             .order_by(Request.created, Job.id)
         ).all()
+        per_job = {
+            str(job_id): (float(events), float(cpu))
+            for job_id, events, cpu in s.execute(
+                select(Packet.job_id, func.sum(Packet.stop - Packet.start), func.sum(Packet.cpu_s))
+                .where(Packet.cpu_s > 0)
+                .group_by(Packet.job_id)
+            )
+            if cpu and events
+        }
+        keys = {
+            str(job_id): work_key(work or {})
+            for job_id, work in s.execute(select(Job.id, Job.work).where(Job.id.in_(list(per_job))))
+        }
+        keys.update({job.id: work_key(job.work or {}) for job, _ in rows})
         done: dict[tuple[str, str], list[tuple[int, int]]] = {}
         if rows:
             ids = [job.id for job, _ in rows]
@@ -206,9 +306,39 @@ def live_snapshot(store: Store, cluster: Mapping[str, Any]) -> ClusterSnapshot:
                 )
             )
     slots = {str(n["name"]): _slots(n) for n in cluster.get("nodes", ())}
-    rates.update(wall_rates(_recent(store, datetime.now(UTC)), slots))
+    recent = _recent(store, datetime.now(UTC))
+    for node in slots:
+        if len(recent.get(node, ())) < MIN_PACKETS:
+            last = _last(store, node)
+            if len(last) >= MIN_PACKETS:
+                recent[node] = last
+    rates.update(wall_rates(recent, slots))
+    nodes = _nodes(cluster, rates)
+    jobs = _costed(jobs, job_costs(per_job, keys, [j.id for j in jobs]), per_job, nodes)
     now = (datetime.now(UTC) - epoch).total_seconds()
-    return ClusterSnapshot(time_s=max(now, 0.0), nodes=_nodes(cluster, rates), jobs=tuple(jobs))
+    return ClusterSnapshot(time_s=max(now, 0.0), nodes=nodes, jobs=tuple(jobs))
+
+
+def _costed(
+    jobs: list[JobSnapshot],
+    relative: Mapping[str, float],
+    per_job: Mapping[str, tuple[float, float]],
+    nodes: Sequence[NodeSnapshot],
+) -> list[JobSnapshot]:
+    """The jobs with their seconds per event on a slot (``JobSnapshot.cpu_s_per_event``):
+    their :func:`job_costs` share of the nodes' mean time per event (wall clock where a
+    node measured it), or of the packets' CPU per event while no node has a rate."""
+    if not relative:
+        return jobs
+    measured = [n.rates.cached_events_per_s for n in nodes if n.rates.cached_events_per_s]
+    if measured:
+        base = 1.0 / statistics.fmean(measured)
+    else:
+        events = sum(e for e, _ in per_job.values())
+        base = sum(c for _, c in per_job.values()) / events
+    return [
+        replace(j, cpu_s_per_event=base * relative[j.id]) if j.id in relative else j for j in jobs
+    ]
 
 
 def _aware(t: datetime) -> datetime:

@@ -9,6 +9,7 @@ lasting its transfer), then read from the local disk, as the runtime does. A bas
 from __future__ import annotations
 
 import heapq
+import math
 from bisect import bisect_right
 from dataclasses import dataclass
 
@@ -146,6 +147,8 @@ class SubjobRuns(SharedDisks, SharedFetches):
                 segments.append((a, b, per, src, peer))
                 total += (b - a) * per
                 ends.append(total)
+        if self.cost.packet_overhead_s > 0:
+            segments, ends, total = self._charge_packets(segments, isinstance(action, Assign))
         pin = cache.pin(local) if local else None
         version = next(self._versions)
         run = _Run(sj, self.now, segments, ends, local, fetched, pin, peer_pins, fetch, version)
@@ -154,6 +157,51 @@ class SubjobRuns(SharedDisks, SharedFetches):
         heapq.heappush(self._heap, (self.now + total, next(self._seq), _FINISH, slot, version))
         if self._readers is not None and segments:
             self._disk_enter(slot, 0)
+
+    def _charge_packets(
+        self, segments: list[tuple[int, int, float, Source, int]], one_packet: bool
+    ) -> tuple[list[tuple[int, int, float, Source, int]], list[float], float]:
+        """``segments`` with the cost model's fixed cost per packet
+        (``CostModel.packet_overhead_s``) spread over the events of each: the runtime cuts a
+        packet at every file end and every ``target_s`` of work of the default packetizer
+        (docs/performance.md, "Per-packet cost"), so each file's part of the subjob pays
+        ``max(1, ceil(its time / target_s))`` packets; a pull policy's ``Assign``
+        (``one_packet``) is one packet. A segment of no events (the wait for a file's
+        fetch) pays nothing."""
+        overhead = self.cost.packet_overhead_s
+        target = self.scheduler.policy.packet_sizing.target_s
+        space = self.space
+        by_file: dict[int, list[int]] = {}
+        """File -> the indices of the segments over its events."""
+        charged: list[tuple[int, int, float, Source, int]] = []
+        for k, (a, b, per, src, peer) in enumerate(segments):
+            charged.append((a, b, per, src, peer))
+            if b > a:
+                for i in range(space.file_at(a), space.file_at(b - 1) + 1):
+                    by_file.setdefault(i, []).append(k)
+        for i, ks in by_file.items():
+            f = space.files[i]
+            n = t = 0.0
+            for k in ks:
+                a, b, per, _, _ = charged[k]
+                m = min(b, f.stop) - max(a, f.start)
+                n += m
+                t += m * per
+            if n <= 0:
+                continue
+            packets = 1 if one_packet else max(1, math.ceil(t / target))
+            extra = overhead * packets / n
+            for k in ks:
+                a, b, per, src, peer = charged[k]
+                m = min(b, f.stop) - max(a, f.start)
+                # A segment spanning several files gets each file's share, by its events.
+                charged[k] = (a, b, per + extra * m / (b - a), src, peer)
+        ends = []
+        total = 0.0
+        for a, b, per, _, _ in charged:
+            total += (b - a) * per if b > a else per
+            ends.append(total)
+        return charged, ends, total
 
     def _file_segments(
         self,

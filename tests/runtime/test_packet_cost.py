@@ -1,0 +1,66 @@
+"""The calibration's per-packet cost: the CPU a packet's round trip uses in the master's
+and the worker's processes, less the packet's own thread time. A fake client stands in for
+Dask (its "round trip" burns a known CPU time in this process), so nothing here depends on
+the machine's load or clock."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from types import SimpleNamespace
+from typing import Any, cast
+
+import pytest
+
+from datasched.runtime import calibrate as calibrate_module
+from datasched.runtime.calibrate import packet_round_trip_cpu
+from datasched.runtime.worker import PacketSpec, run_packet
+
+BURN_S = 0.02
+OWN_S = 0.005
+
+
+def _burn(seconds: float) -> None:
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+class FakeClient:
+    """Answers the worker's whereabouts (another host: its process is not ours to read)
+    and runs each packet by burning ``BURN_S`` of CPU, of which the packet's own thread
+    time says ``OWN_S``."""
+
+    def __init__(self) -> None:
+        self.packets: list[PacketSpec] = []
+        self.scheduler = SimpleNamespace(identity=self._identity)
+
+    async def _identity(self) -> dict[str, Any]:
+        return {"workers": {"tls://127.0.0.1:1": {"name": 1}, "tls://127.0.0.1:2": {"name": 0}}}
+
+    def submit(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        async def answer() -> Any:
+            assert kwargs["workers"] == ["tls://127.0.0.1:2"]  # pinned by address
+            if fn is calibrate_module._whereabouts:
+                return 1, "another-host"
+            assert fn is run_packet
+            self.packets.append(args[0])
+            _burn(BURN_S)
+            return SimpleNamespace(cpu_s=OWN_S)
+
+        return answer()
+
+
+def test_the_round_trip_is_its_cpu_less_the_packets_own() -> None:
+    client = FakeClient()
+    spec = PacketSpec(
+        packet_id=-1, job_id=-1, url="/d/a.root", tree="Events", local_start=10,
+        local_stop=2010, file_bytes=1000, processor=cast(Any, None),
+    )  # fmt: skip
+    got = asyncio.run(packet_round_trip_cpu(client, spec, "0", n=4))  # type: ignore[arg-type]
+    assert got == pytest.approx(BURN_S - OWN_S, abs=0.01)
+    assert len(client.packets) == 5  # one untimed first
+    assert {(p.local_start, p.local_stop) for p in client.packets} == {(10, 11)}
+    assert len({p.packet_id for p in client.packets}) == 5
+    # A node no worker is named after: nothing measured (and nothing sent).
+    assert asyncio.run(packet_round_trip_cpu(FakeClient(), spec, "7")) == 0.0  # type: ignore[arg-type]

@@ -1,0 +1,80 @@
+"""The cost model's fixed cost per packet (``CostModel.packet_overhead_s``): the runtime's
+round trip through the master and Dask, which the simulator charges once per packet the
+runtime would cut. Nil by default, so every simulation is the one it was; a positive cost
+lengthens a run by about its packets times the cost over the nodes working in parallel."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from datasched.core.data import DataSpace
+from datasched.core.intervals import IntervalSet
+from datasched.core.model import CostModel, Job, ModelError, Pipelining, Topology
+from datasched.core.packets import PacketSizing
+from datasched.core.scheduler import Scheduler
+from datasched.policies import build_policy
+from datasched.sim.engine import SimEngine, SimRun
+
+FILE_EVENTS = 100
+JOB_EVENTS = 500  # five files a job
+N_JOBS = 4
+NODES = 2
+CPU_S = 0.01  # 1 s of CPU a file
+
+
+def _run(
+    cost: CostModel, *, policy: str = "farm", target_s: float = 60.0, cache_files: int = 0
+) -> SimRun:
+    data = DataSpace.uniform(N_JOBS * JOB_EVENTS, 1000.0, file_events=FILE_EVENTS)
+    built = build_policy(policy)
+    built.packet_sizing = PacketSizing(target_s=target_s)
+    topology = Topology.uniform(NODES, cache_files * FILE_EVENTS * 1000.0)
+    sched = Scheduler(topology, data, built, cost=cost)
+    jobs = [
+        Job(i, 0.0, IntervalSet.range(i * JOB_EVENTS, (i + 1) * JOB_EVENTS)) for i in range(N_JOBS)
+    ]
+    return SimEngine(sched).run(jobs)
+
+
+def _makespan(run: SimRun) -> float:
+    return max(r.end_s for r in run.jobs)
+
+
+COST = CostModel(cpu_s_per_event=CPU_S, disk_bytes_per_s=1e9, pipelining=Pipelining.TERTIARY)
+
+
+@pytest.mark.parametrize("policy", ["farm", "out-of-order"])
+def test_no_cost_per_packet_changes_nothing(policy: str) -> None:
+    explicit = _run(replace(COST, packet_overhead_s=0.0), policy=policy, cache_files=3)
+    default = _run(COST, policy=policy, cache_files=3)
+    assert explicit.jobs == default.jobs
+    charged = _run(replace(COST, packet_overhead_s=0.1), policy=policy, cache_files=3)
+    assert _makespan(charged) > _makespan(default)
+
+
+def test_a_cost_per_packet_lengthens_the_run_by_packets_times_cost_over_nodes() -> None:
+    base = _makespan(_run(COST))
+    cost = 0.5
+    longer = _makespan(_run(replace(COST, packet_overhead_s=cost)))
+    # Every file read is at least one packet: 20 packets shared by 2 nodes.
+    packets = N_JOBS * JOB_EVENTS // FILE_EVENTS
+    assert longer - base == pytest.approx(packets * cost / NODES, rel=0.25)
+
+
+def test_a_short_packet_aim_cuts_more_packets_and_charges_each() -> None:
+    # A file takes about 1 s (its CPU; its read overlaps): an aim of 0.25 s cuts 4 packets
+    # of it, so the cost is paid four times as often as with one packet a file.
+    cost = 0.1
+    one = _makespan(_run(replace(COST, packet_overhead_s=cost))) - _makespan(_run(COST))
+    four = _makespan(_run(replace(COST, packet_overhead_s=cost), target_s=0.25)) - _makespan(
+        _run(COST, target_s=0.25)
+    )
+    assert four == pytest.approx(4 * one, rel=0.25)
+    assert one > 0
+
+
+def test_a_negative_cost_per_packet_is_refused_by_name() -> None:
+    with pytest.raises(ModelError, match="packet_overhead_s"):
+        CostModel(packet_overhead_s=-0.1)
