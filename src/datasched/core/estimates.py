@@ -76,6 +76,12 @@ class Estimates:
         total = local * s_cache + peer * s_peer + (n - local - peer) * s_tertiary
         return total / n
 
+    def read_rates(self, slot: int) -> tuple[float, float, float]:
+        """Seconds per event on ``slot``'s node reading from its cache, a peer's, tertiary
+        storage, at the cost model's CPU time: the rates :meth:`s_per_event_on` weighs when
+        every event of the data space has the same size."""
+        return self._rates[self.slot_node[slot]]
+
     def longest_running(self) -> int | None:
         """The slot whose subjob (not being stopped) is estimated to end last, the lowest
         slot on ties; None if every one is due. O(log n) amortised: a heap by estimated end,
