@@ -332,3 +332,21 @@ def test_cuts_snap_to_near_boundaries_only() -> None:
     parts = sched.split_even(data, 2)
     assert [p.length for p in parts] == [60, 40]
     assert parts[0] | parts[1] == data
+
+
+def test_validate_catches_a_by_end_order_out_of_order() -> None:
+    # The by-end order is read in order by the split choice: validate checks it is sorted and
+    # holds every settled running subjob.
+    jobs = [Job(job_id=i, submit_s=10.0 * i, data=IntervalSet.range(0, 300)) for i in range(4)]
+    sched = scheduler("splitting", 3, 300, min_subjob=3)
+    assert sched.longest_running() is None  # keep the order from now on
+    SimEngine(sched).run(jobs[:1], until=50.0)
+    assert sched._by_end
+    sched.validate()
+    sched._by_end.reverse()
+    if len(sched._by_end) > 1:
+        with pytest.raises(SchedulerError, match="not sorted"):
+            sched.validate()
+    sched._by_end.clear()
+    with pytest.raises(SchedulerError, match="missing from the by-end order"):
+        sched.validate()

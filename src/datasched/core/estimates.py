@@ -2,14 +2,13 @@
 
 :class:`Estimates` is a base of :class:`~datasched.core.scheduler.Scheduler`: the time a
 subjob would take on a slot (from where its data is cached), the running subjob estimated to
-end last (a heap, ponce-hersch Table 5 scans every node), and where to cut a job (on file
+end last (a sorted list, ponce-hersch Table 5 scans every node), and where to cut a job (on file
 boundaries when caches hold whole files).
 """
 
 from __future__ import annotations
 
-import heapq
-from bisect import bisect_left
+from bisect import bisect_left, insort
 from collections.abc import Callable
 
 from datasched.core.data import DataSpace
@@ -39,8 +38,9 @@ class Estimates:
     """Per node: seconds per event from its cache, a peer's, tertiary storage (the data
     space's event size and the cost model's CPU time)."""
     _by_end: list[tuple[float, int, int]] | None
-    """Lazy max-heap of running subjobs by estimated end: (-end, slot, subjob id); built on
-    the first question that needs it (policies that never ask do not keep it)."""
+    """Running subjobs by estimated end, latest first: (-end, slot, subjob id), sorted
+    ascending, stale entries among them; built on the first question that needs it (policies
+    that never ask do not keep it)."""
     fastest_s_per_event: float
     slowest_s_per_event: float
 
@@ -76,23 +76,33 @@ class Estimates:
         total = local * s_cache + peer * s_peer + (n - local - peer) * s_tertiary
         return total / n
 
+    def read_rates(self, slot: int) -> tuple[float, float, float]:
+        """Seconds per event on ``slot``'s node reading from its cache, a peer's, tertiary
+        storage, at the cost model's CPU time: the rates :meth:`s_per_event_on` weighs when
+        every event of the data space has the same size."""
+        return self._rates[self.slot_node[slot]]
+
     def longest_running(self) -> int | None:
         """The slot whose subjob (not being stopped) is estimated to end last, the lowest
-        slot on ties; None if every one is due. O(log n) amortised: a heap by estimated end,
-        whose stale entries are dropped when they reach the top (ponce-hersch Table 5 has
-        job splitting scan all nodes here)."""
-        heap = self._end_heap()
-        while heap:
-            neg_end, slot, subjob_id = heap[0]
-            if not self._current(neg_end, slot, subjob_id):
-                heapq.heappop(heap)
-                continue
-            return slot if -neg_end > self.now else None
-        return None
+        slot on ties; None if every one is due. Reads the front of a list sorted by
+        estimated end, whose stale entries are dropped when they reach the front
+        (ponce-hersch Table 5 has job splitting scan all nodes here)."""
+        order = self._end_heap()
+        i = 0
+        while i < len(order):
+            neg_end, slot, subjob_id = order[i]
+            if self._current(neg_end, slot, subjob_id):
+                break
+            i += 1
+        del order[:i]
+        if not order:
+            return None
+        neg_end, slot, _ = order[0]
+        return slot if -neg_end > self.now else None
 
     def _current(self, neg_end: float, slot: int, subjob_id: int) -> bool:
-        """Whether an entry of the by-end heap still describes a subjob that may be asked to
-        split: still running, settled, and with that estimated end (a shrunk one is pushed
+        """Whether an entry of the by-end order still describes a subjob that may be asked to
+        split: still running, settled, and with that estimated end (a shrunk one is entered
         again with its new end)."""
         r = self.running.get(slot)
         return (
@@ -100,45 +110,38 @@ class Estimates:
         )
 
     def _end_heap(self) -> list[tuple[float, int, int]]:
-        """The by-end heap, built from what runs now when first asked for."""
+        """The by-end order, built from what runs now when first asked for."""
         if self._by_end is None:
-            self._by_end = [(-r.end_s, r.slot, r.subjob.subjob_id) for r in self.running.values()]
-            heapq.heapify(self._by_end)
+            running = self.running.values()
+            self._by_end = sorted((-r.end_s, r.slot, r.subjob.subjob_id) for r in running)
         return self._by_end
 
     def _push_end(self, r: Running) -> None:
-        """Enter ``r`` in the by-end heap. Entries of subjobs that ended before the longest
-        never reach the top, so the heap is rebuilt from its current entries whenever it holds
-        more than twice what is running (plus a constant). A rebuild keeps at most one entry per
-        running subjob (a shrink that released nothing pushes a copy), so it is amortised O(1)
-        per push and the heap stays O(slots) instead of growing with every subjob started."""
-        heap = self._by_end
-        if heap is None:
+        """Enter ``r`` in the by-end order (a list sorted ascending: an insertion is a bisect
+        and a move of pointers, and a scan reads it in order without popping and pushing
+        back). Entries of subjobs that ended before the longest are not removed when they
+        end, so the list is rebuilt from its current entries whenever it holds more than
+        twice what is running (plus a constant). A rebuild keeps at most one entry per
+        running subjob (a shrink that released nothing enters a copy), so it is amortised
+        O(1) per entry and the list stays O(slots) instead of growing with every subjob
+        started."""
+        order = self._by_end
+        if order is None:
             return  # not asked for yet: built from ``running`` when it is
-        heapq.heappush(heap, (-r.end_s, r.slot, r.subjob.subjob_id))
-        if len(heap) > 2 * len(self.running) + 1024:
-            heap[:] = dict.fromkeys(e for e in heap if self._current(*e))
-            heapq.heapify(heap)
+        insort(order, (-r.end_s, r.slot, r.subjob.subjob_id))
+        if len(order) > 2 * len(self.running) + 1024:
+            order[:] = sorted(dict.fromkeys(e for e in order if self._current(*e)))
 
     def scan_longest(self, visit: Callable[[int, float], bool]) -> None:
         """Call ``visit(slot, estimated seconds left)`` for running subjobs (not being
-        stopped) from the one estimated to end last, until it returns False. Costs
-        O(k log n) for k visits (the heap of :meth:`longest_running`), so a policy that can
-        bound what it looks for stops early instead of scanning every slot."""
-        heap = self._end_heap()
-        taken: list[tuple[float, int, int]] = []
-        try:
-            while heap:
-                entry = heapq.heappop(heap)
-                neg_end, slot, subjob_id = entry
-                if not self._current(neg_end, slot, subjob_id):
-                    continue
-                taken.append(entry)
-                if not visit(slot, -neg_end - self.now):
-                    break
-        finally:
-            for entry in taken:
-                heapq.heappush(heap, entry)
+        stopped) from the one estimated to end last, until it returns False (``visit`` must
+        not start, stop or split anything). Costs O(k) for k entries read, so a policy that
+        can bound what it looks for stops early instead of scanning every slot."""
+        now = self.now
+        current = self._current
+        for neg_end, slot, subjob_id in self._end_heap():
+            if current(neg_end, slot, subjob_id) and not visit(slot, -neg_end - now):
+                break
 
     def balanced_share(self, slot: int, target: int, rest: IntervalSet) -> float:
         """Fraction of ``rest`` (what remains on ``slot``) to move to ``target`` so both end

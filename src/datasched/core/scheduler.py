@@ -361,6 +361,24 @@ class Scheduler(Commands):
             self.directory.check()
         except ValueError as e:
             raise SchedulerError(f"validate: {e}") from None
+        self._validate_by_end()
+
+    def _validate_by_end(self) -> None:
+        """The by-end order (once kept) is sorted and holds every settled running subjob
+        with its current estimated end: what ``scan_longest`` and ``longest_running`` read."""
+        order = self._by_end
+        if order is None:
+            return
+        for a, b in itertools.pairwise(order):
+            if a > b:
+                raise SchedulerError(f"validate: the by-end order is not sorted at {b}")
+        entries = set(order)
+        for slot, r in self.running.items():
+            if r.settled and (-r.end_s, slot, r.subjob.subjob_id) not in entries:
+                raise SchedulerError(
+                    f"validate: running subjob {r.subjob.subjob_id} on slot {slot} is missing "
+                    "from the by-end order"
+                )
 
     def _validate_slots(self) -> None:
         idle = self._idle

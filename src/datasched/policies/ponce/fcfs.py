@@ -9,6 +9,8 @@ from typing import ClassVar
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import Subjob
 from datasched.core.policy import DEFAULT, JobView, Param, Policy, ReadMode, Returned, SchedulerView
+from datasched.core.scheduler import validate_by_default
+from datasched.core.state import SchedulerError
 from datasched.policies.registry import register
 
 __all__ = ["CacheOrientedSplitting", "JobSplitting", "ProcessingFarm", "cut_by_cache"]
@@ -142,6 +144,42 @@ def _split_saving(
     return n * a * a / (a + b)
 
 
+def _best_split_by_scan(sched: SchedulerView, target: int) -> int | None:
+    """The split choice's rule: the running subjob whose split with the free ``target``
+    saves the most (:func:`_split_saving`), looked for from the one estimated to end last
+    down. A subjob with ``left_s`` seconds left saves at most about ``left_s * a / (a +
+    fastest)`` (as if the target cached everything), at most ``left_s * slowest / (slowest +
+    fastest)`` whatever its pace, so the scan skips a candidate, or stops, once that cannot
+    beat the best saving found; among equal savings the lowest slot visited wins. Those
+    bounds are the estimate's, not exact ones (the remaining count rounds up by up to one
+    event; a job's own CPU time may make a pace slower than ``slowest``), and the choice
+    depends on them: docs/performance.md, "Cost per event as the cluster grows". The
+    reference that ``CacheOrientedSplitting._best_split`` must agree with."""
+    fastest = sched.fastest_s_per_event
+    slowest = sched.slowest_s_per_event
+    cap = slowest / (slowest + fastest)
+    best: int | None = None
+    best_saving = 0.0
+    too_short_s = 2 * sched.min_subjob_events * fastest
+
+    def visit(other: int, left_s: float) -> bool:
+        nonlocal best, best_saving
+        if left_s * cap <= best_saving or left_s < too_short_s:
+            return False  # neither this nor any shorter one can do better
+        r = sched.running[other]
+        a = r.s_per_event
+        if left_s * a / (a + fastest) <= best_saving:
+            return True
+        _, rest = r.subjob.data.head(r.estimated_done(sched.now))
+        saving = _split_saving(sched, other, rest, target, a)
+        if saving > best_saving or (saving == best_saving and best is not None and other < best):
+            best, best_saving = other, saving
+        return True
+
+    sched.scan_longest(visit)
+    return best
+
+
 @register
 class JobSplitting(Policy):
     """Jobs split over idle nodes, first come first served, no caching (ponce-hersch Table 1).
@@ -219,6 +257,9 @@ class CacheOrientedSplitting(Policy):
 
     def __init__(self, *, fill_duplicates: bool = DEFAULT) -> None:
         self.reads = ReadMode(cache_fill=True, fill_duplicates=fill_duplicates)
+        self._check = validate_by_default()
+        """Check every split choice against the full scan (with the
+        scheduler's validation: ``DATASCHED_VALIDATE=1``, as in the tests)."""
 
     # -- placing a job on free slots ----------------------------------------------------------
 
@@ -341,6 +382,57 @@ class CacheOrientedSplitting(Policy):
             return
         self._split_for(sched, slot)
 
+    def _best_split(self, sched: SchedulerView, target: int) -> int | None:
+        """:func:`_best_split_by_scan`'s answer, costing most candidates without cutting.
+
+        The same candidates in the same order, with the same bounds. A subjob whose data the
+        target's node does not cache is costed from its remaining count alone, with the very
+        arithmetic of :meth:`s_per_event_on` (no cut, no overlap with the cache, no lookup in
+        the directory), so the savings compared are the same floats; the others are costed in
+        full.
+        """
+        if self.reads.peer_reads or sched.space.uniform_bytes_per_event is None:
+            return _best_split_by_scan(sched, target)
+        now = sched.now
+        running = sched.running
+        minimum = 2 * sched.min_subjob_events
+        content = sched.directory.content(sched.node_of(target))
+        s_tertiary = sched.read_rates(target)[2]
+        fastest = sched.fastest_s_per_event
+        slowest = sched.slowest_s_per_event
+        cap = slowest / (slowest + fastest)
+        too_short_s = minimum * fastest
+        best: int | None = None
+        best_saving = 0.0
+
+        def visit(other: int, left_s: float) -> bool:
+            nonlocal best, best_saving
+            if left_s * cap <= best_saving or left_s < too_short_s:
+                return False
+            r = running[other]
+            a = r.s_per_event
+            if left_s * a / (a + fastest) <= best_saving:
+                return True
+            data = r.subjob.data
+            length = data.length
+            done = min(length, int((now - r.start_s) / a)) if a > 0 else 0
+            n = length - done
+            if n < minimum or n == 0:
+                return True  # no saving (``_split_saving``'s zero never wins)
+            if content and data.overlaps(content):
+                saving = _split_saving(sched, other, data.head(done)[1], target, a)
+            else:
+                # s_per_event_on's weighting with nothing cached here and no peer reads.
+                saving = n * a * a / (a + (n * s_tertiary) / n)
+            if saving > best_saving or (
+                saving == best_saving and best is not None and other < best
+            ):
+                best, best_saving = other, saving
+            return True
+
+        sched.scan_longest(visit)
+        return best
+
     @staticmethod
     def _most_cached(sched: SchedulerView, slot: int, subjobs: list[Subjob]) -> Subjob:
         """The subjob with the most data cached on ``slot``'s node (the earliest on ties)."""
@@ -357,36 +449,14 @@ class CacheOrientedSplitting(Policy):
         """Split the running subjob whose split saves the most time (Table 2's "largest
         caching benefit"); the freed slot takes what its node caches of it, if enough, else
         a tail sized so both parts end together."""
-        # Look at candidates from the longest remaining time down: a subjob with ``left_s``
-        # seconds left saves at most ``left_s * a / (a + fastest)`` (as if the target cached
-        # everything), at most ``left_s * slowest / (slowest + fastest)`` whatever its pace,
-        # so the scan stops as soon as that cannot beat the best saving found: usually a few
-        # candidates, not every slot (ponce-hersch Table 5 scans them all).
-        fastest = sched.fastest_s_per_event
-        slowest = sched.slowest_s_per_event
-        cap = slowest / (slowest + fastest)
-        best: int | None = None
-        best_saving = 0.0
-
-        too_short_s = 2 * sched.min_subjob_events * fastest
-
-        def visit(other: int, left_s: float) -> bool:
-            nonlocal best, best_saving
-            if left_s * cap <= best_saving or left_s < too_short_s:
-                return False  # neither this nor any shorter one can do better
-            r = sched.running[other]
-            a = r.s_per_event
-            if left_s * a / (a + fastest) <= best_saving:
-                return True
-            _, rest = r.subjob.data.head(r.estimated_done(sched.now))
-            saving = _split_saving(sched, other, rest, slot, a)
-            if saving > best_saving or (
-                saving == best_saving and best is not None and other < best
-            ):
-                best, best_saving = other, saving
-            return True
-
-        sched.scan_longest(visit)
+        best = self._best_split(sched, slot)
+        if self._check:
+            expected = _best_split_by_scan(sched, slot)
+            if best != expected:
+                raise SchedulerError(
+                    f"cache-splitting: split choice for slot {slot} is {best}, "
+                    f"the full scan gives {expected}"
+                )
         if best is None:
             return
         holder = sched.node_of(best)

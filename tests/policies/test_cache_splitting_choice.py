@@ -1,0 +1,66 @@
+"""Cache-oriented splitting's split choice: the fast costing agrees with the full scan.
+
+``CacheOrientedSplitting._best_split`` costs the candidates whose data the freed node does
+not cache from their remaining count alone; it must pick what ``_best_split_by_scan`` (the
+rule, costing every candidate in full) picks, decision by decision (docs/performance.md, "Cost
+per event as the cluster grows"). With validation on, every choice is checked against it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from datasched.core.policy import SchedulerView
+from datasched.core.state import SchedulerError
+from datasched.policies.ponce import fcfs
+from datasched.sim.experiment import SimConfig, simulate
+
+
+def _config() -> SimConfig:
+    # Enough nodes and jobs that splits of running subjobs happen, warm caches included.
+    return SimConfig(
+        policy="cache-splitting",
+        n_nodes=20,
+        cache_gb=100.0,
+        load_jobs_per_h=1.0,
+        data_space_bytes=4e12,
+        n_jobs=30,
+        max_backlog=10**9,
+    )
+
+
+def _summary(monkeypatch: pytest.MonkeyPatch, *, check: bool) -> dict[str, object]:
+    monkeypatch.setattr(fcfs, "validate_by_default", lambda: check)
+    summary, _ = simulate(_config(), validate=False)
+    return {k: v for k, v in dataclasses.asdict(summary).items() if k != "wall_s"}
+
+
+def test_fast_choice_agrees_with_the_full_scan(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = {"n": 0}
+    scan = fcfs._best_split_by_scan
+
+    def counted(sched: SchedulerView, target: int) -> int | None:
+        calls["n"] += 1
+        return scan(sched, target)
+
+    monkeypatch.setattr(fcfs, "_best_split_by_scan", counted)
+    checked = _summary(monkeypatch, check=True)  # raises on the first disagreement
+    assert calls["n"] > 50, "the scenario must ask for many splits"
+    # And the run is the one the full scan alone gives.
+    monkeypatch.setattr(
+        fcfs.CacheOrientedSplitting, "_best_split", lambda self, sched, t: scan(sched, t)
+    )
+    assert _summary(monkeypatch, check=False) == checked
+
+
+def test_a_wrong_choice_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    def wrong(self: fcfs.CacheOrientedSplitting, sched: SchedulerView, t: int) -> int | None:
+        best = fcfs._best_split_by_scan(sched, t)
+        others = [s for s in sched.running if s != best and sched.running[s].settled]
+        return others[0] if others else best
+
+    monkeypatch.setattr(fcfs.CacheOrientedSplitting, "_best_split", wrong)
+    with pytest.raises(SchedulerError, match="split choice"):
+        _summary(monkeypatch, check=True)
