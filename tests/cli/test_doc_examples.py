@@ -156,7 +156,7 @@ EXAMPLES: dict[str, str] = {
     "docs/examples/coffea/jobs.yaml .": COFFEA_DOCS,
     "datasched run jobs.yaml --chunksize 100000 --workers 2": COFFEA_DOCS,
     # docs/deployment.md: the hosts in network namespaces, which .ci/run runs as root
-    ".venv/bin/python -m pytest -m hosts": CI,
+    ".venv/bin/python -m pytest -m hosts tests/hosts -n 2 --dist load": CI,
     # the set-up and the checks: what CI runs (.ci/run: make test, make coverage; the
     # pre-commit hooks are make lint's linters); make demo is `datasched demo` (a row above)
     # and `datasched demo-service` (a row below)

@@ -43,6 +43,17 @@ def test_adaptive_delay_has_the_simulators_map_and_delays_at_high_load(
         }
         for i in range(30)
     ]
+    # And one more a day later: the jobs file's last arrival closes arrivals (the policy
+    # then releases what it holds), so the load of the first thirty is judged while more
+    # may still come, as on a cluster that serves a stream of jobs.
+    jobs.append(
+        {
+            **jobs[-1],
+            "id": "late",
+            "submit_s": 30 * 3600.0,
+            "output": str(tmp_path / "out" / "late.pkl"),
+        }
+    )
     doc = {
         "catalog": str(demo_catalog),
         "defaults": {"processor": "datasched.runtime.demodata:DimuonMass"},
@@ -76,7 +87,7 @@ def test_adaptive_delay_has_the_simulators_map_and_delays_at_high_load(
     policy = engine.scheduler.policy
     assert isinstance(policy, AdaptiveDelay)
     assert policy.performance_map == default_map()  # the map `datasched sim` uses
-    assert done == 30
+    assert done == 31
     periods = [period for _, period in policy.periods_h]
     assert periods[0] == 0.0  # the first arrival saw no load: no delay
     assert max(periods) > 24.0  # later ones, a high load: jobs held for days
