@@ -166,6 +166,9 @@ def test_results_equal_coffeas_runner(policy: str, tmp_path: Path, files: dict[s
     assert all(0 < p.bytes_read < 30_000 for p in nano)
 
 
+# Slow (30 s): the default run kills a worker mid-job under every registered policy
+# (tests/runtime/test_engine.py); this one adds coffea's processor on top.
+@pytest.mark.slow
 def test_with_a_worker_killed_mid_run(tmp_path: Path, files: dict[str, Any]) -> None:
     specs = jobs(tmp_path, files)
     total = sum(f.n_bytes for s in specs for f in s.dataset.files)

@@ -29,7 +29,10 @@ def farm_capacity(n_nodes: int) -> float:
 
 # 40 nodes is the costliest (about 40 s) and checks what 10 and 20 check: slow, so that the
 # default run keeps within its ten minutes.
-@pytest.mark.parametrize("n_nodes", [10, 20, pytest.param(40, marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "n_nodes",
+    [10, pytest.param(20, marks=pytest.mark.slow), pytest.param(40, marks=pytest.mark.slow)],
+)
 def test_farm_max_load_is_at_most_its_capacity(n_nodes: int) -> None:
     # Unconfirmed, 2,000-job bisections answered 3 to 4 % above capacity at each of these
     # sizes (2.32 jobs/h for 20 nodes), a load at which no queue is stable.

@@ -10,6 +10,7 @@ scheduling.
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass, replace
 
 from datasched.policies import get_policy
@@ -89,4 +90,9 @@ def nodes_per_core(points: list[ScalePoint]) -> float | None:
     slope = math.log(b.master_load / a.master_load) / math.log(b.n_nodes / a.n_nodes)
     if slope <= 0:
         return math.inf
-    return float(b.n_nodes * (1 / b.master_load) ** (1 / slope))
+    # In logarithms: a load that barely grows (a slope near 0, as timing noise gives) puts the
+    # answer past what a float holds; it is then as good as unbounded.
+    log_nodes = math.log(b.n_nodes) - math.log(b.master_load) / slope
+    if log_nodes >= math.log(sys.float_info.max):
+        return math.inf
+    return math.exp(log_nodes)
