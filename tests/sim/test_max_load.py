@@ -27,7 +27,7 @@ def farm_capacity(n_nodes: int) -> float:
     return n_nodes * 3600 / MEAN_SERVICE_S
 
 
-# 40 nodes is the costliest (about 40 s) and checks what 10 and 20 check: slow, so that the
+# 20 and 40 nodes are the costliest (about 16 s and 40 s) and check what 10 checks: slow, so that the
 # default run keeps within its ten minutes.
 @pytest.mark.parametrize(
     "n_nodes",
