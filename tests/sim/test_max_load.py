@@ -27,8 +27,8 @@ def farm_capacity(n_nodes: int) -> float:
     return n_nodes * 3600 / MEAN_SERVICE_S
 
 
-# 20 and 40 nodes are the costliest (about 16 s and 40 s) and check what 10 checks: slow, so that the
-# default run keeps within its ten minutes.
+# 20 and 40 nodes are the costliest (about 16 s and 40 s) and check what 10 checks: slow, so
+# that the default run keeps within its ten minutes.
 @pytest.mark.parametrize(
     "n_nodes",
     [10, pytest.param(20, marks=pytest.mark.slow), pytest.param(40, marks=pytest.mark.slow)],
