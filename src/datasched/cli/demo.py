@@ -68,7 +68,7 @@ def demo(
         bool, typer.Option("--json", help="Print one JSON object and nothing else.")
     ] = False,
 ) -> None:
-    """The runtime tour (about a minute and a half): overlapping jobs on a synthetic dataset,
+    """The runtime tour (about two minutes): overlapping jobs on a synthetic dataset,
     run under processing-farm scheduling, under a cache-aware policy, and as a plain Dask map
     through the same worker caches; a comparison table with the simulator's prediction and the
     physical floor beside the measured makespans, the three runs' timelines on one time axis,
