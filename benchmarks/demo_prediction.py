@@ -49,10 +49,10 @@ from datasched.sim.parallel import usable_cores
 
 
 def trial(data_dir: Path, policy: str, workers: int, tertiary_mb_s: float) -> dict[str, Any]:
-    from datasched.runtime.demodata import write_demo_dataset
+    from datasched.runtime.demodata import demo_dataset_is_current, write_demo_dataset
 
     catalog = data_dir / "catalog.yaml"
-    if not catalog.exists():
+    if not catalog.exists() or not demo_dataset_is_current(catalog):
         catalog = write_demo_dataset(data_dir, n_events=DEMO_EVENTS, n_files=DEMO_FILES)
     with tempfile.TemporaryDirectory(prefix="datasched-pred-") as tmp:
         out = Path(tmp)

@@ -33,7 +33,7 @@ from datasched.compare.demo import (
 )
 from datasched.compare.predict import simulate_run
 from datasched.core.packets import PacketSizing
-from datasched.runtime.demodata import write_demo_dataset
+from datasched.runtime.demodata import demo_dataset_is_current, write_demo_dataset
 from datasched.runtime.engine import RuntimeEngine
 from datasched.runtime.jobspec import JobSpec, load_jobs
 from datasched.runtime.reports import EngineConfig, RunReport
@@ -111,7 +111,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
     catalog = args.data / "catalog.yaml"
-    if not catalog.exists():
+    if not catalog.exists() or not demo_dataset_is_current(catalog):
         catalog = write_demo_dataset(args.data, n_events=DEMO_EVENTS, n_files=DEMO_FILES)
     results: dict[str, Any] = {"threshold": args.threshold, "policies": {}}
     with tempfile.TemporaryDirectory(prefix="datasched-hot-") as tmp:

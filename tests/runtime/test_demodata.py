@@ -14,7 +14,12 @@ import uproot
 import yaml
 
 from datasched.runtime.dataset import Dataset, load_catalog, open_dataset, read_events
-from datasched.runtime.demodata import DimuonMass, plot_mass, write_demo_dataset
+from datasched.runtime.demodata import (
+    DimuonMass,
+    demo_dataset_is_current,
+    plot_mass,
+    write_demo_dataset,
+)
 from datasched.runtime.outputs import merge_all
 
 N_EVENTS = 2_000
@@ -198,6 +203,32 @@ def test_argument_checks_and_rewriting(tmp_path: Path) -> None:
     assert ds.n_events == 30
     assert all_events(ds)["event"].to_list() == list(range(30))
     assert not list(d.glob(".*"))  # no temporary files left
+
+
+def test_an_older_versions_dataset_is_not_current(tmp_path: Path, catalog: Path) -> None:
+    """The demo writes its dataset again over one an older version wrote (files without
+    NanoAOD's event ids), or one whose files changed, instead of running on it."""
+    assert demo_dataset_is_current(catalog)
+    old = tmp_path / "old"
+    old.mkdir()
+    doc = yaml.safe_load(catalog.read_text())
+    for f in doc["datasets"]["zmumu"]["files"]:
+        src = catalog.parent / f["url"]
+        with uproot.open(src) as root:
+            events = root["Events"]["event"].array(library="np")
+        with uproot.recreate(old / f["url"]) as out:
+            out["Events"] = {"event": events}
+        f["n_bytes"] = (old / f["url"]).stat().st_size
+    (old / "catalog.yaml").write_text(yaml.safe_dump(doc))
+    assert not demo_dataset_is_current(old / "catalog.yaml")
+    damaged = tmp_path / "damaged"
+    damaged.mkdir()
+    for f in doc["datasets"]["zmumu"]["files"]:
+        (damaged / f["url"]).write_bytes((catalog.parent / f["url"]).read_bytes()[:100])
+    (damaged / "catalog.yaml").write_text(catalog.read_text())
+    assert not demo_dataset_is_current(damaged / "catalog.yaml")
+    (damaged / "catalog.yaml").write_text("datasets: [")
+    assert not demo_dataset_is_current(damaged / "catalog.yaml")
 
 
 def test_default_size_is_small(tmp_path: Path) -> None:

@@ -81,9 +81,10 @@ def demo_service(
     check_out_dir(data_dir, "--data")
     check_out_dir(out_dir, "--out")
     with runtime_errors():
-        if not (data_dir / "catalog.yaml").exists():
-            from datasched.runtime.demodata import write_demo_dataset
+        catalog = data_dir / "catalog.yaml"
+        from datasched.runtime.demodata import demo_dataset_is_current, write_demo_dataset
 
+        if not catalog.exists() or not demo_dataset_is_current(catalog):
             err.print(f"writing the demo dataset to {data_dir} ...")
             write_demo_dataset(data_dir)
         # The live table only on a terminal, and gone when the run ends: the final table is

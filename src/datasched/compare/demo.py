@@ -190,13 +190,18 @@ def run_demo(
     ``replicate_hot`` runs hot-file replication beside both policies (and in their
     predictions); ``machine_load`` measures what other programs want of the machine's
     cores before each run (given the cores), which the simulator charges."""
-    from datasched.runtime.demodata import plot_mass, write_demo_dataset
+    from datasched.runtime.demodata import (
+        demo_dataset_is_current,
+        plot_mass,
+        write_demo_dataset,
+    )
     from datasched.runtime.timeline import plot_timelines
 
     catalog = data_dir / "catalog.yaml"
-    if not catalog.exists():
+    if not catalog.exists() or not demo_dataset_is_current(catalog):
         if log is not None:
-            log(f"writing the demo dataset to {data_dir} ...")
+            again = " again (the one there is an older version's)" if catalog.exists() else ""
+            log(f"writing the demo dataset to {data_dir}{again} ...")
         catalog = write_demo_dataset(data_dir, n_events=DEMO_EVENTS, n_files=DEMO_FILES)
     out_dir.mkdir(parents=True, exist_ok=True)
     specs = load_jobs(demo_workload(catalog, out_dir))

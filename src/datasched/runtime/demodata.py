@@ -27,7 +27,7 @@ import yaml
 
 from datasched._files import atomic_path, atomic_write_bytes
 
-__all__ = ["DimuonMass", "plot_mass", "write_demo_dataset"]
+__all__ = ["DimuonMass", "demo_dataset_is_current", "plot_mass", "write_demo_dataset"]
 
 Z_MASS = 91.1876
 """GeV, PDG."""
@@ -188,6 +188,32 @@ def write_demo_dataset(
     doc = {"datasets": {"zmumu": {"tree": "Events", "files": files}}}
     atomic_write_bytes(catalog, yaml.safe_dump(doc, sort_keys=False).encode())
     return catalog
+
+
+CURRENT_BRANCHES = frozenset(
+    {"run", "luminosityBlock", "event", "nMuon", "Muon_pt", "nElectron", "MET_pt"}
+)
+"""Branches every file of the current demo dataset has: older versions of the demo wrote
+files without NanoAOD's event ids, on which a coffea processor with ``NanoAODSchema`` fails."""
+
+
+def demo_dataset_is_current(catalog: Path) -> bool:
+    """Whether ``catalog`` names a demo dataset this version wrote: dataset ``zmumu`` whose
+    files all exist with the sizes listed, the first holding :data:`CURRENT_BRANCHES`.
+
+    A directory written by an older version (or damaged) is written again by the demo rather
+    than used, so that the docs' examples run on it as written."""
+    try:
+        doc = yaml.safe_load(catalog.read_text())
+        files = doc["datasets"]["zmumu"]["files"]
+        for f in files:
+            if (catalog.parent / f["url"]).stat().st_size != f["n_bytes"]:
+                return False
+        with uproot.open(catalog.parent / files[0]["url"]) as root:
+            names = set(root["Events"].keys())
+    except (OSError, KeyError, TypeError, IndexError, ValueError, yaml.YAMLError):
+        return False
+    return names >= CURRENT_BRANCHES
 
 
 def _write_tree(data: dict[str, Any], path: Path) -> None:
