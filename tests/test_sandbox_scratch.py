@@ -205,7 +205,7 @@ def test_a_sweep_never_follows_what_a_job_planted(base: Path, hosts: Hosts, tmp_
 
 def test_a_host_of_the_jobs_own_account_removes_what_its_job_closed(base: Path) -> None:
     """A worker running as the jobs' account (no root to pass permissions by) removes a
-    scratch in which the job closed directories (mode 0) to keep them."""
+    scratch in which the job closed directories (modes 0, 0o100, 0o500) to keep them."""
     if os.geteuid() != 0:
         pytest.skip("needs root, to become the jobs' account")
     account = job_account()
@@ -223,6 +223,9 @@ def test_a_host_of_the_jobs_own_account_removes_what_its_job_closed(base: Path) 
             (s / "tmp" / "a" / "b").mkdir(parents=True)
             (s / "tmp" / "a" / "b" / "f").write_text("x")
             (s / "tmp" / "a" / "b").chmod(0)
+            (s / "tmp" / "ro").mkdir()
+            (s / "tmp" / "ro" / "f").write_text("x")
+            (s / "tmp" / "ro").chmod(0o500)
             (s / "tmp" / "a").chmod(0o100)
             (s / "tmp").chmod(0)
             said = f"{remove_scratch(s)} {s.exists()}".encode()
