@@ -60,22 +60,29 @@ class Hosts:
         self.base = base
         self.procs: list[subprocess.Popen[str]] = []
 
-    def start(self, how: str = "wait") -> tuple[subprocess.Popen[str], list[str]]:
-        """``(process, [child's scratch, child's pid, scratch])``; ``how``: ``exit`` ends
-        at once without cleaning up, ``wait`` ends normally when its input is closed."""
-        proc = subprocess.Popen(
-            [sys.executable, "-c", HOST, str(self.base), job_account() or "", how],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            env={**os.environ, "PYTHONPATH": SRC},
-            start_new_session=True,
-        )
-        self.procs.append(proc)
-        assert proc.stdout is not None
-        said = proc.stdout.readline().split()
-        assert len(said) == 3, f"the host did not start (exit code {proc.wait(timeout=30)})"
-        return proc, said
+    def start(self, *hows: str) -> list[tuple[subprocess.Popen[str], list[str]]]:
+        """Hosts started at once, one for each of ``hows`` (``exit``: ends at once without
+        cleaning up; ``wait``: ends normally when its input is closed), each as
+        ``(process, [child's scratch, child's pid, scratch])``."""
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", HOST, str(self.base), job_account() or "", how],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+                env={**os.environ, "PYTHONPATH": SRC},
+                start_new_session=True,
+            )
+            for how in hows
+        ]
+        self.procs += procs
+        started = []
+        for proc in procs:
+            assert proc.stdout is not None
+            said = proc.stdout.readline().split()
+            assert len(said) == 3, f"a host did not start (exit code {proc.wait(timeout=30)})"
+            started.append((proc, said))
+        return started
 
     def close(self) -> None:
         for proc in self.procs:
@@ -127,8 +134,7 @@ def test_a_scratch_is_locked_by_its_maker_and_removed_with_its_lock(base: Path) 
 def test_a_killed_host_leaves_scratches_the_next_host_removes_and_a_live_ones_are_kept(
     base: Path, hosts: Hosts
 ) -> None:
-    killed, (k_child, k_pid, k_own) = hosts.start()
-    live, (l_child, _, l_own) = hosts.start()
+    (killed, (k_child, k_pid, k_own)), (live, (l_child, _, l_own)) = hosts.start("wait", "wait")
     try:
         # SIGKILL to a host and its child: nothing of theirs runs to clean up.
         os.kill(int(k_pid), signal.SIGKILL)
@@ -163,7 +169,7 @@ def test_a_sweep_never_follows_what_a_job_planted(base: Path, hosts: Hosts, tmp_
     (outside / "dir").mkdir(parents=True)
     (outside / "dir" / "precious.txt").write_text("keep me")
     (outside / "file.txt").write_text("keep me too")
-    host, (stale, _, replaced) = hosts.start(how="exit")
+    [(host, (stale, _, replaced))] = hosts.start("exit")
     host.wait(timeout=30)
     # In a scratch its job owned: links out, a directory it closed, nesting.
     planted = Path(stale) / "tmp"
