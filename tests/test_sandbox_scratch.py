@@ -39,11 +39,12 @@ from datasched.sandbox.scratch import make_scratch
 
 base, run_as, how = sys.argv[1], sys.argv[2] or None, sys.argv[3]
 conf = Confinement(bwrap=False, run_as=run_as)
+if how == "exit":  # two scratches, then dies without cleaning up, as a killed process does
+    print(make_scratch(conf, base), "-", make_scratch(conf, base), flush=True)
+    os._exit(0)
 child = Child(conf, None, scratch_base=base)
 child.start()
 print(child.scratch, child.proc.pid, make_scratch(conf, base), flush=True)
-if how == "exit":  # dies without cleaning up, as a killed process does
-    os._exit(0)
 sys.stdin.read()  # until told to end: then ends normally
 """
 
@@ -61,9 +62,9 @@ class Hosts:
         self.procs: list[subprocess.Popen[str]] = []
 
     def start(self, *hows: str) -> list[tuple[subprocess.Popen[str], list[str]]]:
-        """Hosts started at once, one for each of ``hows`` (``exit``: ends at once without
-        cleaning up; ``wait``: ends normally when its input is closed), each as
-        ``(process, [child's scratch, child's pid, scratch])``."""
+        """Hosts started at once, one for each of ``hows`` (``wait``: ends normally when
+        its input is closed; ``exit``: makes two scratches, with no child, and ends at once
+        without cleaning up), each as ``(process, [child's scratch, child's pid, scratch])``."""
         procs = [
             subprocess.Popen(
                 [sys.executable, "-c", HOST, str(self.base), job_account() or "", how],
