@@ -15,7 +15,7 @@ import pytest
 
 from datasched.sandbox import wire
 from datasched.sandbox.confine import Confinement, Layout, LimitReached, UserCode, limit_reason
-from datasched.sandbox.host import ChildFailed, check_code, make_scratch
+from datasched.sandbox.host import ChildFailed, check_code, make_scratch, remove_scratch
 from datasched.sandbox.pool import ChildPool
 from datasched.sandbox.run import run_confined, selftest
 from sandbox_support import confinement
@@ -215,6 +215,7 @@ def test_a_command_runs_once_confined_with_its_output_handed_over(tmp_path: Path
         )
     assert ended.exit_code != 0
     assert "wall time limit" in ended.reason
+    assert remove_scratch(scratch)
     assert selftest(conf) is None
 
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import shutil
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -47,7 +46,7 @@ from datasched.sandbox.confine import (
     SandboxUnavailable,
     limit_reason,
 )
-from datasched.sandbox.host import make_scratch
+from datasched.sandbox.host import make_scratch, remove_scratch
 from datasched.sandbox.run import run_confined
 
 __all__ = [
@@ -307,4 +306,4 @@ def _execute(spec: CommandSpec, paths: list[str]) -> tuple[CommandOutcome, float
         outcome = CommandOutcome(code, log, spec.stdout, spec.stderr, paths)
         return outcome, ended.cpu_s
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        remove_scratch(scratch)

@@ -14,7 +14,9 @@ bytes, each bounded. See docs/security.md.
 * :mod:`~datasched.sandbox.child`: the program inside the sandbox;
 * :mod:`~datasched.sandbox.host`: the host's side (a worker's, or the daemon's checks);
 * :mod:`~datasched.sandbox.pool`: children kept between a job's packets;
-* :mod:`~datasched.sandbox.run`: a command run once.
+* :mod:`~datasched.sandbox.run`: a command run once;
+* :mod:`~datasched.sandbox.scratch`: sandboxes' scratch directories, and those of dead hosts
+  removed.
 
 Nothing here imports Dask or the service.
 """

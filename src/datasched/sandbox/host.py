@@ -10,16 +10,17 @@ time or passes a limit fails the packet with the reason, and is not used again.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import select
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
+import threading
 import time
+import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -34,11 +35,11 @@ from datasched.sandbox.confine import (
     Layout,
     LimitReached,
     UserCode,
-    account,
     clean_env,
     command_line,
     limit_reason,
 )
+from datasched.sandbox.scratch import make_scratch, remove_scratch
 
 __all__ = [
     "MAX_RESULT_BYTES",
@@ -50,6 +51,7 @@ __all__ = [
     "make_scratch",
     "merge_results",
     "process_tree",
+    "remove_scratch",
 ]
 
 MAX_RESULT_BYTES = 256 << 20
@@ -86,18 +88,6 @@ class ChildFailed(RuntimeError):
         self.kind = kind
         self.message = message
         self.traceback = traceback
-
-
-def make_scratch(conf: Confinement, base: str | Path | None = None) -> Path:
-    """A new scratch directory (with ``tmp/`` in it) for one sandbox, owned by the job's
-    account when this process is root."""
-    path = Path(tempfile.mkdtemp(prefix="datasched-job-", dir=base))
-    (path / "tmp").mkdir()
-    if os.geteuid() == 0 and conf.run_as is not None:
-        uid, gid = account(conf.run_as)
-        for p in (path, path / "tmp"):
-            os.chown(p, uid, gid)
-    return path
 
 
 def host_env(conf: Confinement, scratch: Path, extra: Mapping[str, str]) -> dict[str, str]:
@@ -174,6 +164,9 @@ class Child:
         self.last_used = time.monotonic()
         self.has_postprocess = False
         self._procs: list[psutil.Process] = []
+        self._closing = threading.Lock()
+        self._pid = os.getpid()
+        _LIVE.add(self)
 
     # -- life -----------------------------------------------------------------------------
 
@@ -223,18 +216,21 @@ class Child:
         self.cpu_at_start = self.cpu_s(look_again=True)
 
     def close(self) -> None:
-        """Kill the child (its whole sandbox) and remove its scratch directory."""
+        """Kill the child (its whole sandbox) and remove its scratch directory (again: does
+        nothing; from two threads at once: once)."""
         self.broken = True
-        if self.sock is not None:
-            with contextlib.suppress(OSError):
-                self.sock.close()
-            self.sock = None
-        proc, self.proc = self.proc, None
-        if proc is not None:
-            kill_tree(proc.pid)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=10)
-        shutil.rmtree(self.scratch, ignore_errors=True)
+        with self._closing:
+            if self.sock is not None:
+                with contextlib.suppress(OSError):
+                    self.sock.close()
+                self.sock = None
+            proc, self.proc = self.proc, None
+            if proc is not None:
+                kill_tree(proc.pid)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=10)
+            remove_scratch(self.scratch)
+            _LIVE.discard(self)
 
     def cpu_s(self, *, look_again: bool = False) -> float:
         """CPU seconds its sandbox used so far (measured here): its processes as last seen
@@ -383,6 +379,20 @@ class Child:
         payload = join_blobs(blobs)
         _, merged = self._ask({"op": "merge", "final": final}, payload, timeout_s=timeout_s)
         return merged
+
+
+_LIVE: weakref.WeakSet[Child] = weakref.WeakSet()
+"""This process's children not closed yet."""
+
+
+@atexit.register
+def _close_all() -> None:
+    """At exit, close this process's children left open (a worker's pool of idle ones): a
+    sandbox does not outlive its host, nor its scratch directory the sandbox. A process
+    killed runs nothing: the next host to start removes its scratch (docs/security.md)."""
+    for child in list(_LIVE):
+        if child._pid == os.getpid():
+            child.close()
 
 
 MERGE_BATCH_BYTES = 64 << 20

@@ -8,7 +8,6 @@ whole sandbox's, as the kernel counts it; a limit it passed is named.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import threading
 from collections.abc import Sequence
@@ -22,7 +21,7 @@ from datasched.sandbox.confine import (
     command_line,
     limit_reason,
 )
-from datasched.sandbox.host import host_env, kill_tree, make_scratch
+from datasched.sandbox.host import host_env, kill_tree, make_scratch, remove_scratch
 
 __all__ = ["Ended", "run_confined", "selftest"]
 
@@ -110,4 +109,4 @@ def selftest(conf: Confinement, timeout_s: float = 60.0) -> str | None:
             said[-1] if said else ended.reason or "it said nothing"
         )
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        remove_scratch(scratch)
