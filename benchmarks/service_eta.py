@@ -108,14 +108,26 @@ def run(
     eta_period_s: float = 2.0,
     timeout_s: float = 900.0,
     warmup: int = 0,
+    detail: bool = False,
 ) -> dict[str, Any]:
     import httpx
 
+    import datasched.service.eta_watch as eta_watch
     from datasched.runtime.demodata import write_demo_dataset
     from datasched.service.demo import serving
     from datasched.service.eta import median_abs_relative_error
 
     load_before = os.getloadavg()
+    snapshots: list[dict[str, Any]] = []
+    taking = getattr(eta_watch, "live_snapshot")  # noqa: B009
+    if detail:
+
+        def watched(store: Any, cluster: Any) -> Any:
+            snap = taking(store, cluster)
+            snapshots.append(_snapshot_summary(time.time(), snap))
+            return snap
+
+        setattr(eta_watch, "live_snapshot", watched)  # noqa: B010 (patched for the dump)
     with tempfile.TemporaryDirectory(prefix="datasched-eta-") as tmp:
         work = Path(tmp)
         work.chmod(0o755)  # as demo-service: the jobs' account (when run as root) reaches it
@@ -156,6 +168,7 @@ def run(
                 return latency, ids, refused
 
             started = time.monotonic()
+            started_at = time.time()
             with ThreadPoolExecutor(max_workers=users) as pool:
                 results = list(pool.map(user, range(users)))
             ids = {rid: f"user{i}" for i, r in enumerate(results) for rid in r[1]}
@@ -182,6 +195,8 @@ def run(
                 cost = list(eta.cost_s)
             median = median_abs_relative_error(records)
             with_eta = {r.request_id for r in records if r.predictions}
+            rows = _detail(d.service.store, records, started_at) if detail else []
+    setattr(eta_watch, "live_snapshot", taking)  # noqa: B010
     latency = [x for r in results for x in r[0]]
     return {
         "users": users,
@@ -208,7 +223,71 @@ def run(
         "refresh_cost_s_median": _median(cost),
         "load_before": load_before,
         "load_after": os.getloadavg(),
+        **({"detail": rows, "snapshots": snapshots} if detail else {}),
     }
+
+
+def _snapshot_summary(at: float, snap: Any) -> dict[str, Any]:
+    """What a refresh predicted from: each node's rate and each job's cost and events left."""
+    return {
+        "at": at,
+        "snapshot": snap.as_dict(),
+        "nodes": {n.name: n.rates.cached_events_per_s for n in snap.nodes},
+        "jobs": {
+            j.id: {
+                "node": j.node,
+                "cpu_s_per_event": j.cpu_s_per_event,
+                "left": sum(
+                    f.n_events if f.todo is None else sum(b - a for a, b in f.todo) for f in j.files
+                ),
+            }
+            for j in snap.jobs
+        },
+    }
+
+
+def _detail(store: Any, records: list[Any], t0: float) -> list[dict[str, Any]]:
+    """Per request, on seconds from the users' first submission: when it was stored, its
+    jobs' first and last packets and their nodes, when its last job ended, when its record
+    says it ended, and each prediction (made at, finish, P10, P90)."""
+    from sqlalchemy import select
+
+    from datasched.service.store.models import Job, Packet, Request
+
+    def ts(x: Any) -> float:
+        from datetime import UTC
+
+        return float((x if x.tzinfo else x.replace(tzinfo=UTC)).timestamp()) - t0
+
+    out = []
+    with store.reading() as s:
+        for r in records:
+            req = s.get(Request, r.request_id)
+            jobs = list(s.scalars(select(Job).where(Job.request_id == r.request_id)))
+            packets = s.execute(
+                select(Packet.created, Packet.node, Packet.start, Packet.stop, Packet.cpu_s)
+                .join(Job, Packet.job_id == Job.id)
+                .where(Job.request_id == r.request_id)
+                .order_by(Packet.created)
+            ).all()
+            out.append(
+                {
+                    "request": r.request_id,
+                    "created": ts(req.created) if req else None,
+                    "jobs": len(jobs),
+                    "jobs_ended": max((ts(j.updated) for j in jobs), default=None),
+                    "actual_finish": None if r.actual_finish is None else r.actual_finish - t0,
+                    "packets": [
+                        [round(ts(c), 3), n, int(b) - int(a), round(float(u), 4)]
+                        for c, n, a, b, u in packets
+                    ],
+                    "predictions": [
+                        [at - t0, fin - t0, *(x - t0 for x in (r.interval(i) or ()))]
+                        for i, (at, fin) in enumerate(r.predictions)
+                    ],
+                }
+            )
+    return out
 
 
 def _warm_up(base: str, token: str, data_dir: Path, n: int, files: int, timeout_s: float) -> None:
@@ -250,6 +329,12 @@ def main() -> None:
     p.add_argument("--eta-period-s", type=float, default=2.0)
     p.add_argument("--warmup", type=int, default=0, help="requests run before the users'")
     p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--detail",
+        action="store_true",
+        help="with --json: per request its packets, predictions and end, and what each "
+        "refresh predicted from",
+    )
     args = p.parse_args()
     for name in ("users", "requests", "workers", "files"):
         if getattr(args, name) < 1:
@@ -267,6 +352,7 @@ def main() -> None:
         tertiary_mb_s=args.tertiary_mb_s,
         eta_period_s=args.eta_period_s,
         warmup=args.warmup,
+        detail=args.detail,
     )
     if args.json:
         print(json.dumps(report, indent=2))
