@@ -30,7 +30,7 @@ from datasched.service.contracts import (
 )
 from datasched.service.daemon import Dispatcher, StoreListener
 from datasched.service.eta_watch import EtaWatch
-from datasched.service.live import _costed, job_time_per_event, started_rates
+from datasched.service.live import _costed, job_time_per_event, start_costs, started_rates
 from datasched.service.merger import Merger
 from datasched.service.runner import RunnerError
 from datasched.service.store import ops
@@ -184,6 +184,38 @@ def test_a_begun_file_goes_at_the_pace_within_a_jobs_run() -> None:
     cost = {j.id: j.cpu_s_per_event for j in got}
     assert cost["a"] == pytest.approx(1e-3)
     assert cost["b"] == pytest.approx(1 / 270.0)
+
+
+def test_a_job_starting_pays_what_is_left_of_the_start_then_the_runs_pace() -> None:
+    # Runs of 400 events: 0.4 s at the pace within a run (1000/s), 1.48 s at the node's
+    # rate with the start in it (270/s): starting a job takes the difference.
+    runs = {"w0": [(0.1 * k, 100, "a") for k in range(4)]}
+    (start,) = start_costs(runs, {"w0": 270.0}, {"w0": 1000.0}).values()
+    assert start == pytest.approx(400 / 270 - 0.4)
+    assert start_costs(runs, {"w0": 2000.0}, {"w0": 1000.0}) == {"w0": 0.0}  # never < 0
+    assert start_costs(runs, {}, {"w0": 1000.0}) == {}
+    node = NodeSnapshot("w0", 1, 10**9, (), NodeRates(270.0, 270.0, 270.0))
+    starting = JobSnapshot("s", "rs", (FileTodo("/d/s", 1000, 10**4, None),), 0.0, node="w0")
+    waiting = JobSnapshot("w", "rw", (FileTodo("/d/w", 1000, 10**4, None),), 0.0)
+    per_job = {"old": (500.0, 0.05)}
+    got = _costed(
+        [starting, waiting],
+        {"s": 1.0, "w": 1.0},
+        per_job,
+        [node],
+        started=1e-3,
+        start_s=start,
+        running_for={"s": 0.5},
+    )
+    cost = {j.id: j.cpu_s_per_event for j in got}
+    # Running for 0.5 s: the rest of its start, then 1000 events at 1 ms.
+    assert cost["s"] == pytest.approx((start - 0.5) / 1000 + 1e-3)
+    assert cost["w"] == pytest.approx(1 / 270.0)  # not sent yet: the node's rate
+    late = _costed(
+        [starting], {"s": 1.0}, per_job, [node], started=1e-3, start_s=start,
+        running_for={"s": 60.0},
+    )  # fmt: skip
+    assert late[0].cpu_s_per_event == pytest.approx(1e-3)  # its start is long over
 
 
 # -- when a request ended ---------------------------------------------------------------------

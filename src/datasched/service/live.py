@@ -61,6 +61,7 @@ __all__ = [
     "live_snapshot",
     "rate_spread",
     "recent_packets",
+    "start_costs",
     "started_rates",
     "wall_rates",
 ]
@@ -299,6 +300,9 @@ def live_snapshot(store: Store, cluster: Mapping[str, Any]) -> ClusterSnapshot:
                 done.setdefault((job_id, url), []).append((int(a), int(b)))
         epoch = min((_aware(created) for _, created in rows), default=datetime.now(UTC))
         jobs = []
+        running_since = {
+            job.id: _aware(job.updated) for job, _ in rows if job.state == JobState.RUNNING.value
+        }
         for job, created in rows:
             files = tuple(
                 FileTodo(
@@ -329,17 +333,23 @@ def live_snapshot(store: Store, cluster: Mapping[str, Any]) -> ClusterSnapshot:
     recent = {node: [(t, n) for t, n, _ in run] for node, run in with_jobs.items()}
     rates.update(wall_rates(recent, slots))
     nodes = _nodes(cluster, rates)
-    paces = [
-        rate / max(slots.get(node, 1), 1)
+    paces = {
+        node: rate / max(slots.get(node, 1), 1)
         for node, rate in started_rates(with_jobs).items()
         if node in slots
-    ]
+    }
+    starts = start_costs(with_jobs, rates, paces)
     jobs = _costed(
         jobs,
         job_costs(per_job, keys, [j.id for j in jobs]),
         per_job,
         nodes,
-        started=1.0 / statistics.fmean(paces) if paces else None,
+        started=1.0 / statistics.fmean(paces.values()) if paces else None,
+        start_s=statistics.fmean(starts.values()) if starts else None,
+        running_for={
+            job_id: max((datetime.now(UTC) - since).total_seconds(), 0.0)
+            for job_id, since in running_since.items()
+        },
     )
     now = (datetime.now(UTC) - epoch).total_seconds()
     return ClusterSnapshot(time_s=max(now, 0.0), nodes=nodes, jobs=tuple(jobs))
@@ -351,6 +361,8 @@ def _costed(
     per_job: Mapping[str, tuple[float, float]],
     nodes: Sequence[NodeSnapshot],
     started: float | None = None,
+    start_s: float | None = None,
+    running_for: Mapping[str, float] | None = None,
 ) -> list[JobSnapshot]:
     """The jobs with their seconds per event on a slot (``JobSnapshot.cpu_s_per_event``),
     from the nodes' mean time per event (wall clock where a node measured it; else the
@@ -366,7 +378,10 @@ def _costed(
     ``started``: the nodes' mean seconds per event a slot takes within a run of one job's
     packets (:func:`started_rates`), which leaves out what starting the job on the node
     cost. The events left of the files a job has begun (a packet of theirs is stored) are
-    charged that; the files it has not begun, the nodes' time per event, start included."""
+    charged that; the files it has not begun, the nodes' time per event, start included.
+    A job running (its first packet sent: ``running_for`` gives for how long) with no
+    packet back yet is starting: it is charged what is left of the nodes' mean start cost
+    ``start_s`` (:func:`start_costs`) and its events at the pace within a run."""
     if not relative:
         return jobs
     events = sum(e for e, _ in per_job.values())
@@ -384,9 +399,13 @@ def _costed(
         fresh = job_time_per_event(base, mean_cpu, cpu)
         begun = sum(_left(f) for f in j.files if f.todo is not None and _left(f) < f.n_events)
         left = sum(_left(f) for f in j.files)
-        if started is not None and begun > 0 and left > 0:
+        if started is not None and left > 0:
             going = job_time_per_event(started, mean_cpu, cpu)
-            fresh = (begun * going + (left - begun) * fresh) / left
+            since = (running_for or {}).get(j.id)
+            if begun > 0:
+                fresh = (begun * going + (left - begun) * fresh) / left
+            elif since is not None and start_s is not None:
+                fresh = max(start_s - since, 0.0) / left + going
         out.append(replace(j, cpu_s_per_event=fresh))
     return out
 
@@ -394,6 +413,29 @@ def _costed(
 def _left(f: FileTodo) -> int:
     """The events of a file still to do."""
     return f.n_events if f.todo is None else sum(b - a for a, b in f.todo)
+
+
+def start_costs(
+    runs: Mapping[str, list[tuple[float, int, str]]],
+    rates: Mapping[str, float],
+    paces: Mapping[str, float],
+) -> dict[str, float]:
+    """Each node's seconds to start a job (per slot): a run of ``n`` events (one job's
+    packets on the node, the mean over ``runs``) takes ``n / rate`` at the node's rate
+    (starts included, ``rates``) and ``n / pace`` within the run (:func:`started_rates`,
+    ``paces``): the start is the difference (at least 0). Nodes without both are left out."""
+    out: dict[str, float] = {}
+    for node, packets in runs.items():
+        rate, pace = rates.get(node), paces.get(node)
+        if not rate or not pace:
+            continue
+        by_job: dict[str, int] = {}
+        for _, n, job in packets:
+            by_job[job] = by_job.get(job, 0) + n
+        if by_job:
+            n_run = statistics.fmean(by_job.values())
+            out[node] = max(n_run / rate - n_run / pace, 0.0)
+    return out
 
 
 def started_rates(runs: Mapping[str, list[tuple[float, int, str]]]) -> dict[str, float]:
