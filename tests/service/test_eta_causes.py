@@ -218,6 +218,24 @@ def test_a_job_starting_pays_what_is_left_of_the_start_then_the_runs_pace() -> N
     assert late[0].cpu_s_per_event == pytest.approx(1e-3)  # its start is long over
 
 
+def test_a_jobs_start_is_work_and_a_wait_before_its_submission_is_not() -> None:
+    from datasched.service.live import busy_rate
+
+    # Jobs a then b on one node: each a burst of four packets 0.1 s apart, b's after a 1 s
+    # start. Packet by packet, the median gap (0.1 s) cuts b's start to 0.3 s; by runs it
+    # counts whole: a's 300 events after its first in 0.3 s, b's 400 in 1.3 s.
+    run = [(0.1 * k, 100) for k in range(4)] + [(1.3 + 0.1 * k, 100) for k in range(4)]
+    jobs = ["a"] * 4 + ["b"] * 4
+    by_packet = busy_rate(run)
+    by_run = busy_rate(run, jobs)
+    assert by_run == pytest.approx(700 / (0.3 + 1.3))
+    assert by_packet is not None
+    assert by_packet > 1.5 * by_run
+    # Job b was submitted 0.8 s after a's last packet: the node waited for it meanwhile.
+    waited = busy_rate(run, jobs, {"a": 0.0, "b": 1.1})
+    assert waited == pytest.approx(700 / (0.3 + 0.5))
+
+
 # -- when a request ended ---------------------------------------------------------------------
 
 

@@ -163,34 +163,60 @@ def _run_rate(run: list[tuple[float, int]]) -> float | None:
     return events / span if span > 0 and events > 0 else None
 
 
-def busy_rate(run: list[tuple[float, int]]) -> float | None:
+def busy_rate(
+    run: Sequence[tuple[float, int]],
+    jobs: Sequence[str] | None = None,
+    submitted: Mapping[str, float] | None = None,
+) -> float | None:
     """Events per second a node had work over a run of its packets (``(stored at, events)``
-    in time order): the events after the first over the gaps between consecutive packets,
-    each gap counted at most :data:`IDLE_FACTOR` times what its packet's events take at the
-    run's median seconds per event. A node that waited for the dispatcher between packets
-    did not work meanwhile: its rate is what it does while it has packets in flight (None:
-    no gap with events)."""
-    gaps = [(t - run[i][0], n) for i, (t, n) in enumerate(run[1:]) if n > 0]
-    paces = [g / n for g, n in gaps if g > 0]
+    in time order; ``jobs``: each packet's job, None: each its own): the time a node had
+    work is cut into the runs of consecutive packets of one job, each run's time being the
+    gap since the packet before it and its own span; each run's time counts at most
+    :data:`IDLE_FACTOR` times what its events take at the median pace of the runs, and never
+    before its job was submitted (``submitted``: job -> seconds; the node cannot have worked
+    on a job that did not exist). A node that waited for the dispatcher or for work did not
+    work meanwhile: its rate is what it does while it has jobs (None: no run with events).
+
+    Runs, not packets: a job's packets on a node come back in a burst after the start of
+    its sandboxed child (docs/service-whatif.md), so the gaps between packets are not a
+    pace: the gap before a job's first packet is its start, work, not a wait."""
+    keys = list(jobs) if jobs is not None else [str(i) for i in range(len(run))]
+    since = submitted or {}
+    spans: list[tuple[float, int]] = []  # per run after the first: (its time, its events)
+    last_t: float | None = None
+    for i, (t, n) in enumerate(run):
+        if i > 0 and keys[i] == keys[i - 1]:
+            time_s, events = spans[-1] if spans else (0.0, 0)
+            spans[-1:] = [(time_s + t - run[i - 1][0], events + n)]
+        elif last_t is not None:
+            began = max(last_t, since.get(keys[i], last_t))
+            spans.append((max(t - began, 0.0), n))
+        else:
+            spans.append((0.0, 0))  # the first run: its gap before is not known
+        last_t = t
+    paces = [g / n for g, n in spans if g > 0 and n > 0]
     if not paces:
         return None
     pace = statistics.median(paces)
-    busy = sum(min(g, IDLE_FACTOR * pace * n) for g, n in gaps)
-    events = sum(n for _, n in gaps)
+    busy = sum(min(g, IDLE_FACTOR * pace * n) for g, n in spans if n > 0)
+    events = sum(n for g, n in spans if n > 0)
     return events / busy if busy > 0 else None
 
 
 def wall_rates(
-    recent: Mapping[str, list[tuple[float, int]]], slots: Mapping[str, int]
+    recent: Mapping[str, Sequence[tuple[float, int]]],
+    slots: Mapping[str, int],
+    jobs: Mapping[str, Sequence[str]] | None = None,
+    submitted: Mapping[str, float] | None = None,
 ) -> dict[str, float]:
     """Each node's events per wall-clock second per slot over its ``recent`` packets
-    (``(stored at, events)`` in time order), where it has at least :data:`MIN_PACKETS`:
-    over the time it had work (:func:`busy_rate`)."""
+    (``(stored at, events)`` in time order; ``jobs``: per node, each packet's job), where
+    it has at least :data:`MIN_PACKETS`: over the time it had work (:func:`busy_rate`)."""
     out: dict[str, float] = {}
     for node, run in recent.items():
         if len(run) < MIN_PACKETS:
             continue
-        rate = busy_rate(run)
+        rate = busy_rate(run, (jobs or {}).get(node), submitted)
         if rate is not None:
             out[node] = rate / max(slots.get(node, 1), 1)
     return out
@@ -331,7 +357,8 @@ def live_snapshot(store: Store, cluster: Mapping[str, Any]) -> ClusterSnapshot:
             if len(last) >= MIN_PACKETS:
                 with_jobs[node] = last
     recent = {node: [(t, n) for t, n, _ in run] for node, run in with_jobs.items()}
-    rates.update(wall_rates(recent, slots))
+    job_of = {node: [j for _, _, j in run] for node, run in with_jobs.items()}
+    rates.update(wall_rates(recent, slots, job_of, _submitted(store, job_of)))
     nodes = _nodes(cluster, rates)
     paces = {
         node: rate / max(slots.get(node, 1), 1)
@@ -353,6 +380,20 @@ def live_snapshot(store: Store, cluster: Mapping[str, Any]) -> ClusterSnapshot:
     )
     now = (datetime.now(UTC) - epoch).total_seconds()
     return ClusterSnapshot(time_s=max(now, 0.0), nodes=nodes, jobs=tuple(jobs))
+
+
+def _submitted(store: Store, jobs: Mapping[str, Sequence[str]]) -> dict[str, float]:
+    """When each of these jobs' requests was submitted (seconds)."""
+    ids = sorted({j for run in jobs.values() for j in run})
+    if not ids:
+        return {}
+    with store.reading() as s:
+        rows = s.execute(
+            select(Job.id, Request.created)
+            .join(Request, Job.request_id == Request.id)
+            .where(Job.id.in_(ids))
+        ).all()
+    return {str(j): _aware(c).timestamp() for j, c in rows}
 
 
 def _costed(
