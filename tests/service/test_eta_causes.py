@@ -229,7 +229,8 @@ def test_a_jobs_start_is_work_and_a_wait_before_its_submission_is_not() -> None:
     by_packet = busy_rate(run)
     by_run = busy_rate(run, jobs)
     assert by_run == pytest.approx(700 / (0.3 + 1.3))
-    assert by_packet is not None and by_run is not None
+    assert by_packet is not None
+    assert by_run is not None
     assert by_packet > 1.5 * by_run
     # Job b was submitted 0.8 s after a's last packet: the node waited for it meanwhile.
     waited = busy_rate(run, jobs, {"a": 0.0, "b": 1.1})

@@ -115,7 +115,12 @@ class EtaWatch:
             return 0
         measured = any(n.rates.cached_events_per_s for n in snapshot.nodes)
         slow, fast = interval_factors(rate_spread(recent_packets(self.store)), measured)
-        queue = self.admission() if self.admission is not None else None
+        queue = None
+        if self.admission is not None:
+            try:
+                queue = self.admission()
+            except Exception:  # the store busy: predict without the queue this time
+                log.exception("reading the dispatcher's queue failed")
         prediction = predict(snapshot, self.policy, admission=queue)
         late = predict(snapshot, self.policy, rate_factor=slow, admission=queue)
         early = predict(snapshot, self.policy, rate_factor=fast, admission=queue)

@@ -5,10 +5,11 @@ code's classes (their ``__add__``, their ``postprocess``), so the daemon never d
 :class:`Merger` hands a completed request's packet results to the runner, which merges them
 on a worker, in a sandbox that loaded the request's processor, and stores the merged bytes
 (or why they could not be merged) on the request. ``GET /requests/{id}/result`` serves them
-as they are. A daemon restarted before a merge ended merges again; so a daemon stopping leaves the
-merges not done yet (and one the runner's stop cut short) for its next start, quietly: the
-daemon stops its merger before its runner (``Dispatcher.stop``), and a merge the runner's
-stop ends while the merger is stopping is not an error.
+as they are. A daemon restarted before a merge ended merges again; so a daemon stopping
+leaves the merges not done yet (and one the runner's stop cut short) for its next start,
+quietly: the daemon stops its merger before its runner (``Dispatcher.stop``), the merger
+stops between merges once asked to, and a merge the runner's stop ends while the merger is
+stopping is not an error.
 """
 
 from __future__ import annotations
