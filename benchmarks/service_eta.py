@@ -16,10 +16,16 @@ Also the machine's load average, before and after. Figures only; nothing is asse
 With ``--warmup N``, N requests of the same processor (each over files of its own choosing)
 run to their end before the users submit: the daemon has seen the processor before, as a
 daemon in service has, and prices a new request from those packets
-(docs/service-whatif.md); their ETAs are not counted.
+(docs/service-whatif.md); their ETAs are not counted. With ``--rounds R``, the users
+submit their requests R times, each round once the last ended, and the figures are the
+last round's: predicted from the packets of a loaded run, as a daemon in service predicts
+(every round's figures are in the JSON). ``--detail`` (with ``--json``) adds, per request,
+its packets, predictions and end, and what each refresh predicted from
+(docs/service-whatif.md reads them).
 
     python benchmarks/service_eta.py [--users 10] [--requests 3] [--workers 4] [--files 2]
-        [--policy out-of-order] [--tertiary-mb-s MB] [--eta-period-s 2] [--warmup N] [--json]
+        [--policy out-of-order] [--tertiary-mb-s MB] [--eta-period-s 2] [--warmup N]
+        [--rounds R] [--json [--detail]]
 """
 
 from __future__ import annotations
@@ -108,14 +114,27 @@ def run(
     eta_period_s: float = 2.0,
     timeout_s: float = 900.0,
     warmup: int = 0,
+    detail: bool = False,
+    rounds: int = 1,
 ) -> dict[str, Any]:
     import httpx
 
+    import datasched.service.eta_watch as eta_watch
     from datasched.runtime.demodata import write_demo_dataset
     from datasched.service.demo import serving
     from datasched.service.eta import median_abs_relative_error
 
     load_before = os.getloadavg()
+    snapshots: list[dict[str, Any]] = []
+    taking = getattr(eta_watch, "live_snapshot")  # noqa: B009
+    if detail:
+
+        def watched(store: Any, cluster: Any) -> Any:
+            snap = taking(store, cluster)
+            snapshots.append(_snapshot_summary(time.time(), snap))
+            return snap
+
+        setattr(eta_watch, "live_snapshot", watched)  # noqa: B010 (patched for the dump)
     with tempfile.TemporaryDirectory(prefix="datasched-eta-") as tmp:
         work = Path(tmp)
         work.chmod(0o755)  # as demo-service: the jobs' account (when run as root) reaches it
@@ -155,33 +174,45 @@ def run(
                         )
                 return latency, ids, refused
 
-            started = time.monotonic()
-            with ThreadPoolExecutor(max_workers=users) as pool:
-                results = list(pool.map(user, range(users)))
-            ids = {rid: f"user{i}" for i, r in enumerate(results) for rid in r[1]}
-            states: dict[str, str] = {}
-            with httpx.Client(base_url=base, timeout=120) as c:
-                while True:
-                    for rid, who in ids.items():
-                        if states.get(rid) in FINAL:
-                            continue
-                        got = c.get(
-                            f"/requests/{rid}", headers={"Authorization": f"Bearer {d.tokens[who]}"}
-                        )
-                        states[rid] = got.json()["state"]
-                    if all(st in FINAL for st in states.values()):
-                        break
-                    if time.monotonic() - started > timeout_s:
-                        break
-                    time.sleep(0.5)
-            elapsed = time.monotonic() - started
+            per_round: list[dict[str, Any]] = []
             eta = d.service.eta
-            eta.refresh()  # closes the records of the requests ended since the last refresh
+            for _ in range(rounds):
+                started = time.monotonic()
+                started_at = time.time()
+                with ThreadPoolExecutor(max_workers=users) as pool:
+                    results = list(pool.map(user, range(users)))
+                ids = {rid: f"user{i}" for i, r in enumerate(results) for rid in r[1]}
+                states: dict[str, str] = {}
+                with httpx.Client(base_url=base, timeout=120) as c:
+                    while True:
+                        for rid, who in ids.items():
+                            if states.get(rid) in FINAL:
+                                continue
+                            got = c.get(
+                                f"/requests/{rid}",
+                                headers={"Authorization": f"Bearer {d.tokens[who]}"},
+                            )
+                            states[rid] = got.json()["state"]
+                        if all(st in FINAL for st in states.values()):
+                            break
+                        if time.monotonic() - started > timeout_s:
+                            break
+                        time.sleep(0.5)
+                elapsed = time.monotonic() - started
+                eta.refresh()  # closes the records of the requests ended since the last refresh
+                with eta._lock:
+                    ended = [r for r in eta.records.values() if r.request_id in ids]
+                figures = eta_figures(ended)
+                del figures["per_request"]
+                per_round.append({"elapsed_s": elapsed, **figures})
             with eta._lock:
                 records = [r for r in eta.records.values() if r.request_id in ids]
                 cost = list(eta.cost_s)
             median = median_abs_relative_error(records)
             with_eta = {r.request_id for r in records if r.predictions}
+            rows = _detail(d.service.store, records, started_at) if detail else []
+            before = _earlier_packets(d.service.store, started_at) if detail else []
+    setattr(eta_watch, "live_snapshot", taking)  # noqa: B010
     latency = [x for r in results for x in r[0]]
     return {
         "users": users,
@@ -204,11 +235,98 @@ def run(
             1 for rid, st in states.items() if st in FINAL and rid not in with_eta
         ),
         **eta_figures(records),
+        **({"rounds": per_round} if rounds > 1 else {}),
         "refreshes": len(cost),
         "refresh_cost_s_median": _median(cost),
         "load_before": load_before,
         "load_after": os.getloadavg(),
+        **({"detail": rows, "earlier_packets": before, "snapshots": snapshots} if detail else {}),
     }
+
+
+def _snapshot_summary(at: float, snap: Any) -> dict[str, Any]:
+    """What a refresh predicted from: each node's rate and each job's cost and events left."""
+    return {
+        "at": at,
+        "snapshot": snap.as_dict(),
+        "nodes": {n.name: n.rates.cached_events_per_s for n in snap.nodes},
+        "jobs": {
+            j.id: {
+                "node": j.node,
+                "cpu_s_per_event": j.cpu_s_per_event,
+                "left": sum(
+                    f.n_events if f.todo is None else sum(b - a for a, b in f.todo) for f in j.files
+                ),
+            }
+            for j in snap.jobs
+        },
+    }
+
+
+def _earlier_packets(store: Any, t0: float) -> list[list[Any]]:
+    """The packets stored before the users' first submission (the warm-up's, the earlier
+    rounds'): seconds from it, node, events, job."""
+    from datetime import UTC, datetime
+
+    from sqlalchemy import select
+
+    from datasched.service.store.models import Packet
+
+    since = datetime.fromtimestamp(t0, UTC)
+    with store.reading() as s:
+        rows = s.execute(
+            select(Packet.created, Packet.node, Packet.start, Packet.stop, Packet.job_id)
+            .where(Packet.created < since)
+            .order_by(Packet.created)
+        ).all()
+    return [
+        [round((c if c.tzinfo else c.replace(tzinfo=UTC)).timestamp() - t0, 3), n, b - a, j]
+        for c, n, a, b, j in rows
+    ]
+
+
+def _detail(store: Any, records: list[Any], t0: float) -> list[dict[str, Any]]:
+    """Per request, on seconds from the users' first submission: when it was stored, its
+    jobs' first and last packets and their nodes, when its last job ended, when its record
+    says it ended, and each prediction (made at, finish, P10, P90)."""
+    from sqlalchemy import select
+
+    from datasched.service.store.models import Job, Packet, Request
+
+    def ts(x: Any) -> float:
+        from datetime import UTC
+
+        return float((x if x.tzinfo else x.replace(tzinfo=UTC)).timestamp()) - t0
+
+    out = []
+    with store.reading() as s:
+        for r in records:
+            req = s.get(Request, r.request_id)
+            jobs = list(s.scalars(select(Job).where(Job.request_id == r.request_id)))
+            packets = s.execute(
+                select(Packet.created, Packet.node, Packet.start, Packet.stop, Packet.cpu_s)
+                .join(Job, Packet.job_id == Job.id)
+                .where(Job.request_id == r.request_id)
+                .order_by(Packet.created)
+            ).all()
+            out.append(
+                {
+                    "request": r.request_id,
+                    "created": ts(req.created) if req else None,
+                    "jobs": len(jobs),
+                    "jobs_ended": max((ts(j.updated) for j in jobs), default=None),
+                    "actual_finish": None if r.actual_finish is None else r.actual_finish - t0,
+                    "packets": [
+                        [round(ts(c), 3), n, int(b) - int(a), round(float(u), 4)]
+                        for c, n, a, b, u in packets
+                    ],
+                    "predictions": [
+                        [at - t0, fin - t0, *(x - t0 for x in (r.interval(i) or ()))]
+                        for i, (at, fin) in enumerate(r.predictions)
+                    ],
+                }
+            )
+    return out
 
 
 def _warm_up(base: str, token: str, data_dir: Path, n: int, files: int, timeout_s: float) -> None:
@@ -249,9 +367,23 @@ def main() -> None:
     p.add_argument("--tertiary-mb-s", type=float, default=None)
     p.add_argument("--eta-period-s", type=float, default=2.0)
     p.add_argument("--warmup", type=int, default=0, help="requests run before the users'")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="the users submit their requests this many times, each round once the last "
+        "ended; the figures are the last round's (predicted from a loaded run's packets), "
+        "with every round's in the JSON",
+    )
     p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--detail",
+        action="store_true",
+        help="with --json: per request its packets, predictions and end, and what each "
+        "refresh predicted from",
+    )
     args = p.parse_args()
-    for name in ("users", "requests", "workers", "files"):
+    for name in ("users", "requests", "workers", "files", "rounds"):
         if getattr(args, name) < 1:
             p.error(f"--{name}: expected an integer >= 1")
     if args.files > N_FILES:
@@ -267,6 +399,8 @@ def main() -> None:
         tertiary_mb_s=args.tertiary_mb_s,
         eta_period_s=args.eta_period_s,
         warmup=args.warmup,
+        detail=args.detail,
+        rounds=args.rounds,
     )
     if args.json:
         print(json.dumps(report, indent=2))

@@ -59,7 +59,7 @@ def test_requests_overlap_and_bad_options_are_refused(tmp_path: Path) -> None:
 def test_the_benchmark_gives_every_ended_request_with_an_eta_its_errors() -> None:
     done = subprocess.run(
         [sys.executable, str(SCRIPT), "--users", "2", "--requests", "2", "--workers", "2",
-         "--json"],
+         "--rounds", "2", "--json", "--detail"],
         capture_output=True,
         text=True,
         timeout=600,
@@ -75,3 +75,11 @@ def test_the_benchmark_gives_every_ended_request_with_an_eta_its_errors() -> Non
         assert math.isfinite(row["last_relative_error"])
     if report["with_eta"]:
         assert report["median_abs_relative_error"] == pytest.approx(report["median_abs_first"])
+    # Two rounds, the figures the last's; the detail has each of its requests' packets.
+    assert len(report["rounds"]) == 2
+    assert report["rounds"][-1]["median_abs_first"] == report["median_abs_first"]
+    assert len(report["detail"]) == report["with_eta"]
+    for row in report["detail"]:
+        assert sum(events for _, _, events, _ in row["packets"]) > 0
+        assert row["actual_finish"] >= row["predictions"][0][0]
+    assert report["snapshots"]

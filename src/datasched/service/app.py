@@ -77,7 +77,13 @@ def build_state(
         )
     eta = None
     if runner is not None and eta_period_s is not None:
-        eta = EtaWatch(store, runner.cluster, policy=policy, period_s=eta_period_s)
+        eta = EtaWatch(
+            store,
+            runner.cluster,
+            policy=policy,
+            period_s=eta_period_s,
+            admission=dispatcher.admission if dispatcher is not None else None,
+        )
     return ServiceState(
         store=store,
         catalog=Catalog(store),

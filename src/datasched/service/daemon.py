@@ -17,10 +17,13 @@ back from the stored packets on start, so a restart forgets none of it.
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -49,6 +52,7 @@ from datasched.service.store.ops import (
     refresh_request_state,
     requeue_unfinished,
 )
+from datasched.service.whatif import Admission
 
 __all__ = ["Dispatcher", "Runner", "StoreListener"]
 
@@ -302,13 +306,35 @@ class Dispatcher(Periodic):
 
     def choose(self, s: Session, room: int) -> list[tuple[Job, str, str]]:
         """The next ``room`` pending jobs by fair share: ``(job, group, user)`` each."""
+        return self._choose(s, room, self.fair, self._lock)
+
+    def admission(self) -> Admission:
+        """The pending jobs in the order the dispatcher would hand them over if nothing
+        else changed (its fair share now, on a copy: the turns it takes are not taken), and
+        how many the runner holds at a time: the queue the ETAs simulate in front of the
+        runner (docs/service-whatif.md)."""
+        with self.store.reading() as s:
+            (n,) = s.execute(
+                select(func.count(Job.id))
+                .join(Request, Job.request_id == Request.id)
+                .where(Job.state == JobState.PENDING.value, *_OPEN)
+            ).one()
+            with self._lock:
+                fair = copy.deepcopy(self.fair)
+            chosen = self._choose(s, int(n), fair, contextlib.nullcontext()) if n else []
+        order = [job.id for job, _, _ in chosen]
+        return Admission(tuple(order), self.capacity())
+
+    def _choose(
+        self, s: Session, room: int, fair: FairShare, lock: AbstractContextManager[object]
+    ) -> list[tuple[Job, str, str]]:
+        """:meth:`choose` on ``fair`` (taking its turns), under ``lock``."""
         _, left = self._held(s)
         queues = self._queues(s)
         waiting: dict[str, list[Job]] = {}
         chosen: list[tuple[Job, str, str]] = []
         now = self.clock()
-        with self._lock:
-            fair = self.fair
+        with lock:
             while len(chosen) < room and queues:
                 turns = [
                     GroupTurn(g, w, tuple(u for u, n in users.items() if n > 0), left.get(g, 0))

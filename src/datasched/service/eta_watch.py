@@ -2,7 +2,8 @@
 requests are open, the simulator predicts the live snapshot (:mod:`datasched.service.live`)
 under the daemon's policy, and each open request's predicted finish is kept in its
 :class:`~datasched.service.eta.EtaRecord`. When a request ends, its record takes the real end
-(the store's time of its last change), and from then on says how wrong each prediction was.
+(when its last elementary job ended: not the request's last change, which storing its
+merged result moves later), and from then on says how wrong each prediction was.
 
 Each ETA comes with an interval: the same prediction with every rate faster and slower by
 the 90th percentile of their measured spread (:func:`~datasched.service.live.rate_spread`,
@@ -21,17 +22,17 @@ import math
 import threading
 import time
 from collections.abc import Callable, Mapping
-from datetime import UTC
+from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from datasched.service.contracts import JobState
 from datasched.service.eta import EtaRecord, median_abs_relative_error
 from datasched.service.live import live_snapshot, rate_spread, recent_packets
 from datasched.service.store.db import Store
-from datasched.service.store.models import Request
-from datasched.service.whatif import predict
+from datasched.service.store.models import Job, Request
+from datasched.service.whatif import Admission, predict
 
 __all__ = ["COLD_SPREAD", "SPREAD_FLOOR", "Z90", "EtaWatch", "interval_factors"]
 
@@ -58,6 +59,11 @@ log = logging.getLogger(__name__)
 _FINAL = tuple(s.value for s in JobState if s.final)
 
 
+def _aware(at: datetime) -> datetime:
+    """SQLite gives stored times back naive (they are UTC)."""
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+
+
 class EtaWatch:
     """Predicts every open request's finish under ``policy`` every ``period_s`` seconds;
     ``cluster`` gives the runner's description of the cluster."""
@@ -70,12 +76,16 @@ class EtaWatch:
         policy: str = "out-of-order",
         period_s: float = 5.0,
         clock: Callable[[], float] = time.time,
+        admission: Callable[[], Admission] | None = None,
     ) -> None:
         self.store = store
         self.cluster = cluster
         self.policy = policy
         self.period_s = period_s
         self.clock = clock
+        self.admission = admission
+        """The daemon's queue in front of the runner (``Dispatcher.admission``), simulated
+        as the dispatcher hands jobs over; None: every job in the simulated core at once."""
         self.records: dict[str, EtaRecord] = {}
         self._lock = threading.Lock()
         self._refreshing = threading.Lock()
@@ -105,9 +115,15 @@ class EtaWatch:
             return 0
         measured = any(n.rates.cached_events_per_s for n in snapshot.nodes)
         slow, fast = interval_factors(rate_spread(recent_packets(self.store)), measured)
-        prediction = predict(snapshot, self.policy)
-        late = predict(snapshot, self.policy, rate_factor=slow)
-        early = predict(snapshot, self.policy, rate_factor=fast)
+        queue = None
+        if self.admission is not None:
+            try:
+                queue = self.admission()
+            except Exception:  # the store busy: predict without the queue this time
+                log.exception("reading the dispatcher's queue failed")
+        prediction = predict(snapshot, self.policy, admission=queue)
+        late = predict(snapshot, self.policy, rate_factor=slow, admission=queue)
+        early = predict(snapshot, self.policy, rate_factor=fast, admission=queue)
         self.cost_s.append(prediction.simulate_s + late.simulate_s + early.simulate_s)
         n = 0
         with self._lock:
@@ -138,13 +154,16 @@ class EtaWatch:
             return
         with self.store.reading() as s:
             ended = s.execute(
-                select(Request.id, Request.updated).where(
-                    Request.id.in_(waiting), Request.state.in_(_FINAL)
-                )
+                select(Request.id, Request.updated, func.max(Job.updated))
+                .outerjoin(Job, Job.request_id == Request.id)
+                .where(Request.id.in_(waiting), Request.state.in_(_FINAL))
+                .group_by(Request.id, Request.updated)
             ).all()
         with self._lock:
-            for request_id, updated in ended:
-                at = updated if updated.tzinfo is not None else updated.replace(tzinfo=UTC)
+            for request_id, updated, last_job in ended:
+                # When its last job ended: the request's own ``updated`` moves again when
+                # its merged result is stored, which may be seconds later.
+                at = _aware(last_job if last_job is not None else updated)
                 record = self.records[request_id]
                 if record.actual_finish is None:  # a refresh and a reader may race here
                     record.finish(at.timestamp())

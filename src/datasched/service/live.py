@@ -20,7 +20,8 @@ simulator's predictions (``GET /api/v1/whatif``, each request's ETA).
 * **A job's cost** (:func:`job_costs`): a job's CPU per event relative to the mean of all
   packets, from its own packets, or, while it has none (a request just submitted), from the
   earlier packets of jobs with the same work (processor or command, and tree); the
-  simulator charges the job that share of the nodes' time per event.
+  simulator charges the job the nodes' time per event with the mean CPU in it replaced by
+  the job's own (:func:`job_time_per_event`).
 * **Spread** (:func:`rate_spread`): how much a node's wall-clock rate moves from one run
   of packets to the next, for the ETAs' intervals.
 * **Jobs** are the store's elementary jobs not yet over, each file with the entry ranges
@@ -56,9 +57,12 @@ __all__ = [
     "WINDOW_S",
     "busy_rate",
     "job_costs",
+    "job_time_per_event",
     "live_snapshot",
     "rate_spread",
     "recent_packets",
+    "start_costs",
+    "started_rates",
     "wall_rates",
 ]
 
@@ -71,6 +75,8 @@ HISTORY_PACKETS = 16
 many packets, however old (a request submitted after a quiet spell)."""
 CHUNK = 4
 """Consecutive packets of a node whose rate is one sample of the spread."""
+MIN_RUN = 3
+"""Packets of one job on a node whose span is one sample of :func:`started_rates`."""
 IDLE_FACTOR = 3.0
 """A gap between two stored packets of a node counts as busy up to this many times what
 the later packet's events take at the node's median pace; beyond, the node was idle."""
@@ -115,29 +121,38 @@ def _todo(n_events: int, done: list[tuple[int, int]]) -> tuple[tuple[int, int], 
 def _recent(store: Store, now: datetime) -> dict[str, list[tuple[float, int]]]:
     """Per node, its packets stored in the window: (stored at, in seconds; events), in
     time order."""
+    return {node: [(t, n) for t, n, _ in run] for node, run in _recent_jobs(store, now).items()}
+
+
+def _recent_jobs(store: Store, now: datetime) -> dict[str, list[tuple[float, int, str]]]:
+    """Per node, its packets stored in the window: (stored at, in seconds; events; job), in
+    time order."""
     since = now - timedelta(seconds=WINDOW_S)
-    out: dict[str, list[tuple[float, int]]] = {}
+    out: dict[str, list[tuple[float, int, str]]] = {}
     with store.reading() as s:
-        for node, created, a, b in s.execute(
-            select(Packet.node, Packet.created, Packet.start, Packet.stop)
+        for node, created, a, b, job in s.execute(
+            select(Packet.node, Packet.created, Packet.start, Packet.stop, Packet.job_id)
             .where(Packet.created >= since)
             .order_by(Packet.created, Packet.id)
         ):
-            out.setdefault(str(node), []).append((_aware(created).timestamp(), int(b) - int(a)))
+            out.setdefault(str(node), []).append(
+                (_aware(created).timestamp(), int(b) - int(a), str(job))
+            )
     return out
 
 
-def _last(store: Store, node: str) -> list[tuple[float, int]]:
-    """The node's last :data:`HISTORY_PACKETS` packets, however old, in time order: a node
-    idle for the window keeps the wall-clock rate it last worked at."""
+def _last(store: Store, node: str) -> list[tuple[float, int, str]]:
+    """The node's last :data:`HISTORY_PACKETS` packets, however old, in time order (stored
+    at, events, job): a node idle for the window keeps the wall-clock rate it last worked
+    at."""
     with store.reading() as s:
         rows = s.execute(
-            select(Packet.created, Packet.start, Packet.stop)
+            select(Packet.created, Packet.start, Packet.stop, Packet.job_id)
             .where(Packet.node == node)
             .order_by(Packet.created.desc(), Packet.id.desc())
             .limit(HISTORY_PACKETS)
         ).all()
-    return [(_aware(c).timestamp(), int(b) - int(a)) for c, a, b in reversed(rows)]
+    return [(_aware(c).timestamp(), int(b) - int(a), str(j)) for c, a, b, j in reversed(rows)]
 
 
 def _run_rate(run: list[tuple[float, int]]) -> float | None:
@@ -148,34 +163,60 @@ def _run_rate(run: list[tuple[float, int]]) -> float | None:
     return events / span if span > 0 and events > 0 else None
 
 
-def busy_rate(run: list[tuple[float, int]]) -> float | None:
+def busy_rate(
+    run: Sequence[tuple[float, int]],
+    jobs: Sequence[str] | None = None,
+    submitted: Mapping[str, float] | None = None,
+) -> float | None:
     """Events per second a node had work over a run of its packets (``(stored at, events)``
-    in time order): the events after the first over the gaps between consecutive packets,
-    each gap counted at most :data:`IDLE_FACTOR` times what its packet's events take at the
-    run's median seconds per event. A node that waited for the dispatcher between packets
-    did not work meanwhile: its rate is what it does while it has packets in flight (None:
-    no gap with events)."""
-    gaps = [(t - run[i][0], n) for i, (t, n) in enumerate(run[1:]) if n > 0]
-    paces = [g / n for g, n in gaps if g > 0]
+    in time order; ``jobs``: each packet's job, None: each its own): the time a node had
+    work is cut into the runs of consecutive packets of one job, each run's time being the
+    gap since the packet before it and its own span; each run's time counts at most
+    :data:`IDLE_FACTOR` times what its events take at the median pace of the runs, and never
+    before its job was submitted (``submitted``: job -> seconds; the node cannot have worked
+    on a job that did not exist). A node that waited for the dispatcher or for work did not
+    work meanwhile: its rate is what it does while it has jobs (None: no run with events).
+
+    Runs, not packets: a job's packets on a node come back in a burst after the start of
+    its sandboxed child (docs/service-whatif.md), so the gaps between packets are not a
+    pace: the gap before a job's first packet is its start, work, not a wait."""
+    keys = list(jobs) if jobs is not None else [str(i) for i in range(len(run))]
+    since = submitted or {}
+    spans: list[tuple[float, int]] = []  # per run after the first: (its time, its events)
+    last_t: float | None = None
+    for i, (t, n) in enumerate(run):
+        if i > 0 and keys[i] == keys[i - 1]:
+            time_s, events = spans[-1] if spans else (0.0, 0)
+            spans[-1:] = [(time_s + t - run[i - 1][0], events + n)]
+        elif last_t is not None:
+            began = max(last_t, since.get(keys[i], last_t))
+            spans.append((max(t - began, 0.0), n))
+        else:
+            spans.append((0.0, 0))  # the first run: its gap before is not known
+        last_t = t
+    paces = [g / n for g, n in spans if g > 0 and n > 0]
     if not paces:
         return None
     pace = statistics.median(paces)
-    busy = sum(min(g, IDLE_FACTOR * pace * n) for g, n in gaps)
-    events = sum(n for _, n in gaps)
+    busy = sum(min(g, IDLE_FACTOR * pace * n) for g, n in spans if n > 0)
+    events = sum(n for g, n in spans if n > 0)
     return events / busy if busy > 0 else None
 
 
 def wall_rates(
-    recent: Mapping[str, list[tuple[float, int]]], slots: Mapping[str, int]
+    recent: Mapping[str, Sequence[tuple[float, int]]],
+    slots: Mapping[str, int],
+    jobs: Mapping[str, Sequence[str]] | None = None,
+    submitted: Mapping[str, float] | None = None,
 ) -> dict[str, float]:
     """Each node's events per wall-clock second per slot over its ``recent`` packets
-    (``(stored at, events)`` in time order), where it has at least :data:`MIN_PACKETS`:
-    over the time it had work (:func:`busy_rate`)."""
+    (``(stored at, events)`` in time order; ``jobs``: per node, each packet's job), where
+    it has at least :data:`MIN_PACKETS`: over the time it had work (:func:`busy_rate`)."""
     out: dict[str, float] = {}
     for node, run in recent.items():
         if len(run) < MIN_PACKETS:
             continue
-        rate = busy_rate(run)
+        rate = busy_rate(run, (jobs or {}).get(node), submitted)
         if rate is not None:
             out[node] = rate / max(slots.get(node, 1), 1)
     return out
@@ -285,6 +326,9 @@ def live_snapshot(store: Store, cluster: Mapping[str, Any]) -> ClusterSnapshot:
                 done.setdefault((job_id, url), []).append((int(a), int(b)))
         epoch = min((_aware(created) for _, created in rows), default=datetime.now(UTC))
         jobs = []
+        running_since = {
+            job.id: _aware(job.updated) for job, _ in rows if job.state == JobState.RUNNING.value
+        }
         for job, created in rows:
             files = tuple(
                 FileTodo(
@@ -306,17 +350,50 @@ def live_snapshot(store: Store, cluster: Mapping[str, Any]) -> ClusterSnapshot:
                 )
             )
     slots = {str(n["name"]): _slots(n) for n in cluster.get("nodes", ())}
-    recent = _recent(store, datetime.now(UTC))
+    with_jobs = _recent_jobs(store, datetime.now(UTC))
     for node in slots:
-        if len(recent.get(node, ())) < MIN_PACKETS:
+        if len(with_jobs.get(node, ())) < MIN_PACKETS:
             last = _last(store, node)
             if len(last) >= MIN_PACKETS:
-                recent[node] = last
-    rates.update(wall_rates(recent, slots))
+                with_jobs[node] = last
+    recent = {node: [(t, n) for t, n, _ in run] for node, run in with_jobs.items()}
+    job_of = {node: [j for _, _, j in run] for node, run in with_jobs.items()}
+    rates.update(wall_rates(recent, slots, job_of, _submitted(store, job_of)))
     nodes = _nodes(cluster, rates)
-    jobs = _costed(jobs, job_costs(per_job, keys, [j.id for j in jobs]), per_job, nodes)
+    paces = {
+        node: rate / max(slots.get(node, 1), 1)
+        for node, rate in started_rates(with_jobs).items()
+        if node in slots
+    }
+    starts = start_costs(with_jobs, rates, paces)
+    jobs = _costed(
+        jobs,
+        job_costs(per_job, keys, [j.id for j in jobs]),
+        per_job,
+        nodes,
+        started=1.0 / statistics.fmean(paces.values()) if paces else None,
+        start_s=statistics.fmean(starts.values()) if starts else None,
+        running_for={
+            job_id: max((datetime.now(UTC) - since).total_seconds(), 0.0)
+            for job_id, since in running_since.items()
+        },
+    )
     now = (datetime.now(UTC) - epoch).total_seconds()
     return ClusterSnapshot(time_s=max(now, 0.0), nodes=nodes, jobs=tuple(jobs))
+
+
+def _submitted(store: Store, jobs: Mapping[str, Sequence[str]]) -> dict[str, float]:
+    """When each of these jobs' requests was submitted (seconds)."""
+    ids = sorted({j for run in jobs.values() for j in run})
+    if not ids:
+        return {}
+    with store.reading() as s:
+        rows = s.execute(
+            select(Job.id, Request.created)
+            .join(Request, Job.request_id == Request.id)
+            .where(Job.id.in_(ids))
+        ).all()
+    return {str(j): _aware(c).timestamp() for j, c in rows}
 
 
 def _costed(
@@ -324,21 +401,118 @@ def _costed(
     relative: Mapping[str, float],
     per_job: Mapping[str, tuple[float, float]],
     nodes: Sequence[NodeSnapshot],
+    started: float | None = None,
+    start_s: float | None = None,
+    running_for: Mapping[str, float] | None = None,
 ) -> list[JobSnapshot]:
-    """The jobs with their seconds per event on a slot (``JobSnapshot.cpu_s_per_event``):
-    their :func:`job_costs` share of the nodes' mean time per event (wall clock where a
-    node measured it), or of the packets' CPU per event while no node has a rate."""
+    """The jobs with their seconds per event on a slot (``JobSnapshot.cpu_s_per_event``),
+    from the nodes' mean time per event (wall clock where a node measured it; else the
+    packets' CPU per event) and each job's :func:`job_costs` share of the mean CPU.
+
+    Only the CPU part of a slot's time per event differs from job to job: the rest (waits
+    for a core, the daemon's and Dask's round trips, opening files) is the same whatever the
+    processor. So a job is charged the nodes' time per event with the mean CPU per event
+    replaced by its own (:func:`job_time_per_event`), not that time scaled by its CPU share:
+    where round trips are most of a packet's time, as for a light processor, a job whose few
+    packets happened to take twice the CPU would otherwise be predicted twice as long.
+
+    ``started``: the nodes' mean seconds per event a slot takes within a run of one job's
+    packets (:func:`started_rates`), which leaves out what starting the job on the node
+    cost. The events left of the files a job has begun (a packet of theirs is stored) are
+    charged that; the files it has not begun, the nodes' time per event, start included.
+    A job running (its first packet sent: ``running_for`` gives for how long) with no
+    packet back yet is starting: it is charged what is left of the nodes' mean start cost
+    ``start_s`` (:func:`start_costs`) and its events at the pace within a run."""
     if not relative:
         return jobs
+    events = sum(e for e, _ in per_job.values())
+    mean_cpu = sum(c for _, c in per_job.values()) / events
     measured = [n.rates.cached_events_per_s for n in nodes if n.rates.cached_events_per_s]
-    if measured:
-        base = 1.0 / statistics.fmean(measured)
-    else:
-        events = sum(e for e, _ in per_job.values())
-        base = sum(c for _, c in per_job.values()) / events
-    return [
-        replace(j, cpu_s_per_event=base * relative[j.id]) if j.id in relative else j for j in jobs
-    ]
+    base = 1.0 / statistics.fmean(measured) if measured else mean_cpu
+    if started is not None:
+        started = min(started, base)
+    out = []
+    for j in jobs:
+        if j.id not in relative:
+            out.append(j)
+            continue
+        cpu = mean_cpu * relative[j.id]
+        fresh = job_time_per_event(base, mean_cpu, cpu)
+        begun = sum(_left(f) for f in j.files if f.todo is not None and _left(f) < f.n_events)
+        left = sum(_left(f) for f in j.files)
+        if started is not None and left > 0:
+            going = job_time_per_event(started, mean_cpu, cpu)
+            since = (running_for or {}).get(j.id)
+            if begun > 0:
+                fresh = (begun * going + (left - begun) * fresh) / left
+            elif since is not None and start_s is not None:
+                fresh = max(start_s - since, 0.0) / left + going
+        out.append(replace(j, cpu_s_per_event=fresh))
+    return out
+
+
+def _left(f: FileTodo) -> int:
+    """The events of a file still to do."""
+    return f.n_events if f.todo is None else sum(b - a for a, b in f.todo)
+
+
+def start_costs(
+    runs: Mapping[str, list[tuple[float, int, str]]],
+    rates: Mapping[str, float],
+    paces: Mapping[str, float],
+) -> dict[str, float]:
+    """Each node's seconds to start a job (per slot): a run of ``n`` events (one job's
+    packets on the node, the mean over ``runs``) takes ``n / rate`` at the node's rate
+    (starts included, ``rates``) and ``n / pace`` within the run (:func:`started_rates`,
+    ``paces``): the start is the difference (at least 0). Nodes without both are left out."""
+    out: dict[str, float] = {}
+    for node, packets in runs.items():
+        rate, pace = rates.get(node), paces.get(node)
+        if not rate or not pace:
+            continue
+        by_job: dict[str, int] = {}
+        for _, n, job in packets:
+            by_job[job] = by_job.get(job, 0) + n
+        if by_job:
+            n_run = statistics.fmean(by_job.values())
+            out[node] = max(n_run / rate - n_run / pace, 0.0)
+    return out
+
+
+def started_rates(runs: Mapping[str, list[tuple[float, int, str]]]) -> dict[str, float]:
+    """Each node's events per second within runs of one job's packets (``(stored at,
+    events, job)`` in time order): over every job of at least :data:`MIN_RUN` packets on
+    the node, the events after its first packet over the time from its first to its last.
+    A job's first packet on a node pays for starting it there (a sandboxed child loading
+    the processor, docs/service-whatif.md), which its later packets do not: once a job has
+    begun, what is left of it goes at this pace, not at the node's rate with the starts in
+    it. Nodes without such a run are left out."""
+    out: dict[str, float] = {}
+    for node, packets in runs.items():
+        by_job: dict[str, list[tuple[float, int]]] = {}
+        for t, n, job in packets:
+            by_job.setdefault(job, []).append((t, n))
+        events = 0
+        span = 0.0
+        for run in by_job.values():
+            if len(run) < MIN_RUN:
+                continue
+            events += sum(n for _, n in run[1:])
+            span += run[-1][0] - run[0][0]
+        if events > 0 and span > 0:
+            out[node] = events / span
+    return out
+
+
+def job_time_per_event(base_s: float, mean_cpu_s: float, job_cpu_s: float) -> float:
+    """A job's seconds per event on a slot: the nodes' mean ``base_s`` with the mean CPU per
+    event ``mean_cpu_s`` in it replaced by the job's ``job_cpu_s``. The part of ``base_s``
+    beyond the CPU is shared by every job; a base below the mean CPU (CPU-second rates, or
+    a processor using more than one core) scales the job's CPU instead."""
+    if mean_cpu_s <= 0:
+        return base_s
+    overhead = max(base_s - mean_cpu_s, 0.0)
+    return overhead + job_cpu_s * min(base_s, mean_cpu_s) / mean_cpu_s
 
 
 def _aware(t: datetime) -> datetime:

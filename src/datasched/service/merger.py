@@ -5,7 +5,11 @@ code's classes (their ``__add__``, their ``postprocess``), so the daemon never d
 :class:`Merger` hands a completed request's packet results to the runner, which merges them
 on a worker, in a sandbox that loaded the request's processor, and stores the merged bytes
 (or why they could not be merged) on the request. ``GET /requests/{id}/result`` serves them
-as they are. A daemon restarted before a merge ended merges again.
+as they are. A daemon restarted before a merge ended merges again; so a daemon stopping
+leaves the merges not done yet (and one the runner's stop cut short) for its next start,
+quietly: the daemon stops its merger before its runner (``Dispatcher.stop``), the merger
+stops between merges once asked to, and a merge the runner's stop ends while the merger is
+stopping is not an error.
 """
 
 from __future__ import annotations
@@ -76,6 +80,8 @@ class Merger(Periodic):
         """Merge what is pending; how many requests got a result or an error."""
         n = 0
         for request_id, work in self.pending():
+            if self.stopping:
+                break  # the daemon stops: what is left is merged at its next start
             with self.store.reading() as s:
                 blobs = [
                     b
@@ -97,6 +103,10 @@ class Merger(Periodic):
                 except ValueError as exc:
                     error = f"the results could not be merged: {exc}"[:20000]
                 except Exception:  # the runner is down or busy: tried again later
+                    if self.stopping:
+                        # The runner stopped under the merge: a clean stop, not a failure.
+                        log.info("merging request %s: left for the next start", request_id)
+                        break
                     log.exception("merging the results of request %s failed", request_id)
                     continue
             with self.store.session() as s:

@@ -28,6 +28,11 @@ class Periodic:
         """One round of work."""
         raise NotImplementedError
 
+    @property
+    def stopping(self) -> bool:
+        """Whether :meth:`stop` was called: a round under way should end early."""
+        return self._stop.is_set()
+
     def wake(self) -> None:
         """Do a round now."""
         self._wake.set()

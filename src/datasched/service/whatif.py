@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from datasched.core.data import CacheGrain, DataSpace, FileSpec
@@ -41,6 +41,7 @@ from datasched.sim.engine import SimEngine
 __all__ = [
     "DEFAULT_CPU_S_PER_EVENT",
     "DEFAULT_TERTIARY_BYTES_PER_S",
+    "Admission",
     "Comparison",
     "Prediction",
     "compare",
@@ -80,6 +81,40 @@ class Prediction:
             "jobs": dict(self.jobs),
             "requests": dict(self.requests),
         }
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """The daemon's queue in front of the runner: the runner holds at most ``max_held``
+    jobs (those running and those queued in its core), and the dispatcher hands the
+    ``pending`` ones over in this order (fair share: ``Dispatcher.admission``) as room
+    opens. The runtime's core chooses only among the jobs it holds, so a prediction whose
+    core saw the whole queue at once would run them in another order (out-of-order takes
+    whatever its caches hold first) and predict some requests far too early or too late."""
+
+    pending: tuple[str, ...]
+    max_held: int
+
+    def __post_init__(self) -> None:
+        if self.max_held < 1:
+            raise SnapshotError("max_held", f"must be at least 1, got {self.max_held!r}")
+
+    def arrange(self, ordered: Sequence[JobSnapshot]) -> list[JobSnapshot]:
+        """``ordered`` (running first, then by submission) with the pending jobs moved to
+        the end in the dispatcher's order. A job not named pending is held by the runner
+        (one the dispatcher handed over after the snapshot was taken is held by now)."""
+        rank = {job_id: i for i, job_id in enumerate(self.pending)}
+        held = [j for j in ordered if j.id not in rank]
+        waiting = sorted((j for j in ordered if j.id in rank), key=lambda j: rank[j.id])
+        return held + waiting
+
+    def split(self, ids: Sequence[str]) -> tuple[int, bool]:
+        """Of the jobs ``ids`` (arranged), how many are in the core from the start: those
+        held, then pending ones while the runner has room; and whether any waits."""
+        pending = set(self.pending)
+        held = sum(1 for i in ids if i not in pending)
+        first = min(len(ids), max(held, self.max_held))
+        return first, first < len(ids)
 
 
 def _mean(values: Sequence[float | None]) -> float | None:
@@ -157,12 +192,19 @@ def predict(
     policy_params: Mapping[str, Any] | None = None,
     *,
     rate_factor: float = 1.0,
+    admission: Admission | None = None,
 ) -> Prediction:
     """The finish of every job and request of ``snapshot`` under ``policy`` (built from its
     declared ``policy_params``), predicted by the simulator, with every rate (measured or
-    default) times ``rate_factor`` (the ETAs' intervals simulate the rates' spread). Raises
-    :class:`~datasched.service.contracts.SnapshotError` for an inconsistent snapshot, and
-    the registry's errors for an unknown policy or a bad parameter."""
+    default) times ``rate_factor`` (the ETAs' intervals simulate the rates' spread).
+
+    ``admission``: the daemon's queue in front of the runner (:class:`Admission`); the jobs
+    it names reach the simulated core in its order, one as each job ends, as the dispatcher
+    hands them over, and every other job is in the core from the start. None: every job is
+    in the core from the start (what-if across policies).
+
+    Raises :class:`~datasched.service.contracts.SnapshotError` for an inconsistent snapshot,
+    and the registry's errors for an unknown policy or a bad parameter."""
     import time
 
     started = time.perf_counter()
@@ -185,6 +227,8 @@ def predict(
     jobs: list[Job] = []
     ids: list[str] = []
     eta: dict[str, float | None] = {}
+    if admission is not None:
+        ordered = admission.arrange(ordered)
     for j in ordered:
         data = _job_data(space, index, j)
         if not data:
@@ -204,9 +248,23 @@ def predict(
             )
         )
         ids.append(j.id)
-    run = SimEngine(sched, warm=warm).run(jobs)
+    engine = SimEngine(sched, warm=warm)
+    if admission is None:
+        run = engine.run(jobs)
+    else:
+        first, rest = admission.split([ids[job.job_id] for job in jobs])
+        waiting = iter(jobs[first:])
+
+        def hand_over(_: Job, now: float) -> Job | None:
+            """The next job the dispatcher hands over as one ends."""
+            nxt = next(waiting, None)
+            return None if nxt is None else replace(nxt, submit_s=now)
+
+        run = engine.run(jobs[:first], follow_up=hand_over if rest else None)
     for rec in run.jobs:
         eta[ids[rec.job_id]] = None if rec.failed or rec.end_s < 0 else rec.end_s
+    for job_id in ids:
+        eta.setdefault(job_id, None)  # never handed over: a failed job's room was lost
     requests: dict[str, float | None] = {}
     for j in snapshot.jobs:
         mine, known = eta[j.id], requests.get(j.request_id, 0.0)

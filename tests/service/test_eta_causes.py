@@ -1,0 +1,335 @@
+"""The causes of the ETAs' errors named in docs/service-whatif.md, each on a case worked out
+by hand: the daemon's queue in front of the runner, a job's CPU against the round trips in
+a slot's time, the pace of a job already begun, when a request really ended, and a merger
+that stops without tracebacks."""
+
+from __future__ import annotations
+
+import logging
+import pickle
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from datasched.service.contracts import (
+    ClusterSnapshot,
+    ElementaryJob,
+    FileRef,
+    FileTodo,
+    JobSnapshot,
+    JobState,
+    MetaJobRequest,
+    NodeRates,
+    NodeSnapshot,
+    PacketDone,
+    ProcessorWork,
+    RunnerListener,
+    SnapshotError,
+)
+from datasched.service.daemon import Dispatcher, StoreListener
+from datasched.service.eta_watch import EtaWatch
+from datasched.service.live import _costed, job_time_per_event, start_costs, started_rates
+from datasched.service.merger import Merger
+from datasched.service.runner import RunnerError
+from datasched.service.store import ops
+from datasched.service.store.db import Store
+from datasched.service.store.models import Job, Request
+from datasched.service.users import add_user, authenticate
+from datasched.service.whatif import Admission, predict
+
+NODE = NodeSnapshot("w0", 1, 10**9, (), NodeRates(100.0, 100.0, 100.0))
+
+
+def _job(i: int, url: str | None = None, node: str | None = None) -> JobSnapshot:
+    return JobSnapshot(
+        f"j{i}", f"r{i}", (FileTodo(url or f"/d/{i}.root", 100, 1000, None),), float(i), node=node
+    )
+
+
+# -- the queue in front of the runner -----------------------------------------------------
+
+
+def test_pending_jobs_reach_the_core_in_the_dispatchers_order() -> None:
+    # One slot, 1 s a job (100 events at 100/s): without the queue, by submission.
+    snap = ClusterSnapshot(0.0, (NODE,), tuple(_job(i) for i in range(4)))
+    assert predict(snap, "farm").jobs == {"j0": 1.0, "j1": 2.0, "j2": 3.0, "j3": 4.0}
+    # The dispatcher hands them over newest first (its fair share says so), one at a time.
+    got = predict(snap, "farm", admission=Admission(("j3", "j2", "j1", "j0"), 1))
+    assert got.jobs == {"j3": 1.0, "j2": 2.0, "j1": 3.0, "j0": 4.0}
+    # j0 and j1 are held by the runner already: they run first, then the pending in order.
+    got = predict(snap, "farm", admission=Admission(("j3", "j2"), 1))
+    assert got.jobs == {"j0": 1.0, "j1": 2.0, "j3": 3.0, "j2": 4.0}
+
+
+def test_a_cache_aware_core_sees_only_what_the_runner_holds() -> None:
+    # w0 caches j3's file. Seeing the whole queue at once, out-of-order runs j3 first; the
+    # runner holds only j0 (max_held 1), so j3 reaches its core last and ends last.
+    node = NodeSnapshot("w0", 1, 10**9, ("/d/hot.root",), NodeRates(100.0, 100.0, 100.0))
+    jobs = (_job(0), _job(1), _job(2), _job(3, url="/d/hot.root"))
+    snap = ClusterSnapshot(0.0, (node,), jobs)
+    whole = predict(snap, "out-of-order").jobs
+    assert whole["j3"] == min(v for v in whole.values() if v is not None)
+    queued = predict(snap, "out-of-order", admission=Admission(("j1", "j2", "j3"), 1)).jobs
+    assert queued["j3"] == max(v for v in queued.values() if v is not None)
+
+
+def test_a_queue_of_no_room_is_refused() -> None:
+    with pytest.raises(SnapshotError, match="max_held"):
+        Admission(("j0",), 0)
+
+
+class _StepRunner:
+    """Holds what it is handed."""
+
+    def __init__(self) -> None:
+        self.held: list[ElementaryJob] = []
+        self.listener: RunnerListener | None = None
+
+    def start(self, listener: RunnerListener) -> None:
+        self.listener = listener
+
+    def submit(self, job: ElementaryJob, done_ranges: Sequence[tuple[str, int, int]]) -> None:
+        self.held.append(job)
+
+    def cancel(self, job_id: str) -> None:
+        pass
+
+    def cluster(self) -> Mapping[str, Any]:
+        return {"nodes": [{"name": "n0", "slots": 1}]}
+
+    def merge(self, work: ProcessorWork, results: Sequence[bytes]) -> bytes:
+        raise AssertionError("not merged here")
+
+    def stop(self) -> None:
+        pass
+
+
+def _submit(store: Store, token: str, n_jobs: int, events: int = 100) -> str:
+    with store.session() as s:
+        caller = authenticate(s, token)
+        assert caller is not None
+        rid = ops.new_request_id()
+        work = ProcessorWork("p.py:P")
+        jobs = [
+            ElementaryJob(rid, i, (FileRef(f"/d/{rid}/{i}.root", events, 10 * events),), work)
+            for i in range(n_jobs)
+        ]
+        ops.store_accepted(
+            s, caller, rid, "raw", "application/yaml", MetaJobRequest(caller.name, work, ()), jobs
+        )
+    return rid
+
+
+def test_the_dispatchers_queue_is_its_order_and_takes_no_turn(sqlite_store: Store) -> None:
+    store = sqlite_store
+    with store.session() as s:
+        tokens = {u: add_user(s, u, g) for u, g in (("ann", "a"), ("bob", "a"), ("cy", "b"))}
+    rids = {
+        (user, k): _submit(store, tokens[user], 2)
+        for k, user in enumerate(("ann", "ann", "bob", "cy"))
+    }
+    runner = _StepRunner()
+    d = Dispatcher(store, runner, max_held=2)
+    d.recover()
+    queue = d.admission()
+    assert queue.max_held == 2
+    assert len(queue.pending) == 8
+    assert d.admission() == queue  # asking took no user's turn
+    cy = rids[("cy", 3)]
+    assert [i for i, job in enumerate(queue.pending) if job.startswith(cy)] == [1, 3]
+    assert queue.pending[0] == f"{rids[('ann', 0)]}.0"
+    # Groups alternate (a, b), a's users take turns, each user's oldest first: cy's jobs
+    # come second and fourth, though cy submitted last.
+    assert d.dispatch_once() == 2
+    assert [j.id for j in runner.held] == list(queue.pending[:2])
+    runner.held.clear()
+    with store.session() as s:
+        for job in s.query(Job).filter(Job.id.in_(queue.pending[:2])):
+            job.state = JobState.COMPLETED.value
+    d.dispatch_once()
+    assert [j.id for j in runner.held] == list(queue.pending[2:4])
+
+
+# -- a job's cost ---------------------------------------------------------------------------
+
+
+def test_a_jobs_cpu_replaces_the_mean_cpu_in_a_slots_time() -> None:
+    # A slot takes 1 ms an event, of which 0.1 ms is the processor's CPU (the mean of all
+    # packets'); the rest is round trips. A job of twice the mean CPU takes 1.1 ms, not 2.
+    assert job_time_per_event(1e-3, 1e-4, 2e-4) == pytest.approx(1.1e-3)
+    assert job_time_per_event(1e-3, 1e-4, 0.0) == pytest.approx(0.9e-3)
+    # CPU-bound (the slot's time is the CPU's): the job's share, as before.
+    assert job_time_per_event(1e-4, 1e-4, 3e-4) == pytest.approx(3e-4)
+    assert job_time_per_event(5e-5, 1e-4, 2e-4) == pytest.approx(1e-4)
+
+
+def test_a_begun_file_goes_at_the_pace_within_a_jobs_run() -> None:
+    # Node w0: jobs a and b, four packets of 100 events each, 0.1 s apart; 2 s between
+    # the jobs (starting b's sandboxed child). Within a run: 300 events in 0.3 s.
+    runs = {
+        "w0": [(0.1 * k, 100, "a") for k in range(4)]
+        + [(2.3 + 0.1 * k, 100, "b") for k in range(4)]
+    }
+    assert started_rates(runs) == {"w0": pytest.approx(1000.0)}
+    assert started_rates({"w0": [(0.0, 100, "a"), (1.0, 100, "a")]}) == {}  # too short a run
+    # The node's rate over all (2.6 s for 700 events) says ~270/s: a job half done on its
+    # file is charged the run's pace for the rest, one not begun the node's rate.
+    node = NodeSnapshot("w0", 1, 10**9, (), NodeRates(270.0, 270.0, 270.0))
+    begun = JobSnapshot("a", "ra", (FileTodo("/d/a", 1000, 10**4, ((500, 1000),)),), 0.0)
+    fresh = JobSnapshot("b", "rb", (FileTodo("/d/b", 1000, 10**4, None),), 0.0)
+    per_job = {"a": (500.0, 0.05), "old": (500.0, 0.05)}
+    got = _costed([begun, fresh], {"a": 1.0, "b": 1.0}, per_job, [node], started=1e-3)
+    cost = {j.id: j.cpu_s_per_event for j in got}
+    assert cost["a"] == pytest.approx(1e-3)
+    assert cost["b"] == pytest.approx(1 / 270.0)
+
+
+def test_a_job_starting_pays_what_is_left_of_the_start_then_the_runs_pace() -> None:
+    # Runs of 400 events: 0.4 s at the pace within a run (1000/s), 1.48 s at the node's
+    # rate with the start in it (270/s): starting a job takes the difference.
+    runs = {"w0": [(0.1 * k, 100, "a") for k in range(4)]}
+    (start,) = start_costs(runs, {"w0": 270.0}, {"w0": 1000.0}).values()
+    assert start == pytest.approx(400 / 270 - 0.4)
+    assert start_costs(runs, {"w0": 2000.0}, {"w0": 1000.0}) == {"w0": 0.0}  # never < 0
+    assert start_costs(runs, {}, {"w0": 1000.0}) == {}
+    node = NodeSnapshot("w0", 1, 10**9, (), NodeRates(270.0, 270.0, 270.0))
+    starting = JobSnapshot("s", "rs", (FileTodo("/d/s", 1000, 10**4, None),), 0.0, node="w0")
+    waiting = JobSnapshot("w", "rw", (FileTodo("/d/w", 1000, 10**4, None),), 0.0)
+    per_job = {"old": (500.0, 0.05)}
+    got = _costed(
+        [starting, waiting],
+        {"s": 1.0, "w": 1.0},
+        per_job,
+        [node],
+        started=1e-3,
+        start_s=start,
+        running_for={"s": 0.5},
+    )
+    cost = {j.id: j.cpu_s_per_event for j in got}
+    # Running for 0.5 s: the rest of its start, then 1000 events at 1 ms.
+    assert cost["s"] == pytest.approx((start - 0.5) / 1000 + 1e-3)
+    assert cost["w"] == pytest.approx(1 / 270.0)  # not sent yet: the node's rate
+    late = _costed(
+        [starting], {"s": 1.0}, per_job, [node], started=1e-3, start_s=start,
+        running_for={"s": 60.0},
+    )  # fmt: skip
+    assert late[0].cpu_s_per_event == pytest.approx(1e-3)  # its start is long over
+
+
+def test_a_jobs_start_is_work_and_a_wait_before_its_submission_is_not() -> None:
+    from datasched.service.live import busy_rate
+
+    # Jobs a then b on one node: each a burst of four packets 0.1 s apart, b's after a 1 s
+    # start. Packet by packet, the median gap (0.1 s) cuts b's start to 0.3 s; by runs it
+    # counts whole: a's 300 events after its first in 0.3 s, b's 400 in 1.3 s.
+    run = [(0.1 * k, 100) for k in range(4)] + [(1.3 + 0.1 * k, 100) for k in range(4)]
+    jobs = ["a"] * 4 + ["b"] * 4
+    by_packet = busy_rate(run)
+    by_run = busy_rate(run, jobs)
+    assert by_run == pytest.approx(700 / (0.3 + 1.3))
+    assert by_packet is not None
+    assert by_run is not None
+    assert by_packet > 1.5 * by_run
+    # Job b was submitted 0.8 s after a's last packet: the node waited for it meanwhile.
+    waited = busy_rate(run, jobs, {"a": 0.0, "b": 1.1})
+    assert waited == pytest.approx(700 / (0.3 + 0.5))
+
+
+# -- when a request ended ---------------------------------------------------------------------
+
+
+CLUSTER = {"nodes": [{"name": "w1", "up": True, "slots_total": 1, "cache_capacity_bytes": 10**9}]}
+
+
+def test_a_requests_end_is_its_last_jobs_not_its_merge(store: Store) -> None:
+    with store.session() as s:
+        token = add_user(s, "ann", "g")
+    rid = _submit(store, token, 1)
+    job_id = f"{rid}.0"
+    listener = StoreListener(store)
+    listener.job_state(job_id, JobState.RUNNING, node="w1")
+    listener.packet_done(PacketDone(job_id, f"/d/{rid}/0.root", 0, 50, "w1", 10, 0.1, None))
+    watch = EtaWatch(store, lambda: CLUSTER, policy="farm")
+    assert watch.refresh() == 1
+    listener.job_state(job_id, JobState.COMPLETED, node="w1")
+    with store.session() as s:
+        ended = s.get(Job, job_id)
+        assert ended is not None
+        job_end = ended.updated
+        req = s.get(Request, rid)
+        assert req is not None
+        # The merger stores the result ten seconds later: the request's last change.
+        req.result = pickle.dumps(1)
+        req.updated = job_end + timedelta(seconds=10)
+    got = watch.eta(rid)
+    assert got is not None
+    end = job_end if job_end.tzinfo else job_end.replace(tzinfo=UTC)
+    assert got["actual_finish"] == pytest.approx(end.timestamp())
+    assert got["actual_finish"] < datetime.now(UTC).timestamp() + 1
+
+
+# -- a merger that stops -----------------------------------------------------------------------
+
+
+class _StoppedUnder:
+    """A runner stopped while the merge is under way (the daemon stopping)."""
+
+    def __init__(self, merger: list[Merger]) -> None:
+        self.merger = merger
+        self.calls = 0
+
+    def merge(self, work: ProcessorWork, results: Sequence[bytes]) -> bytes:
+        self.calls += 1
+        self.merger[0]._stop.set()  # stop() called meanwhile
+        raise RunnerError("runner: not running")
+
+
+def _completed(store: Store, token: str, n: int) -> list[str]:
+    ids = []
+    listener = StoreListener(store)
+    for _ in range(n):
+        rid = _submit(store, token, 1)
+        job_id = f"{rid}.0"
+        listener.packet_done(
+            PacketDone(job_id, f"/d/{rid}/0.root", 0, 100, "w1", 10, 0.1, pickle.dumps(1))
+        )
+        listener.job_state(job_id, JobState.COMPLETED, node="w1")
+        ids.append(rid)
+    return ids
+
+
+def test_a_merger_stopping_leaves_its_merges_for_later_quietly(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    with store.session() as s:
+        token = add_user(s, "ann", "g")
+    ids = _completed(store, token, 3)
+    holder: list[Merger] = []
+    runner = _StoppedUnder(holder)
+    merger = Merger(store, runner)
+    holder.append(merger)
+    with caplog.at_level(logging.INFO, logger="datasched.service.merger"):
+        assert merger.merge_once() == 0
+    assert runner.calls == 1  # the other two were not tried once it stopped
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    with store.reading() as s:
+        assert all(s.get(Request, rid).result is None for rid in ids)  # type: ignore[union-attr]
+    assert len(merger.pending()) == 3  # merged at the next start
+
+
+def test_a_merge_that_fails_while_running_is_still_logged(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    with store.session() as s:
+        token = add_user(s, "ann", "g")
+    _completed(store, token, 1)
+
+    class Down:
+        def merge(self, work: ProcessorWork, results: Sequence[bytes]) -> bytes:
+            raise RunnerError("runner: not running")
+
+    with caplog.at_level(logging.ERROR, logger="datasched.service.merger"):
+        assert Merger(store, Down()).merge_once() == 0
+    assert any("merging the results" in r.getMessage() for r in caplog.records)
