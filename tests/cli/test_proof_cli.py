@@ -1,5 +1,5 @@
-"""``datasched reproduce proof`` (the quick reproduction, run once here) and ``datasched
-proof-sim``: JSON, files written, one error line for bad input."""
+"""``datasched reproduce proof`` (the quick reproduction, run once, as a slow test that .ci/run
+runs) and ``datasched proof-sim``: JSON, files written, one error line for bad input."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ KEYS = {
 }
 
 
+@pytest.mark.slow  # about a minute on a quiet machine; .ci/run runs it after the suite
 def test_the_quick_reproduction_writes_its_report_and_prints_its_claims(tmp_path: Path) -> None:
     # The local-cluster claim has its own test (tests/studies/test_proof_runtime.py).
     args = ["reproduce", "proof", "--quick", "--no-runtime", "--out", str(tmp_path), "--json"]
