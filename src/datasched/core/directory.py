@@ -187,6 +187,54 @@ class CacheDirectory:
             self._firsts[c] = cb[0]
 
     def _update(self, a: int, b: int, node: int, *, add: bool) -> None:
+        """Add ``node`` to (or remove it from) the holders of ``[a, b)``, merging equal
+        neighbours. Where ``[a, b)`` and the segment before it lie in one chunk (nearly
+        always), in one pass over that chunk's slice: both cuts, the changed holders and
+        the merge (the map is the one :meth:`_update_across` makes; this runs on every
+        cache change, docs/performance.md, "The constant factor")."""
+        firsts = self._firsts
+        c = max(bisect_right(firsts, a) - 1, 0)
+        if c + 1 < len(firsts) and firsts[c + 1] <= b:
+            self._update_across(a, b, node, add=add)
+            return
+        cb = self._bounds[c]
+        ch = self._holders[c]
+        i = bisect_left(cb, a)
+        if i == 0 and c > 0:
+            self._update_across(a, b, node, add=add)  # the segment before is another chunk's
+            return
+        if i == len(cb) or cb[i] != a:
+            cb.insert(i, a)
+            ch.insert(i, ch[i - 1])
+        j = bisect_left(cb, b, i)
+        if j == len(cb) or cb[j] != b:
+            cb.insert(j, b)
+            ch.insert(j, ch[j - 1])
+        one = {node}
+        lo = i - 1 if i > 0 else 0
+        # The boundaries lo..j (inclusive), those inside [a, b) with their holders changed,
+        # less every one whose holders equal the segment's before it.
+        keep_b = [cb[lo]]
+        prev = ch[lo] if lo < i else (ch[lo] | one if add else ch[lo] - one)
+        keep_h = [prev]
+        for k in range(lo + 1, j + 1):
+            h = ch[k]
+            if k < j:
+                h = h | one if add else h - one
+            if h != prev:
+                keep_b.append(cb[k])
+                keep_h.append(h)
+                prev = h
+        cb[lo : j + 1] = keep_b
+        ch[lo : j + 1] = keep_h
+        if len(cb) > 2 * _CHUNK:
+            self._bounds[c + 1 : c + 1] = [cb[_CHUNK:]]
+            self._holders[c + 1 : c + 1] = [ch[_CHUNK:]]
+            firsts.insert(c + 1, cb[_CHUNK])
+            del cb[_CHUNK:], ch[_CHUNK:]
+
+    def _update_across(self, a: int, b: int, node: int, *, add: bool) -> None:
+        """:meth:`_update` where ``[a, b)`` or the segment before it crosses chunks."""
         self._cut(a)
         self._cut(b)
         bounds, holders = self._bounds, self._holders
