@@ -15,6 +15,7 @@ from datasched.core.intervals import IntervalSet
 __all__ = ["CacheDirectory"]
 
 _EMPTY = IntervalSet()
+_NONE: frozenset[int] = frozenset()
 _CHUNK = 256
 """Half the most boundaries a chunk of the segment map holds (see CacheDirectory)."""
 
@@ -37,13 +38,17 @@ class CacheDirectory:
     are the same as a flat list's.
     """
 
-    __slots__ = ("_bounds", "_content", "_firsts", "_holders")
+    __slots__ = ("_bounds", "_content", "_firsts", "_holders", "_sets")
 
     def __init__(self, n_nodes: int) -> None:
         self._bounds: list[list[int]] = [[0]]
-        self._holders: list[list[frozenset[int]]] = [[frozenset()]]
+        self._holders: list[list[frozenset[int]]] = [[_NONE]]
         self._firsts: list[int] = [0]
         self._content: list[IntervalSet] = [_EMPTY] * n_nodes
+        self._sets: dict[frozenset[int], frozenset[int]] = {frozenset(): frozenset()}
+        """Every set of holders the map has held, each kept once: segments with the same
+        holders share one frozenset (a 1,000-node map holds 10^5 segments or more, and a
+        frozenset costs 216 bytes; docs/performance.md, "The constant factor")."""
 
     def add_node(self) -> int:
         """Make room for one more node (numbered next); returns its number."""
@@ -211,16 +216,21 @@ class CacheDirectory:
             cb.insert(j, b)
             ch.insert(j, ch[j - 1])
         one = {node}
+        sets = self._sets
         lo = i - 1 if i > 0 else 0
         # The boundaries lo..j (inclusive), those inside [a, b) with their holders changed,
         # less every one whose holders equal the segment's before it.
         keep_b = [cb[lo]]
-        prev = ch[lo] if lo < i else (ch[lo] | one if add else ch[lo] - one)
+        prev = ch[lo]
+        if lo == i:
+            prev = ch[lo] | one if add else ch[lo] - one
+            prev = sets.setdefault(prev, prev)
         keep_h = [prev]
         for k in range(lo + 1, j + 1):
             h = ch[k]
             if k < j:
                 h = h | one if add else h - one
+                h = sets.setdefault(h, h)
             if h != prev:
                 keep_b.append(cb[k])
                 keep_h.append(h)
@@ -253,7 +263,8 @@ class CacheDirectory:
             while i < len(cb):
                 x = cb[i]
                 if a <= x < b:
-                    ch[i] = ch[i] | {node} if add else ch[i] - {node}
+                    h = ch[i] | {node} if add else ch[i] - {node}
+                    ch[i] = self._sets.setdefault(h, h)
                 elif x >= b:
                     past += 1
                 span.append((x, ch[i]))

@@ -251,7 +251,8 @@ class Scheduler(Commands):
         out: list[Action] = []
         self._out = out
         self._handlers[kind](event)
-        self._offer_freed()
+        if self._freed:
+            self._offer_freed()
         if self.replicator is not None:
             self.replicator.observe(self, event, out)
         if not self.running and self.jobs and self._idle:
