@@ -256,6 +256,57 @@ def test_directory_in_tiny_chunks_answers_as_in_one(
         assert small.holders(a, b) == large.holders(a, b)
 
 
+@settings(max_examples=100)
+@given(
+    script=st.lists(st.tuples(st.booleans(), st.integers(0, 2), interval_sets()), max_size=25),
+    probe=interval_sets(),
+)
+def test_directory_contents_in_place_agree_with_set_algebra(
+    script: list[tuple[bool, int, IntervalSet]], probe: IntervalSet
+) -> None:
+    """Each node's content, kept as lists changed in place, is what unions and differences
+    of IntervalSets give, for data of many ranges too (touching, overlapping, absent); the
+    answers read from the lists (cached length, whether a node covers some data) are the
+    set algebra's; the map passes its recomputation in chunks of two boundaries, and
+    segments with equal holders share one frozenset."""
+    truth = [IntervalSet()] * 3
+    with mock.patch.object(directory_module, "_CHUNK", 1):
+        directory = CacheDirectory(3)
+        for add, node, data in script:
+            before = directory.content(node)  # made now: must not change with the lists
+            was = truth[node]
+            if add:
+                directory.add(node, data)
+                truth[node] = truth[node] | data
+            else:
+                directory.remove(node, data)
+                truth[node] = truth[node] - data
+            assert before == was
+            directory.check()
+    for node in range(3):
+        assert directory.content(node) == truth[node]
+        assert directory.content(node).length == truth[node].length
+        assert directory.cached_length(node, probe) == probe.overlap_length(truth[node])
+        assert directory.covers(node, probe) == probe.issubset(truth[node])
+        assert directory.cached_on(node, probe) == probe & truth[node]
+        assert directory.covers(node, probe & truth[node])
+    seen: dict[frozenset[int], frozenset[int]] = {}
+    for _, _, holders in directory.holders(0, 300):
+        assert seen.setdefault(holders, holders) is holders
+
+
+def test_directory_check_catches_a_content_list_out_of_order() -> None:
+    """A node's content lists broken behind the directory's back (ranges that touch, or a
+    length that is not theirs) are reported, like a wrong segment map."""
+    directory = CacheDirectory(1)
+    directory.add(0, IntervalSet([(10, 20), (30, 40)]))
+    directory.check()
+    directory._stops_of[0][0] = 30  # [10, 30) and [30, 40): touching, not merged
+    directory._content[0] = None
+    with pytest.raises(ValueError, match="malformed"):
+        directory.check()
+
+
 def test_directory_check_catches_a_map_that_disagrees_with_the_contents() -> None:
     """A holder set changed behind the directory's back, or an unmerged pair of equal
     neighbours, is reported (Scheduler.validate relies on it)."""

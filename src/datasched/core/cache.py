@@ -273,13 +273,19 @@ class RangeCache(Holds):
             if not new:
                 return _EMPTY, evicted
         key = self.replacement.key_on_insert(stamp)
-        for a, b in new:
-            i = bisect_left(self._starts, a)
-            self._starts.insert(i, a)
-            self._stops.insert(i, b)
-            self._keys.insert(i, key)
-            self._seqs.insert(i, 0)
-            self._push(i)
+        starts, stops, keys, seqs = self._starts, self._stops, self._keys, self._seqs
+        heap, counter = self._heap, self._seq
+        for a, b in zip(new._starts, new._stops, strict=True):
+            # ``_push`` written out: this runs for every range a subjob brings in.
+            i = bisect_left(starts, a)
+            seq = next(counter)
+            starts.insert(i, a)
+            stops.insert(i, b)
+            keys.insert(i, key)
+            seqs.insert(i, seq)
+            heapq.heappush(heap, (key, seq, a, b))
+        if len(heap) > 2 * len(starts) + 1024:
+            self._rebuild_heap()
         self._used += new.length
         self._content = None
         return new, evicted
@@ -311,11 +317,15 @@ class RangeCache(Holds):
         heap = self._heap
         heapq.heappush(heap, (self._keys[i], seq, self._starts[i], self._stops[i]))
         if len(heap) > 2 * len(self._starts) + 1024:
-            # Stale entries leave only through evictions: a cache that never fills (a
-            # long-running worker's) would grow its heap with every split and merge. Rebuilt
-            # from the extents, one entry each, it stays O(extents), amortised O(1) a push.
-            heap[:] = zip(self._keys, self._seqs, self._starts, self._stops, strict=True)
-            heapq.heapify(heap)
+            self._rebuild_heap()
+
+    def _rebuild_heap(self) -> None:
+        """Stale entries leave only through evictions: a cache that never fills (a
+        long-running worker's) would grow its heap with every split and merge. Rebuilt from
+        the extents, one entry each, it stays O(extents), amortised O(1) a push."""
+        heap = self._heap
+        heap[:] = zip(self._keys, self._seqs, self._starts, self._stops, strict=True)
+        heapq.heapify(heap)
 
     def _split_at(self, point: int) -> None:
         """Cut the extent containing ``point`` in its interior into two."""

@@ -15,6 +15,7 @@ from datasched.core.intervals import IntervalSet
 __all__ = ["CacheDirectory"]
 
 _EMPTY = IntervalSet()
+_NONE: frozenset[int] = frozenset()
 _CHUNK = 256
 """Half the most boundaries a chunk of the segment map holds (see CacheDirectory)."""
 
@@ -37,49 +38,142 @@ class CacheDirectory:
     are the same as a flat list's.
     """
 
-    __slots__ = ("_bounds", "_content", "_firsts", "_holders")
+    __slots__ = (
+        "_bounds",
+        "_content",
+        "_firsts",
+        "_holders",
+        "_lengths",
+        "_sets",
+        "_starts_of",
+        "_stops_of",
+    )
 
     def __init__(self, n_nodes: int) -> None:
         self._bounds: list[list[int]] = [[0]]
-        self._holders: list[list[frozenset[int]]] = [[frozenset()]]
+        self._holders: list[list[frozenset[int]]] = [[_NONE]]
         self._firsts: list[int] = [0]
-        self._content: list[IntervalSet] = [_EMPTY] * n_nodes
+        self._sets: dict[frozenset[int], frozenset[int]] = {_NONE: _NONE}
+        """Every set of holders the map has held, each kept once: segments with the same
+        holders share one frozenset (a 1,000-node map holds 10^5 segments or more, and a
+        frozenset costs 216 bytes; docs/performance.md, "The constant factor")."""
+        # Each node's content as two lists changed in place (a range spliced in or out: a
+        # bisect and a short move), not an IntervalSet rebuilt, lists copied, on every cache
+        # change; the IntervalSet is made when asked for and kept until the next change.
+        self._starts_of: list[list[int]] = [[] for _ in range(n_nodes)]
+        self._stops_of: list[list[int]] = [[] for _ in range(n_nodes)]
+        self._lengths: list[int] = [0] * n_nodes
+        self._content: list[IntervalSet | None] = [_EMPTY] * n_nodes
 
     def add_node(self) -> int:
         """Make room for one more node (numbered next); returns its number."""
+        self._starts_of.append([])
+        self._stops_of.append([])
+        self._lengths.append(0)
         self._content.append(_EMPTY)
         return len(self._content) - 1
 
     def clear(self, node: int) -> IntervalSet:
         """Forget everything ``node`` caches; returns what it held."""
-        gone = self._content[node]
+        gone = self.content(node)
         self.remove(node, gone)
         return gone
 
     def content(self, node: int) -> IntervalSet:
         """Everything ``node`` caches."""
-        return self._content[node]
+        content = self._content[node]
+        if content is None:
+            content = IntervalSet._make(
+                self._starts_of[node].copy(), self._stops_of[node].copy(), self._lengths[node]
+            )
+            self._content[node] = content
+        return content
 
     def cached_on(self, node: int, data: IntervalSet) -> IntervalSet:
         """The part of ``data`` that ``node`` caches."""
-        return data & self._content[node]
+        return data & self.content(node)
 
     def cached_length(self, node: int, data: IntervalSet) -> int:
-        """How many events of ``data`` ``node`` caches."""
-        return data.overlap_length(self._content[node])
+        """How many events of ``data`` ``node`` caches (``data.overlap_length`` of the
+        content, from the lists: hot in the master's cost estimates)."""
+        starts, stops = self._starts_of[node], self._stops_of[node]
+        if not starts:
+            return 0
+        total = 0
+        for a, b in zip(data._starts, data._stops, strict=True):
+            lo = bisect_right(stops, a)
+            hi = bisect_left(starts, b)
+            for k in range(lo, hi):
+                s = starts[k] if starts[k] > a else a
+                e = stops[k] if stops[k] < b else b
+                total += e - s
+        return total
+
+    def covers(self, node: int, data: IntervalSet) -> bool:
+        """Whether ``node`` caches every event of ``data`` (``data.issubset`` of the
+        content, from the lists)."""
+        if not data:
+            return True
+        if data.length > self._lengths[node]:
+            return False
+        starts, stops = self._starts_of[node], self._stops_of[node]
+        # The content's ranges neither overlap nor touch: each of data's lies inside one.
+        for a, b in zip(data._starts, data._stops, strict=True):
+            i = bisect_right(starts, a) - 1
+            if i < 0 or stops[i] < b:
+                return False
+        return True
 
     def add(self, node: int, data: IntervalSet) -> None:
         if not data:
             return
-        self._content[node] = self._content[node] | data
-        for a, b in data:
+        starts, stops = self._starts_of[node], self._stops_of[node]
+        length = self._lengths[node]
+        for a, b in zip(data._starts, data._stops, strict=True):
+            # Merged with the ranges it overlaps or touches (as ``IntervalSet.__or__``).
+            lo = bisect_left(stops, a)
+            hi = bisect_right(starts, b)
+            if lo < hi:
+                for k in range(lo, hi):
+                    length -= stops[k] - starts[k]
+                a = a if a < starts[lo] else starts[lo]
+                b = b if b > stops[hi - 1] else stops[hi - 1]
+            length += b - a
+            starts[lo:hi] = (a,)
+            stops[lo:hi] = (b,)
+        self._lengths[node] = length
+        self._content[node] = None
+        for a, b in zip(data._starts, data._stops, strict=True):
             self._update(a, b, node, add=True)
 
     def remove(self, node: int, data: IntervalSet) -> None:
         if not data:
             return
-        self._content[node] = self._content[node] - data
-        for a, b in data:
+        starts, stops = self._starts_of[node], self._stops_of[node]
+        length = self._lengths[node]
+        for a, b in zip(data._starts, data._stops, strict=True):
+            # Cut out of the ranges it overlaps (as ``IntervalSet.__sub__``).
+            lo = bisect_right(stops, a)
+            hi = bisect_left(starts, b)
+            if lo >= hi:
+                continue
+            for k in range(lo, hi):
+                length -= stops[k] - starts[k]
+            kept_starts = []
+            kept_stops = []
+            if starts[lo] < a:
+                kept_starts.append(starts[lo])
+                kept_stops.append(a)
+                length += a - starts[lo]
+            if stops[hi - 1] > b:
+                kept_starts.append(b)
+                kept_stops.append(stops[hi - 1])
+                length += stops[hi - 1] - b
+            starts[lo:hi] = kept_starts
+            stops[lo:hi] = kept_stops
+        self._lengths[node] = length
+        self._content[node] = None
+        for a, b in zip(data._starts, data._stops, strict=True):
             self._update(a, b, node, add=False)
 
     def holders(self, start: int, stop: int) -> list[tuple[int, int, frozenset[int]]]:
@@ -136,9 +230,13 @@ class CacheDirectory:
             flat_b += cb
             flat_h += ch
         # Recompute: every content boundary, then the holders of each elementary piece.
-        points = sorted({p for ranges in self._content for ab in ranges for p in ab} | {0})
+        contents = [self.content(node) for node in range(len(self._content))]
+        for node, ranges in enumerate(contents):
+            if ranges != IntervalSet(ranges) or ranges.length != sum(b - a for a, b in ranges):
+                raise ValueError(f"cache directory: node {node}'s content is malformed")
+        points = sorted({p for ranges in contents for ab in ranges for p in ab} | {0})
         cover: dict[int, set[int]] = {p: set() for p in points}
-        for node, ranges in enumerate(self._content):
+        for node, ranges in enumerate(contents):
             for a, b in ranges:
                 for p in points[bisect_left(points, a) : bisect_left(points, b)]:
                     cover[p].add(node)
@@ -187,6 +285,59 @@ class CacheDirectory:
             self._firsts[c] = cb[0]
 
     def _update(self, a: int, b: int, node: int, *, add: bool) -> None:
+        """Add ``node`` to (or remove it from) the holders of ``[a, b)``, merging equal
+        neighbours. Where ``[a, b)`` and the segment before it lie in one chunk (nearly
+        always), in one pass over that chunk's slice: both cuts, the changed holders and
+        the merge (the map is the one :meth:`_update_across` makes; this runs on every
+        cache change, docs/performance.md, "The constant factor")."""
+        firsts = self._firsts
+        c = max(bisect_right(firsts, a) - 1, 0)
+        if c + 1 < len(firsts) and firsts[c + 1] <= b:
+            self._update_across(a, b, node, add=add)
+            return
+        cb = self._bounds[c]
+        ch = self._holders[c]
+        i = bisect_left(cb, a)
+        if i == 0 and c > 0:
+            self._update_across(a, b, node, add=add)  # the segment before is another chunk's
+            return
+        if i == len(cb) or cb[i] != a:
+            cb.insert(i, a)
+            ch.insert(i, ch[i - 1])
+        j = bisect_left(cb, b, i)
+        if j == len(cb) or cb[j] != b:
+            cb.insert(j, b)
+            ch.insert(j, ch[j - 1])
+        one = {node}
+        sets = self._sets
+        lo = i - 1 if i > 0 else 0
+        # The boundaries lo..j (inclusive), those inside [a, b) with their holders changed,
+        # less every one whose holders equal the segment's before it.
+        keep_b = [cb[lo]]
+        prev = ch[lo]
+        if lo == i:
+            prev = ch[lo] | one if add else ch[lo] - one
+            prev = sets.setdefault(prev, prev)
+        keep_h = [prev]
+        for k in range(lo + 1, j + 1):
+            h = ch[k]
+            if k < j:
+                h = h | one if add else h - one
+                h = sets.setdefault(h, h)
+            if h != prev:
+                keep_b.append(cb[k])
+                keep_h.append(h)
+                prev = h
+        cb[lo : j + 1] = keep_b
+        ch[lo : j + 1] = keep_h
+        if len(cb) > 2 * _CHUNK:
+            self._bounds[c + 1 : c + 1] = [cb[_CHUNK:]]
+            self._holders[c + 1 : c + 1] = [ch[_CHUNK:]]
+            firsts.insert(c + 1, cb[_CHUNK])
+            del cb[_CHUNK:], ch[_CHUNK:]
+
+    def _update_across(self, a: int, b: int, node: int, *, add: bool) -> None:
+        """:meth:`_update` where ``[a, b)`` or the segment before it crosses chunks."""
         self._cut(a)
         self._cut(b)
         bounds, holders = self._bounds, self._holders
@@ -205,7 +356,8 @@ class CacheDirectory:
             while i < len(cb):
                 x = cb[i]
                 if a <= x < b:
-                    ch[i] = ch[i] | {node} if add else ch[i] - {node}
+                    h = ch[i] | {node} if add else ch[i] - {node}
+                    ch[i] = self._sets.setdefault(h, h)
                 elif x >= b:
                     past += 1
                 span.append((x, ch[i]))

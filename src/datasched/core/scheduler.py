@@ -251,7 +251,8 @@ class Scheduler(Commands):
         out: list[Action] = []
         self._out = out
         self._handlers[kind](event)
-        self._offer_freed()
+        if self._freed:
+            self._offer_freed()
         if self.replicator is not None:
             self.replicator.observe(self, event, out)
         if not self.running and self.jobs and self._idle:
@@ -666,7 +667,7 @@ class Scheduler(Commands):
             return
         # The moved part keeps naming the node that caches it (its queue of origin, for
         # out-of-order scheduling), unless the target's node caches it itself.
-        on_target = released.issubset(self.directory.content(node))
+        on_target = self.directory.covers(node, released)
         cached_on = node if on_target else sj.cached_on
         self.start(self._make_subjob(js, released, cached_on, True), target)
 

@@ -167,8 +167,8 @@ class SharedFetches(EngineState):
         """The subjob ``run`` on ``slot`` stops (``stopping``) or was shrunk: each file it
         was fetching for others and no longer will (not done by now) goes to the first of
         them still waiting. Only the files it fetches are looked at: stops are frequent."""
-        if not run.fetched:
-            return
+        if not run.fetched or not self._fetching:
+            return  # (range caches fetch no whole files: nothing to hand over)
         subjob_id = run.subjob.subjob_id
         for i in self.space.files_in(run.fetched):
             entry = self._fetching.get(i)
