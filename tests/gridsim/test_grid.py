@@ -17,10 +17,13 @@ from datasched.policies.grid.schedulers import (
     DATA_RANDOM,
     JOB_ADAPTIVE,
     JOB_DATA_PRESENT,
+    JOB_LEAST_LOADED,
     JOB_LOCAL,
     DatasetScheduler,
     ExternalScheduler,
     GridJob,
+    GridRng,
+    GridView,
     build_grid_scheduler,
     grid_schedulers,
 )
@@ -163,6 +166,10 @@ class FakeView:
     def waiting(self, site: int) -> int:
         return self.loads[site]
 
+    def least_waiting(self) -> Sequence[int]:
+        low = min(self.loads)
+        return [s for s, n in enumerate(self.loads) if n == low]
+
     def holders(self, dataset: int) -> Sequence[int]:
         return self._holders
 
@@ -248,3 +255,37 @@ def test_the_tree_has_its_tiers_and_paths_meet_at_a_common_ancestor() -> None:
     assert tree.hops(6, 7) == 4  # under different tier-1 sites: through tier 0
     assert tree.path(6, 7) == tuple(reversed(tree.path(7, 6)))
     assert layout(GridConfig()).user_site.count(0) == 4  # 120 users over 30 sites
+
+
+class _ScanLeastLoaded(ExternalScheduler):
+    """JobLeastLoaded as it was: a pass over every site's queue at each job. Beside the
+    indexed one, it checks at every choice that the view's index gives the same sites."""
+
+    name = "scan-least-loaded"
+    checked = 0
+
+    def choose(self, job: GridJob, view: GridView, rng: GridRng) -> int:
+        sites = range(view.n_sites)
+        low = min(view.waiting(s) for s in sites)
+        best = [s for s in sites if view.waiting(s) == low]
+        assert list(view.least_waiting()) == best
+        self.checked += 1
+        return best[rng.randrange(len(best))]
+
+
+@pytest.mark.parametrize("local", ["fifo", "data-ready", "farm"])
+def test_the_least_loaded_index_is_the_scan(local: str) -> None:
+    """The sites with the fewest waiting jobs, kept as queues change, are those a pass over
+    the grid finds at every choice, and JobLeastLoaded sends every job where the pass sends
+    it; with sites' own queues and with a cluster policy at each site (its core queue)."""
+    cfg = replace(SMALL, local=local, users=24, jobs=240)
+    scan = _ScanLeastLoaded()
+    data = build_grid_scheduler(DATA_LEAST_LOADED, threshold=2)
+    assert isinstance(data, DatasetScheduler)
+    by_scan = GridSim(cfg, scan, data)
+    by_scan.run()
+    assert scan.checked == cfg.jobs
+    assert len(set(by_scan.site_of)) > 1
+    indexed = simulate(cfg, JOB_LEAST_LOADED, DATA_LEAST_LOADED)
+    assert indexed.site_of == by_scan.site_of
+    assert indexed.ended == by_scan.ended

@@ -103,7 +103,7 @@ def nap(x):
     return x
 
 store = RunStore(Path(sys.argv[1]), {"t": 1})
-units = [Unit(f"u{x}", f"unit {x}", partial(nap, x), cost=-x) for x in range(4)]
+units = [Unit(f"u{x}", f"unit {x}", partial(nap, x), cost=-x) for x in range(5)]
 try:
     with sigterm_interrupts():
         run_units(units, processes=2, store=store, say=lambda m: print(m, flush=True))
@@ -113,25 +113,35 @@ except KeyboardInterrupt:
 """
 
 
-def test_sigterm_keeps_finished_runs_and_stops_the_workers(tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", ["sigterm", "ctrl-c"])
+def test_a_stop_keeps_finished_runs_and_stops_the_workers(tmp_path: Path, how: str) -> None:
+    """SIGTERM to the command, or Ctrl-C as a terminal sends it: SIGINT to the whole process
+    group, workers included. Either way the finished runs are kept, the workers end, and no
+    worker prints a traceback of its own."""
     script = tmp_path / "run.py"
     script.write_text(_SCRIPT)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     proc = subprocess.Popen(
         [sys.executable, str(script), str(tmp_path / "runs")],
         stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
         env=env,
+        start_new_session=True,
     )
     assert proc.stdout is not None
     seen = [proc.stdout.readline(), proc.stdout.readline()]
-    assert all(line.startswith(("[1/4]", "[2/4]")) for line in seen), seen
+    assert all(line.startswith(("[1/5]", "[2/5]")) for line in seen), seen
     workers = _children(proc.pid)
     assert workers  # the two still asleep
-    proc.send_signal(signal.SIGTERM)
-    out, _ = proc.communicate(timeout=30)
-    assert proc.returncode == 130, out
+    if how == "sigterm":
+        proc.send_signal(signal.SIGTERM)
+    else:
+        os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, out + err
     assert "interrupted 2" in out
+    assert "Traceback" not in err, err
     assert sorted(p.name.split("-")[0] for p in (tmp_path / "runs").glob("*.json")) == [
         "u0",
         "u1",

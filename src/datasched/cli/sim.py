@@ -147,9 +147,10 @@ def sim(
 
     While it runs, stderr shows the simulated time, the jobs ended and the time left: a bar
     on a terminal, a line every 10 s otherwise. `--until` and `--max-jobs` stop a long run
-    early, with figures marked partial.
+    early, with figures marked partial; so does Ctrl-C (or SIGTERM), which then exits with
+    status 130 (twice: at once, without figures).
     """
-    from datasched.cli.simprogress import SimProgressView, parse_sim_time
+    from datasched.cli.simprogress import SimProgressView, interrupt_stops, parse_sim_time
 
     until_s = None
     if until is not None:
@@ -181,7 +182,7 @@ def sim(
         )
         check_out_file(trace_log, "--trace-log")
     view = SimProgressView(f"{policy}, {config.n_jobs} jobs", quiet=as_json)
-    with view, open_trace(trace_log) as sink:
+    with view, open_trace(trace_log) as sink, interrupt_stops() as stop:
         summary, _ = simulate(
             config,
             validate=check or None,
@@ -189,15 +190,19 @@ def sim(
             until=until_s,
             max_jobs=max_jobs,
             on_progress=view,
+            stop=stop,
         )
     if as_json:
         print_json(jsonable(summary.to_dict()))
-        return
-    out.print(summary_detail(summary))
-    out.print(
-        f"{summary.events_handled} scheduler events in {summary.wall_s:.2f} s of wall-clock time",
-        highlight=False,
-    )
+    else:
+        out.print(summary_detail(summary))
+        out.print(
+            f"{summary.events_handled} scheduler events in {summary.wall_s:.2f} s of "
+            "wall-clock time",
+            highlight=False,
+        )
+    if summary.stopped_by == "interrupt":
+        raise typer.Exit(130)  # as a shell reports a command ended by Ctrl-C
 
 
 @app.command("max-load")

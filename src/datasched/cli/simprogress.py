@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import math
 import re
+import signal
+import threading
 import time
-from types import TracebackType
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import FrameType, TracebackType
 
 from rich.console import Console
 from rich.progress import (
@@ -24,7 +28,14 @@ from rich.progress import (
 from datasched.cli.common import err
 from datasched.sim.experiment import SimProgress
 
-__all__ = ["LINE_EVERY_S", "SimProgressView", "parse_sim_time", "sim_time", "wall_time"]
+__all__ = [
+    "LINE_EVERY_S",
+    "SimProgressView",
+    "interrupt_stops",
+    "parse_sim_time",
+    "sim_time",
+    "wall_time",
+]
 
 LINE_EVERY_S = 10.0
 """Wall-clock seconds between two plain progress lines when stderr is not a terminal."""
@@ -131,3 +142,34 @@ class SimProgressView:
             self._last_line = now
             self.lines += 1
             self.console.print(line(p), markup=False, highlight=False, soft_wrap=True)
+
+
+@contextmanager
+def interrupt_stops(console: Console | None = None) -> Iterator[Callable[[], bool]]:
+    """While inside, Ctrl-C (SIGINT) and SIGTERM do not kill the command: they raise a flag,
+    and the run asks it (the ``stop`` of :func:`~datasched.sim.experiment.simulate`) between
+    two slices, then stops with partial figures. A second signal stops at once
+    (KeyboardInterrupt), for a run that will not come back. The previous handlers are put
+    back after; outside the main thread (where no handler can be set) nothing changes."""
+    stopped = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield stopped.is_set
+        return
+    say = console or err
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if stopped.is_set():
+            raise KeyboardInterrupt
+        stopped.set()
+        say.print(
+            "interrupted: stopping the run, its partial figures follow (again to quit at once)",
+            markup=False,
+            highlight=False,
+        )
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stopped.is_set
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)

@@ -28,7 +28,7 @@ def summary_detail(s: Summary) -> Table:
     if s.file_gb:
         title += f", {s.file_gb:g} GB files"
     if s.partial:
-        bound = "--until" if s.stopped_by == "until" else "--max-jobs"
+        bound = {"until": "--until", "max_jobs": "--max-jobs"}.get(s.stopped_by, "interrupt")
         title = f"PARTIAL (stopped by {bound}): {title}"
     table = Table(title=title, box=box.SIMPLE_HEAD, show_header=False, pad_edge=False)
     table.add_column("figure", style="bold")

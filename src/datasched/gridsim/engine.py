@@ -19,6 +19,7 @@ from __future__ import annotations
 import heapq
 import math
 import random
+from bisect import bisect_left, insort
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -127,6 +128,11 @@ class GridSim:
         self.net = Network()
         self.rng = random.Random(f"grid-run-{cfg.seed}")
         self.sites = [_Site(p, cfg.cache_gb * GB, p) for p in self.grid.procs]
+        self._by_waiting: dict[int, list[int]] = {0: list(range(cfg.sites))}
+        """Waiting jobs -> the sites with that many, in site order: the least loaded sites
+        without a pass over the grid at every job (:meth:`least_waiting`, docs/scale.md)."""
+        self._least = 0
+        """The fewest waiting jobs of any site (a key of ``_by_waiting``)."""
         self._holders: dict[int, list[int]] = {}
         for d, home in enumerate(self.grid.home):
             self.sites[home].present.add(d)
@@ -176,6 +182,24 @@ class GridSim:
     def waiting(self, site: int) -> int:
         s = self.sites[site]
         return len(s.queue) + len(s.handed)
+
+    def least_waiting(self) -> Sequence[int]:
+        return self._by_waiting[self._least]
+
+    def _waiting_moved(self, site: int, before: int) -> None:
+        """``site``'s waiting jobs changed from ``before``: ``_by_waiting`` follows."""
+        after = self.waiting(site)
+        if after == before:
+            return
+        bucket = self._by_waiting[before]
+        del bucket[bisect_left(bucket, site)]
+        if not bucket:
+            del self._by_waiting[before]
+        insort(self._by_waiting.setdefault(after, []), site)
+        if after < self._least:
+            self._least = after
+        elif before == self._least and before not in self._by_waiting:
+            self._least = min(self._by_waiting)
 
     def holders(self, dataset: int) -> Sequence[int]:
         return self._holders[dataset]
@@ -260,7 +284,9 @@ class GridSim:
         self.started.append(-1.0)
         self.ended.append(-1.0)
         s = self.sites[site]
+        before = self.waiting(site)
         s.queue.append(job.job_id)
+        self._waiting_moved(site, before)
         s.backlog_s += job.compute_s
         s.pins[d] = s.pins.get(d, 0) + 1
         self.trace.append((self.now, "submit", job.job_id, site, d))
@@ -351,7 +377,9 @@ class GridSim:
                     break
             if pick < 0:
                 return
-            self._start(site, s.queue.pop(pick))
+            job_id = s.queue.pop(pick)
+            self._waiting_moved(site, len(s.queue) + 1 + len(s.handed))
+            self._start(site, job_id)
 
     def _start(self, site: int, job_id: int) -> None:
         self.sites[site].free -= 1
@@ -361,7 +389,9 @@ class GridSim:
     def _core_started(self, site: int, job_id: int) -> None:
         """A site's core started the first part of ``job_id``."""
         s = self.sites[site]
-        s.handed.discard(job_id)
+        if job_id in s.handed:
+            s.handed.discard(job_id)
+            self._waiting_moved(site, self.waiting(site) + 1)
         self._began(site, job_id)
         s.free = max(0, s.procs - len(s.running_ends))
 

@@ -269,6 +269,7 @@ def simulate(
     max_jobs: int | None = None,
     on_progress: Callable[[SimProgress], None] | None = None,
     progress_every_s: float = 0.5,
+    stop: Callable[[], bool] | None = None,
 ) -> tuple[Summary, SimRun]:
     """Run one simulation and summarise it. ``validate``: the scheduler checks its books
     after the events (None: as ``DATASCHED_VALIDATE`` says); ``trace`` receives its records
@@ -280,6 +281,11 @@ def simulate(
     of the first ``max_jobs``), those of them that ended; a partial run is judged
     overloaded only on its backlog, not on the jobs it left unfinished. ``on_progress``
     sees where the run stands every ``progress_every_s`` of wall-clock time.
+
+    ``stop`` is asked between two slices of the run (a few milliseconds apart): once it
+    answers true, the run stops there as at a bound, ``stopped_by`` "interrupt" (Ctrl-C in
+    ``datasched sim``). The scheduler is never cut in the middle of an event, so the partial
+    figures are those of a consistent state.
     """
     if until is not None and not (until > 0):
         raise ConfigError("until", f"must be a positive number of seconds, got {until!r}")
@@ -315,11 +321,13 @@ def simulate(
         max_backlog = 20 * config.n_nodes * config.slots + math.ceil(batch)
     t0 = time.perf_counter()
     stopped_by = ""
-    if until is None and max_jobs is None and on_progress is None:
+    if until is None and max_jobs is None and on_progress is None and stop is None:
         run = engine.run(jobs, measure=measure, max_backlog=max_backlog)
     else:
         engine.begin(jobs, measure=measure, max_backlog=max_backlog)
-        stopped_by = _advance(engine, until, max_jobs, len(jobs), on_progress, progress_every_s, t0)
+        stopped_by = _advance(
+            engine, until, max_jobs, len(jobs), on_progress, progress_every_s, t0, stop
+        )
         run = engine.close()
     wall = time.perf_counter() - t0
     if sched.validating:
@@ -349,9 +357,11 @@ def _advance(
     on_progress: Callable[[SimProgress], None] | None,
     every_s: float,
     t0: float,
+    stop: Callable[[], bool] | None = None,
 ) -> str:
     """Drive a begun run in slices of :data:`PROGRESS_STEPS` entries, reporting progress
-    and stopping at the bounds; which bound stopped it ("" if it ran to its end)."""
+    and stopping at the bounds or when ``stop`` says so; which bound stopped it ("" if it
+    ran to its end, "interrupt" if ``stop`` did)."""
     bound = math.inf if until is None else until
     total = n_jobs if max_jobs is None else min(max_jobs, n_jobs)
     last = t0
@@ -361,6 +371,9 @@ def _advance(
             on_progress(SimProgress(engine.now, engine.jobs_ended, total, until, now - t0))
 
     while True:
+        if stop is not None and stop():
+            report(time.perf_counter())
+            return "interrupt"
         steps = PROGRESS_STEPS
         if max_jobs is not None:
             # A heap entry ends at most one job: never step past the max_jobs-th.

@@ -60,10 +60,11 @@ class Summary:
     replications: int = 0
     """Hot files copied between node caches beside the policy (``--replicate-hot``)."""
     partial: bool = False
-    """The run was stopped before its jobs ended (``--until``, ``--max-jobs``): the figures
-    are of the measured jobs that ended by then."""
+    """The run was stopped before its jobs ended (``--until``, ``--max-jobs``, Ctrl-C): the
+    figures are of the measured jobs that ended by then."""
     stopped_by: str = ""
-    """What stopped a partial run: ``until`` (simulated time) or ``max_jobs``."""
+    """What stopped a partial run: ``until`` (simulated time), ``max_jobs`` or
+    ``interrupt`` (Ctrl-C or SIGTERM in ``datasched sim``)."""
     end_s: float = 0.0
     """Simulated time at the end of the run."""
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 from collections.abc import Callable, Coroutine, Sequence
 from concurrent.futures import (
     CancelledError,
@@ -122,7 +123,8 @@ def map_in_processes(
                 on_done(i, result)
         return out
     results: dict[int, R] = {}
-    with ProcessPoolExecutor(max_workers=min(processes, len(items))) as pool:
+    workers = min(processes, len(items))
+    with ProcessPoolExecutor(max_workers=workers, initializer=_worker_signals) as pool:
         futures: dict[Future[R], int] = {pool.submit(fn, item): i for i, item in enumerate(items)}
         try:
             for future in as_completed(futures):
@@ -139,6 +141,19 @@ def map_in_processes(
             pool.shutdown(wait=True, cancel_futures=True)
             raise
     return [results[i] for i in range(len(items))]
+
+
+def _worker_signals() -> None:
+    """In a worker process: Ctrl-C is for the parent alone, and SIGTERM ends the worker.
+
+    A terminal sends SIGINT to the whole process group; the parent stops the workers itself
+    (:func:`_stop_workers`, keeping what finished), whereas a worker interrupted on its own
+    prints a traceback and may break the pool under the parent's feet. A worker forked while
+    the parent turns SIGTERM into KeyboardInterrupt (``reproduce``) inherits that handler;
+    the pool's worker loop catches the exception and waits for more work, so the parent's
+    ``terminate()`` would not end it. The default action does."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _stop_workers(pool: ProcessPoolExecutor) -> None:

@@ -72,6 +72,11 @@ class GridView(Protocol):
         """Jobs queued at ``site`` and not yet running: its load, as the paper defines it."""
         ...
 
+    def least_waiting(self) -> Sequence[int]:
+        """The sites with the fewest waiting jobs, in site order (kept as the queues change:
+        the least loaded of all sites without a pass over them, docs/scale.md)."""
+        ...
+
     def holders(self, dataset: int) -> Sequence[int]:
         """Sites holding a whole replica of ``dataset`` now, in site order."""
         ...
@@ -100,6 +105,13 @@ def _least_loaded(sites: Sequence[int], view: GridView, rng: GridRng) -> int:
     """The site of ``sites`` with the fewest waiting jobs, ties broken at random."""
     low = min(view.waiting(s) for s in sites)
     best = [s for s in sites if view.waiting(s) == low]
+    return best[rng.randrange(len(best))]
+
+
+def _least_loaded_of_all(view: GridView, rng: GridRng) -> int:
+    """:func:`_least_loaded` of every site, the same answer from the same draw, read from the
+    view's index instead of a pass over the grid."""
+    best = view.least_waiting()
     return best[rng.randrange(len(best))]
 
 
@@ -213,7 +225,7 @@ class JobLeastLoaded(ExternalScheduler):
     summary = "Send each job to the site with the fewest waiting jobs."
 
     def choose(self, job: GridJob, view: GridView, rng: GridRng) -> int:
-        return _least_loaded(range(view.n_sites), view, rng)
+        return _least_loaded_of_all(view, rng)
 
 
 @_register
@@ -247,7 +259,7 @@ class JobAdaptive(ExternalScheduler):
     def choose(self, job: GridJob, view: GridView, rng: GridRng) -> int:
         holder = _least_loaded(view.holders(job.dataset), view, rng)
         options = [(view.start_estimate_s(holder), 0, holder)]  # the data is there
-        for rank, site in enumerate((job.origin, _least_loaded(range(view.n_sites), view, rng))):
+        for rank, site in enumerate((job.origin, _least_loaded_of_all(view, rng))):
             wait = max(view.start_estimate_s(site), view.fetch_estimate_s(job.dataset, site))
             options.append((wait, rank + 1, site))
         return min(options)[2]

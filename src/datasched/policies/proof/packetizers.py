@@ -52,6 +52,11 @@ class Packetizer:
         self.pieces: dict[int, list[Piece]] = {}
         """File index -> its pieces."""
         self.workers: dict[int, Worker] = {}
+        self._perfs: dict[float, int] = {}
+        """Performance index -> workers with it: the best of them sizes packets
+        (:meth:`best_perf`) without a pass over every worker at every packet."""
+        self._best: float | None = None
+        """The highest index in ``_perfs``; None: to find again (its last worker left)."""
         self.processed = 0
         self.cum_busy_s = 0.0
         self.handed = 0
@@ -82,15 +87,42 @@ class Packetizer:
         home = self.nodes.get(host)
         if home is not None:
             home.my += 1
+        old = self.workers.get(slot)
+        if old is not None:
+            self._forget_perf(old.perf)
         self.workers[slot] = Worker(slot, host, home, home, perf)
+        self._perfs[perf] = self._perfs.get(perf, 0) + 1
+        if self._best is not None and perf > self._best:
+            self._best = perf
 
     def remove_worker(self, slot: int) -> None:
         w = self.workers.pop(slot, None)
         if w is None:
             return
+        self._forget_perf(w.perf)
         self._drop_current(w)
         if w.home is not None:
             w.home.my -= 1
+
+    def _forget_perf(self, perf: float) -> None:
+        left = self._perfs[perf] - 1
+        if left:
+            self._perfs[perf] = left
+        else:
+            del self._perfs[perf]
+            if perf == self._best:
+                self._best = None
+
+    def best_perf(self, default: float) -> float:
+        """The highest performance index among the workers (``default`` with none), kept
+        between packets: found again over the distinct indexes only when the last worker
+        with the best one leaves, not over every worker at every packet, as the workers grow
+        with the cluster (docs/scale.md)."""
+        if not self._perfs:
+            return default
+        if self._best is None:
+            self._best = max(self._perfs)
+        return self._best
 
     # -- state -------------------------------------------------------------------------------
 
@@ -295,7 +327,7 @@ class BasicPacketizer(Packetizer):
             base = self.packet_events
         else:
             base = max(self.total // (self.fraction * max(len(self.workers), 1)), 1)
-        best = max((x.perf for x in self.workers.values()), default=w.perf)
+        best = self.best_perf(w.perf)
         n = max(int(base * w.perf / best), 1)
         return min(n, piece.todo.length)
 

@@ -211,6 +211,12 @@ class ProofPolicy(Policy):
 
     def _offer_idle(self, sched: SchedulerView) -> None:
         for slot in list(sched.idle_slots):
+            if not self.groups.on and not any(pk.has_todo() for pk in self._jobs.values()):
+                # Nothing left to hand out: every further slot would be refused by every
+                # job. Stopping here spares a pass over the cluster's idle slots at each
+                # query, once its packets are out (docs/scale.md); with resource scheduling
+                # on, each slot's turn also keeps the groups' books, so it is not skipped.
+                break
             if sched.is_idle(slot):
                 self._serve(sched, slot)
 
