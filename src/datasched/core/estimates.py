@@ -16,7 +16,8 @@ from datasched.core.directory import CacheDirectory
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import CostModel, Topology
 from datasched.core.policy import ReadMode
-from datasched.core.state import Running
+from datasched.core.splitindex import SplitIndex
+from datasched.core.state import JobState, Running, SchedulerError
 
 __all__ = ["Estimates"]
 
@@ -31,6 +32,7 @@ class Estimates:
     cost: CostModel
     min_subjob_events: int
     running: dict[int, Running]
+    jobs: dict[int, JobState]
     directory: CacheDirectory
     _reads: ReadMode
     slot_node: list[int]
@@ -43,6 +45,9 @@ class Estimates:
     that never ask do not keep it)."""
     fastest_s_per_event: float
     slowest_s_per_event: float
+    _split_index: SplitIndex | None = None
+    """The running subjobs by pace and by event range (cache-oriented splitting's split
+    choice); built on the first question that needs it."""
 
     def node_of(self, slot: int) -> int:
         return self.slot_node[slot]
@@ -125,6 +130,8 @@ class Estimates:
         running subjob (a shrink that released nothing enters a copy), so it is amortised
         O(1) per entry and the list stays O(slots) instead of growing with every subjob
         started."""
+        if self._split_index is not None:
+            self._split_index.add(r)
         order = self._by_end
         if order is None:
             return  # not asked for yet: built from ``running`` when it is
@@ -142,6 +149,26 @@ class Estimates:
         for neg_end, slot, subjob_id in self._end_heap():
             if current(neg_end, slot, subjob_id) and not visit(slot, -neg_end - now):
                 break
+
+    def split_candidates(self, content: IntervalSet) -> tuple[list[int], list[int]]:
+        """``(cached, leaders)``: the slots of every settled running subjob whose data shares
+        an event with ``content`` (a node's cache), and the few others that may have the most
+        events left at their pace (:meth:`SplitIndex.candidates
+        <datasched.core.splitindex.SplitIndex.candidates>`): among subjobs of one pace with
+        none of their data in ``content``, none but these can have more events left than
+        these, or as many and a later estimated end. O(paces + candidates), not O(slots)."""
+        index = self._split_index
+        if index is None:
+            index = self._split_index = SplitIndex(self.running)
+        return index.candidates(self.running, self.jobs, self.now, content)
+
+    def _validate_split_index(self) -> None:
+        """The split index (once kept) agrees with what runs: ``SplitIndex.check``."""
+        if self._split_index is not None:
+            try:
+                self._split_index.check(self.running)
+            except ValueError as e:
+                raise SchedulerError(f"validate: {e}") from None
 
     def balanced_share(self, slot: int, target: int, rest: IntervalSet) -> float:
         """Fraction of ``rest`` (what remains on ``slot``) to move to ``target`` so both end

@@ -264,6 +264,10 @@ class EstimatesView(Protocol):
 
     def longest_running(self) -> int | None: ...
     def scan_longest(self, visit: Callable[[int, float], bool]) -> None: ...
+    def split_candidates(self, content: IntervalSet) -> tuple[list[int], list[int]]:
+        """``(cached, leaders)``: every settled running subjob whose data overlaps
+        ``content``, and per pace the others that may have the most events left."""
+        ...
 
 
 class CacheView(Protocol):

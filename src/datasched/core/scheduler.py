@@ -362,6 +362,7 @@ class Scheduler(Commands):
         except ValueError as e:
             raise SchedulerError(f"validate: {e}") from None
         self._validate_by_end()
+        self._validate_split_index()
 
     def _validate_by_end(self) -> None:
         """The by-end order (once kept) is sorted and holds every settled running subjob
