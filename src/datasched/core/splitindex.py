@@ -100,8 +100,11 @@ class SplitIndex:
     the module docstring). Fed by :meth:`add` whenever a subjob starts or is shrunk."""
 
     def __init__(self, running: Mapping[int, Running]) -> None:
-        self._by_pace: dict[float, list[tuple[float, int, int]]] = {}
-        """Pace -> (-estimated end, slot, subjob id), sorted ascending, stale ones among them."""
+        self._by_pace: dict[float, list[tuple[float, float, int]]] = {}
+        """Pace -> its cohorts as (-estimated end, start, events), sorted ascending."""
+        self._cohorts: dict[tuple[float, float, int], list[tuple[int, int]]] = {}
+        """(pace, start, events) -> (slot, subjob id) of the subjobs started then with that
+        many events at that pace, sorted: the same count left at any time, the same end."""
         self._entries = 0
         self._maps: dict[int, _RunMap] = {}
         """Job id -> its event ranges' last owners."""
@@ -110,14 +113,25 @@ class SplitIndex:
 
     def add(self, r: Running) -> None:
         """Enter ``r`` (just started, or shrunk: its end and data changed)."""
-        entry = (-r.end_s, r.slot, r.subjob.subjob_id)
-        group = self._by_pace.get(r.s_per_event)
-        if group is None:
-            self._by_pace[r.s_per_event] = [entry]
-        else:
-            insort(group, entry)
-        self._entries += 1
         sj = r.subjob
+        pace = r.s_per_event
+        key = (pace, r.start_s, sj.data.length)
+        members = self._cohorts.get(key)
+        if members is None:
+            self._cohorts[key] = [(r.slot, sj.subjob_id)]
+            entry = (-r.end_s, r.start_s, sj.data.length)
+            group = self._by_pace.get(pace)
+            if group is None:
+                self._by_pace[pace] = [entry]
+            else:
+                insort(group, entry)
+        else:
+            member = (r.slot, sj.subjob_id)
+            i = bisect_left(members, member)
+            if i < len(members) and members[i] == member:
+                return  # shrunk by nothing: the same cohort, the same data
+            members.insert(i, member)
+        self._entries += 1
         run_map = self._maps.get(sj.job_id)
         if run_map is None:
             run_map = self._maps[sj.job_id] = _RunMap()
@@ -126,6 +140,7 @@ class SplitIndex:
     def _compact(self, running: Mapping[int, Running]) -> None:
         """Rebuild from what runs (each part holds only current entries again)."""
         self._by_pace = {}
+        self._cohorts = {}
         self._entries = 0
         self._maps = {}
         for r in running.values():
@@ -180,31 +195,60 @@ class SplitIndex:
                 cached_ids.add(subjob_id)
         cached.sort()
         leaders: list[int] = []
+        cohorts = self._cohorts
         for pace, group in list(self._by_pace.items()):
-            i = 0
-            n = len(group)
             top = None
-            while i < n:
-                neg_end, slot, subjob_id = group[i]
-                r = running.get(slot)
-                if r is None or r.subjob.subjob_id != subjob_id or r.end_s != -neg_end:
-                    if top is None:
-                        del group[i]  # stale at the front: gone for good
-                        n -= 1
-                        self._entries -= 1
-                        continue
-                elif r.settled and subjob_id not in cached_ids:
+            window = 0.0
+            i = 0
+            while i < len(group):
+                neg_end, start, length = group[i]
+                if top is not None and -neg_end < top - window:
+                    break
+                key = (pace, start, length)
+                members = cohorts[key]
+                leader = self._leader(members, running, start, length, cached_ids)
+                if not members:
+                    del cohorts[key]
+                    del group[i]
+                    continue
+                if leader is not None:
+                    leaders.append(leader)
                     if top is None:
                         top = -neg_end
                         window = _ROUNDING * (abs(top) + abs(now))
-                    elif -neg_end < top - window:
-                        break
-                    if not leaders or leaders[-1] != slot:
-                        leaders.append(slot)
                 i += 1
             if not group:
                 del self._by_pace[pace]
         return cached, leaders
+
+    def _leader(
+        self,
+        members: list[tuple[int, int]],
+        running: Mapping[int, Running],
+        start: float,
+        length: int,
+        cached_ids: set[int],
+    ) -> int | None:
+        """The lowest slot of a cohort running settled and not among the cached ones; the
+        members that left it (ended, or shrunk into another) are dropped from the front."""
+        i = 0
+        while i < len(members):
+            slot, subjob_id = members[i]
+            r = running.get(slot)
+            if (
+                r is None
+                or r.subjob.subjob_id != subjob_id
+                or r.start_s != start
+                or r.subjob.data.length != length
+            ):
+                if i == 0:
+                    del members[0]
+                    self._entries -= 1
+                    continue
+            elif r.settled and subjob_id not in cached_ids:
+                return slot
+            i += 1
+        return None
 
     def check(self, running: Mapping[int, Running]) -> None:
         """Raise ValueError unless each pace's order is sorted and holds every settled
@@ -212,15 +256,34 @@ class SplitIndex:
         painted with it."""
         for pace, group in self._by_pace.items():
             for before, after in itertools.pairwise(group):
-                if before > after:
+                if before >= after:
                     raise ValueError(f"the split index's pace {pace} is not sorted at {after}")
+            for neg_end, start, length in group:
+                members = self._cohorts.get((pace, start, length))
+                if members is None or -neg_end != start + length * pace:
+                    raise ValueError(
+                        f"the split index's cohort {(pace, start, length)} has no members or "
+                        "a wrong end"
+                    )
+                if any(before >= after for before, after in itertools.pairwise(members)):
+                    raise ValueError(
+                        f"the split index's cohort {(pace, start, length)} is not sorted"
+                    )
         for slot, r in running.items():
             sj = r.subjob
             if r.settled:
+                key = (r.s_per_event, r.start_s, sj.data.length)
+                members = self._cohorts.get(key, [])
+                entry = (slot, sj.subjob_id)
+                i = bisect_left(members, entry)
                 group = self._by_pace.get(r.s_per_event, [])
-                entry = (-r.end_s, slot, sj.subjob_id)
-                i = bisect_left(group, entry)
-                if i == len(group) or group[i] != entry:
+                j = bisect_left(group, (-r.end_s, r.start_s, sj.data.length))
+                if (
+                    i == len(members)
+                    or members[i] != entry
+                    or j == len(group)
+                    or group[j] != (-r.end_s, r.start_s, sj.data.length)
+                ):
                     raise ValueError(
                         f"running subjob {sj.subjob_id} on slot {slot} is missing from the "
                         "split index's order by pace"
