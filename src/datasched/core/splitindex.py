@@ -55,18 +55,25 @@ class _RunMap:
         for a, b in data:
             lo = bisect_right(stops, a)  # the first piece ending after ``a``
             hi = bisect_left(starts, b, lo)  # the first piece starting at or after ``b``
+            if lo == hi:  # in a gap
+                starts.insert(lo, a)
+                stops.insert(lo, b)
+                owners.insert(lo, owner)
+                continue
+            if hi == lo + 1 and starts[lo] == a and stops[lo] == b:  # the same piece
+                owners[lo] = owner
+                continue
             new_starts = [a]
             new_stops = [b]
             new_owners = [owner]
-            if lo < hi:
-                if starts[lo] < a:
-                    new_starts.insert(0, starts[lo])
-                    new_stops.insert(0, a)
-                    new_owners.insert(0, owners[lo])
-                if stops[hi - 1] > b:
-                    new_starts.append(b)
-                    new_stops.append(stops[hi - 1])
-                    new_owners.append(owners[hi - 1])
+            if starts[lo] < a:  # the piece cut at ``a`` keeps its head
+                new_starts.insert(0, starts[lo])
+                new_stops.insert(0, a)
+                new_owners.insert(0, owners[lo])
+            if stops[hi - 1] > b:  # and the one cut at ``b`` its tail
+                new_starts.append(b)
+                new_stops.append(stops[hi - 1])
+                new_owners.append(owners[hi - 1])
             starts[lo:hi] = new_starts
             stops[lo:hi] = new_stops
             owners[lo:hi] = new_owners
@@ -133,9 +140,8 @@ class SplitIndex:
             members.insert(i, member)
         self._entries += 1
         run_map = self._maps.get(sj.job_id)
-        if run_map is None:
-            run_map = self._maps[sj.job_id] = _RunMap()
-        run_map.paint(sj.data, (r.slot, sj.subjob_id))
+        if run_map is not None:
+            run_map.paint(sj.data, (r.slot, sj.subjob_id))
 
     def _compact(self, running: Mapping[int, Running]) -> None:
         """Rebuild from what runs (each part holds only current entries again)."""
@@ -169,15 +175,28 @@ class SplitIndex:
         if self._entries > 2 * len(running) + 1024:
             self._compact(running)
         found: set[tuple[int, int]] = set()
-        for job_id in list(self._maps):
+        maps = self._maps
+        for job_id in list(maps):
             js = jobs.get(job_id)
             if js is None or not js.running_slots:
-                del self._maps[job_id]
+                del maps[job_id]
+        few = max(16, content.n_ranges)
+        for job_id, js in jobs.items():
+            slots = js.running_slots
+            if not slots:
                 continue
-            run_map = self._maps[job_id]
-            if len(run_map.starts) > 4 * len(js.running_slots) + 256:
-                run_map = self._maps[job_id] = _RunMap()
-                for slot in js.running_slots:
+            if len(slots) <= few:
+                # Fewer subjobs than the cache has ranges: asking each is cheaper, and the
+                # job's map is not kept (nor painted) meanwhile.
+                maps.pop(job_id, None)
+                for slot in slots:
+                    sj = running[slot].subjob
+                    found.add((slot, sj.subjob_id))
+                continue
+            run_map = maps.get(job_id)
+            if run_map is None or len(run_map.starts) > 4 * len(slots) + 16:
+                run_map = maps[job_id] = _RunMap()
+                for slot in slots:
                     sj = running[slot].subjob
                     run_map.paint(sj.data, (slot, sj.subjob_id))
             run_map.owners_in(content, found)
@@ -289,17 +308,18 @@ class SplitIndex:
                         "split index's order by pace"
                     )
             run_map = self._maps.get(sj.job_id)
+            if run_map is None:
+                continue  # not kept: the job's subjobs are asked one by one
             for a, b in sj.data:
                 pos = a
                 while pos < b:
-                    i = bisect_right(run_map.starts, pos) - 1 if run_map is not None else -1
+                    i = bisect_right(run_map.starts, pos) - 1
                     if (
-                        run_map is None
-                        or i < 0
+                        i < 0
                         or run_map.stops[i] <= pos
                         or run_map.owners[i] != (slot, sj.subjob_id)
                     ):
-                        owner = run_map.owner_of(pos) if run_map is not None else None
+                        owner = run_map.owner_of(pos)
                         raise ValueError(
                             f"event {pos} of running subjob {sj.subjob_id} on slot {slot} is "
                             f"not marked as its in the split index (marked: {owner})"
