@@ -174,44 +174,10 @@ class SplitIndex:
         """
         if self._entries > 2 * len(running) + 1024:
             self._compact(running)
-        found: set[tuple[int, int]] = set()
-        maps = self._maps
-        for job_id in list(maps):
-            js = jobs.get(job_id)
-            if js is None or not js.running_slots:
-                del maps[job_id]
-        few = max(16, content.n_ranges)
-        for job_id, js in jobs.items():
-            slots = js.running_slots
-            if not slots:
-                continue
-            if len(slots) <= few:
-                # Fewer subjobs than the cache has ranges: asking each is cheaper, and the
-                # job's map is not kept (nor painted) meanwhile.
-                maps.pop(job_id, None)
-                for slot in slots:
-                    sj = running[slot].subjob
-                    found.add((slot, sj.subjob_id))
-                continue
-            run_map = maps.get(job_id)
-            if run_map is None or len(run_map.starts) > 4 * len(slots) + 16:
-                run_map = maps[job_id] = _RunMap()
-                for slot in slots:
-                    sj = running[slot].subjob
-                    run_map.paint(sj.data, (slot, sj.subjob_id))
-            run_map.owners_in(content, found)
         cached: list[int] = []
         cached_ids: set[int] = set()
-        for slot, subjob_id in found:
-            held = running.get(slot)
-            if (
-                held is not None
-                and held.settled
-                and held.subjob.subjob_id == subjob_id
-                and held.subjob.data.overlaps(content)
-            ):
-                cached.append(slot)
-                cached_ids.add(subjob_id)
+        if content:
+            self._cached(running, jobs, content, cached, cached_ids)
         cached.sort()
         leaders: list[int] = []
         cohorts = self._cohorts
@@ -239,6 +205,55 @@ class SplitIndex:
             if not group:
                 del self._by_pace[pace]
         return cached, leaders
+
+    def _cached(
+        self,
+        running: Mapping[int, Running],
+        jobs: Mapping[int, JobState],
+        content: IntervalSet,
+        cached: list[int],
+        cached_ids: set[int],
+    ) -> None:
+        """Add to ``cached`` (and their ids to ``cached_ids``) the slots of the settled
+        running subjobs whose data shares an event with ``content``: for a job with more
+        subjobs running than ``content`` has ranges, from the job's map; for the others, by
+        asking each subjob (cheaper then; their maps are not kept, nor painted)."""
+        maps = self._maps
+        for job_id in list(maps):
+            js = jobs.get(job_id)
+            if js is None or not js.running_slots:
+                del maps[job_id]
+        few = max(16, content.n_ranges)
+        found: set[tuple[int, int]] = set()
+        for job_id, js in jobs.items():
+            slots = js.running_slots
+            if not slots:
+                continue
+            if len(slots) <= few:
+                maps.pop(job_id, None)
+                for slot in slots:
+                    r = running[slot]
+                    if r.settled and r.subjob.data.overlaps(content):
+                        cached.append(slot)
+                        cached_ids.add(r.subjob.subjob_id)
+                continue
+            run_map = maps.get(job_id)
+            if run_map is None or len(run_map.starts) > 4 * len(slots) + 16:
+                run_map = maps[job_id] = _RunMap()
+                for slot in slots:
+                    sj = running[slot].subjob
+                    run_map.paint(sj.data, (slot, sj.subjob_id))
+            run_map.owners_in(content, found)
+        for slot, subjob_id in found:
+            held = running.get(slot)
+            if (
+                held is not None
+                and held.settled
+                and held.subjob.subjob_id == subjob_id
+                and held.subjob.data.overlaps(content)
+            ):
+                cached.append(slot)
+                cached_ids.add(subjob_id)
 
     def _leader(
         self,
