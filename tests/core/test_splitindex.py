@@ -117,7 +117,7 @@ def test_a_later_end_by_rounding_may_have_fewer_events_left() -> None:
 
 def test_validate_catches_an_index_that_does_not_match_what_runs() -> None:
     jobs = [Job(job_id=i, submit_s=10.0 * i, data=IntervalSet.range(0, 3000)) for i in range(3)]
-    # More running subjobs of a job than 16: the index keeps the job's map.
+    # More running subjobs of a job than 8: the index keeps the job's map.
     sched = scheduler("cache-splitting", 24, 3000)
     SimEngine(sched).run(jobs, until=40.0)
     assert sched.running

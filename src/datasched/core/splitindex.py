@@ -215,15 +215,17 @@ class SplitIndex:
         cached_ids: set[int],
     ) -> None:
         """Add to ``cached`` (and their ids to ``cached_ids``) the slots of the settled
-        running subjobs whose data shares an event with ``content``: for a job with more
-        subjobs running than ``content`` has ranges, from the job's map; for the others, by
-        asking each subjob (cheaper then; their maps are not kept, nor painted)."""
+        running subjobs whose data shares an event with ``content``: for a job running more
+        subjobs than an eighth of ``content``'s ranges (and 8), from the job's map; for the
+        others, by asking each subjob (cheaper then; their maps are not kept, nor painted)."""
         maps = self._maps
         for job_id in list(maps):
             js = jobs.get(job_id)
             if js is None or not js.running_slots:
                 del maps[job_id]
-        few = max(16, content.n_ranges)
+        # Asking a subjob (``overlaps``: a bisect per range of its data, and a call) costs
+        # several times what a lookup of one of the cache's ranges in a map does.
+        few = max(8, content.n_ranges // 8)
         found: set[tuple[int, int]] = set()
         for job_id, js in jobs.items():
             slots = js.running_slots

@@ -276,13 +276,16 @@ class CacheOrientedSplitting(Policy):
         # for data nobody caches, as in Table 1).
         helpers: dict[int, list[int]] = {n: [] for n in plan}
         minimum = sched.min_subjob_events
+        # Each planned piece's time per event on its slot, asked once (nothing changes the
+        # caches while planning): the same floats as asking at each free slot.
+        pace = {n: sched.s_per_event_on(n, plan[n][0]) for n in plan}
         for target in free:
 
             def per_slot_s(n: int) -> float:
                 data = plan[n][0]
                 if data.length < (len(helpers[n]) + 2) * minimum:
                     return -1.0
-                return data.length * sched.s_per_event_on(n, data) / (len(helpers[n]) + 1)
+                return data.length * pace[n] / (len(helpers[n]) + 1)
 
             if not plan:
                 break
