@@ -3,6 +3,7 @@ cache-oriented job splitting (Tables 1 and 2)."""
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 from typing import ClassVar
 
@@ -279,20 +280,23 @@ class CacheOrientedSplitting(Policy):
         # Each planned piece's time per event on its slot, asked once (nothing changes the
         # caches while planning): the same floats as asking at each free slot.
         pace = {n: sched.s_per_event_on(n, plan[n][0]) for n in plan}
+
+        def per_slot_s(n: int) -> float:
+            data = plan[n][0]
+            if data.length < (len(helpers[n]) + 2) * minimum:
+                return -1.0
+            return data.length * pace[n] / (len(helpers[n]) + 1)
+
+        # The piece with the most time per slot, the lowest slot on ties: a heap of
+        # (-time per slot, slot), where only the chosen piece's time changes.
+        most = [(-per_slot_s(n), n) for n in plan]
+        heapq.heapify(most)
         for target in free:
-
-            def per_slot_s(n: int) -> float:
-                data = plan[n][0]
-                if data.length < (len(helpers[n]) + 2) * minimum:
-                    return -1.0
-                return data.length * pace[n] / (len(helpers[n]) + 1)
-
-            if not plan:
-                break
-            best = max(plan, key=lambda n: (per_slot_s(n), -n))
-            if per_slot_s(best) < 0:
-                break
+            if not most or most[0][0] > 0:
+                break  # no piece left that can take another slot
+            best = most[0][1]
             helpers[best].append(target)
+            heapq.heapreplace(most, (-per_slot_s(best), best))
         for slot, extra in helpers.items():
             if not extra:
                 continue
