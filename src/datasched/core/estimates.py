@@ -9,7 +9,6 @@ boundaries when caches hold whole files).
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Callable
 
 from datasched.core.data import DataSpace
 from datasched.core.directory import CacheDirectory
@@ -138,17 +137,6 @@ class Estimates:
         insort(order, (-r.end_s, r.slot, r.subjob.subjob_id))
         if len(order) > 2 * len(self.running) + 1024:
             order[:] = sorted(dict.fromkeys(e for e in order if self._current(*e)))
-
-    def scan_longest(self, visit: Callable[[int, float], bool]) -> None:
-        """Call ``visit(slot, estimated seconds left)`` for running subjobs (not being
-        stopped) from the one estimated to end last, until it returns False (``visit`` must
-        not start, stop or split anything). Costs O(k) for k entries read, so a policy that
-        can bound what it looks for stops early instead of scanning every slot."""
-        now = self.now
-        current = self._current
-        for neg_end, slot, subjob_id in self._end_heap():
-            if current(neg_end, slot, subjob_id) and not visit(slot, -neg_end - now):
-                break
 
     def split_candidates(self, content: IntervalSet) -> tuple[list[int], list[int]]:
         """``(cached, leaders)``: the slots of every settled running subjob whose data shares

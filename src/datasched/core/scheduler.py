@@ -366,7 +366,7 @@ class Scheduler(Commands):
 
     def _validate_by_end(self) -> None:
         """The by-end order (once kept) is sorted and holds every settled running subjob
-        with its current estimated end: what ``scan_longest`` and ``longest_running`` read."""
+        with its current estimated end: what ``longest_running`` reads."""
         order = self._by_end
         if order is None:
             return
