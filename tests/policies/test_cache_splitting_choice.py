@@ -1,9 +1,10 @@
-"""Cache-oriented splitting's split choice: the fast costing agrees with the full scan.
+"""Cache-oriented splitting's split choice: the index's answer agrees with the full scan.
 
-``CacheOrientedSplitting._best_split`` costs the candidates whose data the freed node does
-not cache from their remaining count alone; it must pick what ``_best_split_by_scan`` (the
-rule, costing every candidate in full) picks, decision by decision (docs/performance.md, "Cost
-per event as the cluster grows"). With validation on, every choice is checked against it.
+``CacheOrientedSplitting._best_split`` costs only the candidates the scheduler's split index
+hands out (every subjob whose data the freed node caches, and per pace those that may have
+the most events left); it must pick what ``_best_split_by_scan`` (the rule, costing every
+running subjob in full) picks, decision by decision (docs/performance.md, "Cost per event as
+the cluster grows"). With validation on, every choice is checked against it.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import dataclasses
 
 import pytest
 
+from datasched.core import estimates
+from datasched.core.intervals import IntervalSet
 from datasched.core.policy import SchedulerView
 from datasched.core.state import SchedulerError
 from datasched.policies.ponce import fcfs
@@ -45,9 +48,24 @@ def test_fast_choice_agrees_with_the_full_scan(monkeypatch: pytest.MonkeyPatch) 
         calls["n"] += 1
         return scan(sched, target)
 
+    seen = {"cached": 0, "leaders": 0}
+    candidates = estimates.Estimates.split_candidates
+
+    def counted_candidates(
+        sched: estimates.Estimates, content: IntervalSet
+    ) -> tuple[list[int], list[int]]:
+        cached, leaders = candidates(sched, content)
+        seen["cached"] += len(cached)
+        seen["leaders"] += len(leaders)
+        return cached, leaders
+
     monkeypatch.setattr(fcfs, "_best_split_by_scan", counted)
+    monkeypatch.setattr(estimates.Estimates, "split_candidates", counted_candidates)
     checked = _summary(monkeypatch, check=True)  # raises on the first disagreement
     assert calls["n"] > 50, "the scenario must ask for many splits"
+    # Both kinds of candidates: subjobs whose data the freed node caches, and the others.
+    assert seen["cached"] > 10, seen
+    assert seen["leaders"] > 50, seen
     # And the run is the one the full scan alone gives.
     monkeypatch.setattr(
         fcfs.CacheOrientedSplitting, "_best_split", lambda self, sched, t: scan(sched, t)

@@ -9,14 +9,14 @@ boundaries when caches hold whole files).
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Callable
 
 from datasched.core.data import DataSpace
 from datasched.core.directory import CacheDirectory
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import CostModel, Topology
 from datasched.core.policy import ReadMode
-from datasched.core.state import Running
+from datasched.core.splitindex import SplitIndex
+from datasched.core.state import JobState, Running, SchedulerError
 
 __all__ = ["Estimates"]
 
@@ -31,6 +31,7 @@ class Estimates:
     cost: CostModel
     min_subjob_events: int
     running: dict[int, Running]
+    jobs: dict[int, JobState]
     directory: CacheDirectory
     _reads: ReadMode
     slot_node: list[int]
@@ -43,6 +44,9 @@ class Estimates:
     that never ask do not keep it)."""
     fastest_s_per_event: float
     slowest_s_per_event: float
+    _split_index: SplitIndex | None = None
+    """The running subjobs by pace and by event range (cache-oriented splitting's split
+    choice); built on the first question that needs it."""
 
     def node_of(self, slot: int) -> int:
         return self.slot_node[slot]
@@ -125,6 +129,8 @@ class Estimates:
         running subjob (a shrink that released nothing enters a copy), so it is amortised
         O(1) per entry and the list stays O(slots) instead of growing with every subjob
         started."""
+        if self._split_index is not None:
+            self._split_index.add(r)
         order = self._by_end
         if order is None:
             return  # not asked for yet: built from ``running`` when it is
@@ -132,16 +138,25 @@ class Estimates:
         if len(order) > 2 * len(self.running) + 1024:
             order[:] = sorted(dict.fromkeys(e for e in order if self._current(*e)))
 
-    def scan_longest(self, visit: Callable[[int, float], bool]) -> None:
-        """Call ``visit(slot, estimated seconds left)`` for running subjobs (not being
-        stopped) from the one estimated to end last, until it returns False (``visit`` must
-        not start, stop or split anything). Costs O(k) for k entries read, so a policy that
-        can bound what it looks for stops early instead of scanning every slot."""
-        now = self.now
-        current = self._current
-        for neg_end, slot, subjob_id in self._end_heap():
-            if current(neg_end, slot, subjob_id) and not visit(slot, -neg_end - now):
-                break
+    def split_candidates(self, content: IntervalSet) -> tuple[list[int], list[int]]:
+        """``(cached, leaders)``: the slots of every settled running subjob whose data shares
+        an event with ``content`` (a node's cache), and the few others that may have the most
+        events left at their pace (:meth:`SplitIndex.candidates
+        <datasched.core.splitindex.SplitIndex.candidates>`): among subjobs of one pace with
+        none of their data in ``content``, none but these can have more events left than
+        these, or as many and a later estimated end. O(paces + candidates), not O(slots)."""
+        index = self._split_index
+        if index is None:
+            index = self._split_index = SplitIndex(self.running)
+        return index.candidates(self.running, self.jobs, self.now, content)
+
+    def _validate_split_index(self) -> None:
+        """The split index (once kept) agrees with what runs: ``SplitIndex.check``."""
+        if self._split_index is not None:
+            try:
+                self._split_index.check(self.running)
+            except ValueError as e:
+                raise SchedulerError(f"validate: {e}") from None
 
     def balanced_share(self, slot: int, target: int, rest: IntervalSet) -> float:
         """Fraction of ``rest`` (what remains on ``slot``) to move to ``target`` so both end

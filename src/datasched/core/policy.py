@@ -249,8 +249,6 @@ class EstimatesView(Protocol):
     @property
     def fastest_s_per_event(self) -> float: ...
     @property
-    def slowest_s_per_event(self) -> float: ...
-    @property
     def left_cpu_s(self) -> Mapping[int, float]:
         """Slot -> the CPU seconds of the subjob that last left it, where the engine measured
         them (no entry: not measured)."""
@@ -263,7 +261,10 @@ class EstimatesView(Protocol):
         ...
 
     def longest_running(self) -> int | None: ...
-    def scan_longest(self, visit: Callable[[int, float], bool]) -> None: ...
+    def split_candidates(self, content: IntervalSet) -> tuple[list[int], list[int]]:
+        """``(cached, leaders)``: every settled running subjob whose data overlaps
+        ``content``, and per pace the others that may have the most events left."""
+        ...
 
 
 class CacheView(Protocol):

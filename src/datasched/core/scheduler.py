@@ -363,10 +363,11 @@ class Scheduler(Commands):
         except ValueError as e:
             raise SchedulerError(f"validate: {e}") from None
         self._validate_by_end()
+        self._validate_split_index()
 
     def _validate_by_end(self) -> None:
         """The by-end order (once kept) is sorted and holds every settled running subjob
-        with its current estimated end: what ``scan_longest`` and ``longest_running`` read."""
+        with its current estimated end: what ``longest_running`` reads."""
         order = self._by_end
         if order is None:
             return

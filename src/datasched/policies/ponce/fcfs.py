@@ -3,6 +3,7 @@ cache-oriented job splitting (Tables 1 and 2)."""
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 from typing import ClassVar
 
@@ -145,38 +146,27 @@ def _split_saving(
 
 
 def _best_split_by_scan(sched: SchedulerView, target: int) -> int | None:
-    """The split choice's rule: the running subjob whose split with the free ``target``
-    saves the most (:func:`_split_saving`), looked for from the one estimated to end last
-    down. A subjob with ``left_s`` seconds left saves at most about ``left_s * a / (a +
-    fastest)`` (as if the target cached everything), at most ``left_s * slowest / (slowest +
-    fastest)`` whatever its pace, so the scan skips a candidate, or stops, once that cannot
-    beat the best saving found; among equal savings the lowest slot visited wins. Those
-    bounds are the estimate's, not exact ones (the remaining count rounds up by up to one
-    event; a job's own CPU time may make a pace slower than ``slowest``), and the choice
-    depends on them: docs/performance.md, "Cost per event as the cluster grows". The
-    reference that ``CacheOrientedSplitting._best_split`` must agree with."""
-    fastest = sched.fastest_s_per_event
-    slowest = sched.slowest_s_per_event
-    cap = slowest / (slowest + fastest)
+    """The split choice's rule: of every settled running subjob, the one whose split with
+    the free ``target`` saves the most (:func:`_split_saving` of what it is estimated to have
+    left); on equal savings the one estimated to end last, then the lowest slot. None when no
+    split saves anything. At one pace, the subjob ending last has the most events left, so
+    an index by pace and end finds the winner among the subjobs whose data the target does
+    not cache (docs/performance.md, "Cost per event as the cluster grows"). This scan costs
+    every subjob in full, O(slots): the reference ``CacheOrientedSplitting._best_split`` must
+    agree with."""
+    now = sched.now
     best: int | None = None
-    best_saving = 0.0
-    too_short_s = 2 * sched.min_subjob_events * fastest
-
-    def visit(other: int, left_s: float) -> bool:
-        nonlocal best, best_saving
-        if left_s * cap <= best_saving or left_s < too_short_s:
-            return False  # neither this nor any shorter one can do better
-        r = sched.running[other]
-        a = r.s_per_event
-        if left_s * a / (a + fastest) <= best_saving:
-            return True
-        _, rest = r.subjob.data.head(r.estimated_done(sched.now))
-        saving = _split_saving(sched, other, rest, target, a)
-        if saving > best_saving or (saving == best_saving and best is not None and other < best):
-            best, best_saving = other, saving
-        return True
-
-    sched.scan_longest(visit)
+    best_key = (0.0, 0.0, 0)
+    for other, r in sched.running.items():
+        if not r.settled:
+            continue
+        _, rest = r.subjob.data.head(r.estimated_done(now))
+        saving = _split_saving(sched, other, rest, target, r.s_per_event)
+        if saving <= 0.0:
+            continue
+        key = (saving, r.end_s, -other)
+        if best is None or key > best_key:
+            best, best_key = other, key
     return best
 
 
@@ -287,20 +277,26 @@ class CacheOrientedSplitting(Policy):
         # for data nobody caches, as in Table 1).
         helpers: dict[int, list[int]] = {n: [] for n in plan}
         minimum = sched.min_subjob_events
+        # Each planned piece's time per event on its slot, asked once (nothing changes the
+        # caches while planning): the same floats as asking at each free slot.
+        pace = {n: sched.s_per_event_on(n, plan[n][0]) for n in plan}
+
+        def per_slot_s(n: int) -> float:
+            data = plan[n][0]
+            if data.length < (len(helpers[n]) + 2) * minimum:
+                return -1.0
+            return data.length * pace[n] / (len(helpers[n]) + 1)
+
+        # The piece with the most time per slot, the lowest slot on ties: a heap of
+        # (-time per slot, slot), where only the chosen piece's time changes.
+        most = [(-per_slot_s(n), n) for n in plan]
+        heapq.heapify(most)
         for target in free:
-
-            def per_slot_s(n: int) -> float:
-                data = plan[n][0]
-                if data.length < (len(helpers[n]) + 2) * minimum:
-                    return -1.0
-                return data.length * sched.s_per_event_on(n, data) / (len(helpers[n]) + 1)
-
-            if not plan:
-                break
-            best = max(plan, key=lambda n: (per_slot_s(n), -n))
-            if per_slot_s(best) < 0:
-                break
+            if not most or most[0][0] > 0:
+                break  # no piece left that can take another slot
+            best = most[0][1]
             helpers[best].append(target)
+            heapq.heapreplace(most, (-per_slot_s(best), best))
         for slot, extra in helpers.items():
             if not extra:
                 continue
@@ -383,13 +379,15 @@ class CacheOrientedSplitting(Policy):
         self._split_for(sched, slot)
 
     def _best_split(self, sched: SchedulerView, target: int) -> int | None:
-        """:func:`_best_split_by_scan`'s answer, costing most candidates without cutting.
+        """:func:`_best_split_by_scan`'s answer from a few candidates instead of every slot.
 
-        The same candidates in the same order, with the same bounds. A subjob whose data the
-        target's node does not cache is costed from its remaining count alone, with the very
-        arithmetic of :meth:`s_per_event_on` (no cut, no overlap with the cache, no lookup in
-        the directory), so the savings compared are the same floats; the others are costed in
-        full.
+        The scheduler's split index (``split_candidates``) hands out every subjob whose data
+        the target's node caches, costed in full, and, for each pace, the subjobs not among
+        them that may have the most events left: the others of that pace have no more events
+        left and an earlier end, so they cannot win. Those are costed from their remaining
+        count alone, with the very arithmetic of :meth:`s_per_event_on` (nothing cached on
+        the target, no peer reads), so the savings compared are the scan's floats. With peer
+        reads or events of unequal sizes the scan runs.
         """
         if self.reads.peer_reads or sched.space.uniform_bytes_per_event is None:
             return _best_split_by_scan(sched, target)
@@ -398,39 +396,30 @@ class CacheOrientedSplitting(Policy):
         minimum = 2 * sched.min_subjob_events
         content = sched.directory.content(sched.node_of(target))
         s_tertiary = sched.read_rates(target)[2]
-        fastest = sched.fastest_s_per_event
-        slowest = sched.slowest_s_per_event
-        cap = slowest / (slowest + fastest)
-        too_short_s = minimum * fastest
+        cached, leaders = sched.split_candidates(content)
         best: int | None = None
-        best_saving = 0.0
-
-        def visit(other: int, left_s: float) -> bool:
-            nonlocal best, best_saving
-            if left_s * cap <= best_saving or left_s < too_short_s:
-                return False
+        best_key = (0.0, 0.0, 0)
+        for other in cached:
+            r = running[other]
+            _, rest = r.subjob.data.head(r.estimated_done(now))
+            saving = _split_saving(sched, other, rest, target, r.s_per_event)
+            if saving > 0.0:
+                key = (saving, r.end_s, -other)
+                if best is None or key > best_key:
+                    best, best_key = other, key
+        for other in leaders:
             r = running[other]
             a = r.s_per_event
-            if left_s * a / (a + fastest) <= best_saving:
-                return True
-            data = r.subjob.data
-            length = data.length
-            done = min(length, int((now - r.start_s) / a)) if a > 0 else 0
-            n = length - done
+            length = r.subjob.data.length
+            n = length - (min(length, int((now - r.start_s) / a)) if a > 0 else 0)
             if n < minimum or n == 0:
-                return True  # no saving (``_split_saving``'s zero never wins)
-            if content and data.overlaps(content):
-                saving = _split_saving(sched, other, data.head(done)[1], target, a)
-            else:
-                # s_per_event_on's weighting with nothing cached here and no peer reads.
-                saving = n * a * a / (a + (n * s_tertiary) / n)
-            if saving > best_saving or (
-                saving == best_saving and best is not None and other < best
-            ):
-                best, best_saving = other, saving
-            return True
-
-        sched.scan_longest(visit)
+                continue  # no saving (``_split_saving``'s zero never wins)
+            # s_per_event_on's weighting with nothing cached here and no peer reads.
+            saving = n * a * a / (a + (n * s_tertiary) / n)
+            if saving > 0.0:
+                key = (saving, r.end_s, -other)
+                if best is None or key > best_key:
+                    best, best_key = other, key
         return best
 
     @staticmethod
