@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 
-from datasched.core.intervals import IntervalSet
+from datasched.core.intervals import IntervalSet, cut_out
 
 __all__ = ["CacheDirectory"]
 
@@ -150,27 +150,7 @@ class CacheDirectory:
         if not data:
             return
         starts, stops = self._starts_of[node], self._stops_of[node]
-        length = self._lengths[node]
-        for a, b in zip(data._starts, data._stops, strict=True):
-            # Cut out of the ranges it overlaps (as ``IntervalSet.__sub__``).
-            lo = bisect_right(stops, a)
-            hi = bisect_left(starts, b)
-            if lo >= hi:
-                continue
-            for k in range(lo, hi):
-                length -= stops[k] - starts[k]
-            kept_starts = []
-            kept_stops = []
-            if starts[lo] < a:
-                kept_starts.append(starts[lo])
-                kept_stops.append(a)
-                length += a - starts[lo]
-            if stops[hi - 1] > b:
-                kept_starts.append(b)
-                kept_stops.append(stops[hi - 1])
-                length += stops[hi - 1] - b
-            starts[lo:hi] = kept_starts
-            stops[lo:hi] = kept_stops
+        length = cut_out(starts, stops, data._starts, data._stops, self._lengths[node])
         self._lengths[node] = length
         self._content[node] = None
         for a, b in zip(data._starts, data._stops, strict=True):

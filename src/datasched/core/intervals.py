@@ -12,7 +12,36 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator
 
-__all__ = ["IntervalSet"]
+__all__ = ["IntervalSet", "cut_out"]
+
+
+def cut_out(
+    starts: list[int], stops: list[int], cut_starts: list[int], cut_stops: list[int], length: int
+) -> int:
+    """Cut the sorted, disjoint ranges ``cut_starts[i], cut_stops[i]`` out of the sorted,
+    disjoint ranges ``starts``/``stops``, in place (a splice per range: cheap when few ranges
+    are cut from many); returns ``length`` (the events of ``starts``/``stops`` before) less the
+    events cut. Shared by ``IntervalSet.__sub__`` and the cache directory's per-node lists."""
+    for a, b in zip(cut_starts, cut_stops, strict=True):
+        lo = bisect_right(stops, a)
+        hi = bisect_left(starts, b)
+        if lo >= hi:
+            continue
+        for k in range(lo, hi):
+            length -= stops[k] - starts[k]
+        kept_starts = []
+        kept_stops = []
+        if starts[lo] < a:
+            kept_starts.append(starts[lo])
+            kept_stops.append(a)
+            length += a - starts[lo]
+        if stops[hi - 1] > b:
+            kept_starts.append(b)
+            kept_stops.append(stops[hi - 1])
+            length += stops[hi - 1] - b
+        starts[lo:hi] = kept_starts
+        stops[lo:hi] = kept_stops
+    return length
 
 
 class IntervalSet:
@@ -275,26 +304,7 @@ class IntervalSet:
         if len(other._starts) <= _SMALL or len(other._starts) * _SMALL <= len(self._starts):
             # Splice (as in ``|``), also when ``other`` is small next to us (cache evictions).
             starts, stops = self._starts.copy(), self._stops.copy()
-            length = self._length
-            for a, b in zip(other._starts, other._stops, strict=True):
-                lo = bisect_right(stops, a)
-                hi = bisect_left(starts, b)
-                if lo >= hi:
-                    continue
-                for k in range(lo, hi):
-                    length -= stops[k] - starts[k]
-                new_starts = []
-                new_stops = []
-                if starts[lo] < a:
-                    new_starts.append(starts[lo])
-                    new_stops.append(a)
-                    length += a - starts[lo]
-                if stops[hi - 1] > b:
-                    new_starts.append(b)
-                    new_stops.append(stops[hi - 1])
-                    length += stops[hi - 1] - b
-                starts[lo:hi] = new_starts
-                stops[lo:hi] = new_stops
+            length = cut_out(starts, stops, other._starts, other._stops, self._length)
             return IntervalSet._make(starts, stops, length)
         if len(self._starts) <= _SMALL:
             # Each of our few ranges minus the part of ``other`` inside it.

@@ -141,12 +141,7 @@ class SubjobRuns(SharedDisks, SharedFetches):
                 node, pieces, fetched, cpu, (slot, sj.subjob_id, action.peer_reads)
             )
         else:
-            if cpu is None:
-                spe = self._default_rates[node]
-            else:
-                density = self.space.uniform_bytes_per_event
-                assert density is not None  # range caches hold events of one size
-                spe = self._rates_of(node, density, cpu)
+            spe = self._range_rates(node, cpu)
             segments = []
             ends = []
             total = 0.0
@@ -166,6 +161,15 @@ class SubjobRuns(SharedDisks, SharedFetches):
         if self._readers is not None and segments:
             self._disk_enter(slot, 0)
 
+    def _range_rates(self, node: int, cpu: float | None) -> tuple[float, float, float]:
+        """``node``'s time per event by source over a range cache (events of one size), for a
+        job of ``cpu`` seconds an event (None: the calibrated default)."""
+        if cpu is None:
+            return self._default_rates[node]
+        density = self.space.uniform_bytes_per_event
+        assert density is not None  # range caches hold events of one size
+        return self._rates_of(node, density, cpu)
+
     def _start_plain(
         self,
         action: Start | Assign,
@@ -178,12 +182,7 @@ class SubjobRuns(SharedDisks, SharedFetches):
         subjob's segments are its cached ranges and the rest, in event order, each at its
         source's time per event; with ``cache_fill`` the rest is fetched into the cache."""
         slot = action.slot
-        if cpu is None:
-            spe = self._default_rates[node]
-        else:
-            density = self.space.uniform_bytes_per_event
-            assert density is not None  # range caches hold events of one size
-            spe = self._rates_of(node, density, cpu)
+        spe = self._range_rates(node, cpu)
         segments: list[tuple[int, int, float, Source, int]] = []
         ends: list[float] = []
         total = 0.0
