@@ -94,3 +94,46 @@ def test_a_server_that_stays_away_is_an_error_after_the_retries(
     assert info.value.url == url
     assert info.value.transient
     assert not (tmp_path / "f.bin").exists()
+
+
+def test_copies_do_not_close_direct_reads_of_the_same_url(
+    xrootd_server: str, tmp_path: Path
+) -> None:
+    """A worker whose cache disk is full reads a file where it lies while another of its
+    threads copies the same file (its next packet tries the cache first): the copies must
+    not close the handle the reads use. fsspec's XRootD filesystem shares one read handle
+    per URL across the process and closes it whenever a file of that URL is opened, which
+    failed such reads with "I/O operation on closed file" after two or three copies."""
+    from datasched.runtime.events import ReadSpec, open_events
+
+    url = f"{xrootd_server}/part-003.root"
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    reads = 0
+
+    def read_on() -> None:
+        nonlocal reads
+        while not stop.is_set():
+            try:
+                with open_events(url, url, "Events", ReadSpec(), 0, 1000) as opened:
+                    assert len(opened.events["Muon_pt"].tolist()) == 1000
+                    assert len(opened.events["Muon_eta"].tolist()) == 1000
+            except BaseException as exc:
+                errors.append(exc)
+                return
+            reads += 1
+
+    reader = threading.Thread(target=read_on)
+    reader.start()
+    try:
+        copies = 0
+        while (copies < 60 or reads < 3) and copies < 1000 and not errors:
+            dest = tmp_path / f"copy-{copies}.root"
+            copy_file(url, dest)
+            dest.unlink()
+            copies += 1
+    finally:
+        stop.set()
+        reader.join(60)
+    assert not errors, errors[0]
+    assert reads >= 3, reads  # the reads overlapped the copies

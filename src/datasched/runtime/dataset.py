@@ -20,8 +20,9 @@ from typing import Any
 
 import awkward as ak
 import fsspec
-import uproot
 import yaml
+
+from datasched.runtime.events import open_remote
 
 __all__ = [
     "CatalogError",
@@ -216,7 +217,7 @@ def _open_file(url: str, tree: str) -> FileEntry:
     except Exception as exc:  # any fsspec backend's failure: say which file and why
         raise DatasetError(f"{url}: cannot read: {exc}") from exc
     try:
-        with uproot.open(url) as f:
+        with open_remote(url) as f:
             if tree not in f:
                 trees = sorted({k.split(";")[0] for k, c in f.classnames().items() if c == "TTree"})
                 has = f"its trees: {', '.join(trees)}" if trees else "it holds no tree"
@@ -438,7 +439,7 @@ def read_events(
         if stop > n:
             raise DatasetError(f"{url}: entries [{start}, {stop}) outside the file's {n}")
         return arr[start:stop]
-    with uproot.open(url) as f:
+    with open_remote(url) as f:
         try:
             t = f[tree]
         except KeyError as exc:

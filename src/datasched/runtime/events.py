@@ -273,6 +273,20 @@ def forget_open_files(path: str | None = None) -> None:
     OPEN.forget(path)
 
 
+def open_remote(url: str) -> Any:
+    """An uproot file reading ``url`` where it lies, through a handle of its own.
+
+    uproot reads ``root://`` through fsspec by default, and fsspec's XRootD filesystem keeps
+    one read handle per URL for the whole process, which it closes whenever any thread opens
+    a file of that URL (a copy into a cache): a read in flight on it then fails with "I/O
+    operation on closed file". A worker whose cache disk is full reads a file in place while
+    its next packet's copy of the same file starts, so its direct reads use uproot's own
+    XRootD source, which opens a handle for this file alone."""
+    if url.startswith(("root://", "xroot://")):
+        return uproot.open(url, handler=uproot.source.xrootd.XRootDSource)
+    return uproot.open(url)
+
+
 @contextmanager
 def open_events(
     path: str, url: str, tree: str, read: ReadSpec, start: int, stop: int
@@ -291,7 +305,7 @@ def open_events(
         if local:
             f, key = OPEN.lend(path.removeprefix("file://"))
         else:
-            f = uproot.open(path)  # a URL read in place: not kept
+            f = open_remote(path)  # a URL read in place: not kept
     except Exception as exc:
         raise EventsError(f"{url}: not a readable ROOT file: {exc}") from exc
     try:
@@ -369,12 +383,11 @@ def schema_mismatch(url: str, tree: str, schema: str, options: SchemaOptions = (
     reads the tree's metadata (the branches and their types) and no event data, and is where
     coffea's schemas refuse a file (a NanoAOD file without its event ids, a collection whose
     branches do not line up). ``OSError`` where the file cannot be opened."""
-    import uproot
 
     if schema == "none":
         return None
     cls = schema_class(schema, options)
-    with uproot.open(url) as f:
+    with open_remote(url) as f:
         try:
             t = _tree(f, url, tree)
         except EventsError as exc:

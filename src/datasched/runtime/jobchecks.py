@@ -7,10 +7,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-import uproot
-
 from datasched.runtime.dataset import Dataset
-from datasched.runtime.events import SCHEMA_OPTIONS, SchemaOptions, schema_mismatch
+from datasched.runtime.events import SCHEMA_OPTIONS, SchemaOptions, open_remote, schema_mismatch
 from datasched.runtime.outputs import OUTPUT_SUFFIXES, coffea_available
 from datasched.runtime.processor import (
     Processor,
@@ -87,7 +85,7 @@ def check_columns(
         if first.url.endswith(".parquet"):
             continue
         try:
-            with uproot.open(first.url) as f:
+            with open_remote(first.url) as f:
                 tree = f[first.tree]
                 for pattern in value:
                     if not tree.keys(filter_name=pattern):

@@ -282,11 +282,10 @@ def _walk(url: str) -> list[str]:
 
 def _only_tree(url: str) -> str:
     """The one tree of a file (scan without ``--tree``)."""
-    import uproot
-
     from datasched.runtime.dataset import DatasetError
+    from datasched.runtime.events import open_remote
 
-    with uproot.open(url) as f:
+    with open_remote(url) as f:
         trees = sorted({k.split(";")[0] for k, c in f.classnames().items() if c == "TTree"})
     if len(trees) != 1:
         have = ", ".join(trees) or "none"
