@@ -259,3 +259,78 @@ def test_closing_a_child_from_two_threads_removes_its_scratch_once(base: Path) -
         t.join(timeout=30)
     assert child.proc is None
     assert _ours(base) == set()
+
+
+KEYS_HOST = """
+import sys
+from pathlib import Path
+from datasched.runtime.tls import private_credentials
+from datasched.sandbox.scratch import WORKER_PREFIX, make_scratch
+
+base = Path(sys.argv[1])
+with private_credentials(base) as creds:
+    worker_tmp = make_scratch(None, base, prefix=WORKER_PREFIX)
+    print(creds.directory, worker_tmp, flush=True)
+    sys.stdin.read()  # until killed, or told to end
+"""
+
+
+def test_a_killed_daemons_tls_keys_and_worker_directories_are_removed_by_the_next(
+    base: Path,
+) -> None:
+    """A daemon's cluster credentials (a private key) and a confined worker's temporary
+    directory are made as scratches are: a daemon killed with SIGKILL leaves them, and the
+    next process to make one in that directory removes them; a live daemon's are kept."""
+
+    def start() -> tuple[subprocess.Popen[str], Path, Path]:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", KEYS_HOST, str(base)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONPATH": SRC},
+        )
+        assert proc.stdout is not None
+        said = proc.stdout.readline().split()
+        assert len(said) == 2, f"the host did not start (exit code {proc.wait(timeout=30)})"
+        return proc, Path(said[0]), Path(said[1])
+
+    killed, k_keys, k_tmp = start()
+    live, l_keys, l_tmp = start()
+    mine: Path | None = None
+    try:
+        assert k_keys.name.startswith("datasched-tls-")
+        assert k_tmp.name.startswith("datasched-worker-")
+        assert any(p.suffix == ".pem" or "key" in p.name for p in k_keys.iterdir())
+        assert oct(k_keys.stat().st_mode & 0o777) == "0o700"
+        killed.kill()
+        killed.wait(timeout=30)
+        assert k_keys.is_dir() and k_tmp.is_dir()  # nothing of the killed one cleaned up
+        mine = make_scratch(None, base, prefix="datasched-tls-")  # its first here: a sweep
+        left = {p.name for p in base.iterdir()}
+        for gone in (k_keys, k_tmp):
+            assert gone.name not in left
+            assert f"{gone.name}.lock" not in left
+        for kept in (l_keys, l_tmp, mine):
+            assert kept.name in left
+        assert live.stdin is not None
+        live.stdin.close()
+        assert live.wait(timeout=30) == 0
+        # The live one, ended normally, removed its key's directory; its worker directory,
+        # made by hand here and not removed by its code, went at its exit.
+        assert {p.name for p in base.iterdir()} == {mine.name, f"{mine.name}.lock"}
+    finally:
+        for proc in (killed, live):
+            if proc.poll() is None:
+                proc.kill()
+            for stream in (proc.stdin, proc.stdout):
+                if stream is not None:
+                    stream.close()
+            proc.wait(timeout=30)
+        if mine is not None:
+            remove_scratch(mine)
+
+
+def test_only_the_known_kinds_of_directory_are_made() -> None:
+    with pytest.raises(ValueError, match="prefix: 'datasched-other-' is not one of"):
+        make_scratch(None, prefix="datasched-other-")

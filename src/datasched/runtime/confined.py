@@ -22,7 +22,6 @@ import os
 import shutil
 import signal
 import sys
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,6 +34,7 @@ from distributed.deploy.spec import ProcessInterface
 from datasched.runtime.tls import ClusterCredentials
 from datasched.sandbox.confine import Confinement, account, python_dirs, view_args
 from datasched.sandbox.host import process_tree
+from datasched.sandbox.scratch import WORKER_PREFIX, make_scratch, remove_scratch
 
 if TYPE_CHECKING:
     from distributed.security import Security
@@ -71,6 +71,7 @@ class ConfinedWorker(ProcessInterface):
         self.env = dict(env or {})
         self.log_dir = log_dir
         self.process: asyncio.subprocess.Process | None = None
+        self.scratch: Path | None = None
         self.tmp: str | None = None
 
     def command(self) -> list[str]:
@@ -105,10 +106,11 @@ class ConfinedWorker(ProcessInterface):
         ]
 
     async def start(self) -> None:
-        self.tmp = tempfile.mkdtemp(prefix=f"datasched-worker-{self.name}-")
-        if os.geteuid() == 0 and self.confine.run_as is not None:
-            uid, gid = account(self.confine.run_as)
-            os.chown(self.tmp, uid, gid)
+        # Its own temporary directory, the job account's when this process is root; removed
+        # on close, or by the next process to make one if this one is killed
+        # (docs/security.md, "Scratch directories").
+        self.scratch = make_scratch(self.confine, prefix=WORKER_PREFIX)
+        self.tmp = str(self.scratch / "tmp")
         # Its log (errors only: Dask's logging is set so) goes to the daemon's, or to a file.
         log = (Path(self.log_dir) / f"worker-{self.name}.log").open("ab") if self.log_dir else None
         try:
@@ -140,9 +142,9 @@ class ConfinedWorker(ProcessInterface):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             await proc.wait()
-        if self.tmp is not None:
-            shutil.rmtree(self.tmp, ignore_errors=True)
-            self.tmp = None
+        if self.scratch is not None:
+            remove_scratch(self.scratch)
+            self.scratch = self.tmp = None
         await super().close()  # type: ignore[no-untyped-call]
 
 

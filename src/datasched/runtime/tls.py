@@ -29,15 +29,15 @@ import datetime
 import ipaddress
 import os
 import re
-import shutil
 import ssl
 import stat
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from datasched.sandbox.scratch import TLS_PREFIX, make_scratch, remove_scratch
 
 if TYPE_CHECKING:
     from distributed.security import Security
@@ -212,13 +212,15 @@ def private_credentials(
 ) -> Iterator[ClusterCredentials]:
     """A cluster's credentials in a new private directory (``datasched-tls-*``, mode 0700,
     under ``parent``, else the system's temporary directory), removed with everything in
-    it on leaving."""
-    directory = Path(tempfile.mkdtemp(prefix="datasched-tls-", dir=parent))
+    it on leaving; if this process is killed instead, the next process that makes such a
+    directory there removes it (its private key does not outlive the daemon for long:
+    docs/security.md, "Scratch directories")."""
+    directory = make_scratch(None, parent, prefix=TLS_PREFIX, with_tmp=False)
     try:
         directory.chmod(0o700)  # mkdtemp's own mode; said here, not assumed
         yield make_credentials(directory, valid_days=valid_days)
     finally:
-        shutil.rmtree(directory, ignore_errors=True)
+        remove_scratch(directory)
 
 
 # -- Dask's Security ----------------------------------------------------------------------

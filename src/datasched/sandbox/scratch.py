@@ -1,8 +1,11 @@
-"""Sandboxes' scratch directories: made with an owner, removed without following links,
-and those of dead processes removed by the next host that starts (docs/security.md,
-"Scratch directories").
+"""Private temporary directories: made with an owner, removed without following links,
+and those of dead processes removed by the next process that makes one (docs/security.md,
+"Scratch directories"). Three kinds are made so (:data:`PREFIXES`): a sandbox's scratch
+(``datasched-job-``), a confined Dask worker's temporary directory (``datasched-worker-``)
+and a cluster's TLS credentials (``datasched-tls-``, private keys that must not outlive a
+killed daemon).
 
-Each scratch directory ``datasched-job-NAME`` has a lock file beside it,
+Each directory ``datasched-job-NAME`` has a lock file beside it,
 ``datasched-job-NAME.lock``, which the process that made it holds locked (``flock``) until
 it removes both. The kernel releases the lock when that process dies, however it dies
 (killed, out of memory), so a lock that can be taken is a scratch whose owner is gone: the
@@ -36,15 +39,31 @@ from pathlib import Path
 
 from datasched.sandbox.confine import Confinement, account
 
-__all__ = ["PREFIX", "make_scratch", "remove_scratch", "sweep_scratch"]
+__all__ = [
+    "PREFIX",
+    "PREFIXES",
+    "TLS_PREFIX",
+    "WORKER_PREFIX",
+    "make_scratch",
+    "remove_scratch",
+    "sweep_scratch",
+]
 
 PREFIX = "datasched-job-"
-"""The name of every scratch directory starts so."""
+"""A sandbox's scratch directory's name starts so."""
+WORKER_PREFIX = "datasched-worker-"
+"""A confined Dask worker's temporary directory's name starts so."""
+TLS_PREFIX = "datasched-tls-"
+"""A cluster's private TLS credentials' directory's name starts so."""
+PREFIXES = (PREFIX, WORKER_PREFIX, TLS_PREFIX)
+"""Every kind of directory made here; a sweep removes the dead ones of them all."""
 LOCK_SUFFIX = ".lock"
 SWEEP_EVERY_S = 3600.0
 """A process sweeps a directory of scratches again when it makes one there this long after
 its last sweep (a daemon that runs for months outlives many workers)."""
-_LOCK_NAME = re.compile(re.escape(PREFIX) + r"[A-Za-z0-9_]+" + re.escape(LOCK_SUFFIX))
+_LOCK_NAME = re.compile(
+    "(?:" + "|".join(map(re.escape, PREFIXES)) + r")[A-Za-z0-9_]+" + re.escape(LOCK_SUFFIX)
+)
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -77,14 +96,24 @@ def _clear_after_fork() -> None:
 os.register_at_fork(after_in_child=_clear_after_fork)
 
 
-def make_scratch(conf: Confinement, base: str | Path | None = None) -> Path:
-    """A new scratch directory (with ``tmp/`` in it) for one sandbox in ``base`` (the
-    temporary directory if None), owned by the job's account when this process is root,
+def make_scratch(
+    conf: Confinement | None,
+    base: str | Path | None = None,
+    *,
+    prefix: str = PREFIX,
+    with_tmp: bool = True,
+) -> Path:
+    """A new private directory (mode 0700, with ``tmp/`` in it unless not ``with_tmp``)
+    in ``base`` (the temporary
+    directory if None), named ``prefix`` and a random part (one of :data:`PREFIXES`), owned
+    by the job's account of ``conf`` when this process is root (None: this process's own),
     locked as this process's until :func:`remove_scratch`. The first in ``base`` (and one an
-    hour after) first removes the scratches there of processes that died."""
+    hour after) first removes those there of processes that died."""
+    if prefix not in PREFIXES:
+        raise ValueError(f"prefix: {prefix!r} is not one of {', '.join(PREFIXES)}")
     where = Path(base if base is not None else tempfile.gettempdir()).absolute()
     uid = gid = None
-    if os.geteuid() == 0 and conf.run_as is not None:
+    if os.geteuid() == 0 and conf is not None and conf.run_as is not None:
         uid, gid = account(conf.run_as)
     _forget_removed()
     key = (where, os.getpid())
@@ -95,15 +124,18 @@ def make_scratch(conf: Confinement, base: str | Path | None = None) -> Path:
     if due:
         sweep_scratch(where)
     for _ in range(100):
-        path = Path(tempfile.mkdtemp(prefix=PREFIX, dir=where))
+        path = Path(tempfile.mkdtemp(prefix=prefix, dir=where))
         fd = _lock_for(path, os.geteuid() if uid is None else uid)
         if fd is None:  # the name's lock file was there, or a sweep took it first
             _remove_at(str(where), path.name)
             continue
         try:
-            (path / "tmp").mkdir()
+            made = [path]
+            if with_tmp:
+                (path / "tmp").mkdir()
+                made.append(path / "tmp")
             if uid is not None and gid is not None:
-                for p in (path, path / "tmp"):
+                for p in made:
                     os.chown(p, uid, gid)
         except BaseException:
             with _lock:
