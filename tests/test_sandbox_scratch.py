@@ -305,7 +305,8 @@ def test_a_killed_daemons_tls_keys_and_worker_directories_are_removed_by_the_nex
         assert oct(k_keys.stat().st_mode & 0o777) == "0o700"
         killed.kill()
         killed.wait(timeout=30)
-        assert k_keys.is_dir() and k_tmp.is_dir()  # nothing of the killed one cleaned up
+        assert k_keys.is_dir()  # nothing of the killed one cleaned up
+        assert k_tmp.is_dir()
         mine = make_scratch(None, base, prefix="datasched-tls-")  # its first here: a sweep
         left = {p.name for p in base.iterdir()}
         for gone in (k_keys, k_tmp):
