@@ -379,7 +379,7 @@ def _full_scan_checks(mp: pytest.MonkeyPatch) -> list[str]:
 
 
 @pytest.mark.parametrize("policy", ["fifo-roundrobin", "sjf-data"])
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=15, deadline=None)
 @given(
     jobs=multi_file_jobs(n_files=8, file_events=FILE, max_jobs=12, max_files=3),
     nodes=st.integers(1, 5),
