@@ -173,9 +173,9 @@ class FakeView:
     def holders(self, dataset: int) -> Sequence[int]:
         return self._holders
 
-    def neighbours(self, site: int, k: int) -> Sequence[int]:
+    def neighbours(self, site: int, k: int, without: Sequence[int] = ()) -> Sequence[int]:
         others = [s for s in range(len(self.loads)) if s != site]
-        return others if k <= 0 else others[:k]
+        return [s for s in (others if k <= 0 else others[:k]) if s not in without]
 
     def fetch_estimate_s(self, dataset: int, site: int) -> float:
         return 0.0 if site in self._holders else 1000.0
@@ -289,3 +289,86 @@ def test_the_least_loaded_index_is_the_scan(local: str) -> None:
     indexed = simulate(cfg, JOB_LEAST_LOADED, DATA_LEAST_LOADED)
     assert indexed.site_of == by_scan.site_of
     assert indexed.ended == by_scan.ended
+
+
+class _CheckedGrid(GridSim):
+    """The grid checking, at every ask, that the indexed answers are a pass's, and answering
+    the pass's: the estimate of a fetch under way (a pass over every transfer in flight) and
+    every other site less the holders (a filtered copy of the site's neighbours)."""
+
+    fetches = 0
+    spares = 0
+
+    def fetch_estimate_s(self, dataset: int, site: int) -> float:
+        got = super().fetch_estimate_s(dataset, site)
+        if dataset in self.sites[site].present:
+            return got
+        for t in self.net.transfers.values():
+            tag = t.tag
+            if getattr(tag, "dataset", -1) == dataset and getattr(tag, "to", -1) == site:
+                assert got == t.eta() - self.now
+                self.fetches += 1
+                return t.eta() - self.now
+        return got
+
+    def neighbours(self, site: int, k: int, without: Sequence[int] = ()) -> Sequence[int]:
+        got = super().neighbours(site, k, without)
+        near = super().neighbours(site, k)
+        want = [s for s in near if s not in set(without)]
+        assert len(got) == len(want)
+        assert list(got) == want
+        assert [got[i] for i in range(-len(want), 0)] == want
+        self.spares += bool(without)
+        return want
+
+
+@pytest.mark.parametrize("dataset", [DATA_RANDOM, DATA_LEAST_LOADED])
+def test_fetch_estimates_and_replica_sites_from_the_indices_are_the_passes(dataset: str) -> None:
+    """JobAdaptive on a slow grid (fetches overlap) with replication at every second use:
+    every estimate of a fetch under way and every list of sites a replica may go to are what
+    a pass over the transfers in flight and over the sites gives, and the runs are the same
+    as with the passes."""
+    cfg = replace(SMALL, users=24, jobs=240, bandwidth_mb_s=2.0)
+    ext = build_grid_scheduler(JOB_ADAPTIVE)
+    ds = build_grid_scheduler(dataset, threshold=2, neighbours=0)
+    assert isinstance(ext, ExternalScheduler)
+    assert isinstance(ds, DatasetScheduler)
+    checked = _CheckedGrid(cfg, ext, ds)
+    checked.run()
+    assert checked.fetches > 0
+    assert checked.spares > 0
+    assert checked.replicas > 0
+    ds = build_grid_scheduler(dataset, threshold=2, neighbours=0)
+    assert isinstance(ds, DatasetScheduler)
+    plain = GridSim(cfg, ext, ds)
+    plain.run()
+    assert plain.site_of == checked.site_of
+    assert plain.ended == checked.ended
+
+
+def test_every_other_site_less_a_few_is_read_in_place() -> None:
+    """The sites a replica may go to out of every other site: the right ones in order, by
+    any index, without a copy; out-of-range indices refused."""
+    ds = build_grid_scheduler(DATA_DO_NOTHING)
+    assert isinstance(ds, DatasetScheduler)
+    sim = GridSim(SMALL, JobLocalForTest(), ds)
+    for site in range(SMALL.sites):
+        near = list(sim.neighbours(site, 0))
+        for without in ([], [site], [near[0]], [near[-1], site, near[2]], near):
+            got = sim.neighbours(site, 0, without)
+            want = [s for s in near if s not in without]
+            assert list(got) == want
+            assert list(got[1:3]) == want[1:3]
+            with pytest.raises(IndexError):
+                got[len(want)]
+            with pytest.raises(IndexError):
+                got[-len(want) - 1]
+    tree = TierTree(30, 5, 1e6)
+    assert all(tree.hops(a, b) == len(tree.path(a, b)) for a in range(30) for b in range(30))
+
+
+class JobLocalForTest(ExternalScheduler):
+    name = "local-for-test"
+
+    def choose(self, job: GridJob, view: GridView, rng: GridRng) -> int:
+        return job.origin

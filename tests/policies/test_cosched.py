@@ -26,6 +26,7 @@ from datasched.core.events import (
 )
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import Job
+from datasched.core.policy import SchedulerView
 from datasched.core.scheduler import Scheduler
 from datasched.policies.cosched import flow as cosched_flow
 from datasched.policies.cosched.mincostflow import Batch, BatchFlow, Network, solve, solve_lp
@@ -313,3 +314,108 @@ def test_cosched_golden_trace(policy: str) -> None:
         path.write_text(got)
     assert path.exists(), f"no golden trace for {policy}: regenerate (see the docstring)"
     assert got == path.read_text()
+
+
+# -- the index of free servers (CoScheduling._free): the answers of a pass over every server --
+
+
+def _full_scan_checks(mp: pytest.MonkeyPatch) -> list[str]:
+    """Make every look at the index of free servers check itself against a pass over every
+    server (capacities(), what the policies read before the index), and ``_cheapest``
+    against the pass it replaced; the calls checked, by name."""
+    from datasched.policies.cosched.greedy import ShortestDataFirst
+    from datasched.policies.cosched.model import CoScheduling
+
+    checked: list[str] = []
+    next_open, widest_open = CoScheduling._next_open, CoScheduling.widest_open
+    cheapest = ShortestDataFirst._cheapest
+
+    def checked_next(self: CoScheduling, sched: SchedulerView, start: int) -> int | None:
+        caps = sorted(self.capacities(sched))
+        want = next((n for n in caps if n >= start), caps[0]) if caps else None
+        got = next_open(self, sched, start)
+        assert got == want, f"next open server from {start}: {got}, a pass says {want}"
+        checked.append("next")
+        return got
+
+    def checked_widest(self: CoScheduling, sched: SchedulerView) -> tuple[int, int] | None:
+        caps = self.capacities(sched)
+        want = None
+        if caps:
+            node = min(caps, key=lambda n: (-caps[n], n))
+            want = (node, caps[node])
+        got = widest_open(self, sched)
+        assert got == want, f"widest open server: {got}, a pass says {want}"
+        checked.append("widest")
+        return got
+
+    def checked_cheapest(
+        self: ShortestDataFirst,
+        sched: SchedulerView,
+        files: tuple[int, ...],
+        widest: int,
+        known: dict[int, frozenset[int]],
+    ) -> tuple[float, int]:
+        caps = self.capacities(sched)
+        space_files = sched.space.files
+
+        def elsewhere(f: int) -> float:
+            on_way = self.holders(sched, f) or self.on_its_way(f)
+            return space_files[f].n_bytes * (self.local_cost if on_way else self.remote_cost)
+
+        def here(n: int, f: int) -> bool:
+            return n in self.holders(sched, f) or self.coming(n, f)
+
+        best = min((sum(elsewhere(f) for f in files if not here(n, f)), -caps[n], n) for n in caps)
+        got = cheapest(self, sched, files, widest, known)
+        assert got == (best[0], best[2]), f"cheapest for {files}: {got}, a pass says {best}"
+        checked.append("cheapest")
+        return got
+
+    mp.setattr(CoScheduling, "_next_open", checked_next)
+    mp.setattr(CoScheduling, "widest_open", checked_widest)
+    mp.setattr(ShortestDataFirst, "_cheapest", checked_cheapest)
+    return checked
+
+
+@pytest.mark.parametrize("policy", ["fifo-roundrobin", "sjf-data"])
+@settings(max_examples=15, deadline=None)
+@given(
+    jobs=multi_file_jobs(n_files=8, file_events=FILE, max_jobs=12, max_files=3),
+    nodes=st.integers(1, 5),
+    slots=st.integers(1, 3),
+    mtbf_s=st.sampled_from([None, 60.0, 600.0]),
+    seed=st.integers(0, 3),
+)
+def test_the_free_servers_index_answers_what_a_pass_over_every_server_does(
+    policy: str, jobs: list[Job], nodes: int, slots: int, mtbf_s: float | None, seed: int
+) -> None:
+    """Servers failing and coming back (their slots freed, their work returned), jobs of
+    one to three files, servers of one to three slots: every choice read from the index is
+    the one a pass over every server makes."""
+    from datasched.sim.faults import NodeFaults
+
+    faults = None if mtbf_s is None else NodeFaults(mtbf_s / 3600, 30.0 / 3600, seed=seed)
+    with pytest.MonkeyPatch.context() as mp:
+        checked = _full_scan_checks(mp)
+        sched = cosched_scheduler(policy, nodes, slots=slots, cache_files=6, n_files=8)
+        run = SimEngine(sched, faults=faults).run(jobs)
+    assert run.jobs_completed == len(jobs)
+    assert checked
+
+
+@pytest.mark.parametrize("policy", ["fifo-roundrobin", "sjf-data"])
+def test_a_cancelled_placed_job_frees_its_server_at_once(policy: str) -> None:
+    """One server of one slot: job 0 is placed there and waits for its file, job 1 queues;
+    cancelling job 0 gives its slot back, and job 1 is placed at once (its file asked for)."""
+    from datasched.core.events import JobArrived, JobCancelled
+
+    with pytest.MonkeyPatch.context() as mp:
+        checked = _full_scan_checks(mp)
+        sched = cosched_scheduler(policy, 1, slots=1)
+        sched.handle(JobArrived(0.0, Job(0, 0.0, files(1))))
+        assert not sched.handle(JobArrived(1.0, Job(1, 1.0, files(2))))  # no free slot
+        out = sched.handle(JobCancelled(2.0, 0))
+    fetched = [a.data for a in out if isinstance(a, Fetch)]
+    assert fetched == [files(2)], out
+    assert checked

@@ -23,6 +23,7 @@ from bisect import bisect_left, insort
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import overload
 
 from datasched.gridsim.model import GB, MB, GridConfig, TierTree, draw_dataset, layout
 from datasched.gridsim.site import CoreSites
@@ -32,7 +33,7 @@ from datasched.policies.grid.schedulers import (
     GridJob,
     build_grid_scheduler,
 )
-from datasched.sim.network import Network
+from datasched.sim.network import Network, Transfer
 
 __all__ = ["GridResult", "GridRun", "GridSim", "run_grid"]
 
@@ -84,6 +85,39 @@ class _Move:
 def _move(tag: object) -> _Move:
     assert isinstance(tag, _Move)
     return tag
+
+
+class _Without(Sequence[int]):
+    """``near`` less the entries at ``places`` (ascending, no repeats), read in place: the
+    sites a replica may go to out of every other site, without a copy of the list a decision
+    (docs/scale.md)."""
+
+    __slots__ = ("_near", "_places")
+
+    def __init__(self, near: Sequence[int], places: Sequence[int]) -> None:
+        self._near = near
+        self._places = places
+
+    def __len__(self) -> int:
+        return len(self._near) - len(self._places)
+
+    @overload
+    def __getitem__(self, i: int) -> int: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[int]: ...
+    def __getitem__(self, i: int | slice) -> int | Sequence[int]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("index out of range")
+        for p in self._places:  # the i-th entry not left out
+            if p > i:
+                break
+            i += 1
+        return self._near[i]
 
 
 @dataclass(slots=True)
@@ -138,10 +172,24 @@ class GridSim:
             self.sites[home].present.add(d)
             self.sites[home].primary.add(d)
             self._holders[d] = [home]
+        hops = self.tree.hops
         self._near = [
-            sorted((s for s in range(cfg.sites) if s != a), key=lambda b: (self.tree.hops(a, b), b))
+            sorted((s for s in range(cfg.sites) if s != a), key=lambda b: (hops(a, b), b))
             for a in range(cfg.sites)
         ]
+        self._near_from: list[dict[int, tuple[int, int]]] = []
+        """Site -> hops -> where the sites that many hops away lie in its ``_near`` list (in
+        site order there): a site's place in the list without a pass over it."""
+        for a, near in enumerate(self._near):
+            spans: dict[int, tuple[int, int]] = {}
+            for i, b in enumerate(near):
+                h = hops(a, b)
+                lo = spans.get(h, (i, i))[0]
+                spans[h] = (lo, i + 1)
+            self._near_from.append(spans)
+        self._inbound: dict[tuple[int, int], list[Transfer]] = {}
+        """(dataset, site) -> the transfers bringing it there, oldest first: what
+        :meth:`fetch_estimate_s` reads instead of a pass over every transfer in flight."""
         self.now = 0.0
         self._events: list[tuple[float, int, int, int, int]] = []
         self._seq = 0
@@ -204,18 +252,30 @@ class GridSim:
     def holders(self, dataset: int) -> Sequence[int]:
         return self._holders[dataset]
 
-    def neighbours(self, site: int, k: int) -> Sequence[int]:
+    def neighbours(self, site: int, k: int, without: Sequence[int] = ()) -> Sequence[int]:
         near = self._near[site]
-        return near if k <= 0 else near[:k]
+        if not without:
+            return near if k <= 0 else near[:k]
+        if k > 0:
+            skip = set(without)
+            return [s for s in near[:k] if s not in skip]
+        # Every other site but a few: their places in the list, not a filtered copy of it.
+        spans = self._near_from[site]
+        hops = self.tree.hops
+        places = []
+        for b in without:
+            if b != site:
+                lo, hi = spans[hops(site, b)]
+                places.append(bisect_left(near, b, lo, hi))
+        return _Without(near, sorted(places))
 
     def fetch_estimate_s(self, dataset: int, site: int) -> float:
         s = self.sites[site]
         if dataset in s.present:
             return 0.0
-        for t in self.net.transfers.values():
-            move = _move(t.tag)
-            if move.dataset == dataset and move.to == site:
-                return t.eta() - self.now
+        inbound = self._inbound.get((dataset, site))
+        if inbound:
+            return inbound[0].eta() - self.now
         path = self.tree.path(self._source(dataset, site), site)
         rate = min(link.bytes_per_s / (self.net.count_on(link) + 1) for link in path)
         return self.grid.size_bytes[dataset] / rate
@@ -317,7 +377,8 @@ class GridSim:
             self.replica_bytes += size
             self.replicas += 1
         self.sites[to].incoming.add(dataset)
-        _, changed = self.net.start(path, size, self.now, tag=_Move(why, dataset, to))
+        t, changed = self.net.start(path, size, self.now, tag=_Move(why, dataset, to))
+        self._inbound.setdefault((dataset, to), []).append(t)
         for t in changed:
             self._push(t.eta(), _TRANSFER, t.transfer_id, t.version)
 
@@ -327,6 +388,10 @@ class GridSim:
             self._push(x.eta(), _TRANSFER, x.transfer_id, x.version)
         move = _move(t.tag)
         d, to = move.dataset, move.to
+        inbound = self._inbound[d, to]
+        inbound.remove(t)
+        if not inbound:
+            del self._inbound[d, to]
         s = self.sites[to]
         s.incoming.discard(d)
         s.present.add(d)

@@ -171,7 +171,17 @@ class TierTree:
         return got
 
     def hops(self, a: int, b: int) -> int:
-        return len(self.path(a, b))
+        """``len(path(a, b))``, counted up the tree without making (and keeping) the path:
+        every pair's is asked once a run, to order each site's neighbours."""
+        depth, parent = self.depth, self.parent
+        n = 0
+        while a != b:
+            if depth[a] >= depth[b]:
+                a = parent[a]
+            else:
+                b = parent[b]
+            n += 1
+        return n
 
 
 @dataclass(frozen=True, slots=True)

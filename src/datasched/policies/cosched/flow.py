@@ -119,12 +119,11 @@ class MinCostFlow(CoScheduling):
         ptr = [0]
         idx: list[int] = []
         has_copy = []
-        inflight = self._inflight
         for f, held in zip(files, self.holders_of(sched, files), strict=True):
             zero = [column[n] for n in held if n in column]
             moving = self.on_its_way(f)
             if moving:
-                zero += [column[n] for n, m in inflight.items() if f in m and n in column]
+                zero += [column[n] for n in self.coming_to(f) if n in column]
                 zero = sorted(set(zero))
             elif len(zero) > 1:
                 zero.sort()

@@ -28,19 +28,18 @@ class FifoRoundRobin(CoScheduling):
         self._next = 0
 
     def _dispatch(self, sched: SchedulerView) -> None:
-        caps = self.capacities(sched)
-        while caps:
+        # The next server in turn from the index of free ones, not a pass over every server
+        # (CoScheduling._free).
+        while True:
+            node = self._next_open(sched, self._next)
+            if node is None:
+                return
             item = self._head()
             if item is None:
                 return
-            nodes = sorted(caps)
-            node = next((n for n in nodes if n >= self._next), nodes[0])
             self._next = node + 1
             self._take(item)
             self._place(sched, item, node)
-            caps[node] -= 1
-            if not caps[node]:
-                del caps[node]
 
 
 @register
@@ -81,17 +80,21 @@ class ShortestDataFirst(CoScheduling):
         return None
 
     def _dispatch(self, sched: SchedulerView) -> None:
-        caps = self.capacities(sched)
-        while caps:
+        while True:
+            # The widest server from the index of free ones, not a pass over every server
+            # (CoScheduling._free).
+            opened = self.widest_open(sched)
+            if opened is None:
+                return
             heads = [h for h in map(self._class_head, list(self._classes)) if h is not None]
             if not heads:
                 return
             heads.sort(key=lambda i: i.seq)
-            widest = min(caps, key=lambda n: (-caps[n], n))
+            widest = opened[0]
             best: tuple[float, int, Item] | None = None
             known: dict[int, frozenset[int]] = {}
             for item in heads:
-                cost, node = self._cheapest(sched, item.files, caps, widest, known)
+                cost, node = self._cheapest(sched, item.files, widest, known)
                 if best is None or cost < best[0]:
                     best = (cost, node, item)
                     if cost == 0:
@@ -100,20 +103,21 @@ class ShortestDataFirst(CoScheduling):
             _, node, item = best
             self._take(item)
             self._place(sched, item, node)
-            caps[node] -= 1
-            if not caps[node]:
-                del caps[node]
 
     def _cheapest(
         self,
         sched: SchedulerView,
         files: tuple[int, ...],
-        caps: dict[int, int],
         widest: int,
         known: dict[int, frozenset[int]],
     ) -> tuple[float, int]:
-        """The cheapest server for a job needing ``files``, and its cost."""
+        """The cheapest server with a free slot for a job needing ``files``, and its cost.
+
+        Only the servers holding or receiving one of the files can cost less than all of
+        them moved; of the others, ``widest`` (the most free slots, then the lowest id) wins
+        any tie, so it stands for them all: no pass over every server (docs/scale.md)."""
         space_files = sched.space.files
+        free_slots = self._free
 
         def held(f: int) -> frozenset[int]:
             h = known.get(f)
@@ -127,14 +131,25 @@ class ShortestDataFirst(CoScheduling):
 
         if len(files) == 1:
             (f,) = files
-            zero = [n for n in caps if n in held(f) or self.coming(n, f)]
-            if zero:
-                return 0.0, min(zero, key=lambda n: (-caps[n], n))
+            caps = {
+                n: free
+                for n in (*held(f), *self.coming_to(f))
+                if (free := free_slots(sched, n)) > 0
+            }
+            if caps:
+                return 0.0, min(caps, key=lambda n: (-caps[n], n))
             return elsewhere(f), widest
+        near: set[int] = {widest}
+        for f in files:
+            near.update(held(f))
+            near.update(self.coming_to(f))
         best = (float("inf"), -1, -1)
-        for n in caps:
+        for n in near:
+            free = free_slots(sched, n)
+            if free <= 0:
+                continue
             cost = sum(elsewhere(f) for f in files if not (n in held(f) or self.coming(n, f)))
-            key = (cost, -caps[n], n)
+            key = (cost, -free, n)
             if key < best:
                 best = key
         return best[0], best[2]

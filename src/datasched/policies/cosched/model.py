@@ -31,6 +31,8 @@ Where the paper is silent:
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left, insort
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 from datasched.core.intervals import IntervalSet
@@ -38,6 +40,8 @@ from datasched.core.model import Subjob
 from datasched.core.policy import JobView, Param, Policy, ReadMode, Returned, SchedulerView
 
 __all__ = ["LOCAL_COST", "REMOTE_COST", "CoScheduling", "Item"]
+
+_NOWHERE: frozenset[int] = frozenset()
 
 LOCAL_COST = Param(
     "local_cost",
@@ -116,6 +120,18 @@ class CoScheduling(Policy):
         """Server -> local copies going out of it."""
         self._moving: dict[int, int] = {}
         """File -> servers it is on its way to."""
+        self._coming: dict[int, set[int]] = {}
+        """File -> the servers it is on its way to (those of ``_inflight`` bringing it)."""
+        self._open: list[int] = []
+        """Servers that may have a free slot, ascending: every server with one is here, and
+        one found without is dropped as it is looked at (see :meth:`_next_open`)."""
+        self._open_set: set[int] = set()
+        self._roomy: list[tuple[int, int]] = []
+        """Heap of (-free slots, server): every server with free slots has an entry with at
+        least as many, and an entry whose count is out of date is corrected as it comes to the
+        top (see :meth:`widest_open`)."""
+        self._rescan = True
+        """The next look at the free servers starts from every server (see :meth:`_free`)."""
         self._chained: dict[tuple[int, int], list[int]] = {}
         """(server, file) -> servers whose copy of the file waits for it to land there."""
         self._running: dict[int, tuple[int, Item]] = {}
@@ -148,19 +164,24 @@ class CoScheduling(Policy):
 
     def work_requested(self, sched: SchedulerView, slot: int, ended: JobView | None) -> None:
         self._reap(sched, slot)
+        self._opened(sched, sched.slot_node[slot])
         self._dispatch(sched)
 
     def work_returned(self, sched: SchedulerView, sj: Subjob, cause: Returned) -> None:
         self._reap(sched)
+        self._rescan = True  # its slot is free, but which one is not said
         seq = self._job_seq.get(sj.job_id, -1)
         files = tuple(sched.space.files_in(sj.data))
         self._enqueue(Item(seq, sj.job_id, sj.data, files, subjob=sj))
         self._dispatch(sched)
 
+    def node_joined(self, sched: SchedulerView, node: int) -> None:
+        self._opened(sched, node)
+
     def node_lost(self, sched: SchedulerView, node: int) -> None:
         self._reap(sched)
         for f, move in self._inflight.pop(node, {}).items():
-            self._moved(f, move)
+            self._moved(node, f, move)
         self._staged.pop(node, None)
         self._held.pop(node, None)
         for item in [i for i in self._placed.values() if i.node == node]:
@@ -181,6 +202,7 @@ class CoScheduling(Policy):
             del self._placed[item.seq]
             self._staged[item.node] -= 1
             self._release(sched, item)
+            self._opened(sched, item.node)
         self._job_seq.pop(job_id, None)
         self._reap(sched)
         self._dispatch(sched)
@@ -197,7 +219,7 @@ class CoScheduling(Policy):
         ready: list[Item] = []
         for f in done:
             move = moves.pop(f)
-            self._moved(f, move)
+            self._moved(node, f, move)
             cached = self._cached(sched, node, f)
             for item in move.waiters:
                 if self._placed.get(item.seq) is not item or item.node != node:
@@ -285,6 +307,74 @@ class CoScheduling(Policy):
                 out[node] = free
         return out
 
+    def _free(self, sched: SchedulerView, node: int) -> int:
+        """``node``'s free slots not held by placed items (0 for a lost one): what
+        :meth:`capacities` says of it.
+
+        The policies that decide one job at a time read the free servers from an index
+        instead of a pass over every server (docs/scale.md): servers gain free slots only
+        where a slot is offered (:meth:`work_requested`), a node joins, a placed job is
+        cancelled, or work comes back (:meth:`work_returned`, which does not say whose slot
+        it left: the next look starts again from every server). Servers lose them as jobs
+        are placed and started; the index drops or corrects a server as it looks at it."""
+        if sched.is_lost(node):
+            return 0
+        return len(sched.slots_of(node)) - sched.node_running[node] - self._staged.get(node, 0)
+
+    def _opened(self, sched: SchedulerView, node: int) -> None:
+        """``node`` may have gained free slots: into the index."""
+        if node not in self._open_set:
+            self._open_set.add(node)
+            insort(self._open, node)
+        free = self._free(sched, node)
+        if free > 0:
+            heapq.heappush(self._roomy, (-free, node))
+
+    def _refresh(self, sched: SchedulerView) -> None:
+        """Start the index again from every server when told to, or when corrections have
+        piled up in the heap."""
+        nodes = sched.nodes
+        if not self._rescan and len(self._roomy) <= 2 * len(nodes) + 64:
+            return
+        self._rescan = False
+        self._open = list(nodes)
+        self._open_set = set(nodes)
+        roomy = [(-free, n) for n in nodes if (free := self._free(sched, n)) > 0]
+        heapq.heapify(roomy)
+        self._roomy = roomy
+
+    def _next_open(self, sched: SchedulerView, start: int) -> int | None:
+        """The lowest server at or after ``start`` with a free slot, else the lowest with one,
+        else None: ``min`` of :meth:`capacities`' servers from ``start`` on, round the end."""
+        self._refresh(sched)
+        open_, free = self._open, self._free
+        i = bisect_left(open_, start)
+        for _ in range(2):
+            while i < len(open_):
+                node = open_[i]
+                if free(sched, node) > 0:
+                    return node
+                del open_[i]
+                self._open_set.discard(node)
+            i = 0
+        return None
+
+    def widest_open(self, sched: SchedulerView) -> tuple[int, int] | None:
+        """The server with the most free slots, the lowest of those, and its free slots;
+        None if no server has one."""
+        self._refresh(sched)
+        heap = self._roomy
+        while heap:
+            neg, node = heap[0]
+            free = self._free(sched, node)
+            if free == -neg:
+                return node, free
+            if free > 0:
+                heapq.heapreplace(heap, (-free, node))
+            else:
+                heapq.heappop(heap)
+        return None
+
     def _cached(self, sched: SchedulerView, node: int, f: int) -> bool:
         file = sched.space.files[f]
         return sched.directory.cached_length(node, file.events) >= file.n_events
@@ -335,6 +425,10 @@ class CoScheduling(Policy):
         """Whether file ``f`` is on its way to ``node``."""
         moves = self._inflight.get(node)
         return moves is not None and f in moves
+
+    def coming_to(self, f: int) -> AbstractSet[int]:
+        """The servers file ``f`` is on its way to."""
+        return self._coming.get(f, _NOWHERE)
 
     # -- placing and starting -----------------------------------------------------------------
 
@@ -390,6 +484,7 @@ class CoScheduling(Policy):
             return
         move = moves[f] = _Move(None, [item])
         self._moving[f] = self._moving.get(f, 0) + 1
+        self._coming.setdefault(f, set()).add(node)
         self._issue(sched, node, f, move, from_archive=from_archive)
 
     def _issue(
@@ -409,10 +504,11 @@ class CoScheduling(Policy):
                 move.source = source
                 self.local_copies += 1
                 return
+            inflight = self._inflight
             ahead = [
                 n
-                for n, m in self._inflight.items()
-                if n != node and f in m and m[f].after < 0 and not sched.is_lost(n)
+                for n in self.coming_to(f)
+                if n != node and inflight[n][f].after < 0 and not sched.is_lost(n)
             ]
             if ahead:
                 first = min(ahead, key=lambda h: (self._sending.get(h, 0), h))
@@ -423,8 +519,9 @@ class CoScheduling(Policy):
         move.source = None
         self.remote_copies += 1
 
-    def _moved(self, f: int, move: _Move) -> None:
-        """``move`` is over (done, or its server lost): the books of transfers."""
+    def _moved(self, node: int, f: int, move: _Move) -> None:
+        """``move`` of file ``f`` to ``node`` is over (done, or its server lost): the books
+        of transfers."""
         if move.source is not None and move.after < 0:
             self._sending[move.source] -= 1
         n = self._moving[f] - 1
@@ -432,6 +529,10 @@ class CoScheduling(Policy):
             self._moving[f] = n
         else:
             del self._moving[f]
+        coming = self._coming[f]
+        coming.discard(node)
+        if not coming:
+            del self._coming[f]
 
     def _unchain(self, sched: SchedulerView, node: int, f: int) -> None:
         """File ``f`` has landed on ``node`` (or will not): start the copies waiting for it."""
@@ -443,7 +544,7 @@ class CoScheduling(Policy):
                 self._issue(sched, later, f, move, from_archive=False)
             else:
                 del self._inflight[later][f]  # nobody waits for it any more
-                self._moved(f, move)
+                self._moved(later, f, move)
 
     def on_its_way(self, f: int) -> bool:
         """Whether file ``f`` is on its way to some server."""

@@ -81,8 +81,10 @@ class GridView(Protocol):
         """Sites holding a whole replica of ``dataset`` now, in site order."""
         ...
 
-    def neighbours(self, site: int, k: int) -> Sequence[int]:
-        """The ``k`` sites nearest ``site`` by hops (0: every other site), nearest first."""
+    def neighbours(self, site: int, k: int, without: Sequence[int] = ()) -> Sequence[int]:
+        """The ``k`` sites nearest ``site`` by hops (0: every other site), nearest first,
+        less those of ``without`` (read in place where it can: every other site but a few
+        is not copied, docs/scale.md)."""
         ...
 
     def fetch_estimate_s(self, dataset: int, site: int) -> float:
@@ -164,8 +166,7 @@ class DatasetScheduler:
         self._popularity[site, dataset] = count
         if count <= self.threshold:
             return None
-        held = set(view.holders(dataset))
-        candidates = [s for s in view.neighbours(site, self.neighbours) if s not in held]
+        candidates = view.neighbours(site, self.neighbours, view.holders(dataset))
         if not candidates:
             return None  # every candidate holds it: try again at the next access
         self._popularity[site, dataset] = 0
