@@ -7,25 +7,20 @@ from __future__ import annotations
 
 import logging
 import pickle
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import pytest
 
 from datasched.service.contracts import (
     ClusterSnapshot,
-    ElementaryJob,
-    FileRef,
     FileTodo,
     JobSnapshot,
     JobState,
-    MetaJobRequest,
     NodeRates,
     NodeSnapshot,
     PacketDone,
     ProcessorWork,
-    RunnerListener,
     SnapshotError,
 )
 from datasched.service.daemon import Dispatcher, StoreListener
@@ -33,11 +28,11 @@ from datasched.service.eta_watch import EtaWatch
 from datasched.service.live import _costed, job_time_per_event, start_costs, started_rates
 from datasched.service.merger import Merger
 from datasched.service.runner import RunnerError
-from datasched.service.store import ops
 from datasched.service.store.db import Store
 from datasched.service.store.models import Job, Request
-from datasched.service.users import add_user, authenticate
+from datasched.service.users import add_user
 from datasched.service.whatif import Admission, predict
+from service.step_support import StepRunner, submit
 
 NODE = NodeSnapshot("w0", 1, 10**9, (), NodeRates(100.0, 100.0, 100.0))
 
@@ -80,57 +75,15 @@ def test_a_queue_of_no_room_is_refused() -> None:
         Admission(("j0",), 0)
 
 
-class _StepRunner:
-    """Holds what it is handed."""
-
-    def __init__(self) -> None:
-        self.held: list[ElementaryJob] = []
-        self.listener: RunnerListener | None = None
-
-    def start(self, listener: RunnerListener) -> None:
-        self.listener = listener
-
-    def submit(self, job: ElementaryJob, done_ranges: Sequence[tuple[str, int, int]]) -> None:
-        self.held.append(job)
-
-    def cancel(self, job_id: str) -> None:
-        pass
-
-    def cluster(self) -> Mapping[str, Any]:
-        return {"nodes": [{"name": "n0", "slots": 1}]}
-
-    def merge(self, work: ProcessorWork, results: Sequence[bytes]) -> bytes:
-        raise AssertionError("not merged here")
-
-    def stop(self) -> None:
-        pass
-
-
-def _submit(store: Store, token: str, n_jobs: int, events: int = 100) -> str:
-    with store.session() as s:
-        caller = authenticate(s, token)
-        assert caller is not None
-        rid = ops.new_request_id()
-        work = ProcessorWork("p.py:P")
-        jobs = [
-            ElementaryJob(rid, i, (FileRef(f"/d/{rid}/{i}.root", events, 10 * events),), work)
-            for i in range(n_jobs)
-        ]
-        ops.store_accepted(
-            s, caller, rid, "raw", "application/yaml", MetaJobRequest(caller.name, work, ()), jobs
-        )
-    return rid
-
-
 def test_the_dispatchers_queue_is_its_order_and_takes_no_turn(sqlite_store: Store) -> None:
     store = sqlite_store
     with store.session() as s:
         tokens = {u: add_user(s, u, g) for u, g in (("ann", "a"), ("bob", "a"), ("cy", "b"))}
     rids = {
-        (user, k): _submit(store, tokens[user], 2)
+        (user, k): submit(store, tokens[user], 2)
         for k, user in enumerate(("ann", "ann", "bob", "cy"))
     }
-    runner = _StepRunner()
+    runner = StepRunner()
     d = Dispatcher(store, runner, max_held=2)
     d.recover()
     queue = d.admission()
@@ -246,7 +199,7 @@ CLUSTER = {"nodes": [{"name": "w1", "up": True, "slots_total": 1, "cache_capacit
 def test_a_requests_end_is_its_last_jobs_not_its_merge(store: Store) -> None:
     with store.session() as s:
         token = add_user(s, "ann", "g")
-    rid = _submit(store, token, 1)
+    rid = submit(store, token, 1)
     job_id = f"{rid}.0"
     listener = StoreListener(store)
     listener.job_state(job_id, JobState.RUNNING, node="w1")
@@ -290,7 +243,7 @@ def _completed(store: Store, token: str, n: int) -> list[str]:
     ids = []
     listener = StoreListener(store)
     for _ in range(n):
-        rid = _submit(store, token, 1)
+        rid = submit(store, token, 1)
         job_id = f"{rid}.0"
         listener.packet_done(
             PacketDone(job_id, f"/d/{rid}/0.root", 0, 100, "w1", 10, 0.1, pickle.dumps(1))
