@@ -45,6 +45,8 @@ from datasched.service.live_rates import (
     rate_spread,
     recent_jobs,
     recent_packets,
+    recent_sent,
+    sent_paces,
     start_costs,
     started_rates,
     wall_rates,
@@ -67,6 +69,11 @@ __all__ = [
     "started_rates",
     "wall_rates",
 ]
+
+OVERDUE_SHARE = 0.25
+"""A file begun past what its run should take is charged this share of its whole run: its
+packets are under way and due, not begun again, and a run past the median has about a
+quarter of one left (measured in docs/service-whatif.md)."""
 
 _OPEN = (
     JobState.PENDING.value,
@@ -174,14 +181,19 @@ def live_snapshot(store: Store, cluster: Mapping[str, Any]) -> ClusterSnapshot:
         }
         keys.update({job.id: work_key(job.work or {}) for job, _ in rows})
         done: dict[tuple[str, str], list[tuple[int, int]]] = {}
+        began: dict[str, dict[str, float]] = {}
         if rows:
             ids = [job.id for job, _ in rows]
-            for job_id, url, a, b in s.execute(
-                select(Packet.job_id, Packet.url, Packet.start, Packet.stop).where(
+            for job_id, url, a, b, at in s.execute(
+                select(Packet.job_id, Packet.url, Packet.start, Packet.stop, Packet.started).where(
                     Packet.job_id.in_(ids)
                 )
             ):
                 done.setdefault((job_id, url), []).append((int(a), int(b)))
+                if at is not None:
+                    t = _aware(at).timestamp()
+                    firsts = began.setdefault(str(job_id), {})
+                    firsts[str(url)] = min(firsts.get(str(url), t), t)
         epoch = min((_aware(created) for _, created in rows), default=datetime.now(UTC))
         jobs = []
         running_since = {
@@ -224,6 +236,9 @@ def live_snapshot(store: Store, cluster: Mapping[str, Any]) -> ClusterSnapshot:
         if node in slots
     }
     starts = start_costs(with_jobs, rates, paces)
+    sent = sent_paces(recent_sent(store, datetime.now(UTC)))
+    sent = {node: rate for node, rate in sent.items() if node in slots}
+    now_s = datetime.now(UTC).timestamp()
     jobs = _costed(
         jobs,
         job_costs(per_job, keys, [j.id for j in jobs]),
@@ -234,6 +249,11 @@ def live_snapshot(store: Store, cluster: Mapping[str, Any]) -> ClusterSnapshot:
         running_for={
             job_id: max((datetime.now(UTC) - since).total_seconds(), 0.0)
             for job_id, since in running_since.items()
+        },
+        sent=1.0 / statistics.fmean(sent.values()) if sent else None,
+        file_age={
+            job_id: {url: max(now_s - t, 0.0) for url, t in files.items()}
+            for job_id, files in began.items()
         },
     )
     now = (datetime.now(UTC) - epoch).total_seconds()
@@ -262,6 +282,8 @@ def _costed(
     started: float | None = None,
     start_s: float | None = None,
     running_for: Mapping[str, float] | None = None,
+    sent: float | None = None,
+    file_age: Mapping[str, Mapping[str, float]] | None = None,
 ) -> list[JobSnapshot]:
     """The jobs with their seconds per event on a slot (``JobSnapshot.cpu_s_per_event``),
     from the nodes' mean time per event (wall clock where a node measured it; else the
@@ -280,7 +302,15 @@ def _costed(
     charged that; the files it has not begun, the nodes' time per event, start included.
     A job running (its first packet sent: ``running_for`` gives for how long) with no
     packet back yet is starting: it is charged what is left of the nodes' mean start cost
-    ``start_s`` (:func:`start_costs`) and its events at the pace within a run."""
+    ``start_s`` (:func:`start_costs`) and its events at the pace within a run.
+
+    ``sent``: the nodes' mean seconds per event of a file's run from its packets' beginning
+    on the worker to their storing (:func:`~datasched.service.live_rates.sent_paces`), and
+    ``file_age``: per job, per file, how long ago its first packet began. Where both are
+    known for a job with a packet back, the job is past its start on its node (its child
+    is up), and each file's time is its run at that pace: a file begun has what is left of
+    its run (its whole run less its age: its other packets are under way, not waiting),
+    at least :data:`OVERDUE_SHARE` of its whole run; a file not begun, its whole run."""
     if not relative:
         return jobs
     events = sum(e for e, _ in per_job.values())
@@ -298,7 +328,22 @@ def _costed(
         fresh = job_time_per_event(base, mean_cpu, cpu)
         begun = sum(_left(f) for f in j.files if f.todo is not None and _left(f) < f.n_events)
         left = sum(_left(f) for f in j.files)
-        if started is not None and left > 0:
+        ages = (file_age or {}).get(j.id, {})
+        if sent is not None and ages and left > 0:
+            going = job_time_per_event(sent, mean_cpu, cpu)
+            time_left = 0.0
+            for f in j.files:
+                n_left = _left(f)
+                age = ages.get(f.url)
+                if n_left <= 0:
+                    continue
+                if age is None:
+                    time_left += n_left * going
+                else:
+                    run = f.n_events * going
+                    time_left += max(run - age, OVERDUE_SHARE * run)
+            fresh = time_left / left
+        elif started is not None and left > 0:
             going = job_time_per_event(started, mean_cpu, cpu)
             since = (running_for or {}).get(j.id)
             if begun > 0:

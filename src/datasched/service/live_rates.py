@@ -34,12 +34,15 @@ __all__ = [
     "IDLE_FACTOR",
     "MIN_PACKETS",
     "MIN_RUN",
+    "SENT_RUNS",
     "WINDOW_S",
     "busy_rate",
     "last_packets",
     "rate_spread",
     "recent_jobs",
     "recent_packets",
+    "recent_sent",
+    "sent_paces",
     "start_costs",
     "started_rates",
     "wall_rates",
@@ -56,6 +59,9 @@ CHUNK = 4
 """Consecutive packets of a node whose rate is one sample of the spread."""
 MIN_RUN = 3
 """Packets of one job on a node whose span is one sample of :func:`started_rates`."""
+SENT_RUNS = 8
+"""A node's last runs of a file (from its packets' beginning to their storing) whose median
+is its pace once a job has begun there (:func:`sent_paces`)."""
 IDLE_FACTOR = 3.0
 """A gap between two stored packets of a node counts as busy up to this many times what
 the later packet's events take at the node's median pace; beyond, the node was idle."""
@@ -241,3 +247,81 @@ def started_rates(runs: Mapping[str, list[tuple[float, int, str]]]) -> dict[str,
 def _aware(t: datetime) -> datetime:
     """SQLite gives back naive datetimes (stored as UTC)."""
     return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
+
+
+def recent_sent(store: Store, now: datetime) -> dict[str, list[tuple[float, float, int, str, str]]]:
+    """Per node, its packets stored in the window that know when they began on their worker
+    (stores upgraded from before keep no such time for their older packets): ``(began,
+    stored, events, job, url)``, seconds, in storing order. A node with fewer than
+    :data:`MIN_PACKETS` there gives its last :data:`HISTORY_PACKETS` such packets, however
+    old."""
+    since = now - timedelta(seconds=WINDOW_S)
+    cols = (Packet.node, Packet.started, Packet.created, Packet.start, Packet.stop)
+    out: dict[str, list[tuple[float, float, int, str, str]]] = {}
+    with store.reading() as s:
+        rows = s.execute(
+            select(*cols, Packet.job_id, Packet.url)
+            .where(Packet.created >= since, Packet.started.is_not(None))
+            .order_by(Packet.created, Packet.id)
+        ).all()
+        for node, began, created, a, b, job, url in rows:
+            out.setdefault(str(node), []).append(_sent(began, created, a, b, job, url))
+        for node in [n for n, run in out.items() if len(run) < MIN_PACKETS]:
+            old = s.execute(
+                select(*cols, Packet.job_id, Packet.url)
+                .where(Packet.node == node, Packet.started.is_not(None))
+                .order_by(Packet.created.desc(), Packet.id.desc())
+                .limit(HISTORY_PACKETS)
+            ).all()
+            out[node] = [_sent(*row[1:]) for row in reversed(old)]
+    return out
+
+
+def _sent(
+    began: datetime | None, created: datetime, a: int, b: int, job: str, url: str
+) -> tuple[float, float, int, str, str]:
+    stored = _aware(created).timestamp()
+    return (
+        _aware(began).timestamp() if began is not None else stored,
+        stored,
+        int(b) - int(a),
+        str(job),
+        str(url),
+    )
+
+
+def _file_runs(
+    packets: Sequence[tuple[float, float, int, str, str]],
+) -> list[tuple[float, float, int]]:
+    """A node's runs of one job's packets of one file: ``(first began, last stored,
+    events)``."""
+    runs: dict[tuple[str, str], list[float]] = {}
+    for began, stored, n, job, url in packets:
+        got = runs.setdefault((job, url), [began, stored, 0.0])
+        got[0] = min(got[0], began)
+        got[1] = max(got[1], stored)
+        got[2] += n
+    return [(a, b, int(n)) for a, b, n in runs.values()]
+
+
+def sent_paces(
+    runs: Mapping[str, Sequence[tuple[float, float, int, str, str]]],
+) -> dict[str, float]:
+    """Each node's events per second a job's file takes once its packets began: the median,
+    over the node's last :data:`SENT_RUNS` runs of one job's packets of one file
+    (:func:`recent_sent`), of a run's events over the time from its first packet's
+    beginning on the worker to its last's storing. The median and the last runs: a file
+    whose packets the runtime sized small, sent over many seconds, or the runs of a busier
+    minute (the machine's other work, more jobs at once), are not what the next file takes.
+
+    A job's packets on a node are sent together and run side by side, so they come back
+    within a fraction of a second of each other, each having taken one to three seconds
+    (docs/service-whatif.md): the span between their storings (:func:`started_rates`)
+    leaves out what each took, and made a file begun look ten times faster than it was.
+    Nodes without such a run are left out."""
+    out: dict[str, float] = {}
+    for node, packets in runs.items():
+        done = sorted((b, n / (b - a)) for a, b, n in _file_runs(packets) if b > a and n > 0)
+        if done:
+            out[node] = statistics.median(r for _, r in done[-SENT_RUNS:])
+    return out
