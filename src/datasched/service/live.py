@@ -12,7 +12,8 @@ simulator's predictions (``GET /api/v1/whatif``, each request's ETA).
   packets, from its own packets, or, while it has none (a request just submitted), from the
   earlier packets of jobs with the same work (processor or command, and tree); the
   simulator charges the job the nodes' time per event with the mean CPU in it replaced by
-  the job's own (:func:`job_time_per_event`).
+  the job's own (:func:`job_time_per_event`). A job begun is charged its files' runs,
+  measured from when their packets began on the worker (:func:`_costed`).
 * **Jobs** are the store's elementary jobs not yet over, each file with the entry ranges
   still to do (its events less the packets stored).
 """
