@@ -304,7 +304,15 @@ def _detail(store: Any, records: list[Any], t0: float) -> list[dict[str, Any]]:
             req = s.get(Request, r.request_id)
             jobs = list(s.scalars(select(Job).where(Job.request_id == r.request_id)))
             packets = s.execute(
-                select(Packet.created, Packet.node, Packet.start, Packet.stop, Packet.cpu_s)
+                select(
+                    Packet.created,
+                    Packet.node,
+                    Packet.start,
+                    Packet.stop,
+                    Packet.cpu_s,
+                    Packet.started,
+                    Packet.url,
+                )
                 .join(Job, Packet.job_id == Job.id)
                 .where(Job.request_id == r.request_id)
                 .order_by(Packet.created)
@@ -317,8 +325,15 @@ def _detail(store: Any, records: list[Any], t0: float) -> list[dict[str, Any]]:
                     "jobs_ended": max((ts(j.updated) for j in jobs), default=None),
                     "actual_finish": None if r.actual_finish is None else r.actual_finish - t0,
                     "packets": [
-                        [round(ts(c), 3), n, int(b) - int(a), round(float(u), 4)]
-                        for c, n, a, b, u in packets
+                        [
+                            round(ts(c), 3),
+                            n,
+                            int(b) - int(a),
+                            round(float(u), 4),
+                            None if began is None else round(ts(began), 3),
+                            url.rsplit("/", 1)[-1],
+                        ]
+                        for c, n, a, b, u, began, url in packets
                     ],
                     "predictions": [
                         [at - t0, fin - t0, *(x - t0 for x in (r.interval(i) or ()))]

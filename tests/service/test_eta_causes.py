@@ -7,25 +7,21 @@ from __future__ import annotations
 
 import logging
 import pickle
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import pytest
 
 from datasched.service.contracts import (
     ClusterSnapshot,
-    ElementaryJob,
-    FileRef,
     FileTodo,
     JobSnapshot,
     JobState,
-    MetaJobRequest,
     NodeRates,
     NodeSnapshot,
     PacketDone,
     ProcessorWork,
-    RunnerListener,
     SnapshotError,
 )
 from datasched.service.daemon import Dispatcher, StoreListener
@@ -33,11 +29,11 @@ from datasched.service.eta_watch import EtaWatch
 from datasched.service.live import _costed, job_time_per_event, start_costs, started_rates
 from datasched.service.merger import Merger
 from datasched.service.runner import RunnerError
-from datasched.service.store import ops
 from datasched.service.store.db import Store
 from datasched.service.store.models import Job, Request
-from datasched.service.users import add_user, authenticate
+from datasched.service.users import add_user
 from datasched.service.whatif import Admission, predict
+from service.step_support import StepRunner, submit
 
 NODE = NodeSnapshot("w0", 1, 10**9, (), NodeRates(100.0, 100.0, 100.0))
 
@@ -80,57 +76,15 @@ def test_a_queue_of_no_room_is_refused() -> None:
         Admission(("j0",), 0)
 
 
-class _StepRunner:
-    """Holds what it is handed."""
-
-    def __init__(self) -> None:
-        self.held: list[ElementaryJob] = []
-        self.listener: RunnerListener | None = None
-
-    def start(self, listener: RunnerListener) -> None:
-        self.listener = listener
-
-    def submit(self, job: ElementaryJob, done_ranges: Sequence[tuple[str, int, int]]) -> None:
-        self.held.append(job)
-
-    def cancel(self, job_id: str) -> None:
-        pass
-
-    def cluster(self) -> Mapping[str, Any]:
-        return {"nodes": [{"name": "n0", "slots": 1}]}
-
-    def merge(self, work: ProcessorWork, results: Sequence[bytes]) -> bytes:
-        raise AssertionError("not merged here")
-
-    def stop(self) -> None:
-        pass
-
-
-def _submit(store: Store, token: str, n_jobs: int, events: int = 100) -> str:
-    with store.session() as s:
-        caller = authenticate(s, token)
-        assert caller is not None
-        rid = ops.new_request_id()
-        work = ProcessorWork("p.py:P")
-        jobs = [
-            ElementaryJob(rid, i, (FileRef(f"/d/{rid}/{i}.root", events, 10 * events),), work)
-            for i in range(n_jobs)
-        ]
-        ops.store_accepted(
-            s, caller, rid, "raw", "application/yaml", MetaJobRequest(caller.name, work, ()), jobs
-        )
-    return rid
-
-
 def test_the_dispatchers_queue_is_its_order_and_takes_no_turn(sqlite_store: Store) -> None:
     store = sqlite_store
     with store.session() as s:
         tokens = {u: add_user(s, u, g) for u, g in (("ann", "a"), ("bob", "a"), ("cy", "b"))}
     rids = {
-        (user, k): _submit(store, tokens[user], 2)
+        (user, k): submit(store, tokens[user], 2)
         for k, user in enumerate(("ann", "ann", "bob", "cy"))
     }
-    runner = _StepRunner()
+    runner = StepRunner()
     d = Dispatcher(store, runner, max_held=2)
     d.recover()
     queue = d.admission()
@@ -246,7 +200,7 @@ CLUSTER = {"nodes": [{"name": "w1", "up": True, "slots_total": 1, "cache_capacit
 def test_a_requests_end_is_its_last_jobs_not_its_merge(store: Store) -> None:
     with store.session() as s:
         token = add_user(s, "ann", "g")
-    rid = _submit(store, token, 1)
+    rid = submit(store, token, 1)
     job_id = f"{rid}.0"
     listener = StoreListener(store)
     listener.job_state(job_id, JobState.RUNNING, node="w1")
@@ -290,7 +244,7 @@ def _completed(store: Store, token: str, n: int) -> list[str]:
     ids = []
     listener = StoreListener(store)
     for _ in range(n):
-        rid = _submit(store, token, 1)
+        rid = submit(store, token, 1)
         job_id = f"{rid}.0"
         listener.packet_done(
             PacketDone(job_id, f"/d/{rid}/0.root", 0, 100, "w1", 10, 0.1, pickle.dumps(1))
@@ -333,3 +287,102 @@ def test_a_merge_that_fails_while_running_is_still_logged(
     with caplog.at_level(logging.ERROR, logger="datasched.service.merger"):
         assert Merger(store, Down()).merge_once() == 0
     assert any("merging the results" in r.getMessage() for r in caplog.records)
+
+
+# -- a file's run, from its packets' beginning on the worker ----------------------------------
+
+
+def test_a_files_run_counts_from_its_packets_beginning_not_between_their_storings() -> None:
+    from datasched.service.live_rates import SENT_RUNS, sent_paces, started_rates
+
+    # Job a's file on w0: four packets of 2500 events begin together at 10.0 and run side
+    # by side; they are stored 2.0 s later, 0.1 s apart. Between storings: 7500 events in
+    # 0.3 s (25,000/s); from the beginning: 10,000 events in 2.3 s.
+    packets = [(10.0, 12.0 + 0.1 * k, 2500, "a", "/d/a") for k in range(4)]
+    assert started_rates({"w0": [(t, n, j) for _, t, n, j, _ in packets]})["w0"] == (
+        pytest.approx(25_000.0)
+    )
+    assert sent_paces({"w0": packets}) == {"w0": pytest.approx(10_000 / 2.3)}
+    # The median of the last runs: a file sent in small packets over 20 s, long ago, and
+    # the runs of a busier minute before the last SENT_RUNS do not count.
+    slow = [(0.0, 20.0, 10_000, "s", "/d/s")]
+    busy = [(30.0 + 5 * k, 34.0 + 5 * k, 10_000, f"b{k}", f"/d/b{k}") for k in range(3)]
+    recent = [(100.0 + 2 * k, 101.0 + 2 * k, 10_000, f"r{k}", f"/d/r{k}") for k in range(SENT_RUNS)]
+    assert sent_paces({"w0": slow + busy + recent}) == {"w0": pytest.approx(10_000.0)}
+    assert sent_paces({"w0": [(5.0, 5.0, 100, "z", "/d/z")]}) == {}  # no time: no pace
+
+
+def test_a_begun_file_has_what_is_left_of_its_run_and_a_job_begun_pays_no_start() -> None:
+    # A file's run takes 1 ms an event (sent=1e-3, a job of the mean CPU): 1 s for 1000.
+    node = NodeSnapshot("w0", 1, 10**9, (), NodeRates(270.0, 270.0, 270.0))
+    files = (
+        FileTodo("/d/1", 1000, 10**4, ()),  # done
+        FileTodo("/d/2", 1000, 10**4, ((500, 1000),)),  # begun 0.6 s ago: 0.4 s left
+        FileTodo("/d/3", 1000, 10**4, None),  # not begun: its whole run, no start
+    )
+    job = JobSnapshot("j", "r", files, 0.0, node="w0")
+    per_job = {"j": (1000.0, 0.1)}
+    ages = {"j": {"/d/1": 3.0, "/d/2": 0.6}}
+    got = _costed(
+        [job], {"j": 1.0}, per_job, [node], started=1e-4, start_s=5.0, sent=1e-3, file_age=ages
+    )
+    # 0.4 s + 1 s over the 1500 events left.
+    assert got[0].cpu_s_per_event == pytest.approx((0.4 + 1.0) / 1500)
+    # Begun 5 s ago, past its 1 s run: a quarter of a run is left, not its events' worth.
+    late = {"j": {"/d/1": 9.0, "/d/2": 5.0}}
+    got = _costed([job], {"j": 1.0}, per_job, [node], sent=1e-3, file_age=late)
+    assert got[0].cpu_s_per_event == pytest.approx((0.25 + 1.0) / 1500)
+    # No beginning known (packets stored before the store kept it): the pace within a run.
+    got = _costed([job], {"j": 1.0}, per_job, [node], started=1e-4, sent=1e-3)
+    assert got[0].cpu_s_per_event == pytest.approx((500 * 1e-4 + 1000 / 270.0) / 1500)
+
+
+def test_a_job_whose_files_are_under_way_does_not_wait_for_the_slot() -> None:
+    from datasched.service.whatif import under_way_s
+
+    # One slot; the runner holds j0 (not begun, 1000 events at 100/s: 10 s) and j1, whose
+    # only file is begun on w0 (its packets under way: 100 events left at 1 ms, 0.1 s).
+    # The simulated core runs one job at a time by submission: j1 would end after j0.
+    j0 = JobSnapshot("j0", "r0", (FileTodo("/d/0", 1000, 10**4, None),), 0.0, node="w0")
+    begun = (FileTodo("/d/1", 1000, 10**4, ((900, 1000),)),)
+    j1 = JobSnapshot("j1", "r1", begun, 1.0, cpu_s_per_event=1e-3, node="w0")
+    snap = ClusterSnapshot(0.0, (NODE,), (j0, j1))
+    got = predict(snap, "farm")
+    assert got.jobs["j0"] == pytest.approx(10.0)
+    assert got.jobs["j1"] == pytest.approx(0.1)
+    assert predict(snap, "farm", rate_factor=0.5).jobs["j1"] == pytest.approx(0.2)
+    # Not running, or a file not begun yet: the simulated queue decides.
+    assert under_way_s(JobSnapshot("q", "rq", begun, 1.0, cpu_s_per_event=1e-3)) is None
+    mixed = JobSnapshot("m", "rm", (*begun, FileTodo("/d/2", 10, 100, None)), 1.0, node="w0")
+    assert under_way_s(mixed) is None
+    waiting = predict(ClusterSnapshot(0.0, (NODE,), (j0, replace(j1, node=None))), "farm").jobs
+    assert (waiting["j1"] or 0.0) > 10.0
+
+
+def test_the_store_keeps_when_packets_began_and_the_snapshot_prices_runs_from_it(
+    store: Store,
+) -> None:
+    from datasched.service.live import live_snapshot
+
+    with store.session() as s:
+        token = add_user(s, "ann", "g")
+    rid = submit(store, token, 2, events=1000)
+    listener = StoreListener(store)
+    now = datetime.now(UTC).timestamp()
+    # Job 0's file: two packets that began 4 s ago, stored now: 1000 events in 4 s.
+    listener.job_state(f"{rid}.0", JobState.RUNNING, node="w1")
+    for a in (0, 500):
+        packet = PacketDone(f"{rid}.0", f"/d/{rid}/0.root", a, a + 500, "w1", 10, 0.05)
+        listener.packet_done(replace(packet, started_at=now - 4.0))
+    listener.job_state(f"{rid}.0", JobState.COMPLETED, node="w1")
+    # Job 1's file: half of it back, its packets began 2 s ago (250 events/s again).
+    listener.job_state(f"{rid}.1", JobState.RUNNING, node="w1")
+    half = PacketDone(f"{rid}.1", f"/d/{rid}/1.root", 0, 500, "w1", 10, 0.05)
+    listener.packet_done(replace(half, started_at=now - 2.0))
+    snap = live_snapshot(store, CLUSTER)
+    (job,) = snap.jobs
+    # Its run takes 1000 / 250 = 4 s, 2 s of which are over: 2 s for its 500 events left
+    # (less the moments the store took since ``now``). Priced from the storings alone,
+    # 500 events in no time would be a rate of nothing.
+    assert job.cpu_s_per_event is not None
+    assert job.cpu_s_per_event * 500 == pytest.approx(2.0, abs=0.2)

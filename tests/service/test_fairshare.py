@@ -14,12 +14,6 @@ import pytest
 
 from datasched.service.contracts import (
     ElementaryJob,
-    FileRef,
-    JobState,
-    MetaJobRequest,
-    PacketDone,
-    ProcessorWork,
-    RunnerListener,
 )
 from datasched.service.daemon import Dispatcher
 from datasched.service.fairshare import FairShare, GroupTurn, cluster_slots, targets
@@ -29,58 +23,11 @@ from datasched.service.store.models import Request
 from datasched.service.users import (
     UserError,
     add_user,
-    authenticate,
     list_groups,
     list_users,
     set_group,
 )
-
-EVENTS = 100
-CPU_PER_EVENT = 0.01
-
-
-class StepRunner:
-    """Holds what it is handed; :meth:`finish` completes the oldest job held (one packet
-    per file, CPU in proportion to the events)."""
-
-    def __init__(self, slots: int = 2) -> None:
-        self.slots = slots
-        self.listener: RunnerListener | None = None
-        self.held: list[ElementaryJob] = []
-        self.done: list[ElementaryJob] = []
-        self.cancelled: list[str] = []
-        self.most_held = 0
-
-    def start(self, listener: RunnerListener) -> None:
-        self.listener = listener
-
-    def submit(self, job: ElementaryJob, done_ranges: Sequence[tuple[str, int, int]]) -> None:
-        self.held.append(job)
-        self.most_held = max(self.most_held, len(self.held))
-
-    def finish(self) -> ElementaryJob:
-        assert self.listener is not None
-        job = self.held.pop(0)
-        self.listener.job_state(job.id, JobState.RUNNING, node="n0")
-        for f in job.files:
-            self.listener.packet_done(
-                PacketDone(job.id, f.url, 0, f.n_events, "n0", f.n_bytes, f.n_events * 0.01, None)
-            )
-        self.listener.job_state(job.id, JobState.COMPLETED, node="n0")
-        self.done.append(job)
-        return job
-
-    def cancel(self, job_id: str) -> None:
-        self.cancelled.append(job_id)
-
-    def cluster(self) -> Mapping[str, Any]:
-        return {"nodes": [{"name": "n0", "slots": self.slots}]}
-
-    def merge(self, work: ProcessorWork, results: Sequence[bytes]) -> bytes:
-        raise AssertionError("the dispatcher never merges: the merger does")
-
-    def stop(self) -> None:
-        pass
+from service.step_support import StepRunner, submit
 
 
 class Clock:
@@ -96,22 +43,6 @@ class Clock:
 def _users(store: Store, groups: Mapping[str, Sequence[str]]) -> dict[str, str]:
     with store.session() as s:
         return {u: add_user(s, u, g) for g, users in groups.items() for u in users}
-
-
-def _submit(store: Store, token: str, n_jobs: int, events: int = EVENTS) -> str:
-    with store.session() as s:
-        caller = authenticate(s, token)
-        assert caller is not None
-        rid = ops.new_request_id()
-        work = ProcessorWork("p.py:P")
-        jobs = [
-            ElementaryJob(rid, i, (FileRef(f"/d/{rid}/{i}.root", events, 10 * events),), work)
-            for i in range(n_jobs)
-        ]
-        ops.store_accepted(
-            s, caller, rid, "raw", "application/yaml", MetaJobRequest(caller.name, work, ()), jobs
-        )
-    return rid
 
 
 def _dispatcher(store: Store, runner: StepRunner, clock: Clock, **kw: Any) -> Dispatcher:
@@ -218,7 +149,7 @@ def test_admitted_work_converges_to_the_quotas(sqlite_store: Store) -> None:
     tokens = _users(store, {"a": ["ann"], "b": ["bob", "bea"], "c": ["cid"]})
     _quotas(store, {"a": 20, "b": 30, "c": 50})
     for user in tokens:
-        _submit(store, tokens[user], 30)
+        submit(store, tokens[user], 30)
     runner, clock = StepRunner(slots=2), Clock()
     d = _dispatcher(store, runner, clock, half_life_s=1e6)
     finished = _run(d, runner, clock, 40)
@@ -235,8 +166,8 @@ def test_a_group_without_work_blocks_nobody(sqlite_store: Store) -> None:
     store = sqlite_store
     tokens = _users(store, {"a": ["ann"], "b": ["bob"], "idle": ["ida"]})
     _quotas(store, {"a": 25, "b": 25, "idle": 50})
-    _submit(store, tokens["ann"], 12)
-    _submit(store, tokens["bob"], 4)
+    submit(store, tokens["ann"], 12)
+    submit(store, tokens["bob"], 4)
     runner, clock = StepRunner(slots=2), Clock()
     d = _dispatcher(store, runner, clock, max_held=3)
     finished = _run(d, runner, clock, 30)
@@ -251,8 +182,8 @@ def test_priorities_order_admission_when_quotas_are_equal(sqlite_store: Store) -
     tokens = _users(store, {"lo": ["lou"], "hi": ["hal"]})
     with store.session() as s:
         set_group(s, "hi", priority=3.0)
-    _submit(store, tokens["lou"], 20)
-    _submit(store, tokens["hal"], 20)
+    submit(store, tokens["lou"], 20)
+    submit(store, tokens["hal"], 20)
     runner, clock = StepRunner(slots=1), Clock()
     d = _dispatcher(store, runner, clock, half_life_s=1e6)
     d.dispatch_once()
@@ -263,14 +194,14 @@ def test_priorities_order_admission_when_quotas_are_equal(sqlite_store: Store) -
 
 def test_a_restart_keeps_the_usage(store: Store) -> None:
     tokens = _users(store, {"a": ["ann"], "b": ["bob"]})
-    _submit(store, tokens["ann"], 6)
+    submit(store, tokens["ann"], 6)
     runner, clock = StepRunner(slots=1), Clock()
     d = _dispatcher(store, runner, clock)
     assert len(_run(d, runner, clock, 6)) == 6  # a alone used the cluster
     used = d.fair.usage(clock.now)["a"]
     # A new daemon on the same store: a's use is remembered, so b's work goes first.
-    _submit(store, tokens["ann"], 6)
-    _submit(store, tokens["bob"], 6)
+    submit(store, tokens["ann"], 6)
+    submit(store, tokens["bob"], 6)
     runner2 = StepRunner(slots=1)
     d2 = _dispatcher(store, runner2, clock)
     assert d2.fair.usage(clock.now)["a"] == pytest.approx(used, rel=0.01)
@@ -282,12 +213,12 @@ def test_a_heavy_past_user_waits_only_until_its_usage_decays(sqlite_store: Store
     store = sqlite_store
     tokens = _users(store, {"small": ["sam"], "big": ["ann"]})
     _quotas(store, {"small": 1, "big": 99})
-    _submit(store, tokens["sam"], 10)
+    submit(store, tokens["sam"], 10)
     runner, clock = StepRunner(slots=1), Clock()
     d = _dispatcher(store, runner, clock, half_life_s=5.0)
     _run(d, runner, clock, 10)  # small used the cluster alone: 10 CPU seconds
-    _submit(store, tokens["ann"], 60)
-    _submit(store, tokens["sam"], 1)
+    submit(store, tokens["ann"], 60)
+    submit(store, tokens["sam"], 1)
     users = [j.user for j in _run(d, runner, clock, 45)]
     # At weight 1 against 99, sam's 10 s weigh what 990 s of ann's do; as they decay
     # (half-life 5 s) sam's turn comes, after some 30 of ann's jobs: late, not never.
@@ -298,10 +229,10 @@ def test_a_heavy_past_user_waits_only_until_its_usage_decays(sqlite_store: Store
 def test_users_of_a_group_take_turns_oldest_request_first(sqlite_store: Store) -> None:
     store = sqlite_store
     tokens = _users(store, {"g": ["ann", "bob"]})
-    first = _submit(store, tokens["ann"], 2)
+    first = submit(store, tokens["ann"], 2)
     for _ in range(2):
-        _submit(store, tokens["ann"], 2)  # ann's requests all come before bob's
-    _submit(store, tokens["bob"], 3)
+        submit(store, tokens["ann"], 2)  # ann's requests all come before bob's
+    submit(store, tokens["bob"], 3)
     runner, clock = StepRunner(slots=2), Clock()
     d = _dispatcher(store, runner, clock)
     d.dispatch_once()
@@ -311,7 +242,7 @@ def test_users_of_a_group_take_turns_oldest_request_first(sqlite_store: Store) -
 
 def test_a_cancelled_request_is_not_handed_over(store: Store) -> None:
     tokens = _users(store, {"a": ["ann"]})
-    rid = _submit(store, tokens["ann"], 10)
+    rid = submit(store, tokens["ann"], 10)
     runner, clock = StepRunner(slots=1), Clock()
     d = _dispatcher(store, runner, clock)
     assert d.dispatch_once() == 2

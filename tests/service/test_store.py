@@ -5,11 +5,12 @@ requeueing after a restart."""
 from __future__ import annotations
 
 import pickle
+from datetime import UTC, datetime
 
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 
 from datasched.service.contracts import (
     ElementaryJob,
@@ -22,7 +23,7 @@ from datasched.service.contracts import (
 )
 from datasched.service.daemon import StoreListener
 from datasched.service.store import ops, refused
-from datasched.service.store.db import Store, database_url
+from datasched.service.store.db import Store, database_url, make_engine, upgrade
 from datasched.service.store.models import Base, Packet
 from datasched.service.users import UserError, add_user, authenticate, list_users
 
@@ -34,8 +35,53 @@ def test_the_migrations_build_exactly_the_orm_schema_and_run_once(empty_db_url: 
     store.close()
     store = Store(empty_db_url)  # at head already: nothing to do
     with store.engine.connect() as conn:
-        assert MigrationContext.configure(conn).get_current_revision() == "0002"
+        assert MigrationContext.configure(conn).get_current_revision() == "0003"
     store.close()
+
+
+def test_a_store_of_the_previous_schema_is_upgraded_with_its_packets(empty_db_url: str) -> None:
+    # A store at 0002 (before packets kept when they began), holding a packet.
+    engine = make_engine(empty_db_url)
+    upgrade(engine, "0002")
+    engine.dispose()
+    old = Store(empty_db_url, migrate=False)
+    rid = _request(old, "ann", n_jobs=1)
+    with old.engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO packets (job_id, url, start, stop, node, n_bytes, cpu_s, created)"
+                " VALUES (:j, :u, 0, 10, 'w1', 100, 0.5, :c)"
+            ),
+            {"j": f"{rid}.0", "u": "/d/ann0.root", "c": datetime(2026, 11, 1, tzinfo=UTC)},
+        )
+    old.close()
+    store = Store(empty_db_url)  # upgrades to the head
+    with store.engine.connect() as conn:
+        assert MigrationContext.configure(conn).get_current_revision() == "0003"
+        assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
+    now = datetime.now(UTC).timestamp()
+    listener = StoreListener(store)
+    listener.packet_done(
+        PacketDone(f"{rid}.0", "/d/ann0.root", 10, 20, "w1", 10, 0.1, None, now - 2)
+    )
+    # A worker's clock ahead of the daemon's: never later than when it was stored.
+    listener.packet_done(
+        PacketDone(f"{rid}.0", "/d/ann0.root", 20, 25, "w1", 10, 0.1, None, now + 60)
+    )
+    with store.reading() as s:
+        rows = s.execute(
+            select(Packet.start, Packet.started, Packet.created).order_by(Packet.start)
+        ).all()
+    assert [r.start for r in rows] == [0, 10, 20]
+    assert rows[0].started is None  # stored before: no time, and none made up
+    began = [_aware(r.started).timestamp() for r in rows[1:]]
+    assert began[0] == pytest.approx(now - 2, abs=1e-3)
+    assert began[1] <= _aware(rows[2].created).timestamp() + 1e-3
+    store.close()
+
+
+def _aware(at: datetime) -> datetime:
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
 
 
 def test_a_path_is_a_sqlite_file_and_postgres_urls_use_psycopg() -> None:

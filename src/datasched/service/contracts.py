@@ -209,7 +209,9 @@ class PacketDone:
     """A packet of an elementary job whose result is in: events ``[start, stop)`` of
     ``url`` (entry numbers within the file), on ``node``. ``result`` is the packet's
     accumulator, pickled (processor work) or None (a command runs once per elementary job,
-    as one packet over all its files)."""
+    as one packet over all its files). ``started_at``: when the packet began on its worker
+    (POSIX seconds; None: not known), so that the store knows what a packet took, a job's
+    start on a node included (docs/service-whatif.md)."""
 
     job_id: str
     url: str
@@ -219,6 +221,7 @@ class PacketDone:
     n_bytes: int
     cpu_s: float
     result: bytes | None = None
+    started_at: float | None = None
 
 
 class RunnerListener(Protocol):

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -138,6 +139,7 @@ class StoreListener:
                         n_bytes=packet.n_bytes,
                         cpu_s=packet.cpu_s,
                         result=packet.result,
+                        started=_started(packet.started_at),
                     )
                 )
         except IntegrityError:
@@ -151,6 +153,14 @@ DEFAULT_HELD_PER_SLOT = 2
 """Jobs kept in the runner per slot of the cluster, unless ``max_held`` says otherwise."""
 FALLBACK_HELD = 8
 """Jobs kept in the runner while it reports no slots (not started yet)."""
+
+
+def _started(at: float | None) -> datetime | None:
+    """When a packet began on its worker, as the store keeps it (never after now: a worker's
+    clock ahead of the daemon's would make a packet take less than nothing)."""
+    if at is None or not math.isfinite(at):
+        return None
+    return datetime.fromtimestamp(min(max(at, 0.0), time.time()), UTC)
 
 
 def _timestamp(at: datetime) -> float:

@@ -3,38 +3,27 @@ simulator's predictions (``GET /api/v1/whatif``, each request's ETA).
 
 * **Nodes** come from the runner (``cluster()``): their names, slots, cache capacity and the
   files their caches hold as the core knows them.
-* **Rates** are measured from the packets stored so far, per node (one rate for cached,
-  peer and tertiary reads: the store keeps no read source per packet): what the machine
-  gave the node in wall-clock time, the events of its packets stored over the last
-  :data:`WINDOW_S` seconds over the time between the first and last of them, per slot
-  (with at least :data:`MIN_PACKETS` packets: this holds the waits for a core beside other
-  programs, for storage and for the daemon, which CPU time does not); else over its last
-  :data:`HISTORY_PACKETS` packets, however old; else the events over
-  the CPU seconds its packets took; a node with no packet yet takes the predictor's default
-  (docs/service-whatif.md).
-* **Busy time**: the time between two packets of a node stored one after the other
-  counts at most :data:`IDLE_FACTOR` times what its events take at the node's median pace
-  (:func:`busy_rate`): a longer gap is the node waiting for work (the dispatcher, a queue
-  empty for a while), not working, and counting it would make the node look slower than it
-  is.
+* **Rates** are each node's events per wall-clock second per slot, measured from the packets
+  stored so far (:mod:`datasched.service.live_rates`: busy time, spread, the pace within a
+  job's run and a job's start; one rate for cached, peer and tertiary reads: the store keeps
+  no read source per packet), else the events over the CPU seconds its packets took; a node
+  with no packet yet takes the predictor's default (docs/service-whatif.md).
 * **A job's cost** (:func:`job_costs`): a job's CPU per event relative to the mean of all
   packets, from its own packets, or, while it has none (a request just submitted), from the
   earlier packets of jobs with the same work (processor or command, and tree); the
   simulator charges the job the nodes' time per event with the mean CPU in it replaced by
-  the job's own (:func:`job_time_per_event`).
-* **Spread** (:func:`rate_spread`): how much a node's wall-clock rate moves from one run
-  of packets to the next, for the ETAs' intervals.
+  the job's own (:func:`job_time_per_event`). A job begun is charged its files' runs,
+  measured from when their packets began on the worker (:func:`_costed`).
 * **Jobs** are the store's elementary jobs not yet over, each file with the entry ranges
   still to do (its events less the packets stored).
 """
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import func, select
@@ -48,9 +37,25 @@ from datasched.service.contracts import (
     NodeRates,
     NodeSnapshot,
 )
+from datasched.service.live_rates import (
+    IDLE_FACTOR,
+    MIN_PACKETS,
+    WINDOW_S,
+    busy_rate,
+    last_packets,
+    rate_spread,
+    recent_jobs,
+    recent_packets,
+    recent_sent,
+    sent_paces,
+    start_costs,
+    started_rates,
+    wall_rates,
+)
 from datasched.service.store.db import Store
 from datasched.service.store.models import Job, Packet, Request
 
+# The rate estimation lives in live_rates; its names stay importable from here.
 __all__ = [
     "IDLE_FACTOR",
     "MIN_PACKETS",
@@ -66,20 +71,10 @@ __all__ = [
     "wall_rates",
 ]
 
-WINDOW_S = 60.0
-"""The recent past a node's wall-clock rate is measured over (seconds)."""
-MIN_PACKETS = 4
-"""Packets a node must have stored in the window for a wall-clock rate."""
-HISTORY_PACKETS = 16
-"""A node with too few packets in the window takes its wall-clock rate from its last this
-many packets, however old (a request submitted after a quiet spell)."""
-CHUNK = 4
-"""Consecutive packets of a node whose rate is one sample of the spread."""
-MIN_RUN = 3
-"""Packets of one job on a node whose span is one sample of :func:`started_rates`."""
-IDLE_FACTOR = 3.0
-"""A gap between two stored packets of a node counts as busy up to this many times what
-the later packet's events take at the node's median pace; beyond, the node was idle."""
+OVERDUE_SHARE = 0.25
+"""A file begun past what its run should take is charged this share of its whole run: its
+packets are under way and due, not begun again, and a run past the median has about a
+quarter of one left (measured in docs/service-whatif.md)."""
 
 _OPEN = (
     JobState.PENDING.value,
@@ -118,129 +113,6 @@ def _todo(n_events: int, done: list[tuple[int, int]]) -> tuple[tuple[int, int], 
     return tuple(left)
 
 
-def _recent(store: Store, now: datetime) -> dict[str, list[tuple[float, int]]]:
-    """Per node, its packets stored in the window: (stored at, in seconds; events), in
-    time order."""
-    return {node: [(t, n) for t, n, _ in run] for node, run in _recent_jobs(store, now).items()}
-
-
-def _recent_jobs(store: Store, now: datetime) -> dict[str, list[tuple[float, int, str]]]:
-    """Per node, its packets stored in the window: (stored at, in seconds; events; job), in
-    time order."""
-    since = now - timedelta(seconds=WINDOW_S)
-    out: dict[str, list[tuple[float, int, str]]] = {}
-    with store.reading() as s:
-        for node, created, a, b, job in s.execute(
-            select(Packet.node, Packet.created, Packet.start, Packet.stop, Packet.job_id)
-            .where(Packet.created >= since)
-            .order_by(Packet.created, Packet.id)
-        ):
-            out.setdefault(str(node), []).append(
-                (_aware(created).timestamp(), int(b) - int(a), str(job))
-            )
-    return out
-
-
-def _last(store: Store, node: str) -> list[tuple[float, int, str]]:
-    """The node's last :data:`HISTORY_PACKETS` packets, however old, in time order (stored
-    at, events, job): a node idle for the window keeps the wall-clock rate it last worked
-    at."""
-    with store.reading() as s:
-        rows = s.execute(
-            select(Packet.created, Packet.start, Packet.stop, Packet.job_id)
-            .where(Packet.node == node)
-            .order_by(Packet.created.desc(), Packet.id.desc())
-            .limit(HISTORY_PACKETS)
-        ).all()
-    return [(_aware(c).timestamp(), int(b) - int(a), str(j)) for c, a, b, j in reversed(rows)]
-
-
-def _run_rate(run: list[tuple[float, int]]) -> float | None:
-    """Events per wall-clock second over a run of packets in time order: the events after
-    the first over the time from the first's storing to the last's."""
-    span = run[-1][0] - run[0][0]
-    events = sum(n for _, n in run[1:])
-    return events / span if span > 0 and events > 0 else None
-
-
-def busy_rate(
-    run: Sequence[tuple[float, int]],
-    jobs: Sequence[str] | None = None,
-    submitted: Mapping[str, float] | None = None,
-) -> float | None:
-    """Events per second a node had work over a run of its packets (``(stored at, events)``
-    in time order; ``jobs``: each packet's job, None: each its own): the time a node had
-    work is cut into the runs of consecutive packets of one job, each run's time being the
-    gap since the packet before it and its own span; each run's time counts at most
-    :data:`IDLE_FACTOR` times what its events take at the median pace of the runs, and never
-    before its job was submitted (``submitted``: job -> seconds; the node cannot have worked
-    on a job that did not exist). A node that waited for the dispatcher or for work did not
-    work meanwhile: its rate is what it does while it has jobs (None: no run with events).
-
-    Runs, not packets: a job's packets on a node come back in a burst after the start of
-    its sandboxed child (docs/service-whatif.md), so the gaps between packets are not a
-    pace: the gap before a job's first packet is its start, work, not a wait."""
-    keys = list(jobs) if jobs is not None else [str(i) for i in range(len(run))]
-    since = submitted or {}
-    spans: list[tuple[float, int]] = []  # per run after the first: (its time, its events)
-    last_t: float | None = None
-    for i, (t, n) in enumerate(run):
-        if i > 0 and keys[i] == keys[i - 1]:
-            time_s, events = spans[-1] if spans else (0.0, 0)
-            spans[-1:] = [(time_s + t - run[i - 1][0], events + n)]
-        elif last_t is not None:
-            began = max(last_t, since.get(keys[i], last_t))
-            spans.append((max(t - began, 0.0), n))
-        else:
-            spans.append((0.0, 0))  # the first run: its gap before is not known
-        last_t = t
-    paces = [g / n for g, n in spans if g > 0 and n > 0]
-    if not paces:
-        return None
-    pace = statistics.median(paces)
-    busy = sum(min(g, IDLE_FACTOR * pace * n) for g, n in spans if n > 0)
-    events = sum(n for g, n in spans if n > 0)
-    return events / busy if busy > 0 else None
-
-
-def wall_rates(
-    recent: Mapping[str, Sequence[tuple[float, int]]],
-    slots: Mapping[str, int],
-    jobs: Mapping[str, Sequence[str]] | None = None,
-    submitted: Mapping[str, float] | None = None,
-) -> dict[str, float]:
-    """Each node's events per wall-clock second per slot over its ``recent`` packets
-    (``(stored at, events)`` in time order; ``jobs``: per node, each packet's job), where
-    it has at least :data:`MIN_PACKETS`: over the time it had work (:func:`busy_rate`)."""
-    out: dict[str, float] = {}
-    for node, run in recent.items():
-        if len(run) < MIN_PACKETS:
-            continue
-        rate = busy_rate(run, (jobs or {}).get(node), submitted)
-        if rate is not None:
-            out[node] = rate / max(slots.get(node, 1), 1)
-    return out
-
-
-def rate_spread(recent: Mapping[str, list[tuple[float, int]]]) -> float | None:
-    """The spread of the nodes' wall-clock rates: the standard deviation of the logarithm
-    of each run of :data:`CHUNK` packets' rate about its node's mean (None: fewer than two
-    runs measured)."""
-    deviations: list[float] = []
-    for run in recent.values():
-        logs = []
-        for i in range(0, len(run) - CHUNK, CHUNK):
-            rate = _run_rate(run[i : i + CHUNK + 1])
-            if rate is not None:
-                logs.append(math.log(rate))
-        if len(logs) >= 2:
-            mean = statistics.fmean(logs)
-            deviations.extend(x - mean for x in logs)
-    if len(deviations) < 2:
-        return None
-    return math.sqrt(statistics.fmean(d * d for d in deviations))
-
-
 def work_key(work: Mapping[str, Any]) -> str:
     """What makes two jobs' events cost the same: their processor (or command) and tree."""
     what = work.get("processor") or work.get("command") or ""
@@ -274,12 +146,6 @@ def job_costs(
         if e > 0 and c > 0:
             out[job] = (c / e) / mean
     return out
-
-
-def recent_packets(store: Store) -> dict[str, list[tuple[float, int]]]:
-    """Per node, its packets stored in the last :data:`WINDOW_S` seconds (for
-    :func:`rate_spread`)."""
-    return _recent(store, datetime.now(UTC))
 
 
 def live_snapshot(store: Store, cluster: Mapping[str, Any]) -> ClusterSnapshot:
@@ -316,14 +182,19 @@ def live_snapshot(store: Store, cluster: Mapping[str, Any]) -> ClusterSnapshot:
         }
         keys.update({job.id: work_key(job.work or {}) for job, _ in rows})
         done: dict[tuple[str, str], list[tuple[int, int]]] = {}
+        began: dict[str, dict[str, float]] = {}
         if rows:
             ids = [job.id for job, _ in rows]
-            for job_id, url, a, b in s.execute(
-                select(Packet.job_id, Packet.url, Packet.start, Packet.stop).where(
+            for job_id, url, a, b, at in s.execute(
+                select(Packet.job_id, Packet.url, Packet.start, Packet.stop, Packet.started).where(
                     Packet.job_id.in_(ids)
                 )
             ):
                 done.setdefault((job_id, url), []).append((int(a), int(b)))
+                if at is not None:
+                    t = _aware(at).timestamp()
+                    firsts = began.setdefault(str(job_id), {})
+                    firsts[str(url)] = min(firsts.get(str(url), t), t)
         epoch = min((_aware(created) for _, created in rows), default=datetime.now(UTC))
         jobs = []
         running_since = {
@@ -350,10 +221,10 @@ def live_snapshot(store: Store, cluster: Mapping[str, Any]) -> ClusterSnapshot:
                 )
             )
     slots = {str(n["name"]): _slots(n) for n in cluster.get("nodes", ())}
-    with_jobs = _recent_jobs(store, datetime.now(UTC))
+    with_jobs = recent_jobs(store, datetime.now(UTC))
     for node in slots:
         if len(with_jobs.get(node, ())) < MIN_PACKETS:
-            last = _last(store, node)
+            last = last_packets(store, node)
             if len(last) >= MIN_PACKETS:
                 with_jobs[node] = last
     recent = {node: [(t, n) for t, n, _ in run] for node, run in with_jobs.items()}
@@ -366,6 +237,9 @@ def live_snapshot(store: Store, cluster: Mapping[str, Any]) -> ClusterSnapshot:
         if node in slots
     }
     starts = start_costs(with_jobs, rates, paces)
+    sent = sent_paces(recent_sent(store, datetime.now(UTC)))
+    sent = {node: rate for node, rate in sent.items() if node in slots}
+    now_s = datetime.now(UTC).timestamp()
     jobs = _costed(
         jobs,
         job_costs(per_job, keys, [j.id for j in jobs]),
@@ -376,6 +250,11 @@ def live_snapshot(store: Store, cluster: Mapping[str, Any]) -> ClusterSnapshot:
         running_for={
             job_id: max((datetime.now(UTC) - since).total_seconds(), 0.0)
             for job_id, since in running_since.items()
+        },
+        sent=1.0 / statistics.fmean(sent.values()) if sent else None,
+        file_age={
+            job_id: {url: max(now_s - t, 0.0) for url, t in files.items()}
+            for job_id, files in began.items()
         },
     )
     now = (datetime.now(UTC) - epoch).total_seconds()
@@ -404,6 +283,8 @@ def _costed(
     started: float | None = None,
     start_s: float | None = None,
     running_for: Mapping[str, float] | None = None,
+    sent: float | None = None,
+    file_age: Mapping[str, Mapping[str, float]] | None = None,
 ) -> list[JobSnapshot]:
     """The jobs with their seconds per event on a slot (``JobSnapshot.cpu_s_per_event``),
     from the nodes' mean time per event (wall clock where a node measured it; else the
@@ -422,7 +303,15 @@ def _costed(
     charged that; the files it has not begun, the nodes' time per event, start included.
     A job running (its first packet sent: ``running_for`` gives for how long) with no
     packet back yet is starting: it is charged what is left of the nodes' mean start cost
-    ``start_s`` (:func:`start_costs`) and its events at the pace within a run."""
+    ``start_s`` (:func:`start_costs`) and its events at the pace within a run.
+
+    ``sent``: the nodes' mean seconds per event of a file's run from its packets' beginning
+    on the worker to their storing (:func:`~datasched.service.live_rates.sent_paces`), and
+    ``file_age``: per job, per file, how long ago its first packet began. Where both are
+    known for a job with a packet back, the job is past its start on its node (its child
+    is up), and each file's time is its run at that pace: a file begun has what is left of
+    its run (its whole run less its age: its other packets are under way, not waiting),
+    at least :data:`OVERDUE_SHARE` of its whole run; a file not begun, its whole run."""
     if not relative:
         return jobs
     events = sum(e for e, _ in per_job.values())
@@ -440,7 +329,22 @@ def _costed(
         fresh = job_time_per_event(base, mean_cpu, cpu)
         begun = sum(_left(f) for f in j.files if f.todo is not None and _left(f) < f.n_events)
         left = sum(_left(f) for f in j.files)
-        if started is not None and left > 0:
+        ages = (file_age or {}).get(j.id, {})
+        if sent is not None and ages and left > 0:
+            going = job_time_per_event(sent, mean_cpu, cpu)
+            time_left = 0.0
+            for f in j.files:
+                n_left = _left(f)
+                age = ages.get(f.url)
+                if n_left <= 0:
+                    continue
+                if age is None:
+                    time_left += n_left * going
+                else:
+                    run = f.n_events * going
+                    time_left += max(run - age, OVERDUE_SHARE * run)
+            fresh = time_left / left
+        elif started is not None and left > 0:
             going = job_time_per_event(started, mean_cpu, cpu)
             since = (running_for or {}).get(j.id)
             if begun > 0:
@@ -454,54 +358,6 @@ def _costed(
 def _left(f: FileTodo) -> int:
     """The events of a file still to do."""
     return f.n_events if f.todo is None else sum(b - a for a, b in f.todo)
-
-
-def start_costs(
-    runs: Mapping[str, list[tuple[float, int, str]]],
-    rates: Mapping[str, float],
-    paces: Mapping[str, float],
-) -> dict[str, float]:
-    """Each node's seconds to start a job (per slot): a run of ``n`` events (one job's
-    packets on the node, the mean over ``runs``) takes ``n / rate`` at the node's rate
-    (starts included, ``rates``) and ``n / pace`` within the run (:func:`started_rates`,
-    ``paces``): the start is the difference (at least 0). Nodes without both are left out."""
-    out: dict[str, float] = {}
-    for node, packets in runs.items():
-        rate, pace = rates.get(node), paces.get(node)
-        if not rate or not pace:
-            continue
-        by_job: dict[str, int] = {}
-        for _, n, job in packets:
-            by_job[job] = by_job.get(job, 0) + n
-        if by_job:
-            n_run = statistics.fmean(by_job.values())
-            out[node] = max(n_run / rate - n_run / pace, 0.0)
-    return out
-
-
-def started_rates(runs: Mapping[str, list[tuple[float, int, str]]]) -> dict[str, float]:
-    """Each node's events per second within runs of one job's packets (``(stored at,
-    events, job)`` in time order): over every job of at least :data:`MIN_RUN` packets on
-    the node, the events after its first packet over the time from its first to its last.
-    A job's first packet on a node pays for starting it there (a sandboxed child loading
-    the processor, docs/service-whatif.md), which its later packets do not: once a job has
-    begun, what is left of it goes at this pace, not at the node's rate with the starts in
-    it. Nodes without such a run are left out."""
-    out: dict[str, float] = {}
-    for node, packets in runs.items():
-        by_job: dict[str, list[tuple[float, int]]] = {}
-        for t, n, job in packets:
-            by_job.setdefault(job, []).append((t, n))
-        events = 0
-        span = 0.0
-        for run in by_job.values():
-            if len(run) < MIN_RUN:
-                continue
-            events += sum(n for _, n in run[1:])
-            span += run[-1][0] - run[0][0]
-        if events > 0 and span > 0:
-            out[node] = events / span
-    return out
 
 
 def job_time_per_event(base_s: float, mean_cpu_s: float, job_cpu_s: float) -> float:

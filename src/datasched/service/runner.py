@@ -342,6 +342,7 @@ class Runner:
         if job is None:
             return
         stat = packet.stat
+        began = _began(stat.t_start, stat.t_end)
         if isinstance(job.work, CommandWork):
             # One packet over all its files: each file is done whole (the command's CPU
             # time shared among them by size).
@@ -352,7 +353,7 @@ class Runner:
                     continue
                 cpu = stat.cpu_s * f.n_bytes / total
                 self.listener.packet_done(
-                    PacketDone(job.id, f.url, 0, f.n_events, stat.node, f.n_bytes, cpu)
+                    PacketDone(job.id, f.url, 0, f.n_events, stat.node, f.n_bytes, cpu, None, began)
                 )
             outcome = packet.accumulator
             self._logs[job.id] = outcome.log if isinstance(outcome, CommandOutcome) else ""
@@ -370,6 +371,7 @@ class Runner:
                 n_bytes=stat.bytes_read,
                 cpu_s=stat.cpu_s,
                 result=result,
+                started_at=began,
             )
         )
         used = self._cpu[job.id] = self._cpu.get(job.id, 0.0) + stat.cpu_s
@@ -396,6 +398,13 @@ class Runner:
         if failed not in {f.url for f in job.files}:
             failed = None
         self._finish(job_id, JobState.FAILED, text, failed_file=failed)
+
+
+def _began(t_start: float, t_end: float) -> float:
+    """When a packet reported now began on its worker (POSIX seconds): the engine gives both
+    times in seconds from its start (``t_start`` on the worker's clock, ``t_end`` when the
+    result reached it, which is now), so the packet took their difference until now."""
+    return time.time() - max(t_end - t_start, 0.0)
 
 
 class _Relay:

@@ -35,7 +35,13 @@ from datasched.core.intervals import IntervalSet
 from datasched.core.model import CostModel, Job, Node, Pipelining, Topology
 from datasched.core.scheduler import Scheduler
 from datasched.policies import build_policy
-from datasched.service.contracts import ClusterSnapshot, JobSnapshot, NodeSnapshot, SnapshotError
+from datasched.service.contracts import (
+    ClusterSnapshot,
+    FileTodo,
+    JobSnapshot,
+    NodeSnapshot,
+    SnapshotError,
+)
 from datasched.sim.engine import SimEngine
 
 __all__ = [
@@ -46,6 +52,7 @@ __all__ = [
     "Prediction",
     "compare",
     "predict",
+    "under_way_s",
 ]
 
 DEFAULT_CPU_S_PER_EVENT = 1e-4
@@ -186,6 +193,28 @@ def _job_data(space: DataSpace, index: Mapping[str, int], job: JobSnapshot) -> I
     return IntervalSet(ranges)
 
 
+def under_way_s(job: JobSnapshot, rate_factor: float = 1.0) -> float | None:
+    """What is left of a running job whose every file with events left is begun (a packet
+    of it stored): its events left at its own time per event (None: another kind of job).
+
+    The runtime sends a file's packets together and they run side by side, so the rest of
+    a file begun is under way on its node, not waiting for a slot: the simulated core,
+    which gives a slot one job at a time and orders the jobs it holds by its policy, would
+    otherwise put it behind the other jobs the runner holds on that node
+    (docs/service-whatif.md)."""
+    if job.node is None or job.cpu_s_per_event is None:
+        return None
+    left = [(f, _left(f)) for f in job.files]
+    left = [(f, n) for f, n in left if n > 0]
+    if not left or any(f.todo is None or n >= f.n_events for f, n in left):
+        return None
+    return sum(n for _, n in left) * job.cpu_s_per_event / rate_factor
+
+
+def _left(f: FileTodo) -> int:
+    return f.n_events if f.todo is None else sum(b - a for a, b in f.todo)
+
+
 def predict(
     snapshot: ClusterSnapshot,
     policy: str,
@@ -265,6 +294,11 @@ def predict(
         eta[ids[rec.job_id]] = None if rec.failed or rec.end_s < 0 else rec.end_s
     for job_id in ids:
         eta.setdefault(job_id, None)  # never handed over: a failed job's room was lost
+    for j in ordered:
+        own = under_way_s(j, rate_factor)
+        got = eta.get(j.id)
+        if own is not None and got is not None:
+            eta[j.id] = min(got, own)
     requests: dict[str, float | None] = {}
     for j in snapshot.jobs:
         mine, known = eta[j.id], requests.get(j.request_id, 0.0)

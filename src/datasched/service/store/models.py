@@ -135,7 +135,10 @@ class Job(Base):
 
 class Packet(Base):
     """A packet done: entries ``[start, stop)`` of ``url`` for a job, where it ran, what it
-    read and cost, and its pickled result (None for a command's)."""
+    read and cost, and its pickled result (None for a command's); ``created`` is when it was
+    stored, ``started`` when it began on its worker (None: stored before the store kept it,
+    or not reported): the difference is what the packet took, a job's start on the node
+    included, which the ETAs measure (docs/service-whatif.md)."""
 
     __tablename__ = "packets"
     __table_args__ = (UniqueConstraint("job_id", "url", "start", name="uq_packet_range"),)
@@ -150,6 +153,7 @@ class Packet(Base):
     cpu_s: Mapped[float] = mapped_column(Float)
     result: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
     created: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    started: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
 
 class CatalogDataset(Base):

@@ -1,0 +1,327 @@
+"""How fast the live cluster's nodes go, measured from the packets stored so far, in
+wall-clock time: the rates, busy time, spread, pace within a job's run and start cost that
+:mod:`datasched.service.live` builds its snapshot from (docs/service-whatif.md).
+
+* **Rates**: per node, the events of its packets stored over the last :data:`WINDOW_S`
+  seconds over the time it had work (:func:`busy_rate`, :func:`wall_rates`), with at least
+  :data:`MIN_PACKETS` packets; else over its last :data:`HISTORY_PACKETS` packets, however
+  old (:func:`last_packets`).
+* **Busy time**: the time between two runs of a node's packets counts at most
+  :data:`IDLE_FACTOR` times what their events take at the node's median pace: a longer gap
+  is the node waiting for work, not working.
+* **Spread** (:func:`rate_spread`): how much a node's rate moves from one run of packets to
+  the next, for the ETAs' intervals.
+* **Pace within a run and start** (:func:`started_rates`, :func:`start_costs`): what a
+  job's packets take once its sandboxed child has started on a node, and what starting it
+  cost.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import select
+
+from datasched.service.store.db import Store
+from datasched.service.store.models import Packet
+
+__all__ = [
+    "CHUNK",
+    "HISTORY_PACKETS",
+    "IDLE_FACTOR",
+    "MIN_PACKETS",
+    "MIN_RUN",
+    "SENT_RUNS",
+    "WINDOW_S",
+    "busy_rate",
+    "last_packets",
+    "rate_spread",
+    "recent_jobs",
+    "recent_packets",
+    "recent_sent",
+    "sent_paces",
+    "start_costs",
+    "started_rates",
+    "wall_rates",
+]
+
+WINDOW_S = 60.0
+"""The recent past a node's wall-clock rate is measured over (seconds)."""
+MIN_PACKETS = 4
+"""Packets a node must have stored in the window for a wall-clock rate."""
+HISTORY_PACKETS = 16
+"""A node with too few packets in the window takes its wall-clock rate from its last this
+many packets, however old (a request submitted after a quiet spell)."""
+CHUNK = 4
+"""Consecutive packets of a node whose rate is one sample of the spread."""
+MIN_RUN = 3
+"""Packets of one job on a node whose span is one sample of :func:`started_rates`."""
+SENT_RUNS = 8
+"""A node's last runs of a file (from its packets' beginning to their storing) whose median
+is its pace once a job has begun there (:func:`sent_paces`)."""
+IDLE_FACTOR = 3.0
+"""A gap between two stored packets of a node counts as busy up to this many times what
+the later packet's events take at the node's median pace; beyond, the node was idle."""
+
+
+def _recent(store: Store, now: datetime) -> dict[str, list[tuple[float, int]]]:
+    """Per node, its packets stored in the window: (stored at, in seconds; events), in
+    time order."""
+    return {node: [(t, n) for t, n, _ in run] for node, run in recent_jobs(store, now).items()}
+
+
+def recent_jobs(store: Store, now: datetime) -> dict[str, list[tuple[float, int, str]]]:
+    """Per node, its packets stored in the window: (stored at, in seconds; events; job), in
+    time order."""
+    since = now - timedelta(seconds=WINDOW_S)
+    out: dict[str, list[tuple[float, int, str]]] = {}
+    with store.reading() as s:
+        for node, created, a, b, job in s.execute(
+            select(Packet.node, Packet.created, Packet.start, Packet.stop, Packet.job_id)
+            .where(Packet.created >= since)
+            .order_by(Packet.created, Packet.id)
+        ):
+            out.setdefault(str(node), []).append(
+                (_aware(created).timestamp(), int(b) - int(a), str(job))
+            )
+    return out
+
+
+def last_packets(store: Store, node: str) -> list[tuple[float, int, str]]:
+    """The node's last :data:`HISTORY_PACKETS` packets, however old, in time order (stored
+    at, events, job): a node idle for the window keeps the wall-clock rate it last worked
+    at."""
+    with store.reading() as s:
+        rows = s.execute(
+            select(Packet.created, Packet.start, Packet.stop, Packet.job_id)
+            .where(Packet.node == node)
+            .order_by(Packet.created.desc(), Packet.id.desc())
+            .limit(HISTORY_PACKETS)
+        ).all()
+    return [(_aware(c).timestamp(), int(b) - int(a), str(j)) for c, a, b, j in reversed(rows)]
+
+
+def _run_rate(run: list[tuple[float, int]]) -> float | None:
+    """Events per wall-clock second over a run of packets in time order: the events after
+    the first over the time from the first's storing to the last's."""
+    span = run[-1][0] - run[0][0]
+    events = sum(n for _, n in run[1:])
+    return events / span if span > 0 and events > 0 else None
+
+
+def busy_rate(
+    run: Sequence[tuple[float, int]],
+    jobs: Sequence[str] | None = None,
+    submitted: Mapping[str, float] | None = None,
+) -> float | None:
+    """Events per second a node had work over a run of its packets (``(stored at, events)``
+    in time order; ``jobs``: each packet's job, None: each its own): the time a node had
+    work is cut into the runs of consecutive packets of one job, each run's time being the
+    gap since the packet before it and its own span; each run's time counts at most
+    :data:`IDLE_FACTOR` times what its events take at the median pace of the runs, and never
+    before its job was submitted (``submitted``: job -> seconds; the node cannot have worked
+    on a job that did not exist). A node that waited for the dispatcher or for work did not
+    work meanwhile: its rate is what it does while it has jobs (None: no run with events).
+
+    Runs, not packets: a job's packets on a node come back in a burst after the start of
+    its sandboxed child (docs/service-whatif.md), so the gaps between packets are not a
+    pace: the gap before a job's first packet is its start, work, not a wait."""
+    keys = list(jobs) if jobs is not None else [str(i) for i in range(len(run))]
+    since = submitted or {}
+    spans: list[tuple[float, int]] = []  # per run after the first: (its time, its events)
+    last_t: float | None = None
+    for i, (t, n) in enumerate(run):
+        if i > 0 and keys[i] == keys[i - 1]:
+            time_s, events = spans[-1] if spans else (0.0, 0)
+            spans[-1:] = [(time_s + t - run[i - 1][0], events + n)]
+        elif last_t is not None:
+            began = max(last_t, since.get(keys[i], last_t))
+            spans.append((max(t - began, 0.0), n))
+        else:
+            spans.append((0.0, 0))  # the first run: its gap before is not known
+        last_t = t
+    paces = [g / n for g, n in spans if g > 0 and n > 0]
+    if not paces:
+        return None
+    pace = statistics.median(paces)
+    busy = sum(min(g, IDLE_FACTOR * pace * n) for g, n in spans if n > 0)
+    events = sum(n for g, n in spans if n > 0)
+    return events / busy if busy > 0 else None
+
+
+def wall_rates(
+    recent: Mapping[str, Sequence[tuple[float, int]]],
+    slots: Mapping[str, int],
+    jobs: Mapping[str, Sequence[str]] | None = None,
+    submitted: Mapping[str, float] | None = None,
+) -> dict[str, float]:
+    """Each node's events per wall-clock second per slot over its ``recent`` packets
+    (``(stored at, events)`` in time order; ``jobs``: per node, each packet's job), where
+    it has at least :data:`MIN_PACKETS`: over the time it had work (:func:`busy_rate`)."""
+    out: dict[str, float] = {}
+    for node, run in recent.items():
+        if len(run) < MIN_PACKETS:
+            continue
+        rate = busy_rate(run, (jobs or {}).get(node), submitted)
+        if rate is not None:
+            out[node] = rate / max(slots.get(node, 1), 1)
+    return out
+
+
+def rate_spread(recent: Mapping[str, list[tuple[float, int]]]) -> float | None:
+    """The spread of the nodes' wall-clock rates: the standard deviation of the logarithm
+    of each run of :data:`CHUNK` packets' rate about its node's mean (None: fewer than two
+    runs measured)."""
+    deviations: list[float] = []
+    for run in recent.values():
+        logs = []
+        for i in range(0, len(run) - CHUNK, CHUNK):
+            rate = _run_rate(run[i : i + CHUNK + 1])
+            if rate is not None:
+                logs.append(math.log(rate))
+        if len(logs) >= 2:
+            mean = statistics.fmean(logs)
+            deviations.extend(x - mean for x in logs)
+    if len(deviations) < 2:
+        return None
+    return math.sqrt(statistics.fmean(d * d for d in deviations))
+
+
+def recent_packets(store: Store) -> dict[str, list[tuple[float, int]]]:
+    """Per node, its packets stored in the last :data:`WINDOW_S` seconds (for
+    :func:`rate_spread`)."""
+    return _recent(store, datetime.now(UTC))
+
+
+def start_costs(
+    runs: Mapping[str, list[tuple[float, int, str]]],
+    rates: Mapping[str, float],
+    paces: Mapping[str, float],
+) -> dict[str, float]:
+    """Each node's seconds to start a job (per slot): a run of ``n`` events (one job's
+    packets on the node, the mean over ``runs``) takes ``n / rate`` at the node's rate
+    (starts included, ``rates``) and ``n / pace`` within the run (:func:`started_rates`,
+    ``paces``): the start is the difference (at least 0). Nodes without both are left out."""
+    out: dict[str, float] = {}
+    for node, packets in runs.items():
+        rate, pace = rates.get(node), paces.get(node)
+        if not rate or not pace:
+            continue
+        by_job: dict[str, int] = {}
+        for _, n, job in packets:
+            by_job[job] = by_job.get(job, 0) + n
+        if by_job:
+            n_run = statistics.fmean(by_job.values())
+            out[node] = max(n_run / rate - n_run / pace, 0.0)
+    return out
+
+
+def started_rates(runs: Mapping[str, list[tuple[float, int, str]]]) -> dict[str, float]:
+    """Each node's events per second within runs of one job's packets (``(stored at,
+    events, job)`` in time order): over every job of at least :data:`MIN_RUN` packets on
+    the node, the events after its first packet over the time from its first to its last.
+    A job's first packet on a node pays for starting it there (a sandboxed child loading
+    the processor, docs/service-whatif.md), which its later packets do not: once a job has
+    begun, what is left of it goes at this pace, not at the node's rate with the starts in
+    it. Nodes without such a run are left out."""
+    out: dict[str, float] = {}
+    for node, packets in runs.items():
+        by_job: dict[str, list[tuple[float, int]]] = {}
+        for t, n, job in packets:
+            by_job.setdefault(job, []).append((t, n))
+        events = 0
+        span = 0.0
+        for run in by_job.values():
+            if len(run) < MIN_RUN:
+                continue
+            events += sum(n for _, n in run[1:])
+            span += run[-1][0] - run[0][0]
+        if events > 0 and span > 0:
+            out[node] = events / span
+    return out
+
+
+def _aware(t: datetime) -> datetime:
+    """SQLite gives back naive datetimes (stored as UTC)."""
+    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
+
+
+def recent_sent(store: Store, now: datetime) -> dict[str, list[tuple[float, float, int, str, str]]]:
+    """Per node, its packets stored in the window that know when they began on their worker
+    (stores upgraded from before keep no such time for their older packets): ``(began,
+    stored, events, job, url)``, seconds, in storing order. A node with fewer than
+    :data:`MIN_PACKETS` there gives its last :data:`HISTORY_PACKETS` such packets, however
+    old."""
+    since = now - timedelta(seconds=WINDOW_S)
+    cols = (Packet.node, Packet.started, Packet.created, Packet.start, Packet.stop)
+    out: dict[str, list[tuple[float, float, int, str, str]]] = {}
+    with store.reading() as s:
+        rows = s.execute(
+            select(*cols, Packet.job_id, Packet.url)
+            .where(Packet.created >= since, Packet.started.is_not(None))
+            .order_by(Packet.created, Packet.id)
+        ).all()
+        for node, began, created, a, b, job, url in rows:
+            out.setdefault(str(node), []).append(_sent(began, created, a, b, job, url))
+        for node in [n for n, run in out.items() if len(run) < MIN_PACKETS]:
+            old = s.execute(
+                select(*cols, Packet.job_id, Packet.url)
+                .where(Packet.node == node, Packet.started.is_not(None))
+                .order_by(Packet.created.desc(), Packet.id.desc())
+                .limit(HISTORY_PACKETS)
+            ).all()
+            out[node] = [_sent(*row[1:]) for row in reversed(old)]
+    return out
+
+
+def _sent(
+    began: datetime | None, created: datetime, a: int, b: int, job: str, url: str
+) -> tuple[float, float, int, str, str]:
+    stored = _aware(created).timestamp()
+    return (
+        _aware(began).timestamp() if began is not None else stored,
+        stored,
+        int(b) - int(a),
+        str(job),
+        str(url),
+    )
+
+
+def _file_runs(
+    packets: Sequence[tuple[float, float, int, str, str]],
+) -> list[tuple[float, float, int]]:
+    """A node's runs of one job's packets of one file: ``(first began, last stored,
+    events)``."""
+    runs: dict[tuple[str, str], list[float]] = {}
+    for began, stored, n, job, url in packets:
+        got = runs.setdefault((job, url), [began, stored, 0.0])
+        got[0] = min(got[0], began)
+        got[1] = max(got[1], stored)
+        got[2] += n
+    return [(a, b, int(n)) for a, b, n in runs.values()]
+
+
+def sent_paces(
+    runs: Mapping[str, Sequence[tuple[float, float, int, str, str]]],
+) -> dict[str, float]:
+    """Each node's events per second a job's file takes once its packets began: the median,
+    over the node's last :data:`SENT_RUNS` runs of one job's packets of one file
+    (:func:`recent_sent`), of a run's events over the time from its first packet's
+    beginning on the worker to its last's storing. The median and the last runs: a file
+    whose packets the runtime sized small, sent over many seconds, or the runs of a busier
+    minute (the machine's other work, more jobs at once), are not what the next file takes.
+
+    A job's packets on a node are sent together and run side by side, so they come back
+    within a fraction of a second of each other, each having taken one to three seconds
+    (docs/service-whatif.md): the span between their storings (:func:`started_rates`)
+    leaves out what each took, and made a file begun look ten times faster than it was.
+    Nodes without such a run are left out."""
+    out: dict[str, float] = {}
+    for node, packets in runs.items():
+        done = sorted((b, n / (b - a)) for a, b, n in _file_runs(packets) if b > a and n > 0)
+        if done:
+            out[node] = statistics.median(r for _, r in done[-SENT_RUNS:])
+    return out
