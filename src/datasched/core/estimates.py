@@ -41,8 +41,8 @@ class Estimates:
     _by_end: list[tuple[float, int, int]] | None
     """Running subjobs by estimated end, latest last: (end, -slot, -subjob id), sorted
     ascending, stale entries among them; built on the first question that needs it (policies
-    that never ask do not keep it). Read from its tail: the latest ends are where new
-    entries mostly go and where stale ones are dropped, so neither moves the whole list."""
+    that never ask do not keep it). Read from its tail, where stale entries are dropped with
+    a pop: dropping them from the front moved the whole list each time."""
     fastest_s_per_event: float
     slowest_s_per_event: float
     _split_index: SplitIndex | None = None
@@ -117,14 +117,13 @@ class Estimates:
 
     def _push_end(self, r: Running) -> None:
         """Enter ``r`` in the by-end order (a list sorted ascending: an insertion is a bisect
-        and a move of the pointers after it, few since a subjob just started or shrunk
-        mostly ends after the others; a scan reads it from the tail without popping and
-        pushing back). Entries of subjobs that ended before the longest are not removed when
-        they end, so the list is rebuilt from its current entries whenever it holds more
-        than twice what is running (plus a constant). A rebuild keeps at most one entry per
-        running subjob (a shrink that released nothing enters a copy), so it is amortised
-        O(1) per entry and the list stays O(slots) instead of growing with every subjob
-        started."""
+        and a move of the pointers after it, and a scan reads it from the tail without
+        popping and pushing back). Entries of subjobs that ended before the longest are not
+        removed when they end, so the list is rebuilt from its current entries whenever it
+        holds more than twice what is running (plus a constant). A rebuild keeps at most one
+        entry per running subjob (a shrink that released nothing enters a copy), so it is
+        amortised O(1) per entry and the list stays O(slots) instead of growing with every
+        subjob started."""
         if self._split_index is not None:
             self._split_index.add(r)
         order = self._by_end
