@@ -217,6 +217,7 @@ class EventPump:
 
     def handle(self, event: Event) -> int:
         """Queue an external event and pump: the number of events handled (it and the
-        follow-ups it caused, and whatever was queued before it)."""
-        self.emit(event)
+        follow-ups it caused, and whatever was queued before it). :meth:`emit` written out:
+        this runs for every event of a simulation."""
+        (self._follow if self._pumping else self._external).append(event)
         return self.pump()

@@ -39,9 +39,10 @@ class Estimates:
     """Per node: seconds per event from its cache, a peer's, tertiary storage (the data
     space's event size and the cost model's CPU time)."""
     _by_end: list[tuple[float, int, int]] | None
-    """Running subjobs by estimated end, latest first: (-end, slot, subjob id), sorted
+    """Running subjobs by estimated end, latest last: (end, -slot, -subjob id), sorted
     ascending, stale entries among them; built on the first question that needs it (policies
-    that never ask do not keep it)."""
+    that never ask do not keep it). Read from its tail, where stale entries are dropped with
+    a pop: dropping them from the front moved the whole list each time."""
     fastest_s_per_event: float
     slowest_s_per_event: float
     _split_index: SplitIndex | None = None
@@ -88,53 +89,47 @@ class Estimates:
 
     def longest_running(self) -> int | None:
         """The slot whose subjob (not being stopped) is estimated to end last, the lowest
-        slot on ties; None if every one is due. Reads the front of a list sorted by
-        estimated end, whose stale entries are dropped when they reach the front
+        slot on ties; None if every one is due. Reads the tail of a list sorted by
+        estimated end, whose stale entries are dropped when they reach the tail
         (ponce-hersch Table 5 has job splitting scan all nodes here)."""
         order = self._end_heap()
-        i = 0
-        while i < len(order):
-            neg_end, slot, subjob_id = order[i]
-            if self._current(neg_end, slot, subjob_id):
-                break
-            i += 1
-        del order[:i]
-        if not order:
-            return None
-        neg_end, slot, _ = order[0]
-        return slot if -neg_end > self.now else None
+        current = self._current
+        while order:
+            end, neg_slot, neg_id = order[-1]
+            if current(end, neg_slot, neg_id):
+                return -neg_slot if end > self.now else None
+            order.pop()
+        return None
 
-    def _current(self, neg_end: float, slot: int, subjob_id: int) -> bool:
+    def _current(self, end: float, neg_slot: int, neg_id: int) -> bool:
         """Whether an entry of the by-end order still describes a subjob that may be asked to
         split: still running, settled, and with that estimated end (a shrunk one is entered
         again with its new end)."""
-        r = self.running.get(slot)
-        return (
-            r is not None and r.subjob.subjob_id == subjob_id and r.settled and r.end_s == -neg_end
-        )
+        r = self.running.get(-neg_slot)
+        return r is not None and r.subjob.subjob_id == -neg_id and r.settled and r.end_s == end
 
     def _end_heap(self) -> list[tuple[float, int, int]]:
         """The by-end order, built from what runs now when first asked for."""
         if self._by_end is None:
             running = self.running.values()
-            self._by_end = sorted((-r.end_s, r.slot, r.subjob.subjob_id) for r in running)
+            self._by_end = sorted((r.end_s, -r.slot, -r.subjob.subjob_id) for r in running)
         return self._by_end
 
     def _push_end(self, r: Running) -> None:
         """Enter ``r`` in the by-end order (a list sorted ascending: an insertion is a bisect
-        and a move of pointers, and a scan reads it in order without popping and pushing
-        back). Entries of subjobs that ended before the longest are not removed when they
-        end, so the list is rebuilt from its current entries whenever it holds more than
-        twice what is running (plus a constant). A rebuild keeps at most one entry per
-        running subjob (a shrink that released nothing enters a copy), so it is amortised
-        O(1) per entry and the list stays O(slots) instead of growing with every subjob
-        started."""
+        and a move of the pointers after it, and a scan reads it from the tail without
+        popping and pushing back). Entries of subjobs that ended before the longest are not
+        removed when they end, so the list is rebuilt from its current entries whenever it
+        holds more than twice what is running (plus a constant). A rebuild keeps at most one
+        entry per running subjob (a shrink that released nothing enters a copy), so it is
+        amortised O(1) per entry and the list stays O(slots) instead of growing with every
+        subjob started."""
         if self._split_index is not None:
             self._split_index.add(r)
         order = self._by_end
         if order is None:
             return  # not asked for yet: built from ``running`` when it is
-        insort(order, (-r.end_s, r.slot, r.subjob.subjob_id))
+        insort(order, (r.end_s, -r.slot, -r.subjob.subjob_id))
         if len(order) > 2 * len(self.running) + 1024:
             order[:] = sorted(dict.fromkeys(e for e in order if self._current(*e)))
 

@@ -47,11 +47,14 @@ def cut_out(
 class IntervalSet:
     """An immutable set of integers stored as sorted, disjoint, non-adjacent ``[start, stop)``."""
 
-    __slots__ = ("_hash", "_length", "_starts", "_stops")
+    __slots__ = ("_hash", "_starts", "_stops", "length")
 
     _starts: list[int]
     _stops: list[int]
-    _length: int
+    length: int
+    """How many events. A plain attribute, set once when the set is built (never assign
+    it): the simulator reads it several times per event, and a property costs a function
+    call each time (docs/performance.md, "The plain Ponce policies' constant factor")."""
     _hash: int | None
 
     def __init__(self, ranges: Iterable[tuple[int, int]] = ()) -> None:
@@ -76,7 +79,7 @@ class IntervalSet:
                 stops.append(b)
         self._starts = starts
         self._stops = stops
-        self._length = sum(stops) - sum(starts)
+        self.length = sum(stops) - sum(starts)
         self._hash = None
 
     @classmethod
@@ -85,7 +88,7 @@ class IntervalSet:
         obj = object.__new__(cls)
         obj._starts = starts
         obj._stops = stops
-        obj._length = length if length >= 0 else sum(stops) - sum(starts)
+        obj.length = length if length >= 0 else sum(stops) - sum(starts)
         obj._hash = None
         return obj
 
@@ -122,11 +125,6 @@ class IntervalSet:
         return cls((e, e + 1) for e in events)
 
     # -- reading ------------------------------------------------------------------------------
-    @property
-    def length(self) -> int:
-        """How many events."""
-        return self._length
-
     @property
     def is_empty(self) -> bool:
         """Whether the set holds no event (the same as ``not self``)."""
@@ -205,7 +203,7 @@ class IntervalSet:
         if len(small._starts) <= _SMALL:
             # One copy of the big lists, then each small range spliced in place.
             starts, stops = big._starts.copy(), big._stops.copy()
-            length = big._length
+            length = big.length
             for a, b in zip(small._starts, small._stops, strict=True):
                 lo = bisect_left(stops, a)
                 hi = bisect_right(starts, b)
@@ -304,7 +302,7 @@ class IntervalSet:
         if len(other._starts) <= _SMALL or len(other._starts) * _SMALL <= len(self._starts):
             # Splice (as in ``|``), also when ``other`` is small next to us (cache evictions).
             starts, stops = self._starts.copy(), self._stops.copy()
-            length = cut_out(starts, stops, other._starts, other._stops, self._length)
+            length = cut_out(starts, stops, other._starts, other._stops, self.length)
             return IntervalSet._make(starts, stops, length)
         if len(self._starts) <= _SMALL:
             # Each of our few ranges minus the part of ``other`` inside it.
@@ -360,7 +358,7 @@ class IntervalSet:
         """Whether every event of this set is in ``other`` (without building the difference)."""
         if not self._starts:
             return True
-        if self._length > other._length:
+        if self.length > other.length:
             return False
         starts, stops = other._starts, other._stops
         # ``other``'s ranges neither overlap nor touch, so each of our ranges must lie inside one.
@@ -428,8 +426,8 @@ class IntervalSet:
 
     def event_at(self, k: int) -> int:
         """The ``k``-th event (0-based) in ascending order."""
-        if k < 0 or k >= self._length:
-            raise IndexError(f"event index {k} out of range for {self._length} events")
+        if k < 0 or k >= self.length:
+            raise IndexError(f"event index {k} out of range for {self.length} events")
         for s, e in zip(self._starts, self._stops, strict=True):
             if k < e - s:
                 return s + k
@@ -440,17 +438,17 @@ class IntervalSet:
         """The first ``n`` events and the rest."""
         if n <= 0:
             return _EMPTY, self
-        if n >= self._length:
+        if n >= self.length:
             return self, _EMPTY
         s0, s1 = self._starts, self._stops
         if len(s0) == 1:
             cut = s0[0] + n
             return (
                 IntervalSet._make([s0[0]], [cut], n),
-                IntervalSet._make([cut], [s1[0]], self._length - n),
+                IntervalSet._make([cut], [s1[0]], self.length - n),
             )
         left_length = n
-        right_length = self._length - n
+        right_length = self.length - n
         i = 0
         while n >= s1[i] - s0[i]:
             n -= s1[i] - s0[i]
@@ -472,7 +470,7 @@ class IntervalSet:
             raise ValueError(f"parts: must be positive, got {parts}")
         if min_events < 1:
             raise ValueError(f"min_events: must be positive, got {min_events}")
-        n = self._length
+        n = self.length
         if n == 0:
             return []
         parts = max(1, min(parts, n // min_events))

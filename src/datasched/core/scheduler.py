@@ -376,7 +376,7 @@ class Scheduler(Commands):
                 raise SchedulerError(f"validate: the by-end order is not sorted at {b}")
         entries = set(order)
         for slot, r in self.running.items():
-            if r.settled and (-r.end_s, slot, r.subjob.subjob_id) not in entries:
+            if r.settled and (r.end_s, -slot, -r.subjob.subjob_id) not in entries:
                 raise SchedulerError(
                     f"validate: running subjob {r.subjob.subjob_id} on slot {slot} is missing "
                     "from the by-end order"

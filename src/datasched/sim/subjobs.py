@@ -182,7 +182,7 @@ class SubjobRuns(SharedDisks, SharedFetches):
         subjob's segments are its cached ranges and the rest, in event order, each at its
         source's time per event; with ``cache_fill`` the rest is fetched into the cache."""
         slot = action.slot
-        spe = self._range_rates(node, cpu)
+        spe = self._default_rates[node] if cpu is None else self._range_rates(node, cpu)
         segments: list[tuple[int, int, float, Source, int]] = []
         ends: list[float] = []
         total = 0.0
@@ -190,6 +190,14 @@ class SubjobRuns(SharedDisks, SharedFetches):
             per = spe[_TERTIARY]
             for a, b in zip(other._starts, other._stops, strict=True):
                 segments.append((a, b, per, _TERTIARY, -1))
+                total += (b - a) * per
+                ends.append(total)
+        elif not other:
+            # All cached (delayed scheduling's subjobs, mostly): the cached ranges in order,
+            # as the sort of the general case below would leave them.
+            per = spe[_CACHE]
+            for a, b in zip(local._starts, local._stops, strict=True):
+                segments.append((a, b, per, _CACHE, -1))
                 total += (b - a) * per
                 ends.append(total)
         else:
