@@ -162,6 +162,34 @@ def test_with_a_master_queue_every_event_is_processed_once_despite_faults(
     stretches of shared disks with the master's turns among a subjob's segments: no event
     lost or done twice, every job completes, and the master served a packet at least for
     each job."""
+    _check(policy, jobs, nodes, slots, cache_events, file_events, master_s, seed, peer_reads,
+           shared_disks)  # fmt: skip
+
+
+@pytest.mark.parametrize("shared_disks", [False, True])
+def test_a_node_lost_while_two_slots_of_a_job_wait_at_the_master_ends_it_once(
+    shared_disks: bool,
+) -> None:
+    # One node of two slots runs both halves of job 1; each has processed all its events
+    # and waits its turn at a slow master when the node fails: both come back with nothing
+    # left, and the job completes once (the scheduler once completed it for each).
+    jobs = [Job(0, 0.0, IntervalSet.range(0, 1)), Job(1, 0.0, IntervalSet.range(0, 314))]
+    jobs += [Job(i, 0.0, IntervalSet.range(0, 1)) for i in (2, 3, 4)]
+    _check("out-of-order", jobs, 1, 2, 0, 0, 50.0, 2, False, shared_disks)
+
+
+def _check(
+    policy: str,
+    jobs: list[Job],
+    nodes: int,
+    slots: int,
+    cache_events: int,
+    file_events: int,
+    master_s: float,
+    seed: int,
+    peer_reads: bool,
+    shared_disks: bool,
+) -> None:
     sched = scheduler(
         policy,
         nodes,
