@@ -420,7 +420,8 @@ class SubjobRuns(SharedDisks, SharedFetches, MasterTurns):
         heapq.heappush(self._heap, finish)
         if self._readers is not None:
             self._disk_reshaped(slot, k)
-        self._master_due(slot, run)
+        if master:
+            self._master_due(slot, run)
         self._fetches_dropped(slot, run, stopping=False)
         return SubjobShrunk(self.now, action.subjob_id, slot, released)
 
