@@ -38,3 +38,14 @@ def test_a_scaled_calibration_rescales_from_its_own_share() -> None:
 def test_as_many_cores_as_workers_changes_nothing() -> None:
     cal = _measured(0.01)
     assert shared_cores(cal, workers=2, cores=4) == cal
+
+
+def test_the_masters_time_a_packet_goes_at_the_same_share_as_the_rest() -> None:
+    cost = CostModel(cpu_s_per_event=0.01, packet_overhead_s=0.004, master_s_per_packet=0.01)
+    cal = Calibration(cost, 0.25e6, measured=True)
+    # Four workers and two other programs' threads on two cores: a third of a core each.
+    scaled = shared_cores(cal, workers=4, cores=2, others=2.0)
+    assert scaled.core_share == pytest.approx(1 / 3)
+    assert scaled.cost.master_s_per_packet == pytest.approx(0.03)
+    assert scaled.cost.packet_overhead_s == pytest.approx(0.012)
+    assert shared_cores(scaled, workers=4, cores=2, others=2.0) == scaled

@@ -13,7 +13,7 @@ from typing import Any, cast
 import pytest
 
 from datasched.runtime import calibrate as calibrate_module
-from datasched.runtime.calibrate import packet_round_trip_cpu
+from datasched.runtime.calibrate import RoundTrip, packet_round_trip, packet_round_trip_cpu
 from datasched.runtime.worker import PacketSpec, run_packet
 
 BURN_S = 0.02
@@ -64,3 +64,17 @@ def test_the_round_trip_is_its_cpu_less_the_packets_own() -> None:
     assert len({p.packet_id for p in client.packets}) == 5
     # A node no worker is named after: nothing measured (and nothing sent).
     assert asyncio.run(packet_round_trip_cpu(FakeClient(), spec, "7")) == 0.0  # type: ignore[arg-type]
+
+
+def test_a_worker_not_read_leaves_the_whole_round_trip_to_the_master() -> None:
+    # The worker's process is on another host: what this process (the master's) used,
+    # less the packets' own time, is the master's serial part; the worker's is unknown (0).
+    spec = PacketSpec(
+        packet_id=-1, job_id=-1, url="/d/a.root", tree="Events", local_start=10,
+        local_stop=2010, file_bytes=1000, processor=cast(Any, None),
+    )  # fmt: skip
+    got = asyncio.run(packet_round_trip(FakeClient(), spec, "0", n=4))  # type: ignore[arg-type]
+    assert got.master_cpu_s == pytest.approx(BURN_S - OWN_S, abs=0.01)
+    assert got.worker_cpu_s == 0.0
+    assert got.total_s == got.master_cpu_s
+    assert asyncio.run(packet_round_trip(FakeClient(), spec, "7")) == RoundTrip(0.0, 0.0)  # type: ignore[arg-type]

@@ -358,8 +358,11 @@ def shared_cores(
         cpu_s_per_event=cost.cpu_s_per_event * factor,
         fresh_cpu_s_per_event=cost.fresh_cpu_s_per_event * factor,
         # The per-packet round trip is CPU in the master, Dask and the worker: shared out
-        # like the rest (docs/performance.md, "Per-packet cost").
+        # like the rest (docs/performance.md, "Per-packet cost"). The master is one more
+        # thread wanting a core: its serial part goes at the same share, one packet at a
+        # time (the simulator's queue at the master, "Prediction on a shared machine").
         packet_overhead_s=cost.packet_overhead_s * factor,
+        master_s_per_packet=cost.master_s_per_packet * factor,
     )
     return Calibration(
         scaled, calibration.tertiary_bytes_per_s, calibration.measured, core_share=share

@@ -98,6 +98,14 @@ class CostModel:
     per file it reads, more when the file's part takes longer than the packetizer's aim),
     spread over that packet's events (docs/performance.md, "Per-packet cost"). 0 (the
     default, and the papers' models): nothing charged, every simulation as before."""
+    master_s_per_packet: float = 0.0
+    """Wall seconds of the master's serial work on each packet (sending it, its task's
+    transitions in Dask's scheduler, taking its result): its CPU a packet over its share of
+    a core. Unlike ``packet_overhead_s``, charged on the slots in parallel, the master
+    serves one packet at a time: the simulator queues each packet's service there at the
+    packet's end, and the slot goes on when it is served (``sim/master.py``;
+    docs/performance.md, "Prediction on a shared machine"). 0 (the default, and the papers'
+    models): no queue, every simulation as before."""
     shared_disks: bool = False
     """Whether a node's disk rate is shared by everyone reading it at once (its own slots
     reading its cache, other nodes' slots reading it as a peer), as a fluid: a reader gets at
@@ -123,6 +131,10 @@ class CostModel:
         if not self.packet_overhead_s >= 0:
             raise ModelError(
                 "packet_overhead_s", f"must not be negative, got {self.packet_overhead_s!r}"
+            )
+        if not self.master_s_per_packet >= 0:
+            raise ModelError(
+                "master_s_per_packet", f"must not be negative, got {self.master_s_per_packet!r}"
             )
         if not self.fresh_cpu_s_per_event >= 0:
             raise ModelError(

@@ -749,7 +749,8 @@ class Scheduler(Commands):
         self._nodes.remove(node)
         self.node_running[node] = 0
         returned: list[Subjob] = []
-        touched: list[JobState] = []
+        touched: dict[int, JobState] = {}
+        """Jobs that ran on the node, each once (two of its slots may run one job)."""
         for slot in self.node_slots[node]:
             i = bisect_left(self._idle, slot)
             if i < len(self._idle) and self._idle[i] == slot:
@@ -778,7 +779,7 @@ class Scheduler(Commands):
             if rest and not js.cancelled:
                 cached_on = None if sj.cached_on == node else sj.cached_on
                 returned.append(self._make_subjob(js, rest, cached_on, False))
-            touched.append(js)
+            touched[js.job_id] = js
         self._transfers -= len(self._fetches.pop(node, ()))
         for token in [t for t, (n, _) in self._pins.items() if n == node]:
             del self._pins[token]
@@ -786,7 +787,7 @@ class Scheduler(Commands):
         self.policy.node_lost(self, node)
         for sj in returned:
             self._return(sj, Returned.NODE_LOST)
-        for js in touched:
+        for js in touched.values():
             self._after_subjob(js)
 
     def _on_cancelled(self, ev: JobCancelled) -> None:

@@ -4,8 +4,9 @@ The first job's packet is read through the worker's cache and processed as a pac
 it, with its file kept open from an earlier packet and opened afresh; the master turns the
 times into its cost model's CPU per event and the cost of opening a new copy
 (:func:`datasched.runtime.session.calibrate_on_cluster`). It also measures what a packet
-costs besides its events, the round trip through the master and Dask
-(:func:`packet_round_trip_cpu`).
+costs besides its events, the round trip through the master and Dask, in the master's
+process and in the worker's apart (:func:`packet_round_trip`): the master's part is
+serial, one packet at a time, the worker's is not.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import socket
 import time
 import uuid
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 import psutil
 from distributed import Client, get_worker
@@ -29,7 +31,13 @@ from datasched.runtime.worker import (
     run_packet,
 )
 
-__all__ = ["CalibrationResult", "calibrate_packet", "packet_round_trip_cpu"]
+__all__ = [
+    "CalibrationResult",
+    "RoundTrip",
+    "calibrate_packet",
+    "packet_round_trip",
+    "packet_round_trip_cpu",
+]
 
 ROUND_TRIPS = 5
 """Tiny packets timed for the per-packet cost (after one untimed)."""
@@ -93,23 +101,47 @@ def _cpu_s(proc: psutil.Process) -> float:
     return float(times.user + times.system)
 
 
+class RoundTrip(NamedTuple):
+    """CPU seconds a packet costs besides its events, by process."""
+
+    master_cpu_s: float
+    """In the master's process (client and Dask's scheduler): serial, one packet at a
+    time (``CostModel.master_s_per_packet``)."""
+    worker_cpu_s: float
+    """In the worker's process besides the packet's own thread (its event loop, comms):
+    in parallel with the other workers' (``CostModel.packet_overhead_s``)."""
+
+    @property
+    def total_s(self) -> float:
+        return self.master_cpu_s + self.worker_cpu_s
+
+
 async def packet_round_trip_cpu(
     client: Client, spec: PacketSpec, node: str, n: int = ROUND_TRIPS
 ) -> float:
-    """CPU seconds a packet costs besides its events (``CostModel.packet_overhead_s``):
-    ``n`` packets of one event each, sent one after the other to ``node`` as the runtime
-    sends a packet, and the CPU the master's process (client and embedded scheduler) and
-    the worker's process used meanwhile, less the packets' own thread time (reading and
-    processing their event), per packet. CPU, not wall time, so the machine's load does not
-    inflate it (the simulator shares it out with the rest, docs/performance.md); a worker
-    on another host is not counted (only the master's part). ``spec``'s file should be in
-    ``node``'s cache (as the calibration leaves it); 0 when no worker has that name."""
+    """CPU seconds a packet costs besides its events, in the master's and the worker's
+    processes together (:func:`packet_round_trip`)."""
+    return (await packet_round_trip(client, spec, node, n)).total_s
+
+
+async def packet_round_trip(
+    client: Client, spec: PacketSpec, node: str, n: int = ROUND_TRIPS
+) -> RoundTrip:
+    """CPU seconds a packet costs besides its events: ``n`` packets of one event each, sent
+    one after the other to ``node`` as the runtime sends a packet, and the CPU the master's
+    process (client and embedded scheduler) and the worker's process each used meanwhile,
+    per packet, less the packets' own thread time (reading and processing their event) in
+    the process they ran in. CPU, not wall time, so the machine's load does not inflate it
+    (the simulator gives it the share of a core the run gets, docs/performance.md); a
+    worker on another host is not counted (only the master's part), and one in the
+    master's process is counted as the master's. ``spec``'s file should be in ``node``'s
+    cache (as the calibration leaves it); nothing when no worker has that name."""
     assert client.scheduler is not None
     info = await client.scheduler.identity()
     # Dask pins by address; a node is a worker's name (a LocalCluster's are numbers).
     found = [a for a, w in info.get("workers", {}).items() if str(w.get("name")) == node]
     if not found:
-        return 0.0
+        return RoundTrip(0.0, 0.0)
     address = found[0]
     pid, host = await client.submit(
         _whereabouts,
@@ -118,9 +150,10 @@ async def packet_round_trip_cpu(
         workers=[address],
         allow_other_workers=False,
     )
-    procs = [psutil.Process()]
+    master = psutil.Process()
+    worker = None
     if host == socket.gethostname() and pid != os.getpid() and psutil.pid_exists(pid):
-        procs.append(psutil.Process(pid))
+        worker = psutil.Process(pid)
     tiny = replace(spec, local_stop=spec.local_start + 1)
 
     async def one(k: int) -> float:
@@ -135,9 +168,16 @@ async def packet_round_trip_cpu(
         return float(result.cpu_s)
 
     await one(0)  # untimed: the processor's first call, the connection
-    before = sum(_cpu_s(p) for p in procs)
+    master_before = _cpu_s(master)
+    worker_before = _cpu_s(worker) if worker is not None else 0.0
     own = 0.0
     for k in range(n):
         own += await one(k + 1)
-    used = sum(_cpu_s(p) for p in procs) - before
-    return max(used - own, 0.0) / max(n, 1)
+    in_master = _cpu_s(master) - master_before
+    in_worker = _cpu_s(worker) - worker_before if worker is not None else 0.0
+    if worker is not None:
+        in_worker -= own
+    else:
+        in_master -= own
+    n = max(n, 1)
+    return RoundTrip(max(in_master, 0.0) / n, max(in_worker, 0.0) / n)

@@ -27,8 +27,9 @@ from datasched.core.trace import TraceSink
 from datasched.policies import build_policy
 from datasched.runtime.calibrate import (
     CalibrationResult,
+    RoundTrip,
     calibrate_packet,
-    packet_round_trip_cpu,
+    packet_round_trip,
 )
 from datasched.runtime.cluster import (
     ClusterOptions,
@@ -127,8 +128,9 @@ async def calibrate_on_cluster(
     slice of its first file (read through that worker's cache, so the read is not wasted),
     the least CPU time of three runs with the file open from an earlier packet, and what
     opening a new copy costs more (``CostModel.fresh_cpu_s_per_event``), and what a packet
-    costs besides its events (``CostModel.packet_overhead_s``: tiny packets' round trips
-    through the master and Dask, in CPU). Never in the
+    costs besides its events (tiny packets' round trips through the master and Dask, in
+    CPU): the master's process's part, serial (``CostModel.master_s_per_packet``), and the
+    worker's (``CostModel.packet_overhead_s``). Never in the
     master: its reads would go to tertiary storage, and the user's code runs where it will
     run. A processor that fails here is reported by the job's own packets; the master then
     goes on with its default guess."""
@@ -163,14 +165,19 @@ async def calibrate_on_cluster(
     # Opening a new copy is paid once per file a node reads: spread over the file's events.
     fresh = result.open_cpu_s / max(first.n_events, 1)
     try:
-        overhead = await asyncio.wait_for(
-            packet_round_trip_cpu(client, packet, result.node), ROUND_TRIP_TIMEOUT_S
+        trip = await asyncio.wait_for(
+            packet_round_trip(client, packet, result.node), ROUND_TRIP_TIMEOUT_S
         )
     except (PacketError, TimeoutError) as exc:
         if log is not None:
             log(f"calibration: job {spec.id}: per-packet cost not measured: {exc or 'timed out'}")
-        overhead = 0.0
-    cost = replace(cal.cost, fresh_cpu_s_per_event=fresh, packet_overhead_s=overhead)
+        trip = RoundTrip(0.0, 0.0)
+    cost = replace(
+        cal.cost,
+        fresh_cpu_s_per_event=fresh,
+        packet_overhead_s=trip.worker_cpu_s,
+        master_s_per_packet=trip.master_cpu_s,
+    )
     return Calibration(cost, cal.tertiary_bytes_per_s, measured=True)
 
 

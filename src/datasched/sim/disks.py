@@ -201,6 +201,8 @@ class SharedDisks(EngineState):
         finish = (run.start_s + total, next(self._seq), _FINISH, slot, run.version)
         heapq.heappush(self._heap, finish)
         self._push_boundary(slot)
+        if run.turns is not None:  # a queue at the master (sim/master.py)
+            self._master_due(slot, run)
 
     def _push_boundary(self, slot: int) -> None:
         """A heap entry at the end of the stretch ``slot`` reads, unless the subjob ends there."""

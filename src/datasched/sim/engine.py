@@ -73,7 +73,7 @@ from datasched.sim.fetches import FileFetch
 from datasched.sim.moves import DataMoves, Move
 from datasched.sim.network import Network
 from datasched.sim.recorder import JobRecordTimes, PacketRecord, Recorder, Release, SimRun
-from datasched.sim.state import Kind
+from datasched.sim.state import MASTER_TURN, Kind
 from datasched.sim.subjobs import SubjobRuns, _Run
 
 __all__ = ["FollowUp", "JobRecordTimes", "PacketRecord", "Release", "SimEngine", "SimRun"]
@@ -186,6 +186,7 @@ class SimEngine(SubjobRuns, DataMoves):
         )
         """What the run measures (replaced by :meth:`run`'s, for its list of jobs)."""
         self._readers = {} if self.cost.shared_disks else None
+        self._master_setup()
         self._disk_readers = {}
         self._record_packets = record_packets
         self._follow_up: FollowUp | None = None
@@ -384,6 +385,9 @@ class SimEngine(SubjobRuns, DataMoves):
         if kind == _REPAIR:
             pump.handle(self._repair(a))
             return True
+        if kind == MASTER_TURN:
+            self._master_turn(a, b)
+            return False
         raise RuntimeError(f"unexpected heap entry of kind {kind}")
 
     def _over(self) -> bool:

@@ -162,6 +162,8 @@ class SharedFetches(EngineState):
         heapq.heappush(
             self._heap, (run.start_s + total, next(self._seq), _FINISH, slot, run.version)
         )
+        if run.turns is not None:  # a queue at the master (sim/master.py)
+            self._master_due(slot, run)
 
     def _fetches_dropped(self, slot: int, run: Any, *, stopping: bool) -> None:
         """The subjob ``run`` on ``slot`` stops (``stopping``) or was shrunk: each file it

@@ -12,7 +12,7 @@ from datasched.core.data import DataSpace
 from datasched.core.model import CostModel, Job
 from datasched.core.scheduler import Scheduler
 
-__all__ = ["FINISH", "SEGMENT", "EngineState", "Kind"]
+__all__ = ["FINISH", "MASTER_TURN", "SEGMENT", "EngineState", "Kind"]
 
 
 class Kind(IntEnum):
@@ -41,10 +41,14 @@ class Kind(IntEnum):
     the run's version)."""
     FOLLOW = 7
     """A closed workload's next job arrives (``a``: its index among the followers)."""
+    MASTER_TURN = 8
+    """A subjob's packet reaches the master (``a``: its slot, ``b``: the run's version;
+    stale once re-timed): sim/master.py."""
 
 
 FINISH = int(Kind.FINISH)
 SEGMENT = int(Kind.SEGMENT)
+MASTER_TURN = int(Kind.MASTER_TURN)
 
 
 class EngineState:
@@ -62,3 +66,8 @@ class EngineState:
     _slot_node: list[int]
     """The scheduler's slot -> node map (the same list: it grows as nodes join)."""
     _jobs: dict[int, Job]
+
+    def _master_due(self, slot: int, run: Any) -> None:
+        """A heap entry for the next turn at the master of the subjob ``run`` on ``slot``,
+        after it was re-timed (sim/subjobs.py; nothing without a queue at the master)."""
+        raise NotImplementedError

@@ -22,6 +22,8 @@ from datasched.core.model import Source, Subjob
 from datasched.sim.disks import SharedDisks
 from datasched.sim.fetches import LUMP as _LUMP
 from datasched.sim.fetches import SharedFetches
+from datasched.sim.master import MASTER as _MASTER
+from datasched.sim.master import MasterTurns
 from datasched.sim.recorder import Recorder
 from datasched.sim.state import FINISH as _FINISH
 
@@ -49,9 +51,12 @@ class _Run:
     fetch: int | None
     version: int
     fill_duplicates: bool = True
+    turns: int | None = None
+    """How many of its packets' turns at the master (its segments of peer ``_MASTER``, in
+    order) have been served or are being served (None: no queue at the master)."""
 
 
-class SubjobRuns(SharedDisks, SharedFetches):
+class SubjobRuns(SharedDisks, SharedFetches, MasterTurns):
     """Subjobs running on simulated slots (see the module docstring)."""
 
     # Provided by the engine (besides EngineState's).
@@ -104,8 +109,8 @@ class SubjobRuns(SharedDisks, SharedFetches):
         cache = self.caches[node]
         local, other = cache.partition(data)
         cpu = self._jobs[sj.job_id].cpu_s_per_event
-        if not action.peer_reads and not self._file_grain and self.cost.packet_overhead_s <= 0:
-            # The common case (range caches, no peer reads, no cost per packet): the
+        if not action.peer_reads and not self._file_grain and not self._per_packet:
+            # The common case (range caches, no peer reads, nothing per packet): the
             # segments straight from the cached part and the rest, without the general
             # path's list of pieces and its sort (docs/performance.md, "The constant
             # factor"). The same segments, times and order.
@@ -150,8 +155,12 @@ class SubjobRuns(SharedDisks, SharedFetches):
                 segments.append((a, b, per, src, peer))
                 total += (b - a) * per
                 ends.append(total)
-        if self.cost.packet_overhead_s > 0:
-            segments, ends, total = self._charge_packets(segments, isinstance(action, Assign))
+        if self._per_packet:
+            packets = self._packets_by_file(segments, isinstance(action, Assign))
+            if self.cost.packet_overhead_s > 0:
+                segments, ends, total = self._charge_packets(segments, packets)
+            if self._master is not None:
+                segments, ends, total = self._master_turns(segments, packets)
         pin = cache.pin(local) if local else None
         version = next(self._versions)
         run = _Run(sj, self.now, segments, ends, local, fetched, pin, peer_pins, fetch, version)
@@ -160,6 +169,9 @@ class SubjobRuns(SharedDisks, SharedFetches):
         heapq.heappush(self._heap, (self.now + total, next(self._seq), _FINISH, slot, version))
         if self._readers is not None and segments:
             self._disk_enter(slot, 0)
+        if self._master is not None:
+            run.turns = 0
+            self._master_due(slot, run)
 
     def _range_rates(self, node: int, cpu: float | None) -> tuple[float, float, float]:
         """``node``'s time per event by source over a range cache (events of one size), for a
@@ -227,39 +239,53 @@ class SubjobRuns(SharedDisks, SharedFetches):
         if self._readers is not None and segments:
             self._disk_enter(slot, 0)
 
-    def _charge_packets(
+    def _packets_by_file(
         self, segments: list[tuple[int, int, float, Source, int]], one_packet: bool
-    ) -> tuple[list[tuple[int, int, float, Source, int]], list[float], float]:
-        """``segments`` with the cost model's fixed cost per packet
-        (``CostModel.packet_overhead_s``) spread over the events of each: the runtime cuts a
-        packet at every file end and every ``target_s`` of work of the default packetizer
-        (docs/performance.md, "Per-packet cost"), so each file's part of the subjob pays
-        ``max(1, ceil(its time / target_s))`` packets; a pull policy's ``Assign``
-        (``one_packet``) is one packet. A segment of no events (the wait for a file's
-        fetch) pays nothing."""
-        overhead = self.cost.packet_overhead_s
+    ) -> dict[int, tuple[list[int], int, int]]:
+        """The packets the runtime would cut from a subjob of these ``segments``, by file:
+        file -> (the indices of the segments over its events, its events here, its
+        packets). The runtime cuts a packet at every file end and every ``target_s`` of work
+        of the default packetizer (docs/performance.md, "Per-packet cost"), so each file's
+        part of the subjob is ``max(1, ceil(its time / target_s))`` packets; a pull policy's
+        ``Assign`` (``one_packet``) is one packet. Segments of no events (the wait for a
+        file's fetch) are in no packet."""
         target = self.scheduler.policy.packet_sizing.target_s
         space = self.space
         by_file: dict[int, list[int]] = {}
-        """File -> the indices of the segments over its events."""
-        charged: list[tuple[int, int, float, Source, int]] = []
-        for k, (a, b, per, src, peer) in enumerate(segments):
-            charged.append((a, b, per, src, peer))
+        for k, (a, b, _, _, _) in enumerate(segments):
             if b > a:
                 for i in range(space.file_at(a), space.file_at(b - 1) + 1):
                     by_file.setdefault(i, []).append(k)
+        out: dict[int, tuple[list[int], int, int]] = {}
         for i, ks in by_file.items():
             f = space.files[i]
-            n = t = 0.0
+            n = 0
+            t = 0.0
             for k in ks:
-                a, b, per, _, _ = charged[k]
+                a, b, per, _, _ = segments[k]
                 m = min(b, f.stop) - max(a, f.start)
                 n += m
                 t += m * per
             if n <= 0:
                 continue
-            packets = 1 if one_packet else max(1, math.ceil(t / target))
-            extra = overhead * packets / n
+            out[i] = (ks, n, 1 if one_packet else max(1, math.ceil(t / target)))
+        return out
+
+    def _charge_packets(
+        self,
+        segments: list[tuple[int, int, float, Source, int]],
+        packets: dict[int, tuple[list[int], int, int]],
+    ) -> tuple[list[tuple[int, int, float, Source, int]], list[float], float]:
+        """``segments`` with the cost model's fixed cost per packet
+        (``CostModel.packet_overhead_s``) spread over the events of each of ``packets``
+        (:meth:`_packets_by_file`). A segment of no events (the wait for a file's fetch)
+        pays nothing."""
+        overhead = self.cost.packet_overhead_s
+        files = self.space.files
+        charged = list(segments)
+        for i, (ks, n, count) in packets.items():
+            f = files[i]
+            extra = overhead * count / n
             for k in ks:
                 a, b, per, src, peer = charged[k]
                 m = min(b, f.stop) - max(a, f.start)
@@ -362,7 +388,19 @@ class SubjobRuns(SharedDisks, SharedFetches):
         ends = run.ends[:k]
         total = ends[-1] if ends else 0.0
         keep_data: IntervalSet | None = None
-        for a, b, per, src, peer in segments[k:]:
+        master = run.turns is not None
+        in_packet = False
+        """Whether an event kept since the last turn at the master is in a packet."""
+        for j, (a, b, per, src, peer) in enumerate(segments[k:], k):
+            if master and peer == _MASTER:
+                # A packet's turn at the master: kept in progress, or after its packet's
+                # events when any are kept (a packet with none left is not sent).
+                if j == k or in_packet:
+                    kept.append((a, b, per, src, peer))
+                    total += per
+                    ends.append(total)
+                in_packet = False
+                continue
             if a == b:
                 # A whole-file fetch stays if any event of its file is kept.
                 if keep_data is None:
@@ -377,6 +415,7 @@ class SubjobRuns(SharedDisks, SharedFetches):
                 kept.append((lo, hi, per, src, peer))
                 total += (hi - lo) * per
                 ends.append(total)
+                in_packet = True
         run.segments, run.ends = kept, ends
         run.subjob = run.subjob.shrunk(released)
         cache = self.caches[self._slot_node[slot]]
@@ -389,6 +428,8 @@ class SubjobRuns(SharedDisks, SharedFetches):
         heapq.heappush(self._heap, finish)
         if self._readers is not None:
             self._disk_reshaped(slot, k)
+        if master:
+            self._master_due(slot, run)
         self._fetches_dropped(slot, run, stopping=False)
         return SubjobShrunk(self.now, action.subjob_id, slot, released)
 

@@ -1,0 +1,174 @@
+"""The master as a queue of one: the runtime's serial work per packet, in the simulator.
+
+Every packet of a real run passes through one process, the master, which Dask's scheduler
+shares: it sends the packet, follows its task's transitions and takes its result. That work
+is serial. When many packets end at once, they wait their turn there; and on a machine
+whose cores other programs take, the master gets its share of a core like every other
+thread, so its time a packet grows. A cost charged on the slots in parallel
+(``CostModel.packet_overhead_s``) cannot show that; this queue does
+(``CostModel.master_s_per_packet``; docs/performance.md, "Prediction on a shared machine").
+
+In the simulator each packet of a subjob ends with its turn at the master, a segment of no
+events (``sim/subjobs.py``). When a slot reaches one, at its time in the engine's event
+order, the master serves it first come, first served, after whatever it is serving: the
+slot waits for that, then for the service, and its subjob's end moves later by the wait.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Any
+
+from datasched.core.model import Source
+from datasched.sim.state import FINISH, MASTER_TURN, EngineState
+
+__all__ = ["MASTER", "MasterQueue", "MasterTurns"]
+
+MASTER = -3
+"""The peer field of a segment of no events that is a packet's turn at the master (its
+wait there and its service, ``CostModel.master_s_per_packet``), after the packet's last
+event."""
+
+
+class MasterQueue:
+    """One server, first come first served: when it is free again."""
+
+    __slots__ = ("free_at", "served")
+
+    def __init__(self) -> None:
+        self.free_at = 0.0
+        """When the master has served every packet that reached it so far."""
+        self.served = 0
+
+    def serve(self, arrival: float, service: float) -> float:
+        """A packet reaches the master at ``arrival`` (no earlier than any before it) and
+        takes ``service`` seconds of it; when its service begins (it waits that less
+        ``arrival``)."""
+        if not service > 0:
+            raise ValueError(f"service: must be positive, got {service!r}")
+        begin = arrival if arrival > self.free_at else self.free_at
+        self.free_at = begin + service
+        self.served += 1
+        return begin
+
+
+class MasterTurns(EngineState):
+    """The packets' turns at the master in the simulated engine (a base of
+    :class:`~datasched.sim.subjobs.SubjobRuns`; see the module docstring)."""
+
+    _master: MasterQueue | None
+    """The master (``CostModel.master_s_per_packet``; None: no queue)."""
+    _readers: dict[int, Any] | None
+
+    _per_packet: bool
+    """Whether the cost model charges packets (a cost per packet, the master's queue)."""
+
+    def _push_boundary(self, slot: int) -> None:
+        raise NotImplementedError
+
+    def _master_setup(self) -> None:
+        """The master's queue, when the cost model has one (at the engine's start)."""
+        self._master = MasterQueue() if self.cost.master_s_per_packet > 0 else None
+        self._per_packet = self.cost.packet_overhead_s > 0 or self._master is not None
+
+    def _master_turns(
+        self,
+        segments: list[tuple[int, int, float, Source, int]],
+        packets: dict[int, tuple[list[int], int, int]],
+    ) -> tuple[list[tuple[int, int, float, Source, int]], list[float], float]:
+        """``segments`` with each packet's turn at the master after its last event
+        (``CostModel.master_s_per_packet``, :mod:`datasched.sim.master`): a segment of no
+        events lasting the service, to which the wait is added when the slot gets there
+        (:meth:`_master_turn`). A file's part of ``n`` events in ``p`` packets
+        (:meth:`_packets_by_file`) ends a packet every ``n / p`` of its events; a segment is
+        cut there."""
+        service = self.cost.master_s_per_packet
+        space = self.space
+        files = space.files
+        cuts: dict[int, list[int]] = {}
+        """File -> its events here done at each of its packets' ends (the last first)."""
+        for i, (_, n, count) in packets.items():
+            count = min(count, n)  # a packet has an event at least
+            cuts[i] = [round(n * j / count) for j in range(count, 0, -1)]
+        done: dict[int, int] = dict.fromkeys(packets, 0)
+        out: list[tuple[int, int, float, Source, int]] = []
+        ends: list[float] = []
+        total = 0.0
+        for a, b, per, src, peer in segments:
+            if a == b:
+                out.append((a, b, per, src, peer))
+                total += per
+                ends.append(total)
+                continue
+            lo = a
+            while lo < b:
+                i = space.file_at(lo)
+                hi = min(b, files[i].stop)
+                left = cuts[i]
+                # Where this file's next packet ends, if in this piece.
+                at = lo + left[-1] - done[i]
+                stop = at if at < hi else hi
+                out.append((lo, stop, per, src, peer))
+                total += (stop - lo) * per
+                ends.append(total)
+                done[i] += stop - lo
+                if done[i] >= left[-1]:
+                    left.pop()
+                    out.append((stop, stop, service, Source.CACHE, MASTER))
+                    total += service
+                    ends.append(total)
+                lo = stop
+        return out, ends, total
+
+    def _master_due(self, slot: int, run: Any) -> None:
+        """An entry on the engine's heap for ``run``'s next turn at the master (on
+        ``slot``), when it gets there as it is timed now; none when it has no turn left.
+        Called again whenever the run is re-timed (its version then changes)."""
+        turns = run.turns
+        if turns is None:
+            return
+        seen = 0
+        for k, seg in enumerate(run.segments):
+            if seg[4] == MASTER:
+                if seen == turns:
+                    at = run.start_s + (run.ends[k - 1] if k else 0.0)
+                    heapq.heappush(
+                        self._heap, (at, next(self._seq), MASTER_TURN, slot, run.version)
+                    )
+                    return
+                seen += 1
+
+    def _master_turn(self, slot: int, version: int) -> None:
+        """The subjob on ``slot`` reached its next turn at the master: the master serves it
+        after the packets before it; the slot waits that long more, and what follows moves
+        accordingly."""
+        run = self._runs[slot]
+        if run is None or run.version != version or run.turns is None:
+            return  # gone or re-timed since (a new entry was pushed then)
+        assert self._master is not None
+        segments = run.segments
+        seen = 0
+        k = -1
+        for j, seg in enumerate(segments):
+            if seg[4] == MASTER:
+                if seen == run.turns:
+                    k = j
+                    break
+                seen += 1
+        if k < 0:
+            return
+        run.turns += 1
+        service = self.cost.master_s_per_packet
+        wait = self._master.serve(self.now, service) - self.now
+        if wait > 0:
+            a, b, per, src, peer = segments[k]
+            segments[k] = (a, b, per + wait, src, peer)
+            ends = run.ends
+            for j in range(k, len(ends)):
+                ends[j] += wait
+            run.version = next(self._versions)
+            finish = (run.start_s + ends[-1], next(self._seq), FINISH, slot, run.version)
+            heapq.heappush(self._heap, finish)
+            if self._readers is not None and slot in self._readers:
+                self._push_boundary(slot)
+        self._master_due(slot, run)
