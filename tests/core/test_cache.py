@@ -299,7 +299,8 @@ def test_directory_changes_inside_one_segment_merge_with_their_neighbours() -> N
     """A range inside one segment of the map (the common case, changed without the general
     pass) is cut out of it and merged with the segment before or after where their holders
     become equal, or both, or neither; the map stays what the contents make."""
-    none, zero, one = frozenset(), frozenset({0}), frozenset({1})
+    none: frozenset[int] = frozenset()
+    zero, one = frozenset({0}), frozenset({1})
     d = CacheDirectory(2)
     steps = [
         # inside the first segment, neither end on a boundary
