@@ -295,6 +295,41 @@ def test_directory_contents_in_place_agree_with_set_algebra(
         assert seen.setdefault(holders, holders) is holders
 
 
+def test_directory_changes_inside_one_segment_merge_with_their_neighbours() -> None:
+    """A range inside one segment of the map (the common case, changed without the general
+    pass) is cut out of it and merged with the segment before or after where their holders
+    become equal, or both, or neither; the map stays what the contents make."""
+    none: frozenset[int] = frozenset()
+    zero, one = frozenset({0}), frozenset({1})
+    d = CacheDirectory(2)
+    steps = [
+        # inside the first segment, neither end on a boundary
+        (True, 0, r(10, 20), [(0, 10, none), (10, 20, zero), (20, 40, none)]),
+        # from a boundary, the segment before now equal: it runs on to the range's end
+        (True, 0, r(20, 25), [(0, 10, none), (10, 25, zero), (25, 40, none)]),
+        # up to a boundary, the segment after now equal: it starts earlier
+        (True, 0, r(5, 10), [(0, 5, none), (5, 25, zero), (25, 40, none)]),
+        # a whole segment, equal to both neighbours once changed: all three merge
+        (False, 0, r(5, 25), [(0, 40, none)]),
+        # from the map's first boundary (no segment before), not to the next
+        (True, 1, r(0, 5), [(0, 5, one), (5, 40, none)]),
+        # a whole segment whose neighbours stay different
+        (True, 0, r(5, 8), [(0, 5, one), (5, 8, zero), (8, 40, none)]),
+        (True, 0, r(0, 5), [(0, 5, zero | one), (5, 8, zero), (8, 40, none)]),
+        # a whole segment equal to the one after once changed
+        (False, 1, r(0, 5), [(0, 8, zero), (8, 40, none)]),
+        # nothing changes: the node holds it already
+        (True, 0, r(2, 6), [(0, 8, zero), (8, 40, none)]),
+    ]
+    for add, node, data, want in steps:
+        if add:
+            d.add(node, data - d.content(node))
+        else:
+            d.remove(node, data)
+        d.check()
+        assert d.holders(0, 40) == want
+
+
 def test_directory_check_catches_a_content_list_out_of_order() -> None:
     """A node's content lists broken behind the directory's back (ranges that touch, or a
     length that is not theirs) are reported, like a wrong segment map."""

@@ -163,22 +163,40 @@ class RangeCache(Holds):
         hit_stops: list[int] = []
         gap_starts: list[int] = []
         gap_stops: list[int] = []
-        n = len(starts)
-        for a, b in data:
-            cur = a
-            i = bisect_right(stops, a)
-            while i < n and starts[i] < b:
-                lo = starts[i] if starts[i] > a else a
-                hi = stops[i] if stops[i] < b else b
-                if lo > cur:
-                    gap_starts.append(cur)
-                    gap_stops.append(lo)
-                hit_starts.append(lo)
-                hit_stops.append(hi)
-                cur = hi
-                i += 1
-            if cur < b:
-                gap_starts.append(cur)
+        for a, b in zip(data._starts, data._stops, strict=True):
+            # The extents lo..hi-1 overlap [a, b): the first may start before ``a`` and the
+            # last end after ``b``; those between are hits whole, with a gap wherever two of
+            # them do not touch (slices, not a walk extent by extent: a subjob on a warm
+            # cache meets tens of extents; docs/performance.md, "Cost per event as the
+            # cluster grows").
+            lo = bisect_right(stops, a)
+            hi = bisect_left(starts, b, lo)
+            if lo == hi:
+                gap_starts.append(a)
+                gap_stops.append(b)
+                continue
+            first = starts[lo]
+            if first > a:
+                gap_starts.append(a)
+                gap_stops.append(first)
+            else:
+                first = a
+            last = stops[hi - 1]
+            if hi - lo == 1:
+                hit_starts.append(first)
+                hit_stops.append(last if last < b else b)
+            else:
+                hit_starts.append(first)
+                hit_starts += starts[lo + 1 : hi]
+                inner = stops[lo : hi - 1]
+                hit_stops += inner
+                hit_stops.append(last if last < b else b)
+                for e, s in zip(inner, starts[lo + 1 : hi], strict=True):
+                    if e < s:
+                        gap_starts.append(e)
+                        gap_stops.append(s)
+            if last < b:
+                gap_starts.append(last)
                 gap_stops.append(b)
         if not hit_starts:
             return _EMPTY, data

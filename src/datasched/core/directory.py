@@ -103,10 +103,21 @@ class CacheDirectory:
         for a, b in zip(data._starts, data._stops, strict=True):
             lo = bisect_right(stops, a)
             hi = bisect_left(starts, b)
-            for k in range(lo, hi):
-                s = starts[k] if starts[k] > a else a
-                e = stops[k] if stops[k] < b else b
+            if lo >= hi:
+                continue
+            # The extents lo..hi-1 overlap [a, b); only the first can start before ``a`` and
+            # only the last end after ``b``: their lengths summed over slices (C speed: a
+            # warm cache meets a subjob with tens of extents), less the two ends' overhang.
+            if hi - lo == 1:
+                s = starts[lo] if starts[lo] > a else a
+                e = stops[lo] if stops[lo] < b else b
                 total += e - s
+                continue
+            total += sum(stops[lo:hi]) - sum(starts[lo:hi])
+            if starts[lo] < a:
+                total -= a - starts[lo]
+            if stops[hi - 1] > b:
+                total -= stops[hi - 1] - b
         return total
 
     def covers(self, node: int, data: IntervalSet) -> bool:
@@ -134,8 +145,7 @@ class CacheDirectory:
             lo = bisect_left(stops, a)
             hi = bisect_right(starts, b)
             if lo < hi:
-                for k in range(lo, hi):
-                    length -= stops[k] - starts[k]
+                length -= sum(stops[lo:hi]) - sum(starts[lo:hi])
                 a = a if a < starts[lo] else starts[lo]
                 b = b if b > stops[hi - 1] else stops[hi - 1]
             length += b - a
@@ -281,7 +291,18 @@ class CacheDirectory:
         if i == 0 and c > 0:
             self._update_across(a, b, node, add=add)  # the segment before is another chunk's
             return
-        if i == len(cb) or cb[i] != a:
+        n = len(cb)
+        at = i < n and cb[i] == a
+        s = i if at else i - 1
+        if s + 1 == n or b <= cb[s + 1]:
+            self._update_within(cb, ch, s, at, a, b, node, add)
+            if len(cb) > 2 * _CHUNK:
+                self._bounds[c + 1 : c + 1] = [cb[_CHUNK:]]
+                self._holders[c + 1 : c + 1] = [ch[_CHUNK:]]
+                firsts.insert(c + 1, cb[_CHUNK])
+                del cb[_CHUNK:], ch[_CHUNK:]
+            return
+        if i == n or cb[i] != a:
             cb.insert(i, a)
             ch.insert(i, ch[i - 1])
         j = bisect_left(cb, b, i)
@@ -315,6 +336,60 @@ class CacheDirectory:
             self._holders[c + 1 : c + 1] = [ch[_CHUNK:]]
             firsts.insert(c + 1, cb[_CHUNK])
             del cb[_CHUNK:], ch[_CHUNK:]
+
+    def _update_within(
+        self,
+        cb: list[int],
+        ch: list[frozenset[int]],
+        s: int,
+        at: bool,
+        a: int,
+        b: int,
+        node: int,
+        add: bool,
+    ) -> None:
+        """:meth:`_update` where ``[a, b)`` lies inside the segment ``s`` of the chunk
+        ``cb``/``ch`` (``at``: it starts where the segment does; the next boundary, if in
+        the chunk, is at ``b`` or after): the common case of a range read and cached, or
+        evicted, as one piece. The segment is cut and merged with its neighbours directly,
+        to the map :meth:`_update`'s general pass makes (neighbours never hold equal sets,
+        so only the changed piece can merge, and only with the segment before or after)."""
+        h = ch[s]
+        moved = h | {node} if add else h - {node}
+        if moved == h:
+            return
+        moved = self._sets.setdefault(moved, moved)
+        whole = s + 1 < len(cb) and cb[s + 1] == b
+        if not at:
+            # [cb[s], a) keeps ``h``; [a, b) gets ``moved``; then ``h`` again up to the next
+            # boundary, or the next segment, which may equal ``moved``.
+            if not whole:
+                cb[s + 1 : s + 1] = (a, b)
+                ch[s + 1 : s + 1] = (moved, h)
+            elif ch[s + 1] == moved:
+                cb[s + 1] = a
+            else:
+                cb.insert(s + 1, a)
+                ch.insert(s + 1, moved)
+            return
+        before = ch[s - 1] if s > 0 else None
+        if whole:
+            after = ch[s + 1]
+            if before == moved and after == moved:
+                del cb[s : s + 2], ch[s : s + 2]
+            elif before == moved:
+                del cb[s], ch[s]
+            elif after == moved:
+                del cb[s + 1], ch[s + 1]
+                ch[s] = moved
+            else:
+                ch[s] = moved
+        elif before == moved:
+            cb[s] = b  # the segment before runs on to ``b``
+        else:
+            ch[s] = moved
+            cb.insert(s + 1, b)
+            ch.insert(s + 1, h)
 
     def _update_across(self, a: int, b: int, node: int, *, add: bool) -> None:
         """:meth:`_update` where ``[a, b)`` or the segment before it crosses chunks."""

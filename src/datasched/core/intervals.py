@@ -27,8 +27,7 @@ def cut_out(
         hi = bisect_left(starts, b)
         if lo >= hi:
             continue
-        for k in range(lo, hi):
-            length -= stops[k] - starts[k]
+        length -= sum(stops[lo:hi]) - sum(starts[lo:hi]) if hi - lo > 1 else stops[lo] - starts[lo]
         kept_starts = []
         kept_stops = []
         if starts[lo] < a:
@@ -210,8 +209,7 @@ class IntervalSet:
                 if lo < hi:
                     a = min(a, starts[lo])
                     b = max(b, stops[hi - 1])
-                    for k in range(lo, hi):
-                        length -= stops[k] - starts[k]
+                    length -= sum(stops[lo:hi]) - sum(starts[lo:hi])
                 length += b - a
                 starts[lo:hi] = (a,)
                 stops[lo:hi] = (b,)
@@ -378,10 +376,20 @@ class IntervalSet:
         for a, b in zip(small._starts, small._stops, strict=True):
             lo = bisect_right(b1, a)
             hi = bisect_left(b0, b)
-            for k in range(lo, hi):
-                s = b0[k] if b0[k] > a else a
-                e = b1[k] if b1[k] < b else b
+            if lo >= hi:
+                continue
+            if hi - lo == 1:
+                s = b0[lo] if b0[lo] > a else a
+                e = b1[lo] if b1[lo] < b else b
                 total += e - s
+                continue
+            # Many ranges (a subjob over a fragmented cache): summed over slices, less the
+            # overhang of the first and the last, the only ones that can stick out.
+            total += sum(b1[lo:hi]) - sum(b0[lo:hi])
+            if b0[lo] < a:
+                total -= a - b0[lo]
+            if b1[hi - 1] > b:
+                total -= b1[hi - 1] - b
         return total
 
     def clip(self, start: int, stop: int) -> IntervalSet:

@@ -99,6 +99,9 @@ class OutOfOrder(Policy):
         self._s_cache = 0.0
         self._loads: list[tuple[float, int]] = []
         """Lazy max-heap of node loads: (-time the node would be done, node)."""
+        self._listed: dict[int, float] = {}
+        """Node -> the time of an entry of ``_loads`` known to be in the heap for it (see
+        :meth:`_push_load`)."""
 
     def bind(self, sched: SchedulerView) -> None:
         self.node_queues = {n: deque() for n in sched.nodes}
@@ -286,8 +289,20 @@ class OutOfOrder(Policy):
         return end + sum(sj.data.length for sj in queue) * self._s_cache / len(slots)
 
     def _push_load(self, sched: SchedulerView, node: int) -> None:
-        """Record that ``node``'s load may have grown (a start, or work queued there)."""
-        heapq.heappush(self._loads, (-self._done_at(sched, node), node))
+        """Record that ``node``'s load may have grown (a start, or work queued there).
+
+        Nothing is pushed while an entry of the node at least as late is known to be in the
+        heap: :meth:`_most_loaded` needs only an entry no earlier than each busy node's load,
+        and a start that does not end after the node's other work (a balanced split's part,
+        nearly every start at 1,000 nodes) would only add an entry to pop
+        (docs/performance.md, "Cost per event as the cluster grows"). Every pop of a node's
+        entry forgets what is known of it."""
+        done = self._done_at(sched, node)
+        listed = self._listed.get(node)
+        if listed is not None and listed >= done:
+            return
+        self._listed[node] = done
+        heapq.heappush(self._loads, (-done, node))
 
     def started(self, sched: SchedulerView, sj: Subjob, slot: int) -> None:
         self._push_load(sched, sched.slot_node[slot])
@@ -309,10 +324,12 @@ class OutOfOrder(Policy):
             neg_done, other = heap[0]
             if not busy[other]:
                 heapq.heappop(heap)  # idle: pushed again when it starts
+                self._listed.pop(other, None)
                 continue
             done = self._done_at(sched, other)
             if done != -neg_done:
                 heapq.heapreplace(heap, (-done, other))
+                self._listed[other] = done
                 continue
             if other == node:
                 skipped.append(heapq.heappop(heap))
