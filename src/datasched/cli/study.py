@@ -269,9 +269,9 @@ def reproduce_ponce(
         typer.Option(
             "--quick",
             metavar="",
-            help="Fewer jobs, loads and seeds: about 440 s of CPU in all, so 4 minutes or "
-            "more on two free cores (53 min measured on a loaded shared machine; "
-            "docs/reproduction.md says what it leaves out and what was measured).",
+            help="Fewer jobs, loads and seeds: about 320 s of CPU in all, so about 3 minutes "
+            "on two free cores (174 s measured on a quiet machine), longer beside other work "
+            "(docs/reproduction.md says what it leaves out and what was measured).",
         ),
     ] = False,
     resume: Annotated[
