@@ -369,3 +369,33 @@ def test_eviction_heap_stays_bounded_without_evictions() -> None:
         cache.touch(r(start, start + 7), float(stamp))
     assert len(cache._heap) <= 2 * len(list(cache.extents())) + 1024
     assert cache.content == r(0, 1000)
+
+
+def test_the_directory_drops_holder_sets_no_segment_holds_any_more() -> None:
+    """The interned holder sets stay bounded on a long run: nodes in turn cache ranges and
+    drop them, so the steps keep making holder sets never seen before. With the pruning
+    floor at 8 the table never holds more than twice the most sets the segments ever held
+    at once (or the floor), while the same steps unpruned keep every set ever made; the map
+    passes its recomputation (which checks that each held set is the interned one) after
+    every step, and answers as the unpruned one does."""
+
+    def step(d: CacheDirectory, k: int) -> None:
+        node = k % 12
+        d.add(node, r(k % 50, k % 50 + 7))
+        d.add((node + 5) % 12, r(k % 37, k % 37 + 3))
+        d.remove((node + 7) % 12, r(k % 43, k % 43 + 11))
+
+    pruned, kept = CacheDirectory(12), CacheDirectory(12)
+    peak = 0
+    with mock.patch.object(directory_module, "_PRUNE_FLOOR", 8):
+        pruned._prune_at = 8
+        for k in range(400):
+            step(pruned, k)
+            pruned.check()
+            peak = max(peak, len({h for ch in pruned._holders for h in ch}))
+            assert len(pruned._sets) <= pruned._prune_at <= max(8, 2 * (peak + 1)), k
+    for k in range(400):
+        step(kept, k)  # the default floor (4,096): never reached here, never pruned
+    assert len(kept._sets) > 2 * (peak + 1) + 8  # so the pruned run did drop sets
+    for a, b in ((0, 60), (3, 44)):
+        assert pruned.holders(a, b) == kept.holders(a, b)

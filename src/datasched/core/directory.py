@@ -17,6 +17,8 @@ __all__ = ["CacheDirectory"]
 _EMPTY = IntervalSet()
 _NONE: frozenset[int] = frozenset()
 _CHUNK = 256
+_PRUNE_FLOOR = 4096
+"""The interned holder sets are first pruned past this many (:meth:`CacheDirectory._prune`)."""
 """Half the most boundaries a chunk of the segment map holds (see CacheDirectory)."""
 
 
@@ -44,6 +46,7 @@ class CacheDirectory:
         "_firsts",
         "_holders",
         "_lengths",
+        "_prune_at",
         "_sets",
         "_starts_of",
         "_stops_of",
@@ -56,7 +59,9 @@ class CacheDirectory:
         self._sets: dict[frozenset[int], frozenset[int]] = {_NONE: _NONE}
         """Every set of holders the map has held, each kept once: segments with the same
         holders share one frozenset (a 1,000-node map holds 10^5 segments or more, and a
-        frozenset costs 216 bytes; docs/performance.md, "The constant factor")."""
+        frozenset costs 216 bytes; docs/performance.md, "The constant factor"). Sets no
+        segment holds any more are dropped when it doubles (:meth:`_prune`)."""
+        self._prune_at = _PRUNE_FLOOR
         # Each node's content as two lists changed in place (a range spliced in or out: a
         # bisect and a short move), not an IntervalSet rebuilt, lists copied, on every cache
         # change; the IntervalSet is made when asked for and kept until the next change.
@@ -155,6 +160,8 @@ class CacheDirectory:
         self._content[node] = None
         for a, b in zip(data._starts, data._stops, strict=True):
             self._update(a, b, node, add=True)
+        if len(self._sets) > self._prune_at:
+            self._prune()
 
     def remove(self, node: int, data: IntervalSet) -> None:
         if not data:
@@ -165,6 +172,8 @@ class CacheDirectory:
         self._content[node] = None
         for a, b in zip(data._starts, data._stops, strict=True):
             self._update(a, b, node, add=False)
+        if len(self._sets) > self._prune_at:
+            self._prune()
 
     def holders(self, start: int, stop: int) -> list[tuple[int, int, frozenset[int]]]:
         """Segments of ``[start, stop)`` as ``(a, b, nodes holding [a, b))``, in order."""
@@ -200,6 +209,17 @@ class CacheDirectory:
                 for n in nodes:
                     parts.setdefault(n, []).append((a, b))
         return {n: IntervalSet(parts[n]) for n in sorted(parts)}
+
+    def _prune(self) -> None:
+        """Keep in :attr:`_sets` only the sets some segment holds. A long run meets ever new
+        sets of holders (a 1,000-node cluster's out-of-order run: 40,000 more in three CPU
+        minutes) while each segment holds one; kept all, they grow without bound. Run when
+        the table doubles, so its cost (a pass over the segments) is shared by as many new
+        sets as it keeps; the segments keep their objects, so nothing else changes."""
+        live = {h: h for ch in self._holders for h in ch}
+        live[_NONE] = _NONE
+        self._sets = live
+        self._prune_at = max(_PRUNE_FLOOR, 2 * len(live))
 
     @property
     def n_segments(self) -> int:
@@ -242,6 +262,8 @@ class CacheDirectory:
                 f"cache directory: the segment map ({len(flat_b)} segments) is not what the "
                 f"nodes' contents make ({len(want_b)} segments)"
             )
+        if any(self._sets.get(h) is not h for h in flat_h):
+            raise ValueError("cache directory: a segment's holders are not the interned set")
 
     def _seek(self, point: int) -> tuple[int, int]:
         """Chunk and index of the segment containing ``point``."""
