@@ -45,6 +45,7 @@ __all__ = [
     "branch_bytes",
     "forget_open_files",
     "open_events",
+    "open_remote",
     "schema_class",
     "schema_mismatch",
     "trees_in",
