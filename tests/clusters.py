@@ -5,16 +5,19 @@ archive link, files cached whole)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from datasched.core.data import DataSpace, FileSpec
 from datasched.core.hot import HotReplicator
-from datasched.core.model import CostModel, Link, Node, Pipelining, Topology, node_endpoint
+from datasched.core.intervals import IntervalSet
+from datasched.core.model import CostModel, Job, Link, Node, Pipelining, Topology, node_endpoint
 from datasched.core.scheduler import Scheduler
 from datasched.policies import build_policy
 
 __all__ = [
     "EVENT_BYTES",
+    "assert_each_event_once",
     "cosched_scheduler",
     "file_space",
     "placed_space",
@@ -27,6 +30,20 @@ EVENT_BYTES = 600e3
 """ponce-hersch §2.4: 600 KB an event."""
 N_EVENTS = 100_000
 """Wide enough for every scenario of the tests."""
+
+
+def assert_each_event_once(
+    processed: Mapping[int, Iterable[IntervalSet]] | None, jobs: Sequence[Job]
+) -> None:
+    """Each job's processed pieces (a run's ``processed``) are disjoint and make up exactly
+    its data: no event lost, none processed twice."""
+    assert processed is not None
+    for job in jobs:
+        union = IntervalSet()
+        for piece in processed[job.job_id]:
+            assert not (piece & union), f"job {job.job_id}: events processed twice"
+            union = union | piece
+        assert union == job.data, f"job {job.job_id}: events lost"
 
 
 def space(file_events: int = 0, n_events: int = N_EVENTS) -> DataSpace:

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clusters import file_space, scheduler, space
+from clusters import assert_each_event_once, file_space, scheduler, space
 from datasched.core.actions import JobCompleted, Preempt, Shrink, Start
 from datasched.core.events import JobArrived, SubjobFinished, SubjobShrunk, SubjobStopped
 from datasched.core.intervals import IntervalSet
@@ -73,14 +73,7 @@ def test_every_event_processed_exactly_once(
     (``hot``): it moves data only, so nothing here may change."""
     engine = run_scenario(policy, jobs, nodes, cache_events, pipelining, file_events, slots, hot)
     run = engine.result
-    assert run.processed is not None
-    for job in jobs:
-        pieces = run.processed[job.job_id]
-        union = IntervalSet()
-        for piece in pieces:
-            assert not (piece & union), f"job {job.job_id}: events processed twice"
-            union = union | piece
-        assert union == job.data, f"job {job.job_id}: events lost"
+    assert_each_event_once(run.processed, jobs)
     assert all(r.end_s >= r.first_start_s >= r.submit_s for r in run.jobs)
     assert engine.scheduler.completed == len(jobs)
     assert not engine.scheduler.jobs

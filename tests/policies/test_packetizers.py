@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clusters import EVENT_BYTES, placed_space, servers_and_workers, space
+from clusters import EVENT_BYTES, assert_each_event_once, placed_space, servers_and_workers, space
 from datasched.core.actions import Action, Assign
 from datasched.core.events import Event
 from datasched.core.intervals import IntervalSet
@@ -212,13 +212,7 @@ def test_every_event_once_with_file_servers_and_failing_nodes(
         first %= len(placement)
         arrivals.append(Job(i, t, IntervalSet.range(first * FILE, data.n_events)))
     run = engine.run(arrivals)
-    assert run.processed is not None
-    for job in arrivals:
-        union = IntervalSet()
-        for piece in run.processed[job.job_id]:
-            assert not (piece & union), f"job {job.job_id}: events processed twice"
-            union = union | piece
-        assert union == job.data
+    assert_each_event_once(run.processed, arrivals)
     assert run.jobs_completed == len(arrivals)
     assert not sched.jobs
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clusters import scheduler, space
+from clusters import assert_each_event_once, scheduler, space
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import Job, Pipelining
 from datasched.policies import available
@@ -80,13 +80,7 @@ def test_every_event_once_and_every_job_completes_despite_faults(
     faults = NodeFaults(mtbf_h=mtbf_s / 3600, repair_h=30.0 / 3600, seed=seed)
     engine = SimEngine(sched, check_conservation=True, faults=faults)
     run = engine.run(jobs)
-    assert run.processed is not None
-    for job in jobs:
-        union = IntervalSet()
-        for piece in run.processed[job.job_id]:
-            assert not (piece & union), f"job {job.job_id}: events processed twice"
-            union = union | piece
-        assert union == job.data, f"job {job.job_id}: events lost"
+    assert_each_event_once(run.processed, jobs)
     assert run.jobs_completed == len(jobs)
     assert not sched.jobs
     assert run.events_processed == run.events_submitted

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clusters import scheduler, space
+from clusters import assert_each_event_once, scheduler, space
 from datasched.core.data import DataSpace
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import CostModel, Job, ModelError, Pipelining, Topology
@@ -204,13 +204,7 @@ def _check(
     faults = NodeFaults(mtbf_h=300.0 / 3600, repair_h=30.0 / 3600, seed=seed)
     engine = SimEngine(sched, check_conservation=True, faults=faults)
     run = engine.run(jobs)
-    assert run.processed is not None
-    for job in jobs:
-        union = IntervalSet()
-        for piece in run.processed[job.job_id]:
-            assert not (piece & union), f"job {job.job_id}: events processed twice"
-            union = union | piece
-        assert union == job.data, f"job {job.job_id}: events lost"
+    assert_each_event_once(run.processed, jobs)
     assert run.jobs_completed == len(jobs)
     assert engine._master is not None
     assert engine._master.served >= sum(1 for j in jobs if j.data)
