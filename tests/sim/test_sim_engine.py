@@ -95,6 +95,19 @@ def test_shrink_releases_what_is_not_processed_and_moves_the_finish() -> None:
     assert finished.cache_added == IntervalSet.range(0, 38)
 
 
+def test_shrink_of_a_middle_part_keeps_both_ends_of_a_one_segment_subjob() -> None:
+    # One segment, one released range inside it (the engine's short path): the subjob goes
+    # on with events 0-59 and 80-99, 80 events at 0.8 s, and caches both.
+    sched = run_script(
+        shrink_at(30.0, IntervalSet.range(60, 80)), IntervalSet.range(0, 100), IntervalSet()
+    )
+    (shrunk,) = [e for e in sched.seen if isinstance(e, SubjobShrunk)]
+    assert shrunk.released == IntervalSet.range(60, 80)
+    (finished,) = [e for e in sched.seen if isinstance(e, SubjobFinished)]
+    assert finished.time == pytest.approx(80 * TERTIARY_S)
+    assert finished.cache_added == IntervalSet([(0, 60), (80, 100)])
+
+
 def test_shrink_follows_the_pace_of_each_segment() -> None:
     # Events 0-49 cached (0.26 s), the rest from tertiary storage (0.8 s): at 20 s, 50
     # cached events took 13 s, and 8 tertiary ones 6.4 s; event 58 is in progress.
