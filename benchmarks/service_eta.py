@@ -312,6 +312,7 @@ def _detail(store: Any, records: list[Any], t0: float) -> list[dict[str, Any]]:
                     Packet.cpu_s,
                     Packet.started,
                     Packet.url,
+                    Packet.slotted,
                 )
                 .join(Job, Packet.job_id == Job.id)
                 .where(Job.request_id == r.request_id)
@@ -332,8 +333,9 @@ def _detail(store: Any, records: list[Any], t0: float) -> list[dict[str, Any]]:
                             round(float(u), 4),
                             None if began is None else round(ts(began), 3),
                             url.rsplit("/", 1)[-1],
+                            None if slot is None else round(ts(slot), 3),
                         ]
-                        for c, n, a, b, u, began, url in packets
+                        for c, n, a, b, u, began, url, slot in packets
                     ],
                     "predictions": [
                         [at - t0, fin - t0, *(x - t0 for x in (r.interval(i) or ()))]
