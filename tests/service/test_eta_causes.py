@@ -12,7 +12,6 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from sqlalchemy import select
 
 from datasched.service.contracts import (
     ClusterSnapshot,
@@ -31,7 +30,7 @@ from datasched.service.live import _costed, job_time_per_event, start_costs, sta
 from datasched.service.merger import Merger
 from datasched.service.runner import RunnerError
 from datasched.service.store.db import Store
-from datasched.service.store.models import Job, Packet, Request
+from datasched.service.store.models import Job, Request
 from datasched.service.users import add_user
 from datasched.service.whatif import Admission, predict
 from service.step_support import StepRunner, submit
@@ -440,64 +439,3 @@ def test_runs_count_from_the_slot_and_price_a_job_sent_with_no_packet_back(
     assert one * 500 == pytest.approx(2.0, abs=0.2)
     # Job 2: its file's whole run, 4 s (a job starting no longer pays the rates' start).
     assert two * 1000 == pytest.approx(4.0, abs=0.2)
-
-
-# -- the daemon's dispatch is not the node's work ---------------------------------------------
-
-
-def test_a_node_does_not_work_on_a_job_before_its_packets_reach_it() -> None:
-    from datasched.service.live import busy_rate
-
-    # Jobs a then b on one node, each a burst of four packets 0.1 s apart. b was submitted
-    # at 0.3, as a's last packet was stored, but the daemon, busy answering submissions,
-    # sent it late: its first packet began on the node at 1.5, and its burst is stored from
-    # 1.8. Counted from its submission b's run took 1.8 s; the node had it for 0.6 s.
-    run = [(0.1 * k, 100) for k in range(4)] + [(1.8 + 0.1 * k, 100) for k in range(4)]
-    jobs = ["a"] * 4 + ["b"] * 4
-    submitted = {"a": 0.0, "b": 0.3}
-    assert busy_rate(run, jobs, submitted) == pytest.approx(700 / (0.3 + 1.8))
-    got = busy_rate(run, jobs, submitted, {"a": 0.0, "b": 1.5})
-    assert got == pytest.approx(700 / (0.3 + 0.6))
-    # A packet that began while the node still worked on a: nothing is cut.
-    early = busy_rate(run, jobs, submitted, {"a": 0.0, "b": 0.2})
-    assert early == pytest.approx(700 / (0.3 + 1.8))
-
-
-def test_the_snapshot_cuts_a_nodes_busy_time_where_a_jobs_packets_reached_it(
-    store: Store,
-) -> None:
-    from datasched.service.live import _arrived, live_snapshot
-
-    with store.session() as s:
-        token = add_user(s, "ann", "g")
-    rid = submit(store, token, 2, events=4000)
-    listener = StoreListener(store)
-    now = datetime.now(UTC).timestamp()
-    with store.session() as s:  # submitted 10 s ago
-        req = s.get(Request, rid)
-        assert req is not None
-        req.created = datetime.fromtimestamp(now - 10.0, UTC)
-    # Job 0 on w1: four packets of 1000 events stored a second apart, its first at now - 5.
-    # Job 1 (submitted with it) reached w1 only at now - 0.6, its four packets stored from
-    # now - 0.3, 0.1 s apart: the node waited 0.6 s less 0.3 s for the dispatcher.
-    for job, begins, stores in (
-        (0, [now - 6.0] * 4, [now - 5.0 + k for k in range(4)]),
-        (1, [now - 0.6] * 4, [now - 0.3 + 0.1 * k for k in range(4)]),
-    ):
-        listener.job_state(f"{rid}.{job}", JobState.RUNNING, node="w1")
-        for k in range(4):
-            a = 1000 * k
-            packet = PacketDone(f"{rid}.{job}", f"/d/{rid}/{job}.root", a, a + 1000, "w1", 10, 0.05)
-            listener.packet_done(replace(packet, started_at=begins[k], slot_at=begins[k]))
-            with store.session() as s:  # stored at the time the case says
-                row = s.scalars(
-                    select(Packet).where(Packet.job_id == f"{rid}.{job}", Packet.start == a)
-                ).one()
-                row.created = datetime.fromtimestamp(stores[k], UTC)
-    arrived = _arrived(store, {"w1": [f"{rid}.0", f"{rid}.1"]})
-    assert arrived["w1"][f"{rid}.1"] == pytest.approx(now - 0.6, abs=1e-3)
-    assert arrived["w1"][f"{rid}.0"] == pytest.approx(now - 6.0, abs=1e-3)
-    (node,) = live_snapshot(store, CLUSTER).nodes
-    # Runs: job 0's 3000 events after its first in 3 s, job 1's 4000 in the 0.6 s from its
-    # packets' arrival to its last storing (not the 2.0 s since job 0's last).
-    assert node.rates.cached_events_per_s == pytest.approx(7000 / (3.0 + 0.6), rel=1e-3)

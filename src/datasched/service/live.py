@@ -235,9 +235,7 @@ def live_snapshot(store: Store, cluster: Mapping[str, Any]) -> ClusterSnapshot:
                 with_jobs[node] = last
     recent = {node: [(t, n) for t, n, _ in run] for node, run in with_jobs.items()}
     job_of = {node: [j for _, _, j in run] for node, run in with_jobs.items()}
-    rates.update(
-        wall_rates(recent, slots, job_of, _submitted(store, job_of), _arrived(store, job_of))
-    )
+    rates.update(wall_rates(recent, slots, job_of, _submitted(store, job_of)))
     nodes = _nodes(cluster, rates)
     paces = {
         node: rate / max(slots.get(node, 1), 1)
@@ -267,24 +265,6 @@ def live_snapshot(store: Store, cluster: Mapping[str, Any]) -> ClusterSnapshot:
     )
     now = (datetime.now(UTC) - epoch).total_seconds()
     return ClusterSnapshot(time_s=max(now, 0.0), nodes=nodes, jobs=tuple(jobs))
-
-
-def _arrived(store: Store, jobs: Mapping[str, Sequence[str]]) -> dict[str, dict[str, float]]:
-    """Per node, when each of these jobs' first packet there began on its worker (seconds;
-    jobs whose packets keep no such time are left out)."""
-    ids = sorted({j for run in jobs.values() for j in run})
-    if not ids:
-        return {}
-    out: dict[str, dict[str, float]] = {}
-    with store.reading() as s:
-        for node, job, at in s.execute(
-            select(Packet.node, Packet.job_id, func.min(Packet.started))
-            .where(Packet.job_id.in_(ids), Packet.started.is_not(None))
-            .group_by(Packet.node, Packet.job_id)
-        ):
-            if at is not None:
-                out.setdefault(str(node), {})[str(job)] = _when(at)
-    return out
 
 
 def _submitted(store: Store, jobs: Mapping[str, Sequence[str]]) -> dict[str, float]:
@@ -403,9 +383,3 @@ def job_time_per_event(base_s: float, mean_cpu_s: float, job_cpu_s: float) -> fl
 def _aware(t: datetime) -> datetime:
     """SQLite gives back naive datetimes (stored as UTC)."""
     return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
-
-
-def _when(t: datetime | str) -> float:
-    """A stored time as POSIX seconds: SQLite gives an aggregate of a datetime column
-    (``min``) back as its text."""
-    return _aware(datetime.fromisoformat(t) if isinstance(t, str) else t).timestamp()

@@ -116,7 +116,6 @@ def busy_rate(
     run: Sequence[tuple[float, int]],
     jobs: Sequence[str] | None = None,
     submitted: Mapping[str, float] | None = None,
-    arrived: Mapping[str, float] | None = None,
 ) -> float | None:
     """Events per second a node had work over a run of its packets (``(stored at, events)``
     in time order; ``jobs``: each packet's job, None: each its own): the time a node had
@@ -124,23 +123,14 @@ def busy_rate(
     gap since the packet before it and its own span; each run's time counts at most
     :data:`IDLE_FACTOR` times what its events take at the median pace of the runs, and never
     before its job was submitted (``submitted``: job -> seconds; the node cannot have worked
-    on a job that did not exist), nor before its first packet on the node began there
-    (``arrived``: job -> seconds, its task's start on this node's worker): until then the
-    node had none of its work, which the daemon was still dispatching. A node that waited
-    for the dispatcher or for work did not work meanwhile: its rate is what it does while
-    it has jobs (None: no run with events).
-
-    The time from a job's submission to its packets' beginning on the node is the daemon's:
-    when many requests arrive at once it answers each with a prediction before dispatching,
-    and counted as the node's work it made nodes a third to half slower in the first seconds
-    of a load, when the ETAs at submission are made (docs/service-whatif.md).
+    on a job that did not exist). A node that waited for the dispatcher or for work did not
+    work meanwhile: its rate is what it does while it has jobs (None: no run with events).
 
     Runs, not packets: a job's packets on a node come back in a burst after the start of
     its sandboxed child (docs/service-whatif.md), so the gaps between packets are not a
     pace: the gap before a job's first packet is its start, work, not a wait."""
     keys = list(jobs) if jobs is not None else [str(i) for i in range(len(run))]
     since = submitted or {}
-    came = arrived or {}
     spans: list[tuple[float, int]] = []  # per run after the first: (its time, its events)
     last_t: float | None = None
     for i, (t, n) in enumerate(run):
@@ -148,7 +138,7 @@ def busy_rate(
             time_s, events = spans[-1] if spans else (0.0, 0)
             spans[-1:] = [(time_s + t - run[i - 1][0], events + n)]
         elif last_t is not None:
-            began = max(last_t, since.get(keys[i], last_t), came.get(keys[i], last_t))
+            began = max(last_t, since.get(keys[i], last_t))
             spans.append((max(t - began, 0.0), n))
         else:
             spans.append((0.0, 0))  # the first run: its gap before is not known
@@ -167,17 +157,15 @@ def wall_rates(
     slots: Mapping[str, int],
     jobs: Mapping[str, Sequence[str]] | None = None,
     submitted: Mapping[str, float] | None = None,
-    arrived: Mapping[str, Mapping[str, float]] | None = None,
 ) -> dict[str, float]:
     """Each node's events per wall-clock second per slot over its ``recent`` packets
-    (``(stored at, events)`` in time order; ``jobs``: per node, each packet's job;
-    ``arrived``: per node, per job, when its first packet began there), where it has at
-    least :data:`MIN_PACKETS`: over the time it had work (:func:`busy_rate`)."""
+    (``(stored at, events)`` in time order; ``jobs``: per node, each packet's job), where
+    it has at least :data:`MIN_PACKETS`: over the time it had work (:func:`busy_rate`)."""
     out: dict[str, float] = {}
     for node, run in recent.items():
         if len(run) < MIN_PACKETS:
             continue
-        rate = busy_rate(run, (jobs or {}).get(node), submitted, (arrived or {}).get(node))
+        rate = busy_rate(run, (jobs or {}).get(node), submitted)
         if rate is not None:
             out[node] = rate / max(slots.get(node, 1), 1)
     return out
