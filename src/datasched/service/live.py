@@ -13,7 +13,7 @@ simulator's predictions (``GET /api/v1/whatif``, each request's ETA).
   earlier packets of jobs with the same work (processor or command, and tree); the
   simulator charges the job the nodes' time per event with the mean CPU in it replaced by
   the job's own (:func:`job_time_per_event`). A job begun is charged its files' runs,
-  measured from when their packets began on the worker (:func:`_costed`).
+  measured from when their packets got the slot on the worker (:func:`_costed`).
 * **Jobs** are the store's elementary jobs not yet over, each file with the entry ranges
   still to do (its events less the packets stored).
 """
@@ -307,9 +307,10 @@ def _costed(
     packets (:func:`started_rates`), which leaves out what starting the job on the node
     cost. The events left of the files a job has begun (a packet of theirs is stored) are
     charged that; the files it has not begun, the nodes' time per event, start included.
-    A job running (its first packet sent: ``running_for`` gives for how long) with no
-    packet back yet is starting: it is charged what is left of the nodes' mean start cost
-    ``start_s`` (:func:`start_costs`) and its events at the pace within a run.
+    Where no file's run is measured (``sent`` None), a job running (its first packet sent:
+    ``running_for`` gives for how long) with no packet back yet is starting: it is charged
+    what is left of the nodes' mean start cost ``start_s`` (:func:`start_costs`) and its
+    events at the pace within a run.
 
     ``sent``: the nodes' mean seconds per event of a file's run from its packets getting the
     slot on the worker to their storing (:func:`~datasched.service.live_rates.sent_paces`),
