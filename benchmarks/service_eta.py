@@ -265,7 +265,8 @@ def _snapshot_summary(at: float, snap: Any) -> dict[str, Any]:
 
 def _earlier_packets(store: Any, t0: float) -> list[list[Any]]:
     """The packets stored before the users' first submission (the warm-up's, the earlier
-    rounds'): seconds from it, node, events, job."""
+    rounds'): seconds from it, node, events, job, file, and when it got its slot (seconds
+    from it; None: not known)."""
     from datetime import UTC, datetime
 
     from sqlalchemy import select
@@ -275,13 +276,25 @@ def _earlier_packets(store: Any, t0: float) -> list[list[Any]]:
     since = datetime.fromtimestamp(t0, UTC)
     with store.reading() as s:
         rows = s.execute(
-            select(Packet.created, Packet.node, Packet.start, Packet.stop, Packet.job_id)
+            select(
+                Packet.created,
+                Packet.node,
+                Packet.start,
+                Packet.stop,
+                Packet.job_id,
+                Packet.url,
+                Packet.slotted,
+            )
             .where(Packet.created < since)
             .order_by(Packet.created)
         ).all()
+
+    def ts(x: Any) -> float:
+        return round((x if x.tzinfo else x.replace(tzinfo=UTC)).timestamp() - t0, 3)
+
     return [
-        [round((c if c.tzinfo else c.replace(tzinfo=UTC)).timestamp() - t0, 3), n, b - a, j]
-        for c, n, a, b, j in rows
+        [ts(c), n, b - a, j, u.rsplit("/", 1)[-1], None if slot is None else ts(slot)]
+        for c, n, a, b, j, u, slot in rows
     ]
 
 
@@ -312,6 +325,7 @@ def _detail(store: Any, records: list[Any], t0: float) -> list[dict[str, Any]]:
                     Packet.cpu_s,
                     Packet.started,
                     Packet.url,
+                    Packet.slotted,
                 )
                 .join(Job, Packet.job_id == Job.id)
                 .where(Job.request_id == r.request_id)
@@ -332,8 +346,9 @@ def _detail(store: Any, records: list[Any], t0: float) -> list[dict[str, Any]]:
                             round(float(u), 4),
                             None if began is None else round(ts(began), 3),
                             url.rsplit("/", 1)[-1],
+                            None if slot is None else round(ts(slot), 3),
                         ]
-                        for c, n, a, b, u, began, url in packets
+                        for c, n, a, b, u, began, url, slot in packets
                     ],
                     "predictions": [
                         [at - t0, fin - t0, *(x - t0 for x in (r.interval(i) or ()))]

@@ -185,3 +185,38 @@ def test_a_peers_fetch_is_waited_for_when_it_began_first(
     assert result.source == ("peer" if waits else "tertiary")
     assert copied == ([address] if waits else [])
     assert result.cache_added == [url]  # cached here either way
+
+
+def test_a_packet_gets_its_slot_after_the_packet_before_it_leaves_it(
+    demo_catalog: Path, tmp_path: Path
+) -> None:
+    """A packet's task starts on the worker at once (``started``), but computes only once
+    the slot's CPU is free: ``slot_at`` is that moment, so that the service measures a
+    file's run without the wait behind other jobs' packets (docs/service-whatif.md)."""
+    import threading
+    import time
+
+    from datasched.runtime.worker import cache_plugin
+
+    worker = fake_worker(tmp_path / "caches")
+    _, plugin = cache_plugin(worker)
+    assert plugin.compute is not None
+    url = str(demo_catalog.parent / "part-004.root")
+    spec = PacketSpec(
+        1, 0, url, "Events", 0, 100, Path(url).stat().st_size, ship(DimuonMass(), "demo")
+    )
+    got: list[Any] = []
+    plugin.compute.acquire()  # another packet computes on the only slot
+    thread = threading.Thread(target=lambda: got.append(packet_on(worker, spec)))
+    thread.start()
+    deadline = time.monotonic() + 60.0
+    while not plugin.cache or plugin.cache.state(url) != "cached":  # its file is here
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    released = time.time()
+    plugin.compute.release()
+    thread.join(60.0)
+    (result,) = got
+    assert result.started < released
+    assert result.slot_at is not None
+    assert released <= result.slot_at <= time.time()

@@ -12,6 +12,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from sqlalchemy import select
 
 from datasched.service.contracts import (
     ClusterSnapshot,
@@ -30,7 +31,7 @@ from datasched.service.live import _costed, job_time_per_event, start_costs, sta
 from datasched.service.merger import Merger
 from datasched.service.runner import RunnerError
 from datasched.service.store.db import Store
-from datasched.service.store.models import Job, Request
+from datasched.service.store.models import Job, Packet, Request
 from datasched.service.users import add_user
 from datasched.service.whatif import Admission, predict
 from service.step_support import StepRunner, submit
@@ -386,3 +387,91 @@ def test_the_store_keeps_when_packets_began_and_the_snapshot_prices_runs_from_it
     # 500 events in no time would be a rate of nothing.
     assert job.cpu_s_per_event is not None
     assert job.cpu_s_per_event * 500 == pytest.approx(2.0, abs=0.2)
+
+
+# -- a file's run, from its packets getting the slot -------------------------------------------
+
+
+def test_a_files_run_leaves_out_other_jobs_packets_on_the_slot() -> None:
+    from datasched.service.live_rates import sent_paces
+
+    # One slot; jobs a and b each sent two packets of 5000 events at 0.0, which took the
+    # slot in turns: a, b, a, b, each for a second, stored as it left the slot. From the
+    # first slot to the last storing, a's file took 3 s; it held the slot 2 s of them.
+    turns = [("a", 0.0), ("b", 1.0), ("a", 2.0), ("b", 3.0)]
+    packets = [(t, t + 1.0, 5000, job, f"/d/{job}") for job, t in turns]
+    assert sent_paces({"w0": packets}) == {"w0": pytest.approx(5000.0)}
+    # Packets side by side (spans overlapping) count their time once.
+    side = [(0.0, 2.0, 5000, "c", "/d/c"), (0.5, 2.0, 5000, "c", "/d/c")]
+    assert sent_paces({"w0": side}) == {"w0": pytest.approx(5000.0)}
+
+
+def test_runs_count_from_the_slot_and_price_a_job_sent_with_no_packet_back(
+    store: Store,
+) -> None:
+    from datasched.service.live import live_snapshot
+
+    with store.session() as s:
+        token = add_user(s, "ann", "g")
+    rid = submit(store, token, 3, events=1000)
+    listener = StoreListener(store)
+    now = datetime.now(UTC).timestamp()
+    # Job 0's file: two packets whose tasks began 10 s ago, but which waited 6 s behind
+    # other jobs' packets on the node: they got the slot 4 s ago and are stored now. The
+    # run is 1000 events in 4 s, not in 10.
+    listener.job_state(f"{rid}.0", JobState.RUNNING, node="w1")
+    for a in (0, 500):
+        packet = PacketDone(f"{rid}.0", f"/d/{rid}/0.root", a, a + 500, "w1", 10, 0.05)
+        listener.packet_done(replace(packet, started_at=now - 10.0, slot_at=now - 4.0))
+    listener.job_state(f"{rid}.0", JobState.COMPLETED, node="w1")
+    # Job 1's file: half of it back; its packets began 3 s ago and got the slot 2 s ago.
+    listener.job_state(f"{rid}.1", JobState.RUNNING, node="w1")
+    half = PacketDone(f"{rid}.1", f"/d/{rid}/1.root", 0, 500, "w1", 10, 0.05)
+    listener.packet_done(replace(half, started_at=now - 3.0, slot_at=now - 2.0))
+    # Job 2 was sent to w1 and has no packet back yet.
+    listener.job_state(f"{rid}.2", JobState.RUNNING, node="w1")
+    with store.session() as s:  # stored at ``now`` exactly, however long storing took
+        for row in s.scalars(select(Packet)):
+            row.created = datetime.fromtimestamp(now, UTC)
+    snap = live_snapshot(store, CLUSTER)
+    since = datetime.now(UTC).timestamp() - now  # the moments since ``now``
+    got = {j.id: j for j in snap.jobs}
+    one, two = got[f"{rid}.1"].cpu_s_per_event, got[f"{rid}.2"].cpu_s_per_event
+    assert one is not None
+    assert two is not None
+    # Job 1: a run of 4 s, 2 s of it over since its slot: 2 s for its 500 events left (less
+    # the moments since). From the tasks' beginning it would be a run of 10 s, 3 s over: 7 s.
+    assert 2.0 - since - 1e-6 <= one * 500 <= 2.0 + 1e-6
+    # Job 2: its file's whole run, 4 s (a job starting no longer pays the rates' start).
+    assert two * 1000 == pytest.approx(4.0)
+
+
+# -- a node's slowness is not a fetch ---------------------------------------------------------
+
+
+def test_a_slow_node_does_not_pay_its_slowness_again_as_a_fetch() -> None:
+    from datasched.service.whatif import _FREE, _node_model
+
+    # The live snapshot gives each node one wall-clock rate for every source (its reads,
+    # wherever from, are in it). w0 does 2000 events/s, w1 1000: the mean is 1500. A read
+    # from a peer or from storage costs what it takes beyond the node's own cached rate:
+    # nothing here. Against the mean, w1 paid 1/1000 - 1/1500 s an event more for every
+    # file it did not cache (at 100 bytes an event, a link of 300 kB/s), w0 nothing less.
+    job = JobSnapshot("j", "r", (FileTodo("/d/f", 1000, 10**5, None),), 0.0)
+    nodes = (
+        NodeSnapshot("w0", 1, 10**9, (), NodeRates(2000.0, 2000.0, 2000.0)),
+        NodeSnapshot("w1", 1, 10**9, (), NodeRates(1000.0, 1000.0, 1000.0)),
+    )
+    built, cpu = _node_model(ClusterSnapshot(0.0, nodes, (job,)), 100.0)
+    assert cpu == pytest.approx(1 / 1500)
+    assert [n.tertiary_bytes_per_s for n in built] == [_FREE, _FREE]
+    assert [n.network_bytes_per_s for n in built] == [_FREE, _FREE]
+    # Storage measured slower than the node's cache: 1/500 - 1/1000 s an event more, 100
+    # bytes in a millisecond (against the mean it was 1/500 - 1/1500: 75 kB/s).
+    slow = (nodes[0], NodeSnapshot("w1", 1, 10**9, (), NodeRates(1000.0, 1000.0, 500.0)))
+    built, _ = _node_model(ClusterSnapshot(0.0, slow, (job,)), 100.0)
+    assert built[1].tertiary_bytes_per_s == pytest.approx(100_000.0)
+    # A node that measured no cached rate is measured against the nodes' mean, as before.
+    bare = (nodes[0], NodeSnapshot("w1", 1, 10**9, (), NodeRates(tertiary_events_per_s=500.0)))
+    built, _ = _node_model(ClusterSnapshot(0.0, bare, (job,)), 100.0)
+    assert built[1].tertiary_bytes_per_s == pytest.approx(100 / (1 / 500 - 1 / 2000))

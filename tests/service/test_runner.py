@@ -189,6 +189,11 @@ def test_processor_job_reports_every_event_once(
     covered(packets, files)
     assert merged_counts(packets) == reference_counts(catalog, 0, N_EVENTS)
     assert all(p.node in {n["name"] for n in cluster["nodes"]} for p in packets)
+    # Each packet says when it began on its worker and when it got its slot there, after.
+    for p in packets:
+        assert p.started_at is not None
+        assert p.slot_at is not None
+        assert p.started_at <= p.slot_at + 1e-3
     assert [len(n["slots"]) for n in cluster["nodes"]] == [1, 1]
     assert sum(n["cached_bytes"] for n in cluster["nodes"]) > 0
     assert cluster["nodes"][0]["cache_capacity_bytes"] == 50 * 10**6

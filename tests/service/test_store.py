@@ -35,7 +35,7 @@ def test_the_migrations_build_exactly_the_orm_schema_and_run_once(empty_db_url: 
     store.close()
     store = Store(empty_db_url)  # at head already: nothing to do
     with store.engine.connect() as conn:
-        assert MigrationContext.configure(conn).get_current_revision() == "0003"
+        assert MigrationContext.configure(conn).get_current_revision() == "0004"
     store.close()
 
 
@@ -57,12 +57,12 @@ def test_a_store_of_the_previous_schema_is_upgraded_with_its_packets(empty_db_ur
     old.close()
     store = Store(empty_db_url)  # upgrades to the head
     with store.engine.connect() as conn:
-        assert MigrationContext.configure(conn).get_current_revision() == "0003"
+        assert MigrationContext.configure(conn).get_current_revision() == "0004"
         assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
     now = datetime.now(UTC).timestamp()
     listener = StoreListener(store)
     listener.packet_done(
-        PacketDone(f"{rid}.0", "/d/ann0.root", 10, 20, "w1", 10, 0.1, None, now - 2)
+        PacketDone(f"{rid}.0", "/d/ann0.root", 10, 20, "w1", 10, 0.1, None, now - 2, now - 1)
     )
     # A worker's clock ahead of the daemon's: never later than when it was stored.
     listener.packet_done(
@@ -70,13 +70,19 @@ def test_a_store_of_the_previous_schema_is_upgraded_with_its_packets(empty_db_ur
     )
     with store.reading() as s:
         rows = s.execute(
-            select(Packet.start, Packet.started, Packet.created).order_by(Packet.start)
+            select(Packet.start, Packet.started, Packet.slotted, Packet.created).order_by(
+                Packet.start
+            )
         ).all()
     assert [r.start for r in rows] == [0, 10, 20]
     assert rows[0].started is None  # stored before: no time, and none made up
+    assert rows[0].slotted is None
     began = [_aware(r.started).timestamp() for r in rows[1:]]
     assert began[0] == pytest.approx(now - 2, abs=1e-3)
     assert began[1] <= _aware(rows[2].created).timestamp() + 1e-3
+    # When it got its slot, a second after it began; the other packet's is not known.
+    assert _aware(rows[1].slotted).timestamp() == pytest.approx(now - 1, abs=1e-3)
+    assert rows[2].slotted is None
     store.close()
 
 

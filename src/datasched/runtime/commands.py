@@ -192,6 +192,7 @@ def run_command(spec: CommandSpec) -> PacketResult:
             evicted += got.evicted
             paths.append(str(got.path))
         read_s = time.perf_counter() - t0
+        slot_at = time.time()  # its files are here: the command starts
         t1 = time.perf_counter()
         outcome, cpu_s = _execute(spec, paths)
         compute_s = time.perf_counter() - t1
@@ -224,6 +225,7 @@ def run_command(spec: CommandSpec) -> PacketResult:
         bytes_read=sum(n for _, n in spec.files),
         cpu_s=cpu_s,
         started=started,
+        slot_at=slot_at,
         note="; ".join(notes),
         cache_corrupted=unsound + corrupted,
     )

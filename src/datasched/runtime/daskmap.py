@@ -100,6 +100,7 @@ async def run_dask_map(
                         res.cpu_s,
                         max(res.started - t0_wall, 0.0),
                         time.monotonic() - t0,
+                        t_slot=(None if res.slot_at is None else max(res.slot_at - t0_wall, 0.0)),
                     )
                     stats.append(stat)
                     if progress is not None:

@@ -72,6 +72,9 @@ class PacketStat:
     """Seconds after the run's start when its result reached the master."""
     nice: int | None = None
     """The nice value its worker thread computed it at (None: its policy gave none)."""
+    t_slot: float | None = None
+    """Seconds after the run's start when the packet got its slot on its worker (its file
+    fetched, the slot's CPU free; ``t_start`` is before both); None: not known."""
 
     @property
     def n_events(self) -> int:

@@ -418,6 +418,7 @@ class PacketStreams:
             nice=result.nice,
             t_start=max(result.started - self._t0_wall, 0.0),
             t_end=self.now(),
+            t_slot=(None if result.slot_at is None else max(result.slot_at - self._t0_wall, 0.0)),
         )
         if self._keep_stats:
             self._stats.append(stat)

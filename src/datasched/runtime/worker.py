@@ -219,6 +219,11 @@ class PacketResult:
     """CPU seconds the packet's thread used (reading, decompressing, processing)."""
     started: float = 0.0
     """Wall-clock time (``time.time()``) the task started on the worker."""
+    slot_at: float | None = None
+    """Wall-clock time (``time.time()``) the packet got its slot: its file was here and the
+    slot's CPU free, so it began to compute. Between ``started`` and this, it fetched its
+    file and waited behind the other packets on the node (docs/service-whatif.md);
+    None: not known."""
     note: str = ""
     """Something to tell the user once (a full cache disk)."""
     nice: int | None = None
@@ -427,6 +432,7 @@ def packet_on(worker: Any, spec: PacketSpec) -> PacketResult:
     try:
         # The file is here: compute when the slot's CPU is free, at the session's priority.
         with plugin.compute, packet_priority(spec.nice) as nice_note:
+            slot_at = time.time()
             ran_at = thread_nice() if spec.nice is not None else None
             fetch_s = time.perf_counter() - t0
             where = str(got.path) if got is not None else spec.url
@@ -478,6 +484,7 @@ def packet_on(worker: Any, spec: PacketSpec) -> PacketResult:
         bytes_read=bytes_read,
         cpu_s=time.thread_time() - cpu0,
         started=started,
+        slot_at=slot_at,
         note=note or nice_note,
         nice=ran_at,
         cache_corrupted=corrupted + info["corrupted"],

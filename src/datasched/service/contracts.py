@@ -211,7 +211,9 @@ class PacketDone:
     accumulator, pickled (processor work) or None (a command runs once per elementary job,
     as one packet over all its files). ``started_at``: when the packet began on its worker
     (POSIX seconds; None: not known), so that the store knows what a packet took, a job's
-    start on a node included (docs/service-whatif.md)."""
+    start on a node included (docs/service-whatif.md). ``slot_at``: when it got its slot
+    there (its file fetched, the slot's CPU free: after its wait behind other packets on the
+    node), from which the ETAs measure a file's run."""
 
     job_id: str
     url: str
@@ -222,6 +224,7 @@ class PacketDone:
     cpu_s: float
     result: bytes | None = None
     started_at: float | None = None
+    slot_at: float | None = None
 
 
 class RunnerListener(Protocol):

@@ -140,6 +140,7 @@ class StoreListener:
                         cpu_s=packet.cpu_s,
                         result=packet.result,
                         started=_started(packet.started_at),
+                        slotted=_started(packet.slot_at),
                     )
                 )
         except IntegrityError:

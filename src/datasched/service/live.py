@@ -13,7 +13,7 @@ simulator's predictions (``GET /api/v1/whatif``, each request's ETA).
   earlier packets of jobs with the same work (processor or command, and tree); the
   simulator charges the job the nodes' time per event with the mean CPU in it replaced by
   the job's own (:func:`job_time_per_event`). A job begun is charged its files' runs,
-  measured from when their packets began on the worker (:func:`_costed`).
+  measured from when their packets got the slot on the worker (:func:`_costed`).
 * **Jobs** are the store's elementary jobs not yet over, each file with the entry ranges
   still to do (its events less the packets stored).
 """
@@ -185,12 +185,18 @@ def live_snapshot(store: Store, cluster: Mapping[str, Any]) -> ClusterSnapshot:
         began: dict[str, dict[str, float]] = {}
         if rows:
             ids = [job.id for job, _ in rows]
-            for job_id, url, a, b, at in s.execute(
-                select(Packet.job_id, Packet.url, Packet.start, Packet.stop, Packet.started).where(
-                    Packet.job_id.in_(ids)
-                )
+            for job_id, url, a, b, slotted, started in s.execute(
+                select(
+                    Packet.job_id,
+                    Packet.url,
+                    Packet.start,
+                    Packet.stop,
+                    Packet.slotted,
+                    Packet.started,
+                ).where(Packet.job_id.in_(ids))
             ):
                 done.setdefault((job_id, url), []).append((int(a), int(b)))
+                at = slotted if slotted is not None else started
                 if at is not None:
                     t = _aware(at).timestamp()
                     firsts = began.setdefault(str(job_id), {})
@@ -301,17 +307,21 @@ def _costed(
     packets (:func:`started_rates`), which leaves out what starting the job on the node
     cost. The events left of the files a job has begun (a packet of theirs is stored) are
     charged that; the files it has not begun, the nodes' time per event, start included.
-    A job running (its first packet sent: ``running_for`` gives for how long) with no
-    packet back yet is starting: it is charged what is left of the nodes' mean start cost
-    ``start_s`` (:func:`start_costs`) and its events at the pace within a run.
+    Where no file's run is measured (``sent`` None), a job running (its first packet sent:
+    ``running_for`` gives for how long) with no packet back yet is starting: it is charged
+    what is left of the nodes' mean start cost ``start_s`` (:func:`start_costs`) and its
+    events at the pace within a run.
 
-    ``sent``: the nodes' mean seconds per event of a file's run from its packets' beginning
-    on the worker to their storing (:func:`~datasched.service.live_rates.sent_paces`), and
-    ``file_age``: per job, per file, how long ago its first packet began. Where both are
-    known for a job with a packet back, the job is past its start on its node (its child
-    is up), and each file's time is its run at that pace: a file begun has what is left of
-    its run (its whole run less its age: its other packets are under way, not waiting),
-    at least :data:`OVERDUE_SHARE` of its whole run; a file not begun, its whole run."""
+    ``sent``: the nodes' mean seconds per event of a file's run from its packets getting the
+    slot on the worker to their storing (:func:`~datasched.service.live_rates.sent_paces`),
+    and ``file_age``: per job, per file, how long ago its first packet got the slot. Where
+    ``sent`` is known, a job sent to its node (running, or with a packet back) is priced
+    from the runs: a file begun has what is left of its run (its whole run less its age:
+    its other packets are under way, not waiting), at least :data:`OVERDUE_SHARE` of its
+    whole run; a file not begun, its whole run. A job sent with no packet back has its
+    files' whole runs, its start on the node in the first (a run counts from the slot, so
+    the start its first packet pays is in it, and the wait behind the node's other jobs,
+    which the simulated queue prices, is not: docs/service-whatif.md)."""
     if not relative:
         return jobs
     events = sum(e for e, _ in per_job.values())
@@ -330,7 +340,7 @@ def _costed(
         begun = sum(_left(f) for f in j.files if f.todo is not None and _left(f) < f.n_events)
         left = sum(_left(f) for f in j.files)
         ages = (file_age or {}).get(j.id, {})
-        if sent is not None and ages and left > 0:
+        if sent is not None and left > 0 and (ages or j.id in (running_for or {})):
             going = job_time_per_event(sent, mean_cpu, cpu)
             time_left = 0.0
             for f in j.files:

@@ -23,7 +23,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from datasched.service.store.db import Store
 from datasched.service.store.models import Packet
@@ -250,26 +250,28 @@ def _aware(t: datetime) -> datetime:
 
 
 def recent_sent(store: Store, now: datetime) -> dict[str, list[tuple[float, float, int, str, str]]]:
-    """Per node, its packets stored in the window that know when they began on their worker
-    (stores upgraded from before keep no such time for their older packets): ``(began,
-    stored, events, job, url)``, seconds, in storing order. A node with fewer than
+    """Per node, its packets stored in the window that know when they got their slot on
+    their worker (``slotted``; else, stored by a runtime that did not report it, when they
+    began there; stores upgraded from before keep neither for their older packets):
+    ``(began, stored, events, job, url)``, seconds, in storing order. A node with fewer than
     :data:`MIN_PACKETS` there gives its last :data:`HISTORY_PACKETS` such packets, however
     old."""
     since = now - timedelta(seconds=WINDOW_S)
-    cols = (Packet.node, Packet.started, Packet.created, Packet.start, Packet.stop)
+    began = func.coalesce(Packet.slotted, Packet.started)
+    cols = (Packet.node, began, Packet.created, Packet.start, Packet.stop)
     out: dict[str, list[tuple[float, float, int, str, str]]] = {}
     with store.reading() as s:
         rows = s.execute(
             select(*cols, Packet.job_id, Packet.url)
-            .where(Packet.created >= since, Packet.started.is_not(None))
+            .where(Packet.created >= since, began.is_not(None))
             .order_by(Packet.created, Packet.id)
         ).all()
-        for node, began, created, a, b, job, url in rows:
-            out.setdefault(str(node), []).append(_sent(began, created, a, b, job, url))
+        for node, at, created, a, b, job, url in rows:
+            out.setdefault(str(node), []).append(_sent(at, created, a, b, job, url))
         for node in [n for n, run in out.items() if len(run) < MIN_PACKETS]:
             old = s.execute(
                 select(*cols, Packet.job_id, Packet.url)
-                .where(Packet.node == node, Packet.started.is_not(None))
+                .where(Packet.node == node, began.is_not(None))
                 .order_by(Packet.created.desc(), Packet.id.desc())
                 .limit(HISTORY_PACKETS)
             ).all()
@@ -278,11 +280,11 @@ def recent_sent(store: Store, now: datetime) -> dict[str, list[tuple[float, floa
 
 
 def _sent(
-    began: datetime | None, created: datetime, a: int, b: int, job: str, url: str
+    began: datetime | str | None, created: datetime, a: int, b: int, job: str, url: str
 ) -> tuple[float, float, int, str, str]:
     stored = _aware(created).timestamp()
     return (
-        _aware(began).timestamp() if began is not None else stored,
+        _when(began) if began is not None else stored,
         stored,
         int(b) - int(a),
         str(job),
@@ -290,38 +292,56 @@ def _sent(
     )
 
 
+def _when(t: datetime | str) -> float:
+    """A stored time as POSIX seconds: SQLite gives an expression over datetime columns
+    (``coalesce``) back as its text."""
+    if isinstance(t, str):
+        t = datetime.fromisoformat(t)
+    return _aware(t).timestamp()
+
+
 def _file_runs(
     packets: Sequence[tuple[float, float, int, str, str]],
-) -> list[tuple[float, float, int]]:
-    """A node's runs of one job's packets of one file: ``(first began, last stored,
-    events)``."""
-    runs: dict[tuple[str, str], list[float]] = {}
+) -> list[tuple[float, float, int, float]]:
+    """A node's runs of one job's packets of one file: ``(first began, last stored, events,
+    time)``, the time being the union of each packet's span from its beginning to its
+    storing: packets of other jobs that held the slot between two of this file's are not
+    the file's run."""
+    runs: dict[tuple[str, str], list[tuple[float, float, int]]] = {}
     for began, stored, n, job, url in packets:
-        got = runs.setdefault((job, url), [began, stored, 0.0])
-        got[0] = min(got[0], began)
-        got[1] = max(got[1], stored)
-        got[2] += n
-    return [(a, b, int(n)) for a, b, n in runs.values()]
+        runs.setdefault((job, url), []).append((began, max(stored, began), n))
+    out = []
+    for spans in runs.values():
+        spans.sort()
+        time_s = 0.0
+        end = -math.inf
+        for a, b, _ in spans:
+            time_s += max(b - max(a, end), 0.0)
+            end = max(end, b)
+        out.append((spans[0][0], max(b for _, b, _ in spans), sum(n for *_, n in spans), time_s))
+    return out
 
 
 def sent_paces(
     runs: Mapping[str, Sequence[tuple[float, float, int, str, str]]],
 ) -> dict[str, float]:
-    """Each node's events per second a job's file takes once its packets began: the median,
-    over the node's last :data:`SENT_RUNS` runs of one job's packets of one file
-    (:func:`recent_sent`), of a run's events over the time from its first packet's
-    beginning on the worker to its last's storing. The median and the last runs: a file
-    whose packets the runtime sized small, sent over many seconds, or the runs of a busier
-    minute (the machine's other work, more jobs at once), are not what the next file takes.
+    """Each node's events per second a job's file takes once its packets have the slot: the
+    median, over the node's last :data:`SENT_RUNS` runs of one job's packets of one file
+    (:func:`recent_sent`), of a run's events over its time: the union of its packets' spans
+    from getting the slot on the worker to their storing. The median and the last runs: a
+    file whose packets the runtime sized small, sent over many seconds, or the runs of a
+    busier minute (the machine's other work), are not what the next file takes.
 
-    A job's packets on a node are sent together and run side by side, so they come back
-    within a fraction of a second of each other, each having taken one to three seconds
-    (docs/service-whatif.md): the span between their storings (:func:`started_rates`)
-    leaves out what each took, and made a file begun look ten times faster than it was.
-    Nodes without such a run are left out."""
+    A job's packets on a node are sent together, so they come back within a fraction of a
+    second of each other (docs/service-whatif.md): the span between their storings
+    (:func:`started_rates`) leaves out what each took, and made a file begun look ten times
+    faster than it was. Counted from when their tasks began instead, a run held its wait
+    for the file and behind other jobs' packets on the node, which the simulated queue
+    prices on its own: several jobs on a node made runs two to four times longer. Nodes
+    without such a run are left out."""
     out: dict[str, float] = {}
     for node, packets in runs.items():
-        done = sorted((b, n / (b - a)) for a, b, n in _file_runs(packets) if b > a and n > 0)
+        done = sorted((b, n / t) for _, b, n, t in _file_runs(packets) if t > 0 and n > 0)
         if done:
             out[node] = statistics.median(r for _, r in done[-SENT_RUNS:])
     return out

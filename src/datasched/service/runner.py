@@ -343,6 +343,7 @@ class Runner:
             return
         stat = packet.stat
         began = _began(stat.t_start, stat.t_end)
+        slot = None if stat.t_slot is None else _began(stat.t_slot, stat.t_end)
         if isinstance(job.work, CommandWork):
             # One packet over all its files: each file is done whole (the command's CPU
             # time shared among them by size).
@@ -353,7 +354,9 @@ class Runner:
                     continue
                 cpu = stat.cpu_s * f.n_bytes / total
                 self.listener.packet_done(
-                    PacketDone(job.id, f.url, 0, f.n_events, stat.node, f.n_bytes, cpu, None, began)
+                    PacketDone(
+                        job.id, f.url, 0, f.n_events, stat.node, f.n_bytes, cpu, None, began, slot
+                    )
                 )
             outcome = packet.accumulator
             self._logs[job.id] = outcome.log if isinstance(outcome, CommandOutcome) else ""
@@ -372,6 +375,7 @@ class Runner:
                 cpu_s=stat.cpu_s,
                 result=result,
                 started_at=began,
+                slot_at=slot,
             )
         )
         used = self._cpu[job.id] = self._cpu.get(job.id, 0.0) + stat.cpu_s

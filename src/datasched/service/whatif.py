@@ -14,9 +14,11 @@ How the measured rates (per slot) become the core's cost model:
 * **cached**: a job's CPU time per event is its own measured one, else the inverse of the
   nodes' mean cached rate (reads from the local cache are taken as free beside it);
 * **peer**: the node's network rate is set so that a read from a peer's cache goes at the
-  measured peer rate (at the mean event size);
+  measured peer rate (at the mean event size): what it takes beyond the node's own cached
+  rate (the nodes' mean where it measured none);
 * **tertiary**: the node's fetch rate from central storage is the measured bytes per
-  second, else the one its tertiary events per second imply, else the nodes' mean.
+  second, else the one its tertiary events per second imply (beyond its own cached rate,
+  likewise), else the nodes' mean.
 
 A node not measured yet takes the mean of those that were, else the defaults below. The
 core's cost model has one CPU time per event per job, not per node: nodes of different
@@ -138,12 +140,20 @@ def _node_model(
     cached = _mean([r.cached_events_per_s for r in rates])
     cpu = (1.0 / cached if cached else DEFAULT_CPU_S_PER_EVENT) / rate_factor
 
+    def own_s(n: NodeSnapshot) -> float:
+        """The node's own seconds per event from its cache (the nodes' mean where it
+        measured none), at the measured rates: what a read from elsewhere costs more is
+        measured against it, so that a node slower than the mean does not pay its slowness
+        again as a fetch (docs/service-whatif.md)."""
+        r = n.rates.cached_events_per_s or cached
+        return 1.0 / r if r else DEFAULT_CPU_S_PER_EVENT
+
     def tertiary_bps(n: NodeSnapshot) -> float | None:
         r = n.rates
         if r.tertiary_bytes_per_s is not None:
             return r.tertiary_bytes_per_s
         if r.tertiary_events_per_s is not None and bytes_per_event > 0:
-            extra = 1.0 / r.tertiary_events_per_s - cpu
+            extra = 1.0 / r.tertiary_events_per_s - own_s(n)
             return bytes_per_event / extra if extra > 0 else _FREE
         return None
 
@@ -154,7 +164,7 @@ def _node_model(
         peer_rate = n.rates.peer_events_per_s or peer
         network = DEFAULT_NETWORK_BYTES_PER_S
         if peer_rate is not None and bytes_per_event > 0:
-            extra = 1.0 / peer_rate - cpu
+            extra = 1.0 / peer_rate - own_s(n)
             network = bytes_per_event / extra if extra > 0 else _FREE
         tertiary = tertiary_bps(n) or mean_tertiary or DEFAULT_TERTIARY_BYTES_PER_S
         nodes.append(

@@ -138,7 +138,9 @@ class Packet(Base):
     read and cost, and its pickled result (None for a command's); ``created`` is when it was
     stored, ``started`` when it began on its worker (None: stored before the store kept it,
     or not reported): the difference is what the packet took, a job's start on the node
-    included, which the ETAs measure (docs/service-whatif.md)."""
+    included. ``slotted`` is when it got its slot there (its file fetched and the slot's CPU
+    free; None: not known): from it, a file's run leaves out the wait behind other jobs'
+    packets on the node, which the ETAs measure (docs/service-whatif.md)."""
 
     __tablename__ = "packets"
     __table_args__ = (UniqueConstraint("job_id", "url", "start", name="uq_packet_range"),)
@@ -154,6 +156,7 @@ class Packet(Base):
     result: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
     created: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     started: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    slotted: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
 
 class CatalogDataset(Base):
