@@ -42,7 +42,7 @@ from run import bench_config  # noqa: E402
 from datasched.core.cache import RangeCache  # noqa: E402
 from datasched.core.directory import CacheDirectory  # noqa: E402
 from datasched.core.scheduler import Scheduler  # noqa: E402
-from datasched.policies.registry import build_policy  # noqa: E402
+from datasched.policies.registry import available, build_policy  # noqa: E402
 from datasched.sim.engine import SimEngine  # noqa: E402
 from datasched.sim.experiment import jobs_from_records  # noqa: E402
 
@@ -111,8 +111,11 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=12)
     parser.add_argument("--json", action="store_true", help="one JSON line per sample")
     args = parser.parse_args()
-    if min(args.nodes, args.jobs, args.every, args.workload_jobs) < 1 or args.cache_gb <= 0:
-        parser.error("--nodes, --jobs, --every, --workload-jobs, --cache-gb: must be positive")
+    for name in ("nodes", "jobs", "every", "workload_jobs", "cache_gb"):
+        if getattr(args, name) <= 0:
+            parser.error(f"--{name.replace('_', '-')}: must be positive")
+    if args.policy not in available():
+        parser.error(f"--policy: unknown policy {args.policy}")
 
     config = replace(
         bench_config(args.policy, args.nodes, args.workload_jobs), cache_gb=args.cache_gb
@@ -145,7 +148,7 @@ def main() -> None:
     if not args.json:
         print(head, flush=True)
     while True:
-        over = engine.proceed(math.inf, max_steps=2000)
+        over = engine.proceed(math.inf, max_steps=100)
         ended = engine.jobs_ended
         if ended < target and not over:
             continue
