@@ -470,11 +470,12 @@ def test_the_packed_heap_orders_negative_keys_and_minus_zero_as_floats_compare()
 
 
 def test_the_packed_cache_refuses_events_past_its_bound() -> None:
-    """Heap entries keep an extent's start in 60 bits: data past them is refused with the
-    field named, not cached under a start that would alias another's."""
+    """Heap entries keep an extent's start in 60 bits: data past them, or below 0, is
+    refused with the field named, not cached under a start that would alias another's."""
     cache = RangeCache(10)
-    with pytest.raises(ValueError, match="data: events past 2\\*\\*60"):
-        cache.insert(r(2**60 - 1, 2**60 + 1), stamp=0.0)
+    for data in (r(2**60 - 1, 2**60 + 1), r(-2, 3)):
+        with pytest.raises(ValueError, match="data: only events 0 to 2\\*\\*60 - 1"):
+            cache.insert(data, stamp=0.0)
     assert not cache.content
     cache.insert(r(2**60 - 3, 2**60), stamp=0.0)  # up to the bound: cached
     assert cache.content == r(2**60 - 3, 2**60)

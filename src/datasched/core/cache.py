@@ -113,7 +113,7 @@ class RangeCache(Holds):
     the caches' steady state"), so their keys and sequence numbers are kept in arrays (8 bytes
     each, no object) and a heap entry is one integer, ``_order(key) << 116 | seq << 60 |
     start``, not a tuple of four (48 bytes where the tuple and the float and integer it alone
-    held took 144). Events past 2**60 are refused.
+    held took 144). Events below 0 or past 2**60 are refused.
     """
 
     __slots__ = (
@@ -312,8 +312,8 @@ class RangeCache(Holds):
         What cannot be made room for (everything else pinned) is not cached: the earliest events
         of ``data`` that fit are kept.
         """
-        if data._stops and data._stops[-1] > _START_LIMIT:
-            raise ValueError(f"data: events past 2**{_START_BITS} cannot be cached")
+        if data._stops and (data._stops[-1] > _START_LIMIT or data._starts[0] < 0):
+            raise ValueError(f"data: only events 0 to 2**{_START_BITS} - 1 can be cached")
         hit, new = self.partition(data)
         if hit:
             self.refresh(hit, stamp)
