@@ -120,3 +120,33 @@ def test_scale_events_pairs_two_builds_and_refuses_bad_options() -> None:
         done = _run(*args, script=script)
         assert done.returncode == 2
         assert field in done.stderr.splitlines()[-1]
+
+
+def test_memory_growth_samples_a_run_and_refuses_bad_options() -> None:
+    """benchmarks/memory_growth.py: one JSON line per sample, jobs rising, the caches'
+    extents and fill and the directory's segments counted; bad options named."""
+    script = BENCHMARKS / "memory_growth.py"
+    done = _run(
+        "--nodes", "20", "--cache-gb", "2", "--jobs", "12", "--every", "2",
+        "--workload-jobs", "40", "--json", script=script,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    assert len(rows) >= 2
+    assert [r["jobs"] for r in rows] == sorted({r["jobs"] for r in rows})
+    assert rows[-1]["jobs"] >= 12
+    for row in rows:
+        assert row["rss_mb"] > 0
+        assert row["blocks"] > 0
+        assert 0 < row["fill"] <= 1
+        assert row["extents"] > 0
+        assert row["heap"] >= row["extents"]
+        assert row["scheduler_directory"]["segments"] >= 1
+    for args, field in (
+        (["--policy", "nope"], "--policy"),
+        (["--every", "0"], "--every"),
+        (["--cache-gb", "-1"], "--cache-gb"),
+    ):
+        done = _run(*args, script=script)
+        assert done.returncode == 2
+        assert field in done.stderr.splitlines()[-1]

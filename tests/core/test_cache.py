@@ -10,6 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cache_reference import ReferenceRangeCache
+from datasched.core import cache as cache_module
 from datasched.core import directory as directory_module
 from datasched.core.cache import RangeCache
 from datasched.core.directory import CacheDirectory
@@ -154,8 +156,8 @@ def test_eviction_takes_the_oldest_keys_first(
 ) -> None:
     """Whatever mix of reads and refreshes came before (refreshes push nothing on the heap):
     an insert evicts no extent whose key is newer than that of an extent it leaves behind,
-    pins and the inserted data aside; and the heap keeps an entry for every extent that sorts
-    no later than the extent's own key."""
+    pins and the inserted data aside; and the heap keeps an entry at every extent's start
+    that sorts no later than the extent's own key."""
     cache = RangeCache(capacity, FIFO if fifo else LRU)
     for stamp, (op, start, size) in enumerate(script):
         data = r(start, start + size)
@@ -170,11 +172,14 @@ def test_eviction_takes_the_oldest_keys_first(
             kept = [key for a, b, key in before if not r(a, b).overlaps(evicted | data)]
             if gone and kept:
                 assert max(gone) <= min(kept)
-        listed: dict[tuple[int, int], list[tuple[float, int]]] = {}
-        for key, seq, start, stop in cache._heap:
-            listed.setdefault((start, stop), []).append((key, seq))
-        for i, (a, b, key) in enumerate(cache.extents()):
-            assert min(listed[(a, b)]) <= (key, cache._seqs[i])
+        listed: dict[int, list[tuple[int, int]]] = {}
+        for entry in cache._heap:
+            seq = (entry >> cache_module._START_BITS) & cache_module._SEQ_MASK
+            listed.setdefault(entry & cache_module._START_MASK, []).append(
+                (entry >> cache_module._KEY_SHIFT, seq)
+            )
+        for i, (a, _, key) in enumerate(cache.extents()):
+            assert min(listed[a]) <= (cache_module._order(key), cache._seqs[i])
 
 
 @settings(max_examples=200)
@@ -399,3 +404,78 @@ def test_the_directory_drops_holder_sets_no_segment_holds_any_more() -> None:
     assert len(kept._sets) > 2 * (peak + 1) + 8  # so the pruned run did drop sets
     for a, b in ((0, 60), (3, 44)):
         assert pruned.holders(a, b) == kept.holders(a, b)
+
+
+@settings(max_examples=300)
+@given(
+    capacity=st.integers(1, 120),
+    script=st.lists(
+        st.tuples(
+            st.sampled_from(["insert", "insert", "touch", "refresh", "evict", "pin", "unpin"]),
+            st.integers(0, 300),
+            st.integers(1, 60),
+            st.sampled_from([-3.5, -1.0, -0.0, 0.0, 0.5, 1.0, 2.0, 1e300]),
+        ),
+        max_size=60,
+    ),
+    stamps=st.sampled_from(["rising", "falling", "drawn"]),
+    fifo=st.booleans(),
+)
+def test_the_packed_cache_answers_as_the_reference(
+    capacity: int, script: list[tuple[str, int, int, float]], stamps: str, fifo: bool
+) -> None:
+    """The range cache with its keys and sequence numbers in arrays and its heap entries
+    packed into one integer gives, step by step, the answers and the extents (keys
+    included) of the former one with a tuple per heap entry (tests/cache_reference.py):
+    the same victims in the same order. Stamps rise (the simulator's clock), fall (every
+    key negative: the packed order of negative floats) or are drawn (repeated, out of
+    order, -0.0 beside 0.0)."""
+    replacement = FIFO if fifo else LRU
+    packed = RangeCache(capacity, replacement)
+    reference = ReferenceRangeCache(capacity, replacement)
+    pins: list[tuple[int, int]] = []
+    for step, (op, start, size, drawn) in enumerate(script):
+        stamp = {"rising": float(step), "falling": -1.0 - step, "drawn": drawn}[stamps]
+        data = r(start, start + size)
+        if op == "insert":
+            assert packed.insert(data, stamp) == reference.insert(data, stamp)
+        elif op == "touch":
+            packed.touch(data, stamp)
+            reference.touch(data, stamp)
+        elif op == "refresh":
+            hit = reference.lookup(data)
+            packed.refresh(hit, stamp)
+            reference.refresh(hit, stamp)
+        elif op == "evict":
+            assert packed.evict(data) == reference.evict(data)
+        elif op == "pin":
+            pins.append((packed.pin(data), reference.pin(data)))
+        elif pins:
+            a, b = pins.pop(start % len(pins))
+            packed.unpin(a)
+            reference.unpin(b)
+        assert list(packed.extents()) == list(reference.extents())
+        assert packed.used_events == reference.used_events
+    assert packed.clear() == reference.clear()
+
+
+def test_the_packed_heap_orders_negative_keys_and_minus_zero_as_floats_compare() -> None:
+    """Keys packed into integers keep the floats' order: of two negative keys the smaller
+    goes first, and -0.0 ties with 0.0 (the earlier insert goes first), as with tuples."""
+    for first, second, victim in ((-1.0, -2.0, r(100, 150)), (0.0, -0.0, r(0, 50))):
+        for cache in (RangeCache(100), ReferenceRangeCache(100)):
+            cache.insert(r(0, 50), first)
+            cache.insert(r(100, 150), second)
+            assert cache.insert(r(200, 230), 5.0) == (r(200, 230), victim)
+
+
+def test_the_packed_cache_refuses_events_past_its_bound() -> None:
+    """Heap entries keep an extent's start in 60 bits: data past them, or below 0, is
+    refused with the field named, not cached under a start that would alias another's."""
+    cache = RangeCache(10)
+    for data in (r(2**60 - 1, 2**60 + 1), r(-2, 3)):
+        with pytest.raises(ValueError, match="data: only events 0 to 2\\*\\*60 - 1"):
+            cache.insert(data, stamp=0.0)
+    assert not cache.content
+    cache.insert(r(2**60 - 3, 2**60), stamp=0.0)  # up to the bound: cached
+    assert cache.content == r(2**60 - 3, 2**60)

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import struct
+from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
 from typing import Protocol
@@ -26,6 +28,27 @@ from datasched.core.replacement import LRU, Replacement
 __all__ = ["NodeCache", "RangeCache", "new_cache"]
 
 _EMPTY = IntervalSet()
+
+_START_BITS = 60
+_SEQ_BITS = 56
+_KEY_SHIFT = _START_BITS + _SEQ_BITS
+_START_MASK = (1 << _START_BITS) - 1
+_START_LIMIT = 1 << _START_BITS
+"""No event at or past it can be cached (its start would not fit a heap entry)."""
+_SEQ_MASK = (1 << _SEQ_BITS) - 1
+_PACK_D = struct.Struct("<d").pack
+_UNPACK_Q = struct.Struct("<q").unpack
+_FLIP = (1 << 63) - 1
+_OFFSET = 1 << 63
+
+
+def _order(key: float) -> int:
+    """``key`` as an integer below 2**64 in the same order (the float's bits, negative
+    floats' flipped; ``-0.0`` counts as ``0.0``, as a comparison of floats has it): an
+    eviction heap entry is one integer, ``_order(key) << _KEY_SHIFT | seq << _START_BITS |
+    start``, compared in C at the cost of one object (see RangeCache)."""
+    bits: int = _UNPACK_Q(_PACK_D(key + 0.0))[0]
+    return (bits ^ _FLIP if bits < 0 else bits) + _OFFSET
 
 
 class NodeCache(Protocol):
@@ -73,14 +96,24 @@ class RangeCache(Holds):
     """The disk cache of one node holding event ranges, with replacement over them.
 
     Cached data is kept as disjoint extents ``[start, stop)`` in sorted parallel lists, each with
-    a replacement key and a sequence number; a heap of ``(key, seq, start, stop)`` finds the
-    victim, lazily. Every extent has an entry in the heap that sorts no later than its own
-    ``(key, seq)``: an entry naming no extent any more is skipped when it reaches the top, one
-    naming an extent whose key has grown since (a refresh, which pushes nothing: refreshes are
-    far more frequent than evictions) is pushed again with the extent's key, and one that
-    matches is the victim. The order of eviction is the one a heap updated on every refresh
-    would give. Pinned ranges (being read) are never evicted; a fetch in flight holds no space
-    until it completes (:meth:`end_fetch`), when what was really read is inserted.
+    a replacement key and a sequence number; a heap of ``(key, seq, start)`` finds the victim,
+    lazily. Every extent has an entry in the heap at its start that sorts no later than its
+    own ``(key, seq)``: an entry whose start begins no extent any more is skipped when it
+    reaches the top, one whose extent has another sequence number since (its key grew in a
+    refresh, which pushes nothing: refreshes are far more frequent than evictions; or it was
+    cut or merged, and has its own entry) is pushed again with the extent's key and number,
+    and one that matches is the victim. The order of eviction is the one a heap updated on
+    every change would give: the extent of the smallest ``(key, seq)`` goes first (every
+    change of an extent's bounds or key gives it a new sequence number, so the number alone
+    says whether an entry is current). Pinned ranges (being read) are never evicted; a fetch
+    in flight holds no space until it completes (:meth:`end_fetch`), when what was really read
+    is inserted.
+
+    Memory: a 1,000-node simulation keeps millions of extents (docs/performance.md, "Memory at
+    the caches' steady state"), so their keys and sequence numbers are kept in arrays (8 bytes
+    each, no object) and a heap entry is one integer, ``_order(key) << 116 | seq << 60 |
+    start``, not a tuple of four (48 bytes where the tuple and the float and integer it alone
+    held took 144). Events below 0 or past 2**60 are refused.
     """
 
     __slots__ = (
@@ -111,10 +144,11 @@ class RangeCache(Holds):
         self.replacement = replacement
         self._starts: list[int] = []
         self._stops: list[int] = []
-        self._keys: list[float] = []
-        self._seqs: list[int] = []
+        self._keys: array[float] = array("d")
+        self._seqs: array[int] = array("q")
         """Per extent, the sequence number of its replacement key (ties go to the lower)."""
-        self._heap: list[tuple[float, int, int, int]] = []
+        self._heap: list[int] = []
+        """Entries ``_order(key) << _KEY_SHIFT | seq << _START_BITS | start``."""
         self._seq = itertools.count()
         self._content: IntervalSet | None = _EMPTY
         self._used = 0
@@ -256,8 +290,8 @@ class RangeCache(Holds):
                     kept.append(keys[hi - 1])
                 starts[lo:hi] = new_starts
                 stops[lo:hi] = new_stops
-                keys[lo:hi] = kept
-                self._seqs[lo:hi] = [0] * len(kept)  # set by the pushes below
+                keys[lo:hi] = array("d", kept)
+                self._seqs[lo:hi] = array("q", bytes(8 * len(kept)))  # set by the pushes below
                 for i in range(lo, lo + len(kept)):
                     self._push(i)
                 continue
@@ -278,6 +312,8 @@ class RangeCache(Holds):
         What cannot be made room for (everything else pinned) is not cached: the earliest events
         of ``data`` that fit are kept.
         """
+        if data._stops and (data._stops[-1] > _START_LIMIT or data._starts[0] < 0):
+            raise ValueError(f"data: only events 0 to 2**{_START_BITS} - 1 can be cached")
         hit, new = self.partition(data)
         if hit:
             self.refresh(hit, stamp)
@@ -291,6 +327,7 @@ class RangeCache(Holds):
             if not new:
                 return _EMPTY, evicted
         key = self.replacement.key_on_insert(stamp)
+        order = _order(key) << _KEY_SHIFT
         starts, stops, keys, seqs = self._starts, self._stops, self._keys, self._seqs
         heap, counter = self._heap, self._seq
         for a, b in zip(new._starts, new._stops, strict=True):
@@ -301,7 +338,7 @@ class RangeCache(Holds):
             stops.insert(i, b)
             keys.insert(i, key)
             seqs.insert(i, seq)
-            heapq.heappush(heap, (key, seq, a, b))
+            heapq.heappush(heap, order | seq << _START_BITS | a)
         if len(heap) > 2 * len(starts) + 1024:
             self._rebuild_heap()
         self._used += new.length
@@ -320,8 +357,8 @@ class RangeCache(Holds):
         gone = self.content
         self._starts.clear()
         self._stops.clear()
-        self._keys.clear()
-        self._seqs.clear()
+        del self._keys[:]
+        del self._seqs[:]
         self._heap.clear()
         self._content = _EMPTY
         self._used = 0
@@ -333,16 +370,24 @@ class RangeCache(Holds):
         seq = next(self._seq)
         self._seqs[i] = seq
         heap = self._heap
-        heapq.heappush(heap, (self._keys[i], seq, self._starts[i], self._stops[i]))
+        entry = _order(self._keys[i]) << _KEY_SHIFT | seq << _START_BITS | self._starts[i]
+        heapq.heappush(heap, entry)
         if len(heap) > 2 * len(self._starts) + 1024:
             self._rebuild_heap()
+
+    def _entry(self, i: int) -> int:
+        """The heap entry of extent ``i`` as it is now."""
+        return _order(self._keys[i]) << _KEY_SHIFT | self._seqs[i] << _START_BITS | self._starts[i]
 
     def _rebuild_heap(self) -> None:
         """Stale entries leave only through evictions: a cache that never fills (a
         long-running worker's) would grow its heap with every split and merge. Rebuilt from
         the extents, one entry each, it stays O(extents), amortised O(1) a push."""
         heap = self._heap
-        heap[:] = zip(self._keys, self._seqs, self._starts, self._stops, strict=True)
+        heap[:] = [
+            _order(k) << _KEY_SHIFT | q << _START_BITS | a
+            for k, q, a in zip(self._keys, self._seqs, self._starts, strict=True)
+        ]
         heapq.heapify(heap)
 
     def _split_at(self, point: int) -> None:
@@ -383,13 +428,6 @@ class RangeCache(Holds):
         self._used -= removed
         self._content = None
 
-    def _extent(self, start: int, stop: int) -> int:
-        """The index of the extent ``[start, stop)``, or -1 if there is none."""
-        i = bisect_left(self._starts, start)
-        if i < len(self._starts) and self._starts[i] == start and self._stops[i] == stop:
-            return i
-        return -1
-
     def _evict(self, need: int, protect: IntervalSet) -> IntervalSet:
         """Evict whole extents, smallest key first, until ``need`` events are free.
 
@@ -398,18 +436,21 @@ class RangeCache(Holds):
         slivers. The unprotected part of a partly protected extent goes; the rest stays.
         """
         evicted: list[tuple[int, int]] = []
-        deferred: list[tuple[float, int, int, int]] = []
+        deferred: list[int] = []
         heap = self._heap
+        starts, stops, seqs = self._starts, self._stops, self._seqs
         while need > 0 and heap:
             entry = heapq.heappop(heap)
-            key, seq, start, stop = entry
-            i = self._extent(start, stop)
-            if i < 0:
-                continue  # split, merged or gone since: the extents it became have entries
-            if self._keys[i] != key or self._seqs[i] != seq:
-                # Refreshed since (a key only grows between pushes): enter it as it is now.
-                heapq.heappush(heap, (self._keys[i], self._seqs[i], start, stop))
+            start = entry & _START_MASK
+            i = bisect_left(starts, start)
+            if i == len(starts) or starts[i] != start:
+                continue  # cut, merged or gone since: the extents it became have entries
+            if seqs[i] != (entry >> _START_BITS) & _SEQ_MASK:
+                # Refreshed since (a key only grows between pushes), or another extent
+                # starts here now: enter it as it is now (at worst a second entry).
+                heapq.heappush(heap, self._entry(i))
                 continue
+            stop = stops[i]
             if not protect.clip(start, stop):
                 # The whole extent goes (the common case): no cutting needed.
                 del self._starts[i], self._stops[i], self._keys[i], self._seqs[i]

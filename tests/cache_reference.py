@@ -1,0 +1,383 @@
+"""The node cache of event ranges as it was kept before its keys, sequence numbers and heap
+entries were packed (a key and a number per extent as Python objects, heap entries as tuples
+``(key, seq, start, stop)``): the reference that tests/core/test_cache.py plays scripts
+against, to show the packed :class:`~datasched.core.cache.RangeCache` gives the same answers
+(docs/performance.md, "Memory at the caches' steady state")."""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterator
+
+from datasched.core.holds import Holds
+from datasched.core.intervals import IntervalSet
+from datasched.core.replacement import LRU, Replacement
+
+__all__ = ["ReferenceRangeCache"]
+
+_EMPTY = IntervalSet()
+
+
+class ReferenceRangeCache(Holds):
+    """The disk cache of one node holding event ranges, with replacement over them.
+
+    Cached data is kept as disjoint extents ``[start, stop)`` in sorted parallel lists, each with
+    a replacement key and a sequence number; a heap of ``(key, seq, start, stop)`` finds the
+    victim, lazily. Every extent has an entry in the heap that sorts no later than its own
+    ``(key, seq)``: an entry naming no extent any more is skipped when it reaches the top, one
+    naming an extent whose key has grown since (a refresh, which pushes nothing: refreshes are
+    far more frequent than evictions) is pushed again with the extent's key, and one that
+    matches is the victim. The order of eviction is the one a heap updated on every refresh
+    would give. Pinned ranges (being read) are never evicted; a fetch in flight holds no space
+    until it completes (:meth:`end_fetch`), when what was really read is inserted.
+    """
+
+    __slots__ = (
+        "_content",
+        "_heap",
+        "_keys",
+        "_seq",
+        "_seqs",
+        "_starts",
+        "_stops",
+        "_used",
+        "bytes_per_event",
+        "capacity_events",
+        "replacement",
+    )
+
+    def __init__(
+        self,
+        capacity_events: int,
+        replacement: Replacement = LRU,
+        *,
+        bytes_per_event: float = 1.0,
+    ) -> None:
+        if capacity_events < 0:
+            raise ValueError(f"capacity_events: must not be negative, got {capacity_events!r}")
+        self.capacity_events = capacity_events
+        self.bytes_per_event = bytes_per_event
+        self.replacement = replacement
+        self._starts: list[int] = []
+        self._stops: list[int] = []
+        self._keys: list[float] = []
+        self._seqs: list[int] = []
+        """Per extent, the sequence number of its replacement key (ties go to the lower)."""
+        self._heap: list[tuple[float, int, int, int]] = []
+        self._seq = itertools.count()
+        self._content: IntervalSet | None = _EMPTY
+        self._used = 0
+        self._init_holds()
+
+    # -- reading the state ------------------------------------------------------------------
+
+    @property
+    def content(self) -> IntervalSet:
+        """Every cached event (built from the extents when asked, kept until they change)."""
+        if self._content is None:
+            self._content = IntervalSet.from_sorted(zip(self._starts, self._stops, strict=True))
+        return self._content
+
+    @property
+    def used_events(self) -> int:
+        return self._used
+
+    @property
+    def free_events(self) -> int:
+        return self.capacity_events - self._used
+
+    @property
+    def capacity_bytes(self) -> float:
+        return self.capacity_events * self.bytes_per_event
+
+    @property
+    def used_bytes(self) -> float:
+        return self._used * self.bytes_per_event
+
+    def lookup(self, data: IntervalSet) -> IntervalSet:
+        """The part of ``data`` that is cached here.
+
+        Answered from the extent lists with bisect, so a lookup costs the log of the number of
+        extents plus the extents it meets, not a copy of the whole content.
+        """
+        return self.partition(data)[0]
+
+    def partition(self, data: IntervalSet) -> tuple[IntervalSet, IntervalSet]:
+        """``(cached, rest)``: the part of ``data`` cached here and the part that is not, in
+        one walk over the extents (what :meth:`lookup` and a difference would give)."""
+        starts, stops = self._starts, self._stops
+        if not starts or not data:
+            return _EMPTY, data
+        hit_starts: list[int] = []
+        hit_stops: list[int] = []
+        gap_starts: list[int] = []
+        gap_stops: list[int] = []
+        for a, b in zip(data._starts, data._stops, strict=True):
+            # The extents lo..hi-1 overlap [a, b): the first may start before ``a`` and the
+            # last end after ``b``; those between are hits whole, with a gap wherever two of
+            # them do not touch (slices, not a walk extent by extent: a subjob on a warm
+            # cache meets tens of extents; docs/performance.md, "Cost per event as the
+            # cluster grows").
+            lo = bisect_right(stops, a)
+            hi = bisect_left(starts, b, lo)
+            if lo == hi:
+                gap_starts.append(a)
+                gap_stops.append(b)
+                continue
+            first = starts[lo]
+            if first > a:
+                gap_starts.append(a)
+                gap_stops.append(first)
+            else:
+                first = a
+            last = stops[hi - 1]
+            if hi - lo == 1:
+                hit_starts.append(first)
+                hit_stops.append(last if last < b else b)
+            else:
+                hit_starts.append(first)
+                hit_starts += starts[lo + 1 : hi]
+                inner = stops[lo : hi - 1]
+                hit_stops += inner
+                hit_stops.append(last if last < b else b)
+                for e, s in zip(inner, starts[lo + 1 : hi], strict=True):
+                    if e < s:
+                        gap_starts.append(e)
+                        gap_stops.append(s)
+            if last < b:
+                gap_starts.append(last)
+                gap_stops.append(b)
+        if not hit_starts:
+            return _EMPTY, data
+        if not gap_starts:
+            return data, _EMPTY
+        # Gaps neither touch nor overlap (cached pieces or gaps between ``data``'s ranges
+        # separate them); cached pieces of neighbouring extents may touch.
+        return (
+            IntervalSet.from_sorted(zip(hit_starts, hit_stops, strict=True)),
+            IntervalSet._make(gap_starts, gap_stops),
+        )
+
+    def extents(self) -> Iterator[tuple[int, int, float]]:
+        """Cached extents as ``(start, stop, key)``, in event order."""
+        return zip(self._starts, self._stops, self._keys, strict=True)
+
+    # -- changing the content -----------------------------------------------------------------
+
+    def touch(self, data: IntervalSet, stamp: float) -> None:
+        """Record that ``data`` was read at ``stamp`` (refreshes LRU keys of cached parts)."""
+        self.refresh(self.lookup(data), stamp)
+
+    def refresh(self, hit: IntervalSet, stamp: float) -> None:
+        """:meth:`touch` for data known to be cached whole (read under a pin): no lookup."""
+        starts, stops, keys = self._starts, self._stops, self._keys
+        touch = self.replacement.key_on_touch
+        lru = self.replacement is LRU  # its key is the stamp: no call per extent
+        for a, b in hit:
+            lo = bisect_right(stops, a)
+            hi = bisect_left(starts, b)
+            if lo + 1 == hi:
+                key = stamp if lru else touch(keys[lo], stamp)
+                if key == keys[lo]:
+                    continue  # one extent, key unchanged (FIFO): nothing to do
+                if key > keys[lo] and starts[lo] == a and stops[lo] == b:
+                    # Exactly one extent whose key grows (LRU, the common case): only
+                    # recorded; its older heap entry stands for it (see the class).
+                    keys[lo] = key
+                    self._seqs[lo] = next(self._seq)
+                    continue
+                new_keys = {key}
+            else:
+                new_keys = {touch(keys[i], stamp) for i in range(lo, hi)}
+            if len(new_keys) == 1:
+                # Every extent of [a, b) gets the same key (LRU): one extent replaces them,
+                # instead of updating and merging them one by one. They tile [a, b), since
+                # ``hit`` is cached whole; the first and last may stick out of it.
+                (key,) = new_keys
+                new_starts, new_stops, kept = [a], [b], [key]
+                if starts[lo] < a:
+                    new_starts.insert(0, starts[lo])
+                    new_stops.insert(0, a)
+                    kept.insert(0, keys[lo])
+                if stops[hi - 1] > b:
+                    new_starts.append(b)
+                    new_stops.append(stops[hi - 1])
+                    kept.append(keys[hi - 1])
+                starts[lo:hi] = new_starts
+                stops[lo:hi] = new_stops
+                keys[lo:hi] = kept
+                self._seqs[lo:hi] = [0] * len(kept)  # set by the pushes below
+                for i in range(lo, lo + len(kept)):
+                    self._push(i)
+                continue
+            self._split_at(a)
+            self._split_at(b)
+            lo = bisect_left(self._starts, a)
+            hi = bisect_left(self._starts, b)
+            for i in range(lo, hi):
+                key = self.replacement.key_on_touch(self._keys[i], stamp)
+                if key != self._keys[i]:
+                    self._keys[i] = key
+                    self._push(i)
+            self._coalesce(lo, hi)
+
+    def insert(self, data: IntervalSet, stamp: float) -> tuple[IntervalSet, IntervalSet]:
+        """Cache ``data`` read at ``stamp``, evicting as needed; returns ``(added, evicted)``.
+
+        What cannot be made room for (everything else pinned) is not cached: the earliest events
+        of ``data`` that fit are kept.
+        """
+        hit, new = self.partition(data)
+        if hit:
+            self.refresh(hit, stamp)
+        if not new:
+            return _EMPTY, _EMPTY
+        evicted = _EMPTY
+        if new.length > self.free_events:
+            evicted = self._evict(new.length - self.free_events, protect=self.pinned | data)
+        if new.length > self.free_events:
+            new, _ = new.head(self.free_events)
+            if not new:
+                return _EMPTY, evicted
+        key = self.replacement.key_on_insert(stamp)
+        starts, stops, keys, seqs = self._starts, self._stops, self._keys, self._seqs
+        heap, counter = self._heap, self._seq
+        for a, b in zip(new._starts, new._stops, strict=True):
+            # ``_push`` written out: this runs for every range a subjob brings in.
+            i = bisect_left(starts, a)
+            seq = next(counter)
+            starts.insert(i, a)
+            stops.insert(i, b)
+            keys.insert(i, key)
+            seqs.insert(i, seq)
+            heapq.heappush(heap, (key, seq, a, b))
+        if len(heap) > 2 * len(starts) + 1024:
+            self._rebuild_heap()
+        self._used += new.length
+        self._content = None
+        return new, evicted
+
+    def evict(self, data: IntervalSet) -> IntervalSet:
+        """Drop ``data`` from the cache (pins are ignored: the caller knows); returns what went."""
+        gone = self.lookup(data)
+        for a, b in gone:
+            self._remove_range(a, b)
+        return gone
+
+    def clear(self) -> IntervalSet:
+        """Drop everything; returns what was cached."""
+        gone = self.content
+        self._starts.clear()
+        self._stops.clear()
+        self._keys.clear()
+        self._seqs.clear()
+        self._heap.clear()
+        self._content = _EMPTY
+        self._used = 0
+        return gone
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _push(self, i: int) -> None:
+        seq = next(self._seq)
+        self._seqs[i] = seq
+        heap = self._heap
+        heapq.heappush(heap, (self._keys[i], seq, self._starts[i], self._stops[i]))
+        if len(heap) > 2 * len(self._starts) + 1024:
+            self._rebuild_heap()
+
+    def _rebuild_heap(self) -> None:
+        """Stale entries leave only through evictions: a cache that never fills (a
+        long-running worker's) would grow its heap with every split and merge. Rebuilt from
+        the extents, one entry each, it stays O(extents), amortised O(1) a push."""
+        heap = self._heap
+        heap[:] = zip(self._keys, self._seqs, self._starts, self._stops, strict=True)
+        heapq.heapify(heap)
+
+    def _split_at(self, point: int) -> None:
+        """Cut the extent containing ``point`` in its interior into two."""
+        i = bisect_right(self._starts, point) - 1
+        if i < 0 or not (self._starts[i] < point < self._stops[i]):
+            return
+        stop = self._stops[i]
+        self._stops[i] = point
+        self._starts.insert(i + 1, point)
+        self._stops.insert(i + 1, stop)
+        self._keys.insert(i + 1, self._keys[i])
+        self._seqs.insert(i + 1, 0)
+        self._push(i)
+        self._push(i + 1)
+
+    def _coalesce(self, lo: int, hi: int) -> None:
+        """Merge touching extents with equal keys among indices [lo, hi)."""
+        i = lo
+        while i + 1 < hi and i + 1 < len(self._starts):
+            if self._stops[i] == self._starts[i + 1] and self._keys[i] == self._keys[i + 1]:
+                self._stops[i] = self._stops[i + 1]
+                del self._starts[i + 1], self._stops[i + 1], self._keys[i + 1], self._seqs[i + 1]
+                hi -= 1
+                self._push(i)
+            else:
+                i += 1
+
+    def _remove_range(self, a: int, b: int) -> None:
+        self._split_at(a)
+        self._split_at(b)
+        lo = bisect_left(self._starts, a)
+        hi = bisect_left(self._starts, b)
+        removed = 0
+        for i in range(lo, hi):
+            removed += self._stops[i] - self._starts[i]
+        del self._starts[lo:hi], self._stops[lo:hi], self._keys[lo:hi], self._seqs[lo:hi]
+        self._used -= removed
+        self._content = None
+
+    def _extent(self, start: int, stop: int) -> int:
+        """The index of the extent ``[start, stop)``, or -1 if there is none."""
+        i = bisect_left(self._starts, start)
+        if i < len(self._starts) and self._starts[i] == start and self._stops[i] == stop:
+            return i
+        return -1
+
+    def _evict(self, need: int, protect: IntervalSet) -> IntervalSet:
+        """Evict whole extents, smallest key first, until ``need`` events are free.
+
+        Whole cached segments go, as in ponce-hersch Table 2 ("deallocates the least recently
+        used cached segments"): cutting extents to the exact need would shred the cache into
+        slivers. The unprotected part of a partly protected extent goes; the rest stays.
+        """
+        evicted: list[tuple[int, int]] = []
+        deferred: list[tuple[float, int, int, int]] = []
+        heap = self._heap
+        while need > 0 and heap:
+            entry = heapq.heappop(heap)
+            key, seq, start, stop = entry
+            i = self._extent(start, stop)
+            if i < 0:
+                continue  # split, merged or gone since: the extents it became have entries
+            if self._keys[i] != key or self._seqs[i] != seq:
+                # Refreshed since (a key only grows between pushes): enter it as it is now.
+                heapq.heappush(heap, (self._keys[i], self._seqs[i], start, stop))
+                continue
+            if not protect.clip(start, stop):
+                # The whole extent goes (the common case): no cutting needed.
+                del self._starts[i], self._stops[i], self._keys[i], self._seqs[i]
+                self._used -= stop - start
+                self._content = None
+                evicted.append((start, stop))
+                need -= stop - start
+                continue
+            free = IntervalSet.range(start, stop) - protect
+            if not free:
+                deferred.append(entry)
+                continue
+            for a, b in free:
+                self._remove_range(a, b)
+                evicted.append((a, b))
+                need -= b - a
+        for entry in deferred:
+            heapq.heappush(heap, entry)
+        evicted.sort()  # whole extents or parts of them: disjoint, in eviction order
+        return IntervalSet.from_sorted(evicted)
