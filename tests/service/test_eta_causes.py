@@ -360,6 +360,25 @@ def test_a_job_whose_files_are_under_way_does_not_wait_for_the_slot() -> None:
     assert (waiting["j1"] or 0.0) > 10.0
 
 
+def _one_file_done_one_half_back(
+    listener: StoreListener,
+    rid: str,
+    done: tuple[float, float | None],
+    half: tuple[float, float | None],
+) -> None:
+    """On node w1, request ``rid``'s job 0 completes its file of 1000 events in two packets
+    begun and slotted at ``done``, and job 1 runs and has the first half of its file back,
+    one packet begun and slotted at ``half`` (slotted None: a runtime that did not say)."""
+    listener.job_state(f"{rid}.0", JobState.RUNNING, node="w1")
+    for a in (0, 500):
+        packet = PacketDone(f"{rid}.0", f"/d/{rid}/0.root", a, a + 500, "w1", 10, 0.05)
+        listener.packet_done(replace(packet, started_at=done[0], slot_at=done[1]))
+    listener.job_state(f"{rid}.0", JobState.COMPLETED, node="w1")
+    listener.job_state(f"{rid}.1", JobState.RUNNING, node="w1")
+    first = PacketDone(f"{rid}.1", f"/d/{rid}/1.root", 0, 500, "w1", 10, 0.05)
+    listener.packet_done(replace(first, started_at=half[0], slot_at=half[1]))
+
+
 def test_the_store_keeps_when_packets_began_and_the_snapshot_prices_runs_from_it(
     store: Store,
 ) -> None:
@@ -371,15 +390,8 @@ def test_the_store_keeps_when_packets_began_and_the_snapshot_prices_runs_from_it
     listener = StoreListener(store)
     now = datetime.now(UTC).timestamp()
     # Job 0's file: two packets that began 4 s ago, stored now: 1000 events in 4 s.
-    listener.job_state(f"{rid}.0", JobState.RUNNING, node="w1")
-    for a in (0, 500):
-        packet = PacketDone(f"{rid}.0", f"/d/{rid}/0.root", a, a + 500, "w1", 10, 0.05)
-        listener.packet_done(replace(packet, started_at=now - 4.0))
-    listener.job_state(f"{rid}.0", JobState.COMPLETED, node="w1")
     # Job 1's file: half of it back, its packets began 2 s ago (250 events/s again).
-    listener.job_state(f"{rid}.1", JobState.RUNNING, node="w1")
-    half = PacketDone(f"{rid}.1", f"/d/{rid}/1.root", 0, 500, "w1", 10, 0.05)
-    listener.packet_done(replace(half, started_at=now - 2.0))
+    _one_file_done_one_half_back(listener, rid, (now - 4.0, None), (now - 2.0, None))
     snap = live_snapshot(store, CLUSTER)
     (job,) = snap.jobs
     # Its run takes 1000 / 250 = 4 s, 2 s of which are over: 2 s for its 500 events left
@@ -419,15 +431,13 @@ def test_runs_count_from_the_slot_and_price_a_job_sent_with_no_packet_back(
     # Job 0's file: two packets whose tasks began 10 s ago, but which waited 6 s behind
     # other jobs' packets on the node: they got the slot 4 s ago and are stored now. The
     # run is 1000 events in 4 s, not in 10.
-    listener.job_state(f"{rid}.0", JobState.RUNNING, node="w1")
-    for a in (0, 500):
-        packet = PacketDone(f"{rid}.0", f"/d/{rid}/0.root", a, a + 500, "w1", 10, 0.05)
-        listener.packet_done(replace(packet, started_at=now - 10.0, slot_at=now - 4.0))
-    listener.job_state(f"{rid}.0", JobState.COMPLETED, node="w1")
     # Job 1's file: half of it back; its packets began 3 s ago and got the slot 2 s ago.
-    listener.job_state(f"{rid}.1", JobState.RUNNING, node="w1")
-    half = PacketDone(f"{rid}.1", f"/d/{rid}/1.root", 0, 500, "w1", 10, 0.05)
-    listener.packet_done(replace(half, started_at=now - 3.0, slot_at=now - 2.0))
+    _one_file_done_one_half_back(
+        listener,
+        rid,
+        (now - 10.0, now - 4.0),
+        (now - 3.0, now - 2.0),
+    )
     # Job 2 was sent to w1 and has no packet back yet.
     listener.job_state(f"{rid}.2", JobState.RUNNING, node="w1")
     with store.session() as s:  # stored at ``now`` exactly, however long storing took
