@@ -212,6 +212,7 @@ def run(
             with_eta = {r.request_id for r in records if r.predictions}
             rows = _detail(d.service.store, records, started_at) if detail else []
             before = _earlier_packets(d.service.store, started_at) if detail else []
+            earlier = _earlier_requests(d.service.store, started_at) if detail else []
     setattr(eta_watch, "live_snapshot", taking)  # noqa: B010
     latency = [x for r in results for x in r[0]]
     return {
@@ -240,7 +241,16 @@ def run(
         "refresh_cost_s_median": _median(cost),
         "load_before": load_before,
         "load_after": os.getloadavg(),
-        **({"detail": rows, "earlier_packets": before, "snapshots": snapshots} if detail else {}),
+        **(
+            {
+                "detail": rows,
+                "earlier_packets": before,
+                "earlier_requests": earlier,
+                "snapshots": snapshots,
+            }
+            if detail
+            else {}
+        ),
     }
 
 
@@ -296,6 +306,42 @@ def _earlier_packets(store: Any, t0: float) -> list[list[Any]]:
         [ts(c), n, b - a, j, u.rsplit("/", 1)[-1], None if slot is None else ts(slot)]
         for c, n, a, b, j, u, slot in rows
     ]
+
+
+def _earlier_requests(store: Any, t0: float) -> list[list[Any]]:
+    """The requests submitted before the users' first submission (the warm-up's, the earlier
+    rounds'): seconds from it of their submission, of their jobs' first packet getting its
+    slot (None: not known) and of their last packet's storing: what a request alone waits
+    for the daemon's dispatch (docs/service-whatif.md)."""
+    from datetime import UTC, datetime
+
+    from sqlalchemy import func, select
+
+    from datasched.service.store.models import Job, Packet, Request
+
+    def ts(x: Any) -> float | None:
+        if x is None:
+            return None
+        if isinstance(x, str):
+            x = datetime.fromisoformat(x)
+        return round((x if x.tzinfo else x.replace(tzinfo=UTC)).timestamp() - t0, 3)
+
+    since = datetime.fromtimestamp(t0, UTC)
+    with store.reading() as s:
+        rows = s.execute(
+            select(
+                Request.id,
+                Request.created,
+                func.min(func.coalesce(Packet.slotted, Packet.started)),
+                func.max(Packet.created),
+            )
+            .join(Job, Job.request_id == Request.id)
+            .outerjoin(Packet, Packet.job_id == Job.id)
+            .where(Request.created < since)
+            .group_by(Request.id, Request.created)
+            .order_by(Request.created)
+        ).all()
+    return [[rid, ts(c), ts(slot), ts(last)] for rid, c, slot, last in rows]
 
 
 def _detail(store: Any, records: list[Any], t0: float) -> list[dict[str, Any]]:
