@@ -452,8 +452,74 @@ def test_runs_count_from_the_slot_and_price_a_job_sent_with_no_packet_back(
     # Job 1: a run of 4 s, 2 s of it over since its slot: 2 s for its 500 events left (less
     # the moments since). From the tasks' beginning it would be a run of 10 s, 3 s over: 7 s.
     assert 2.0 - since - 1e-6 <= one * 500 <= 2.0 + 1e-6
-    # Job 2: its file's whole run, 4 s (a job starting no longer pays the rates' start).
-    assert two * 1000 == pytest.approx(4.0)
+    # Job 2: its file's whole run, 4 s (a job starting no longer pays the rates' start),
+    # less the moments it has been running.
+    assert 4.0 - since - 1e-6 <= two * 1000 <= 4.0 + 1e-6
+
+
+def test_a_job_sent_with_no_packet_back_has_its_first_run_less_its_time_running() -> None:
+    # Runs of 1 ms an event (sent=1e-3, a job of the mean CPU): 1 s a file of 1000 events.
+    node = NodeSnapshot("w0", 1, 10**9, (), NodeRates(270.0, 270.0, 270.0))
+    files = (FileTodo("/d/1", 1000, 10**4, None), FileTodo("/d/2", 1000, 10**4, None))
+    job = JobSnapshot("j", "r", files, 0.0, node="w0")
+    per_job = {"j": (1000.0, 0.1)}
+
+    def priced(running_for: float) -> float:
+        got = _costed(
+            [job], {"j": 1.0}, per_job, [node], sent=1e-3, running_for={"j": running_for}
+        )[0].cpu_s_per_event
+        assert got is not None
+        return got * 2000
+
+    # Running for 0.6 s: its first file's packets are under way, 0.4 s left of that run,
+    # then the second file's whole run.
+    assert priced(0.6) == pytest.approx(0.4 + 1.0)
+    # Running for 5 s, past its run: a quarter of the run is left, never less.
+    assert priced(5.0) == pytest.approx(0.25 + 1.0)
+    assert priced(0.0) == pytest.approx(2.0)
+
+
+def test_a_job_not_sent_yet_is_priced_from_the_nodes_file_cycles_not_their_busy_rate() -> None:
+    from datasched.service.live_rates import IDLE_FACTOR, cycle_paces
+
+    # Node w0, one slot: job a's file (1000 events) gets the slot at 0.0 and is stored at
+    # 1.0; job b's gets it at 1.5 (submitted at 0.2) and is stored at 2.5; job c's gets it
+    # at 9.0 and is stored at 10.0, but c was submitted at 8.5. A file's cycle: its run
+    # and the gap before it: b's 1 s + 0.5 s; c's 1 s + 0.5 s (from its submission: the
+    # node had no such job before). The first run's gap is not known: no sample.
+    packets = [
+        (0.0, 1.0, 1000, "a", "/d/a"),
+        (1.5, 2.5, 1000, "b", "/d/b"),
+        (9.0, 10.0, 1000, "c", "/d/c"),
+    ]
+    submitted = {"a": 0.0, "b": 0.2, "c": 8.5}
+    assert cycle_paces({"w0": packets}, submitted) == {"w0": pytest.approx(1000 / 1.5)}
+    # Without c's submission its gap runs from b's storing: 6.5 s, a wait for work, counted
+    # at most IDLE_FACTOR runs; the median of the two cycles.
+    assert cycle_paces({"w0": packets}) == {
+        "w0": pytest.approx((1000 / 1.5 + 1000 / (1.0 + IDLE_FACTOR)) / 2)
+    }
+    assert cycle_paces({"w1": packets[:1]}) == {}  # one run: no gap known
+    # Two packets side by side of one file count as one run, with no gap between them.
+    side = [(0.0, 1.0, 500, "a", "/d/a"), (0.2, 1.0, 500, "a", "/d/a"), *packets[1:2]]
+    assert cycle_paces({"w0": side}, submitted) == {"w0": pytest.approx(1000 / 1.5)}
+
+    # A job queued (no node, no packet) is priced at the cycle (1.5 ms an event), not at
+    # the nodes' busy rate (250 events/s: 4 ms), which held every wait since submission;
+    # without a cycle measured, at the busy rate as before.
+    node = NodeSnapshot("w0", 1, 10**9, (), NodeRates(250.0, 250.0, 250.0))
+    queued = JobSnapshot("q", "rq", (FileTodo("/d/q", 1000, 10**4, None),), 0.0)
+    per_job = {"q": (1000.0, 1e-4)}  # a job of the mean CPU, 0.1 us an event
+    got = _costed([queued], {"q": 1.0}, per_job, [node], sent=1e-3, cycle=1.5e-3)
+    assert got[0].cpu_s_per_event == pytest.approx(1.5e-3)
+    got = _costed([queued], {"q": 1.0}, per_job, [node], sent=1e-3)
+    assert got[0].cpu_s_per_event == pytest.approx(1 / 250.0)
+    # A job running is priced from its runs, whatever the cycle.
+    running = replace(queued, node="w0")
+    got = _costed(
+        [running], {"q": 1.0}, per_job, [node], sent=1e-3, cycle=1.5e-3, running_for={"q": 0.0}
+    )
+    assert got[0].cpu_s_per_event == pytest.approx(1e-3)
 
 
 # -- a node's slowness is not a fetch ---------------------------------------------------------

@@ -42,6 +42,7 @@ from datasched.service.live_rates import (
     MIN_PACKETS,
     WINDOW_S,
     busy_rate,
+    cycle_paces,
     last_packets,
     rate_spread,
     recent_jobs,
@@ -243,8 +244,11 @@ def live_snapshot(store: Store, cluster: Mapping[str, Any]) -> ClusterSnapshot:
         if node in slots
     }
     starts = start_costs(with_jobs, rates, paces)
-    sent = sent_paces(recent_sent(store, datetime.now(UTC)))
-    sent = {node: rate for node, rate in sent.items() if node in slots}
+    runs = recent_sent(store, datetime.now(UTC))
+    sent = {node: rate for node, rate in sent_paces(runs).items() if node in slots}
+    run_jobs = {node: [p[3] for p in packets] for node, packets in runs.items()}
+    cycles = cycle_paces(runs, _submitted(store, run_jobs))
+    cycles = {node: rate for node, rate in cycles.items() if node in slots}
     now_s = datetime.now(UTC).timestamp()
     jobs = _costed(
         jobs,
@@ -258,6 +262,7 @@ def live_snapshot(store: Store, cluster: Mapping[str, Any]) -> ClusterSnapshot:
             for job_id, since in running_since.items()
         },
         sent=1.0 / statistics.fmean(sent.values()) if sent else None,
+        cycle=1.0 / statistics.fmean(cycles.values()) if cycles else None,
         file_age={
             job_id: {url: max(now_s - t, 0.0) for url, t in files.items()}
             for job_id, files in began.items()
@@ -291,6 +296,7 @@ def _costed(
     running_for: Mapping[str, float] | None = None,
     sent: float | None = None,
     file_age: Mapping[str, Mapping[str, float]] | None = None,
+    cycle: float | None = None,
 ) -> list[JobSnapshot]:
     """The jobs with their seconds per event on a slot (``JobSnapshot.cpu_s_per_event``),
     from the nodes' mean time per event (wall clock where a node measured it; else the
@@ -321,7 +327,14 @@ def _costed(
     whole run; a file not begun, its whole run. A job sent with no packet back has its
     files' whole runs, its start on the node in the first (a run counts from the slot, so
     the start its first packet pays is in it, and the wait behind the node's other jobs,
-    which the simulated queue prices, is not: docs/service-whatif.md)."""
+    which the simulated queue prices, is not: docs/service-whatif.md), less how long it has
+    been running (``running_for``) from the first of them, at least :data:`OVERDUE_SHARE`
+    of that run: its first packets are under way.
+
+    ``cycle``: the nodes' mean seconds per event of a file's run with the gap before it
+    (:func:`~datasched.service.live_rates.cycle_paces`). A job not sent yet is priced at
+    it where it is known, not at the nodes' busy rate, which counts every wait since a
+    job's submission as the node's work (docs/service-whatif.md)."""
     if not relative:
         return jobs
     events = sum(e for e, _ in per_job.values())
@@ -340,12 +353,16 @@ def _costed(
         begun = sum(_left(f) for f in j.files if f.todo is not None and _left(f) < f.n_events)
         left = sum(_left(f) for f in j.files)
         ages = (file_age or {}).get(j.id, {})
-        if sent is not None and left > 0 and (ages or j.id in (running_for or {})):
+        running = (running_for or {}).get(j.id)
+        if sent is not None and left > 0 and (ages or running is not None):
             going = job_time_per_event(sent, mean_cpu, cpu)
             time_left = 0.0
+            under_way = None if ages else running  # no packet back: its first file is going
             for f in j.files:
                 n_left = _left(f)
                 age = ages.get(f.url)
+                if age is None and under_way is not None and n_left > 0:
+                    age, under_way = under_way, None
                 if n_left <= 0:
                     continue
                 if age is None:
@@ -354,6 +371,8 @@ def _costed(
                     run = f.n_events * going
                     time_left += max(run - age, OVERDUE_SHARE * run)
             fresh = time_left / left
+        elif cycle is not None and left > 0 and running is None and not ages:
+            fresh = job_time_per_event(cycle, mean_cpu, cpu)
         elif started is not None and left > 0:
             going = job_time_per_event(started, mean_cpu, cpu)
             since = (running_for or {}).get(j.id)

@@ -37,6 +37,7 @@ __all__ = [
     "SENT_RUNS",
     "WINDOW_S",
     "busy_rate",
+    "cycle_paces",
     "last_packets",
     "rate_spread",
     "recent_jobs",
@@ -302,23 +303,25 @@ def _when(t: datetime | str) -> float:
 
 def _file_runs(
     packets: Sequence[tuple[float, float, int, str, str]],
-) -> list[tuple[float, float, int, float]]:
+) -> list[tuple[float, float, int, float, str]]:
     """A node's runs of one job's packets of one file: ``(first began, last stored, events,
-    time)``, the time being the union of each packet's span from its beginning to its
+    time, job)``, the time being the union of each packet's span from its beginning to its
     storing: packets of other jobs that held the slot between two of this file's are not
     the file's run."""
     runs: dict[tuple[str, str], list[tuple[float, float, int]]] = {}
     for began, stored, n, job, url in packets:
         runs.setdefault((job, url), []).append((began, max(stored, began), n))
     out = []
-    for spans in runs.values():
+    for (job, _), spans in runs.items():
         spans.sort()
         time_s = 0.0
         end = -math.inf
         for a, b, _ in spans:
             time_s += max(b - max(a, end), 0.0)
             end = max(end, b)
-        out.append((spans[0][0], max(b for _, b, _ in spans), sum(n for *_, n in spans), time_s))
+        out.append(
+            (spans[0][0], max(b for _, b, _ in spans), sum(n for *_, n in spans), time_s, job)
+        )
     return out
 
 
@@ -341,7 +344,43 @@ def sent_paces(
     without such a run are left out."""
     out: dict[str, float] = {}
     for node, packets in runs.items():
-        done = sorted((b, n / t) for _, b, n, t in _file_runs(packets) if t > 0 and n > 0)
+        done = sorted((b, n / t) for _, b, n, t, _ in _file_runs(packets) if t > 0 and n > 0)
         if done:
             out[node] = statistics.median(r for _, r in done[-SENT_RUNS:])
+    return out
+
+
+def cycle_paces(
+    runs: Mapping[str, Sequence[tuple[float, float, int, str, str]]],
+    submitted: Mapping[str, float] | None = None,
+) -> dict[str, float]:
+    """Each node's events per second a file takes of the node's time, from one file's run
+    to the next: the median, over the node's last :data:`SENT_RUNS` runs of one job's file
+    after its first (:func:`recent_sent`), of the run's events over its time
+    (:func:`sent_paces`) plus the gap before it, from the storing of the node's run before
+    to its first packet getting the slot. The gap counts from the job's submission at the
+    earliest (``submitted``: job -> seconds; before it the node had no such job), and at
+    most :data:`IDLE_FACTOR` times the run's time (a longer one is the node waiting for
+    work).
+
+    The gap is what the node spends between files: the dispatch of the next job, its
+    task's round trip, its sandboxed child's start. A job not yet sent is priced at this
+    pace (docs/service-whatif.md): the node's busy rate (:func:`busy_rate`) holds, besides,
+    every wait since a job's submission, the daemon's own delay under a burst of
+    submissions included, and priced the queue about half as fast as the nodes went. Nodes
+    without two such runs are left out."""
+    since = submitted or {}
+    out: dict[str, float] = {}
+    for node, packets in runs.items():
+        done = sorted(_file_runs(packets))
+        cycles: list[tuple[float, float]] = []
+        end = -math.inf
+        for i, (began, stored, n, time_s, job) in enumerate(done):
+            if i > 0 and time_s > 0 and n > 0:
+                gap = max(began - max(end, since.get(job, end)), 0.0)
+                cycles.append((stored, n / (time_s + min(gap, IDLE_FACTOR * time_s))))
+            end = max(end, stored)
+        if cycles:
+            cycles.sort()
+            out[node] = statistics.median(r for _, r in cycles[-SENT_RUNS:])
     return out
