@@ -20,7 +20,8 @@ daemon in service has, and prices a new request from those packets
 submit their requests R times, each round once the last ended, and the figures are the
 last round's: predicted from the packets of a loaded run, as a daemon in service predicts
 (every round's figures are in the JSON). ``--detail`` (with ``--json``) adds, per request,
-its packets, predictions and end, and what each refresh predicted from
+its packets, predictions and end, what each refresh predicted from and what it cost, and
+the requests run before the users' (the warm-up's) with their first packet's slot
 (docs/service-whatif.md reads them).
 
     python benchmarks/service_eta.py [--users 10] [--requests 3] [--workers 4] [--files 2]
@@ -247,6 +248,7 @@ def run(
                 "earlier_packets": before,
                 "earlier_requests": earlier,
                 "snapshots": snapshots,
+                "refresh_costs_s": cost,
             }
             if detail
             else {}

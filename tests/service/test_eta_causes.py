@@ -504,7 +504,7 @@ def test_a_job_not_sent_yet_is_priced_from_the_nodes_file_cycles_not_their_busy_
     side = [(0.0, 1.0, 500, "a", "/d/a"), (0.2, 1.0, 500, "a", "/d/a"), *packets[1:2]]
     assert cycle_paces({"w0": side}, submitted) == {"w0": pytest.approx(1000 / 1.5)}
 
-    # A job queued (no node, no packet) is priced at the cycle (1.5 ms an event), not at
+    # A job not sent (no node, no packet) is priced at the cycle (1.5 ms an event), not at
     # the nodes' busy rate (250 events/s: 4 ms), which held every wait since submission;
     # without a cycle measured, at the busy rate as before.
     node = NodeSnapshot("w0", 1, 10**9, (), NodeRates(250.0, 250.0, 250.0))
@@ -520,6 +520,34 @@ def test_a_job_not_sent_yet_is_priced_from_the_nodes_file_cycles_not_their_busy_
         [running], {"q": 1.0}, per_job, [node], sent=1e-3, cycle=1.5e-3, running_for={"q": 0.0}
     )
     assert got[0].cpu_s_per_event == pytest.approx(1e-3)
+
+
+def test_the_snapshot_prices_a_job_not_sent_from_the_cycles_held_or_pending(
+    store: Store,
+) -> None:
+    from datasched.service.live import live_snapshot
+
+    with store.session() as s:
+        token = add_user(s, "ann", "g")
+    rid = submit(store, token, 4, events=1000)
+    listener = StoreListener(store)
+    now = datetime.now(UTC).timestamp()
+    # On w1: job 0's file ran from its slot 4 s ago to now, then job 1's first half from
+    # 2 s ago: the second run, 500 events in 2 s with no gap before it, is a cycle of 250
+    # events a second (the first run's gap is not known).
+    _one_file_done_one_half_back(listener, rid, (now - 4.0, now - 4.0), (now - 2.0, now - 2.0))
+    listener.job_state(f"{rid}.2", JobState.QUEUED)  # held by the runner, not sent
+    with store.session() as s:  # stored at ``now`` exactly, however long storing took
+        for row in s.scalars(select(Packet)):
+            row.created = datetime.fromtimestamp(now, UTC)
+    got = {j.id: j.cpu_s_per_event for j in live_snapshot(store, CLUSTER).jobs}
+    held, pending = got[f"{rid}.2"], got[f"{rid}.3"]  # job 3 is still the dispatcher's
+    assert held is not None
+    assert pending is not None
+    # Both at the cycle, not at w1's rate: with too few packets for a wall-clock one, its
+    # events per CPU second (1500 events in three packets of 0.05 s: 0.1 s for 1000).
+    assert held * 1000 == pytest.approx(4.0)
+    assert pending * 1000 == pytest.approx(4.0)
 
 
 # -- a node's slowness is not a fetch ---------------------------------------------------------
