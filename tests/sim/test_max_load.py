@@ -124,9 +124,49 @@ def test_nothing_sustained_gives_zero(monkeypatch: pytest.MonkeyPatch) -> None:
     assert found.max_load_jobs_per_h == 0.0
     assert found.highest_sustained_jobs_per_h is None
     assert found.lowest_overloaded_jobs_per_h == 0.05
-    found, _ = fake_search(monkeypatch, short=0.01, long=0.01)
+    found, fake = fake_search(monkeypatch, short=0.01, long=0.01)
     assert found.max_load_jobs_per_h == 0.0
-    assert len(found.probes) == 1
+    # Every load above the lowest was overloaded, and then the lowest itself, run last.
+    assert all(p.overloaded for p in found.probes)
+    assert fake.calls[-1] == (0.05, 100)
+    assert fake.calls.count((0.05, 100)) == 1
+
+
+def test_the_lowest_load_is_run_only_when_the_search_comes_down_to_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # It would be sustained: a search with an answer above it never runs it, and finds the
+    # same answer as one that ran it first (the rest of the bisection does not depend on it).
+    found, fake = fake_search(monkeypatch, short=1.1, long=1.0, confirm_factor=1)
+    assert 1.08 <= found.max_load_jobs_per_h <= 1.1
+    assert all(load > 0.05 for load, _ in fake.calls)
+    # Short runs sustain only the lowest load: it is run, once, and is the answer.
+    found, fake = fake_search(monkeypatch, short=0.05, long=0.05, confirm_factor=1)
+    assert found.max_load_jobs_per_h == 0.05
+    assert fake.calls.count((0.05, 100)) == 1
+
+
+def test_a_first_load_starts_the_bisection(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Sustained: nothing below it is run, and the answer keeps its 2 % precision.
+    found, fake = fake_search(monkeypatch, short=1.1, long=1.0, first=0.8, confirm_factor=1)
+    assert fake.calls[0] == (0.8, 100)
+    assert min(load for load, _ in fake.calls) == 0.8
+    assert 1.08 <= found.max_load_jobs_per_h <= 1.1
+    assert found.lowest_overloaded_jobs_per_h is not None
+    assert found.lowest_overloaded_jobs_per_h <= 1.02 * found.max_load_jobs_per_h
+    # Overloaded: the search goes on below it, to the same precision, and is confirmed.
+    found, fake = fake_search(monkeypatch, short=0.55, long=0.5, first=0.8)
+    assert fake.calls[0] == (0.8, 100)
+    assert 0.49 <= found.max_load_jobs_per_h <= 0.5
+    assert (found.max_load_jobs_per_h, 800) in fake.calls
+
+
+@pytest.mark.parametrize("first", [0.05, 4.0, 0.01, 5.0])
+def test_a_first_load_outside_the_bracket_is_refused(
+    monkeypatch: pytest.MonkeyPatch, first: float
+) -> None:
+    with pytest.raises(ConfigError, match="first: must lie between lo"):
+        fake_search(monkeypatch, short=1.0, long=1.0, first=first)
 
 
 def test_confirm_factor_one_is_plain_bisection(monkeypatch: pytest.MonkeyPatch) -> None:

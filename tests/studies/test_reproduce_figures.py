@@ -3,7 +3,7 @@ report (the full run is the committed docs/reproduction-ponce.md). How long it t
 checked here: a test's wall-clock time says more about the machine than about the code, and
 timings belong in the benchmarks.
 
-Marked slow: the quick run takes four to five minutes on two cores, which with the other
+Marked slow: the quick run takes about 200 s of CPU (two minutes on two cores), which with the other
 papers' reproductions put the default run past ten minutes. The default run still checks
 the quick claims against the paper (tests/studies/test_paper_ponce.py).
 """

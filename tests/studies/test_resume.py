@@ -90,6 +90,17 @@ def test_the_reproduction_is_units_with_stable_distinct_keys() -> None:
     assert all(u.cost > 0 for u in shared if not u.key.startswith("fig09"))
 
 
+def test_small_stripes_are_costed_as_the_costly_runs_they_are() -> None:
+    """Measured, a stripe-200 adaptive-delay run of Figure 10 costs about 14 times a
+    stripe-5000 one and 4 times an out-of-order one: costed as the cheapest, they went last
+    and left one process busy alone at the end."""
+    shared, _ = ponce_units(quick=True)
+    cost = {u.key: u.cost for u in shared}
+    small = cost["fig10/adaptive delay, stripe 200@0.6"]
+    assert small > 10 * cost["fig10/adaptive delay, stripe 5000@0.6"]
+    assert small > 2 * cost["fig10/out-of-order@0.6"]
+
+
 _SCRIPT = """
 import sys, time
 from functools import partial

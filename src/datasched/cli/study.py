@@ -269,9 +269,10 @@ def reproduce_ponce(
         typer.Option(
             "--quick",
             metavar="",
-            help="Fewer jobs, loads and seeds: about 320 s of CPU in all, so about 3 minutes "
-            "on two free cores (174 s measured on a quiet machine), longer beside other work "
-            "(docs/reproduction.md says what it leaves out and what was measured).",
+            help="Fewer jobs, loads, periods and cluster sizes: about 200 s of CPU in all, so "
+            "about 2 minutes on two free cores and about 3 beside a busy process, longer "
+            "beside more work (docs/reproduction.md says what it leaves out and what was "
+            "measured).",
         ),
     ] = False,
     resume: Annotated[

@@ -439,6 +439,7 @@ def search_max_load(
     *,
     lo: float = 0.05,
     hi: float | None = None,
+    first: float | None = None,
     rel_tol: float = 0.02,
     confirm_factor: int = CONFIRM_FACTOR,
     on_step: Callable[[Probe], None] | None = None,
@@ -464,12 +465,22 @@ def search_max_load(
     highest load a short run found sustained below it (confirmed in its turn before it is
     reported). ``confirm_factor=1`` reports the bisection's answer unconfirmed.
     ``on_step`` sees every probe as it finishes.
+
+    ``lo`` is taken as sustained and run only if the search comes back down to it (no load
+    above it sustained): it only ever told a search that sustains nothing to stop, so a
+    search with an answer above it spares that run (a full-length one, as costly as any
+    sustained probe) and gives the same answer. ``first``, between ``lo`` and ``hi``, is the
+    load run first, where a caller knows roughly where the answer lies (default: the
+    bisection's first midpoint): the bisection goes on above it if it is sustained, below it
+    if not, to the same ``rel_tol``.
     """
     if confirm_factor < 1:
         raise ConfigError("confirm_factor", f"must be at least 1, got {confirm_factor!r}")
     if hi is None:
         best_s = config.fastest_s_per_event
         hi = 2 * 3600 * config.n_nodes * config.slots / (config.mean_job_events * best_s)
+    if first is not None and not lo < first < hi:
+        raise ConfigError("first", f"must lie between lo ({lo:g}) and hi ({hi:g}), got {first!r}")
     short = config.n_jobs
     long = short * confirm_factor
     probes: list[Probe] = []
@@ -493,12 +504,20 @@ def search_max_load(
             probes=tuple(probes),
         )
 
-    if overloaded(lo, short):
-        return result(None)
-    # Loads found sustained, in the order found (each above the last), and by which length.
+    floor, floor_run = lo, False
+    # Loads found sustained (``lo`` until run: see above), in the order found (each above the
+    # last), and those a run of the long length found so.
     sustained: list[float] = [lo]
-    confirmed: set[float] = {lo} if long == short else set()
+    confirmed: set[float] = set()
     n_jobs = short
+    if first is not None:
+        if overloaded(first, n_jobs):
+            hi = first
+        else:
+            lo = first
+            sustained.append(first)
+            if n_jobs == long:
+                confirmed.add(first)
     while True:
         while hi - lo > rel_tol * lo:
             mid = math.sqrt(lo * hi) if hi / lo > 4 else (lo + hi) / 2
@@ -509,6 +528,13 @@ def search_max_load(
                 sustained.append(mid)
                 if n_jobs == long:
                     confirmed.add(mid)
+        if lo == floor and not floor_run:
+            # Nothing above the lowest load sustained: only now does it need a run.
+            floor_run = True
+            if overloaded(lo, n_jobs):
+                return result(None)
+            if n_jobs == long:
+                confirmed.add(lo)
         if lo in confirmed or not overloaded(lo, long):
             return result(lo)
         # The long run saw an overload: search below, from the next load found sustained.
@@ -525,13 +551,20 @@ def find_max_load(
     *,
     lo: float = 0.05,
     hi: float | None = None,
+    first: float | None = None,
     rel_tol: float = 0.02,
     confirm_factor: int = CONFIRM_FACTOR,
     on_step: Callable[[Probe], None] | None = None,
 ) -> float:
     """:func:`search_max_load`'s answer alone: the largest sustained load (jobs/h), 0 if none."""
     found = search_max_load(
-        config, lo=lo, hi=hi, rel_tol=rel_tol, confirm_factor=confirm_factor, on_step=on_step
+        config,
+        lo=lo,
+        hi=hi,
+        first=first,
+        rel_tol=rel_tol,
+        confirm_factor=confirm_factor,
+        on_step=on_step,
     )
     return found.max_load_jobs_per_h
 

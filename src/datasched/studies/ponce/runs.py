@@ -19,8 +19,15 @@ from datasched.sim.engine import SimRun
 from datasched.sim.experiment import SimConfig, find_max_load, simulate
 from datasched.sim.workload import expected_single_node_time_s, theoretical_max_load_jobs_per_h
 from datasched.studies.claims import Measured
-from datasched.studies.ponce.figures import MAX_LOAD_CONFIRM, SEARCH_RUNS, Unit, cost_of
-from datasched.studies.ponce.perfmap import jobs_for_period
+from datasched.studies.ponce.figures import (
+    MAX_LOAD_CONFIRM,
+    QUICK_PERIODS_PER_RUN,
+    SEARCH_RUNS,
+    Unit,
+    cost_of,
+    search_first,
+)
+from datasched.studies.ponce.perfmap import PERIODS_PER_RUN, jobs_for_period
 
 __all__ = [
     "LOW_LOAD",
@@ -74,9 +81,13 @@ def _fcfs_configs(quick: bool) -> tuple[SimConfig, SimConfig, int]:
     return base, replace(base, n_jobs=n_max_load_jobs), n_cache_jobs
 
 
-def _max_load_of(probe: SimConfig, policy: str, pipelining: Pipelining) -> float:
+def _max_load_of(
+    probe: SimConfig, policy: str, pipelining: Pipelining, first: float | None = None
+) -> float:
     return find_max_load(
-        replace(probe, policy=policy, pipelining=pipelining), confirm_factor=MAX_LOAD_CONFIRM
+        replace(probe, policy=policy, pipelining=pipelining),
+        first=first,
+        confirm_factor=MAX_LOAD_CONFIRM,
     )
 
 
@@ -107,11 +118,12 @@ def fcfs_units(*, quick: bool = False) -> list[Unit]:
     the claims' numbers of their results, in this order)."""
     base, probe, n_cache_jobs = _fcfs_configs(quick)
     none, tert = Pipelining.NONE, Pipelining.TERTIARY
+    first = search_first(quick=quick)
     units = [
         Unit(
             "fcfs/farm-max-load",
             "processing farm: maximal sustainable load",
-            partial(_max_load_of, probe, "farm", none),
+            partial(_max_load_of, probe, "farm", none, first),
             cost_of(replace(probe, policy="farm"), runs=SEARCH_RUNS),
         ),
         Unit(
@@ -135,13 +147,13 @@ def fcfs_units(*, quick: bool = False) -> list[Unit]:
         Unit(
             "fcfs/splitting-max-load",
             "job splitting: maximal sustainable load",
-            partial(_max_load_of, probe, "splitting", none),
+            partial(_max_load_of, probe, "splitting", none, first),
             cost_of(replace(probe, policy="splitting"), runs=SEARCH_RUNS),
         ),
         Unit(
             "fcfs/splitting-pipelined-max-load",
             "job splitting with pipelining: maximal sustainable load",
-            partial(_max_load_of, probe, "splitting", tert),
+            partial(_max_load_of, probe, "splitting", tert, first),
             cost_of(replace(probe, policy="splitting"), runs=SEARCH_RUNS),
         ),
     ]
@@ -229,15 +241,20 @@ def max_load_probe(policy: str, *, quick: bool = False) -> SimConfig:
     if delay_h > 0:
         # Its runs at high load let jobs go in batches of up to its longest period (the
         # map's, for adaptive delay): they must span as many periods as the map's own runs
-        # for overload to show.
-        probe = replace(probe, n_jobs=jobs_for_period(probe.n_jobs, delay_h))
+        # for overload to show (with --quick, as many as the quick figures' delayed runs).
+        periods = QUICK_PERIODS_PER_RUN if quick else PERIODS_PER_RUN
+        probe = replace(probe, n_jobs=jobs_for_period(probe.n_jobs, delay_h, periods=periods))
     return replace(probe, policy=policy)
 
 
 def policy_max_load(policy: str, *, quick: bool = False) -> float:
     """The maximal load of ``policy`` with 100 GB caches, as :func:`measure_policies`
     searches it (a separate function so that the searches can run in other processes)."""
-    return find_max_load(max_load_probe(policy, quick=quick), confirm_factor=MAX_LOAD_CONFIRM)
+    return find_max_load(
+        max_load_probe(policy, quick=quick),
+        first=search_first(quick=quick),
+        confirm_factor=MAX_LOAD_CONFIRM,
+    )
 
 
 def measure_policies(
