@@ -1,7 +1,8 @@
 """The Dask engine end to end: policies of the core on real workers, caches, faults, XRootD.
 
-Each test starts a small LocalCluster (two worker processes); the dataset is the session's
-12,000-event demo set. Every result is compared with the histogram computed directly.
+Each test starts a small LocalCluster (two worker processes), but for the killed-worker runs,
+which share one (:func:`shared_cluster`); the dataset is the session's 12,000-event demo set.
+Every result is compared with the histogram computed directly.
 """
 
 from __future__ import annotations
@@ -10,9 +11,12 @@ import asyncio
 import os
 import pickle
 import shutil
+import threading
+from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
+import dask
 import pytest
 import yaml
 
@@ -32,6 +36,7 @@ from datasched.runtime.session import (
     open_cluster,
     run_jobs,
 )
+from datasched.runtime.worker import PLUGIN_NAME, CachePlugin
 from runtime_support import N_EVENTS, KillOnFirstPacket, reference_counts
 
 FAST = EngineConfig(queue_s=0.2, poll_s=0.1)
@@ -198,9 +203,69 @@ def test_cache_capacity_is_enforced(demo_catalog: Path, tmp_path: Path) -> None:
         assert cached <= 2 * biggest
 
 
+class SharedCluster:
+    """An embedded cluster opened by :func:`open_cluster` (TLS, loopback, direct results:
+    what a run opens), held open on an event loop of its own thread so that several runs use
+    it in turn; :meth:`run` runs a coroutine there."""
+
+    def __init__(self, opts: ClusterOptions) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.opened = open_cluster(opts)
+        self.client, self.names = self.run(self.opened.__aenter__())
+
+    def run(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=300)
+
+    async def for_run(self, opts: ClusterOptions) -> list[str]:
+        """Ready for a run with ``opts``, as :func:`open_cluster` leaves a cluster it opens:
+        every worker up (one killed by the run before is back, restarted by its nanny) and
+        the cache plugin of this run (its cache directory and tertiary throttle) registered on
+        each; returns the worker names."""
+        client = self.client
+        wait: Any = client.wait_for_workers  # the asynchronous client's: a coroutine
+        await wait(opts.workers, timeout=120)
+        plugin = CachePlugin(
+            str(opts.cache_root.resolve()),
+            opts.cache_bytes,
+            tertiary_bytes_per_s=opts.tertiary_bytes_per_s,
+            compute_slots=opts.slots,
+        )
+        registered = client.register_plugin(plugin, name=PLUGIN_NAME)
+        if registered is not None:
+            await registered
+        assert client.scheduler is not None
+        info = await client.scheduler.identity()
+        names = sorted(str(w.get("name")) for w in info.get("workers", {}).values())
+        assert names == self.names
+        return names
+
+    def close(self) -> None:
+        try:
+            self.run(self.opened.__aexit__(None, None, None))
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(timeout=60)
+            self.loop.close()
+
+
+@pytest.fixture(scope="module")
+def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedCluster]:
+    """One cluster for the killed-worker runs of every policy: starting and closing an
+    embedded cluster took more than half of each run's time. Each run kills a worker; the
+    next waits until its nanny has brought it back (each run keeps the cluster from closing
+    that nanny meanwhile)."""
+    cluster = SharedCluster(options(tmp_path_factory.mktemp("shared")))
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
+
 @pytest.mark.parametrize("policy", POLICIES)
 def test_worker_killed_mid_job_loses_and_doubles_nothing(
-    policy: str, demo_catalog: Path, tmp_path: Path
+    policy: str, demo_catalog: Path, tmp_path: Path, shared_cluster: SharedCluster
 ) -> None:
     """``kill -9`` of a worker while a job runs, under every policy: the run ends, with
     every event counted once (the worker's nanny restarts it; its work went elsewhere)."""
@@ -211,37 +276,41 @@ def test_worker_killed_mid_job_loses_and_doubles_nothing(
     async def main() -> tuple[RunReport, RuntimeEngine]:
         space = job_space(specs)
         calibration = default_calibration(opts.tertiary_bytes_per_s, 1e-5)
-        async with open_cluster(opts) as (client, names):
-            pids: dict[str, int] = await client.run(os.getpid)
-            victim = max(pids.values())
-            assert client.scheduler is not None
-            by_address = (await client.scheduler.identity())["workers"]
-            victims.extend(str(by_address[a]["name"]) for a, p in pids.items() if p == victim)
-            killer = KillOnFirstPacket(victim)
-            killed = killer.killed
+        client = shared_cluster.client
+        names = await shared_cluster.for_run(opts)
+        pids: dict[str, int] = await client.run(os.getpid)
+        victim = max(pids.values())
+        assert client.scheduler is not None
+        by_address = (await client.scheduler.identity())["workers"]
+        victims.extend(str(by_address[a]["name"]) for a, p in pids.items() if p == victim)
+        killer = KillOnFirstPacket(victim)
+        killed = killer.killed
 
-            sched = build_scheduler(
-                len(names),
-                opts,
-                space,
-                calibration,
-                policy=policy,
-                policy_params=SHORT.get(policy),
-                packets=PACKETS,
-            )
-            engine = RuntimeEngine(
-                client,
-                sched,
-                names,
-                config=FAST,
-                progress=killer,
-            )
-            report = await engine.run(specs, known_cache={})
-            assert killed
-            return report, engine
+        sched = build_scheduler(
+            len(names),
+            opts,
+            space,
+            calibration,
+            policy=policy,
+            policy_params=SHORT.get(policy),
+            packets=PACKETS,
+        )
+        engine = RuntimeEngine(
+            client,
+            sched,
+            names,
+            config=FAST,
+            progress=killer,
+        )
+        report = await engine.run(specs, known_cache={})
+        assert killed
+        return report, engine
 
     victims: list[str] = []
-    report, engine = asyncio.run(main())
+    # An embedded cluster closes the nanny of a worker not back under its name within this
+    # time (Dask's default: 15 s); the next run's kill could fall on that instant.
+    with dask.config.set({"distributed.deploy.lost-worker-timeout": "1h"}):
+        report, engine = shared_cluster.run(main())
     assert engine.worker_departures >= 1
     check_exactly_once(report, specs, demo_catalog)
     # The summary names the lost worker, when, and what went back to the queue; those

@@ -6,6 +6,7 @@ cache even by packets that may not fill it, but not by those of a policy without
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -220,3 +221,55 @@ def test_a_packet_gets_its_slot_after_the_packet_before_it_leaves_it(
     assert result.started < released
     assert result.slot_at is not None
     assert released <= result.slot_at <= time.time()
+
+
+def test_a_gone_peer_is_given_up_on_after_the_peer_connect_bound(
+    demo_catalog: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Peer calls go through a real Dask server and connection pool: a peer that serves its
+    cache answers; once it is gone, the caller counts the file absent there after
+    :data:`PEER_CONNECT_S`, not after Dask's connect timeout (set to ten minutes here: an
+    unbounded connect would not return before the thread's join gives up)."""
+    import threading
+
+    import dask
+    from distributed.core import ConnectionPool, Server
+    from distributed.utils import LoopRunner, sync
+
+    from datasched.runtime import peers as peers_module
+    from datasched.runtime.diskcache import DiskCache
+
+    url = str(demo_catalog.parent / "part-001.root")
+    size = Path(url).stat().st_size
+    cache = DiskCache(tmp_path / "peer", 10**9)
+    cache.release(cache.acquire(url, size, lambda dest: copy_file(url, dest)))
+    runner = LoopRunner(asynchronous=False)
+    runner.start()  # type: ignore[no-untyped-call]
+    try:
+        with dask.config.set({"distributed.comm.timeouts.connect": "600s"}):
+
+            async def up() -> tuple[Server, ConnectionPool]:
+                handlers = {peers_module.PEER_OP: peers_module.PeerServer(cache).serve}
+                server = Server(handlers)  # type: ignore[no-untyped-call]
+                await server.listen("tcp://127.0.0.1:0")  # type: ignore[no-untyped-call]
+                return server, await ConnectionPool()
+
+            server, pool = sync(runner.loop, up)
+            worker = SimpleNamespace(loop=runner.loop, rpc=pool)
+            address = server.address
+            assert peers_module.peer_state(worker, address, url) == "cached"
+            dest = tmp_path / "copy"
+            assert peers_module.peer_copy(worker, address, url, dest, size) == size
+            assert dest.read_bytes() == Path(url).read_bytes()
+            sync(runner.loop, server.close)
+            monkeypatch.setattr(peers_module, "PEER_CONNECT_S", 0.5)
+            answers: list[tuple[str, float | None]] = []
+            asking = threading.Thread(
+                target=lambda: answers.append(peers_module.peer_status(worker, address, url))
+            )
+            asking.start()
+            asking.join(timeout=120)
+            assert answers == [("absent", None)]
+            sync(runner.loop, pool.close)
+    finally:
+        runner.stop()  # type: ignore[no-untyped-call]

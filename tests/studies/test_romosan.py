@@ -1,6 +1,7 @@
-"""The reproduction of romosan: the quick reproduction (``reproduce romosan --quick``: every
-experiment, every claim key, the figures and the report) runs in the default test session;
-one batch of the edges experiment, determinism; the full reproduction is slow."""
+"""The reproduction of romosan in the default test session: the whole reproduction (every
+experiment, every claim key, the figures and the report) at the smoke sizes, and the quick
+run's (``reproduce romosan --quick``) own simulations behind the claims that agree with the
+paper; one batch of the edges experiment, determinism. The full reproduction is slow."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from datasched.studies.romosan.claims import ROMOSAN_CLAIMS
+from datasched.sim.parallel import map_in_processes
+from datasched.studies.claims import Claim, fill_claims
+from datasched.studies.romosan.claims import ROMOSAN_CLAIMS, measure_romosan
 from datasched.studies.romosan.reproduce import run_romosan, write_romosan
 from datasched.studies.romosan.runs import (
     CLUSTER,
@@ -48,16 +51,41 @@ SIMULATED_AGREEMENTS = (
 wall-clock measurements on a shared machine: reported, never asserted."""
 
 
+AGREEMENT_SERVERS = (2, 8, 32)
+"""The servers of the quick run's simulations that the agreeing claims read: the claims at
+:attr:`~RomosanStudy.claims_servers` (8) and the local copies at 32 against 2 servers."""
+
+
 @pytest.fixture(scope="module")
-def quick(tmp_path_factory: pytest.TempPathFactory) -> tuple[object, Path]:
-    outcome = run_romosan(QUICK, processes=2)
+def whole(tmp_path_factory: pytest.TempPathFactory) -> tuple[object, Path]:
+    """The whole reproduction, as ``reproduce romosan --quick`` runs it (every experiment in
+    two processes, the edges batches, the claims, the figures, the report), at the smoke
+    sizes: the quick run differs only in its sizes, and whole it took a minute of the
+    default session; its own simulations are in :func:`quick_claims`."""
+    outcome = run_romosan(SMOKE, processes=2)
     out_dir = tmp_path_factory.mktemp("romosan")
     write_romosan(outcome, out_dir)
     return outcome, out_dir
 
 
-def test_the_quick_run_measures_every_claim(quick: tuple[object, Path]) -> None:
-    outcome, _ = quick
+@pytest.fixture(scope="module")
+def quick_claims() -> dict[str, Claim]:
+    """The claims of the quick run that come from its servers experiment at
+    :data:`AGREEMENT_SERVERS`: the same simulations (each the same :class:`CoschedRun`), so the
+    same values, as in the quick run whole."""
+    study = replace(QUICK, servers=AGREEMENT_SERVERS)
+    runs = [r for r in study_runs(study) if r.experiment == "servers"]
+    assert len(runs) == 3 * len(AGREEMENT_SERVERS)
+    assert set(runs) <= set(study_runs(QUICK))
+    results = map_in_processes(run_one, runs, processes=2)
+    for r in results:
+        assert r.jobs_completed == QUICK.jobs
+        assert r.remote_copies >= 1
+    return {c.key: c for c in fill_claims(ROMOSAN_CLAIMS, measure_romosan(results, [], study))}
+
+
+def test_the_whole_run_measures_every_claim(whole: tuple[object, Path]) -> None:
+    outcome, _ = whole
     claims = {c.key: c for c in outcome.claims}  # type: ignore[attr-defined]
     assert set(claims) == {spec.key for spec in ROMOSAN_CLAIMS}
     assert set(claims) >= ISSUE_KEYS
@@ -67,23 +95,22 @@ def test_the_quick_run_measures_every_claim(quick: tuple[object, Path]) -> None:
         assert c.ours == c.ours, c.key
         assert c.ours >= 0, c.key  # a number, not NaN
     for r in outcome.results:  # type: ignore[attr-defined]
-        assert r.jobs_completed == (QUICK.zipf_jobs if r.experiment == "zipf" else QUICK.jobs)
+        assert r.jobs_completed == (SMOKE.zipf_jobs if r.experiment == "zipf" else SMOKE.jobs)
         # Every file a job needs comes from the archive at least once.
         assert r.remote_copies >= 1
 
 
-def test_the_quick_run_agrees_where_the_full_one_does(quick: tuple[object, Path]) -> None:
+def test_the_quick_run_agrees_where_the_full_one_does(quick_claims: dict[str, Claim]) -> None:
     """2,000 jobs instead of 10,000: the simulated claims that agree at the paper's sizes
     agree here too (the others are explained in docs/cosched.md)."""
-    outcome, _ = quick
-    claims = {c.key: c for c in outcome.claims}  # type: ignore[attr-defined]
+    claims = quick_claims
     for key in SIMULATED_AGREEMENTS:
         assert claims[key].agrees, (key, claims[key].ours, claims[key].note)
 
 
-def test_the_delay_note_says_what_the_ratio_shows(quick: tuple[object, Path]) -> None:
+def test_the_delay_note_says_what_the_ratio_shows(whole: tuple[object, Path]) -> None:
     """The note on local copies under LP delays follows our value, not the full run's."""
-    outcome, _ = quick
+    outcome, _ = whole
     claim = {c.key: c for c in outcome.claims}["lp_delay_local_copies_ratio"]  # type: ignore[attr-defined]
     if claim.ours > 1.02:
         assert "More with the delay" in claim.note
@@ -93,8 +120,8 @@ def test_the_delay_note_says_what_the_ratio_shows(quick: tuple[object, Path]) ->
         assert "About as many either way" in claim.note
 
 
-def test_the_quick_run_writes_figures_and_a_report(quick: tuple[object, Path]) -> None:
-    _, out_dir = quick
+def test_the_whole_run_writes_figures_and_a_report(whole: tuple[object, Path]) -> None:
+    _, out_dir = whole
     report = (out_dir / "report.md").read_text()
     assert "## The cluster" in report
     assert "20 GB (the paper's)" in report

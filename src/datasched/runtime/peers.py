@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from distributed.core import send_recv
 from distributed.utils import sync
 
 from datasched.runtime.storage import LocalDiskFull, StorageError, is_disk_full
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "PEER_BLOCK_BYTES",
+    "PEER_CONNECT_S",
     "PEER_OP",
     "PEER_POLL_S",
     "CorruptCopy",
@@ -47,6 +49,13 @@ PEER_OP = "datasched_peer"
 PEER_BLOCK_BYTES = 4 << 20
 """Bytes per message: a file travels in blocks, so no message holds a whole large file."""
 PEER_POLL_S = 0.05
+PEER_CONNECT_S = 5.0
+"""How long a worker tries to connect to a peer before it counts the peer as unreachable (the
+file absent there: read from the next source). Dask's own connect timeout (30 s by default)
+retries a refused connection until it runs out: a packet sent while one of its peers was
+being lost (a worker killed, before the master saw it go) waited that long before reading
+from tertiary storage. A connection between workers takes milliseconds; a peer that gives
+none in this time is gone or overloaded, and tertiary storage is the better source."""
 
 
 class CorruptCopy(StorageError):
@@ -93,10 +102,23 @@ class PeerServer:
 
 
 def _call(worker: Any, address: str, **kwargs: Any) -> Any:
-    """The peer handler of the worker at ``address``, called from a task's thread."""
+    """The peer handler of the worker at ``address``, called from a task's thread through the
+    worker's connection pool (what ``worker.rpc(address)`` does), with at most
+    :data:`PEER_CONNECT_S` to connect; the reply itself (a block of a file) is not bounded."""
 
     async def call() -> Any:
-        return await getattr(worker.rpc(address), PEER_OP)(**kwargs)
+        pool = worker.rpc
+        comm = await pool.connect(address, timeout=PEER_CONNECT_S)
+        try:
+            return await send_recv(
+                comm=comm,
+                op=PEER_OP,
+                serializers=pool.serializers,
+                deserializers=pool.deserializers,
+                **kwargs,
+            )
+        finally:
+            pool.reuse(address, comm)
 
     return sync(worker.loop, call)
 
