@@ -510,24 +510,23 @@ def search_max_load(
     sustained: list[float] = [lo]
     confirmed: set[float] = set()
     n_jobs = short
-    if first is not None:
-        if overloaded(first, n_jobs):
-            hi = first
+
+    def narrow(load: float) -> None:
+        """Run ``load`` at the current length and move the bracket's end it falls on."""
+        nonlocal lo, hi
+        if overloaded(load, n_jobs):
+            hi = load
         else:
-            lo = first
-            sustained.append(first)
+            lo = load
+            sustained.append(load)
             if n_jobs == long:
-                confirmed.add(first)
+                confirmed.add(load)
+
+    if first is not None:
+        narrow(first)
     while True:
         while hi - lo > rel_tol * lo:
-            mid = math.sqrt(lo * hi) if hi / lo > 4 else (lo + hi) / 2
-            if overloaded(mid, n_jobs):
-                hi = mid
-            else:
-                lo = mid
-                sustained.append(mid)
-                if n_jobs == long:
-                    confirmed.add(mid)
+            narrow(math.sqrt(lo * hi) if hi / lo > 4 else (lo + hi) / 2)
         if lo == floor and not floor_run:
             # Nothing above the lowest load sustained: only now does it need a run.
             floor_run = True
