@@ -275,6 +275,18 @@ def _snapshot_summary(at: float, snap: Any) -> dict[str, Any]:
     }
 
 
+def _since(x: Any, t0: float) -> float | None:
+    """Seconds from ``t0`` of a time the store gave back (naive ones are UTC; a string from an
+    aggregate is ISO 8601; None stays None), to the millisecond."""
+    from datetime import UTC, datetime
+
+    if x is None:
+        return None
+    if isinstance(x, str):
+        x = datetime.fromisoformat(x)
+    return round(float((x if x.tzinfo else x.replace(tzinfo=UTC)).timestamp()) - t0, 3)
+
+
 def _earlier_packets(store: Any, t0: float) -> list[list[Any]]:
     """The packets stored before the users' first submission (the warm-up's, the earlier
     rounds'): seconds from it, node, events, job, file, and when it got its slot (seconds
@@ -301,11 +313,8 @@ def _earlier_packets(store: Any, t0: float) -> list[list[Any]]:
             .order_by(Packet.created)
         ).all()
 
-    def ts(x: Any) -> float:
-        return round((x if x.tzinfo else x.replace(tzinfo=UTC)).timestamp() - t0, 3)
-
     return [
-        [ts(c), n, b - a, j, u.rsplit("/", 1)[-1], None if slot is None else ts(slot)]
+        [_since(c, t0), n, b - a, j, u.rsplit("/", 1)[-1], _since(slot, t0)]
         for c, n, a, b, j, u, slot in rows
     ]
 
@@ -320,13 +329,6 @@ def _earlier_requests(store: Any, t0: float) -> list[list[Any]]:
     from sqlalchemy import func, select
 
     from datasched.service.store.models import Job, Packet, Request
-
-    def ts(x: Any) -> float | None:
-        if x is None:
-            return None
-        if isinstance(x, str):
-            x = datetime.fromisoformat(x)
-        return round((x if x.tzinfo else x.replace(tzinfo=UTC)).timestamp() - t0, 3)
 
     since = datetime.fromtimestamp(t0, UTC)
     with store.reading() as s:
@@ -343,7 +345,7 @@ def _earlier_requests(store: Any, t0: float) -> list[list[Any]]:
             .group_by(Request.id, Request.created)
             .order_by(Request.created)
         ).all()
-    return [[rid, ts(c), ts(slot), ts(last)] for rid, c, slot, last in rows]
+    return [[rid, _since(c, t0), _since(slot, t0), _since(last, t0)] for rid, c, slot, last in rows]
 
 
 def _detail(store: Any, records: list[Any], t0: float) -> list[dict[str, Any]]:
