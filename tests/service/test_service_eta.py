@@ -80,6 +80,8 @@ def test_the_benchmark_gives_every_ended_request_with_an_eta_its_errors() -> Non
     assert report["rounds"][-1]["median_abs_first"] == report["median_abs_first"]
     assert len(report["detail"]) == report["with_eta"]
     for row in report["detail"]:
-        assert sum(events for _, _, events, _ in row["packets"]) > 0
+        # Each packet: stored at, node, events, CPU s, began at, file, slot at.
+        assert all(len(packet) == 7 for packet in row["packets"])
+        assert sum(packet[2] for packet in row["packets"]) > 0
         assert row["actual_finish"] >= row["predictions"][0][0]
     assert report["snapshots"]
