@@ -1,6 +1,7 @@
 """The master as a queue of one (``CostModel.master_s_per_packet``, sim/master.py): each
 packet's service there is serial, so packets ending together wait their turn, and a master
-slower than the nodes bounds the run at its packets times the service. Nil by default, so
+slower than the nodes bounds the run at its packets times the service; a slot computes its
+next packet during a turn and waits only for what the turn outlasts. Nil by default, so
 every simulation is the one it was. Each case is worked out by hand."""
 
 from __future__ import annotations
@@ -94,18 +95,33 @@ def test_three_packets_ending_at_once_queue_at_the_master() -> None:
 
 
 def test_packets_of_one_node_never_wait_for_each_other() -> None:
-    # One node, five files of 1 s: each packet waits for nothing but its own service.
+    # One node, five files of 1 s; the master takes 0.1 s a packet. The slot has its next
+    # packet in hand when one ends, so each of the first four turns passes while it
+    # computes the next (1 s); only the last turn adds its 0.1 s: the job has its result
+    # when the master has it.
     run = _run(replace(COST, master_s_per_packet=0.1), nodes=1, jobs=1, files_a_job=5)
-    assert _ends(run) == pytest.approx([5 * 1.1])
+    assert _ends(run) == pytest.approx([5.0 + 0.1])
 
 
-def test_two_nodes_fall_into_step_behind_a_slow_master() -> None:
-    # Two nodes, two jobs of five files each; the master takes 0.5 s a packet. Node A's
-    # packets end at 1, 2.5, 4, 5.5, 7 and are served at once (it finishes at 7.5); node
-    # B's first waits for A's (served 1.5 to 2), then B runs half a second behind A and
-    # never waits again: 3 to 3.5, 4.5 to 5, 6 to 6.5, 7.5 to 8.
+def test_a_turn_longer_than_the_next_packet_idles_the_slot_by_the_difference() -> None:
+    # One node, three files of 1 s; the master takes 1.5 s a packet. Packet 1 ends at 1,
+    # its turn lasts to 2.5: packet 2 computes meanwhile and the slot waits 0.5 s for
+    # packet 3, which runs 2.5 to 3.5 (charged before packet 2 here: the same end). Turn 2,
+    # reaching the master at 2 (at 2.5 here), is served 2.5 to 4; turn 3 reaches it at 3.5,
+    # waits for it, and is served 4 to 5.5, when the job ends. (A runtime with the
+    # packets in flight ends at 5.5 too.)
+    run = _run(replace(COST, master_s_per_packet=1.5), nodes=1, jobs=1, files_a_job=3)
+    assert _ends(run) == pytest.approx([5.5])
+
+
+def test_two_nodes_keep_a_master_busy_without_waiting() -> None:
+    # Two nodes, two jobs of five files each; the master takes 0.5 s a packet, so the two
+    # nodes' packets (one a second each) keep it busy. Each second both packets end
+    # together: A's is served in the first half second, B's in the second, both within
+    # the next packet's second, so neither node waits. At 5 the last packets' turns are
+    # whole: A's 5 to 5.5, B's 5.5 to 6.
     run = _run(replace(COST, master_s_per_packet=0.5), nodes=2, jobs=2, files_a_job=5)
-    assert _ends(run) == pytest.approx([7.5, 8.0])
+    assert _ends(run) == pytest.approx([5.5, 6.0])
 
 
 def test_a_master_slower_than_the_nodes_bounds_the_run() -> None:
@@ -121,11 +137,17 @@ def test_a_master_slower_than_the_nodes_bounds_the_run() -> None:
 
 
 def test_a_short_packet_aim_queues_each_packet_of_a_file() -> None:
-    # One node, one file of 1 s cut into four packets (an aim of 0.25 s): four services.
+    # One node, one file of 1 s cut into four packets (an aim of 0.25 s): four services of
+    # 0.1 s, the first three within the next packet's 0.25 s, the last one whole.
     run = _run(
         replace(COST, master_s_per_packet=0.1), nodes=1, jobs=1, files_a_job=1, target_s=0.25
     )
-    assert _ends(run) == pytest.approx([1.0 + 4 * 0.1])
+    assert _ends(run) == pytest.approx([1.0 + 0.1])
+    # At 0.3 s a packet the master outlasts each next packet by 0.05 s: three waits.
+    run = _run(
+        replace(COST, master_s_per_packet=0.3), nodes=1, jobs=1, files_a_job=1, target_s=0.25
+    )
+    assert _ends(run) == pytest.approx([1.0 + 3 * 0.05 + 0.3])
 
 
 def test_a_negative_master_cost_is_refused_by_name() -> None:

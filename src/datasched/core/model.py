@@ -103,7 +103,8 @@ class CostModel:
     transitions in Dask's scheduler, taking its result): its CPU a packet over its share of
     a core. Unlike ``packet_overhead_s``, charged on the slots in parallel, the master
     serves one packet at a time: the simulator queues each packet's service there at the
-    packet's end, and the slot goes on when it is served (``sim/master.py``;
+    packet's end; the slot computes its next packet meanwhile and waits for what the turn
+    outlasts it, its last packet's turn whole (``sim/master.py``;
     docs/performance.md, "Prediction on a shared machine"). 0 (the default, and the papers'
     models): no queue, every simulation as before."""
     shared_disks: bool = False

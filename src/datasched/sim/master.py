@@ -10,13 +10,17 @@ thread, so its time a packet grows. A cost charged on the slots in parallel
 
 In the simulator each packet of a subjob ends with its turn at the master, a segment of no
 events (``sim/subjobs.py``). When a slot reaches one, at its time in the engine's event
-order, the master serves it first come, first served, after whatever it is serving: the
-slot waits for that, then for the service, and its subjob's end moves later by the wait.
+order, the master serves it first come, first served, after whatever it is serving. A
+runtime slot has its next packet in hand meanwhile (at least two in flight), so it computes
+that during the turn and waits only for what the turn (its wait and its service) outlasts
+the next packet; the subjob's last turn is whole, since the job has a packet's result only
+when the master has it (docs/performance.md, "Prediction on a shared machine").
 """
 
 from __future__ import annotations
 
 import heapq
+from itertools import pairwise
 from typing import Any
 
 from datasched.core.model import Source
@@ -118,7 +122,7 @@ class MasterTurns(EngineState):
                     total += service
                     ends.append(total)
                 lo = stop
-        return out, ends, total
+        return _overlapped(out, service)
 
     def _master_due(self, slot: int, run: Any) -> None:
         """An entry on the engine's heap for ``run``'s next turn at the master (on
@@ -159,11 +163,17 @@ class MasterTurns(EngineState):
             return
         run.turns += 1
         service = self.cost.master_s_per_packet
-        wait = self._master.serve(self.now, service) - self.now
+        ends = run.ends
+        # Until the master has this packet's result; the slot computes its next packet
+        # meanwhile and waits only for what is left of that (see _overlapped).
+        held = self._master.serve(self.now, service) + service - self.now
+        after = _next_turn(segments, k)
+        if after is not None:
+            held = max(0.0, held - (ends[after - 1] - ends[k]))
+        wait = held - segments[k][2]
         if wait > 0:
             a, b, per, src, peer = segments[k]
             segments[k] = (a, b, per + wait, src, peer)
-            ends = run.ends
             for j in range(k, len(ends)):
                 ends[j] += wait
             run.version = next(self._versions)
@@ -172,3 +182,43 @@ class MasterTurns(EngineState):
             if self._readers is not None and slot in self._readers:
                 self._push_boundary(slot)
         self._master_due(slot, run)
+
+
+def _next_turn(segments: list[tuple[int, int, float, Source, int]], k: int) -> int | None:
+    """The index of the turn at the master after segment ``k`` (None: ``k`` is the last)."""
+    for j in range(k + 1, len(segments)):
+        if segments[j][4] == MASTER:
+            return j
+    return None
+
+
+def _overlapped(
+    segments: list[tuple[int, int, float, Source, int]], service: float
+) -> tuple[list[tuple[int, int, float, Source, int]], list[float], float]:
+    """``segments`` with each turn at the master lasting, on its slot, only what the
+    master's service outlasts the slot's next packet, and the last turn its whole service.
+
+    A runtime slot has its next packet in hand when one ends (at least two in flight:
+    ``EngineConfig.packets_in_flight``), so it computes that while the master takes the
+    result of the one before; it idles only when the master's turn outlasts that packet,
+    and the packet after is late by the rest. Here the rest is charged at the turn itself,
+    before the next packet instead of the one after: the subjob ends at the same time. Its
+    last packet's turn is whole: the subjob has its result only when the master has it.
+    A wait in the master's queue is added the same way when the slot gets there."""
+    turns = [j for j, seg in enumerate(segments) if seg[4] == MASTER]
+    if len(turns) < 2:
+        out = segments
+    else:
+        out = list(segments)
+        for j, after in pairwise(turns):
+            busy = 0.0
+            for a, b, per, _, _ in segments[j + 1 : after]:
+                busy += per if a == b else (b - a) * per
+            a, b, _, src, peer = segments[j]
+            out[j] = (a, b, max(0.0, service - busy), src, peer)
+    ends: list[float] = []
+    total = 0.0
+    for a, b, per, _, _ in out:
+        total += per if a == b else (b - a) * per
+        ends.append(total)
+    return out, ends, total
