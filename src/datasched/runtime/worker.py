@@ -24,6 +24,7 @@ from typing import Any
 from distributed import get_worker
 from distributed.diagnostics.plugin import WorkerPlugin
 
+from datasched.runtime.closing import quiet_heartbeat_at_close
 from datasched.runtime.compute import PacketError, run_processor
 from datasched.runtime.diskcache import Acquired, DiskCache, StagingArea
 from datasched.runtime.events import ReadSpec, forget_open_files
@@ -147,6 +148,7 @@ class CachePlugin(WorkerPlugin):
         self.pins = {}
         self.disk_full_noted = False
         worker.handlers[PEER_OP] = PeerServer(self.cache).serve
+        quiet_heartbeat_at_close(worker)
 
     def teardown(self, worker: Any) -> None:
         if self.closing is not None:
