@@ -135,10 +135,17 @@ class ConfinedWorker(ProcessInterface):
             for p in tree:
                 with contextlib.suppress(psutil.Error):
                     p.send_signal(signal.SIGTERM)
-            _, alive = await asyncio.to_thread(psutil.wait_procs, tree, timeout=10)
+            # The direct child is asyncio's to reap (its watcher waits for it): psutil,
+            # which reaps a child it waits for, would take it first, and asyncio would then
+            # log "Unknown child process pid ..." on the daemon's terminal. Its
+            # descendants are not this process's children: psutil polls them.
+            rest = [p for p in tree if p.pid != proc.pid]
+            _, alive = await asyncio.to_thread(psutil.wait_procs, rest, timeout=10)
             for p in alive:
                 with contextlib.suppress(psutil.Error):
                     p.kill()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(proc.wait(), timeout=10)
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             await proc.wait()
