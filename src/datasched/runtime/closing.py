@@ -4,7 +4,8 @@ When an embedded cluster closes, a worker's heartbeat that was under way meets i
 connections closing, and Dask logs "Failed to communicate with scheduler during heartbeat."
 with three chained tracebacks (a known race of its shutdown). Nothing was lost: the run had
 ended. A user reads it as a failure, though, after a run that succeeded
-(docs/performance.md, "Prediction on a shared machine", saw it in two of three closes).
+(docs/performance.md, "Prediction on a shared machine", saw it 1 to 5 times in three
+runs, each time as a calibration's cluster closed).
 
 :func:`quiet_heartbeat_at_close` is called by the worker plugin in each worker's process. It
 drops that one message when no worker of the process is running any more (every one is
