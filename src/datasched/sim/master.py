@@ -96,13 +96,9 @@ class MasterTurns(EngineState):
             cuts[i] = [round(n * j / count) for j in range(count, 0, -1)]
         done: dict[int, int] = dict.fromkeys(packets, 0)
         out: list[tuple[int, int, float, Source, int]] = []
-        ends: list[float] = []
-        total = 0.0
         for a, b, per, src, peer in segments:
             if a == b:
                 out.append((a, b, per, src, peer))
-                total += per
-                ends.append(total)
                 continue
             lo = a
             while lo < b:
@@ -113,15 +109,12 @@ class MasterTurns(EngineState):
                 at = lo + left[-1] - done[i]
                 stop = at if at < hi else hi
                 out.append((lo, stop, per, src, peer))
-                total += (stop - lo) * per
-                ends.append(total)
                 done[i] += stop - lo
                 if done[i] >= left[-1]:
                     left.pop()
                     out.append((stop, stop, service, Source.CACHE, MASTER))
-                    total += service
-                    ends.append(total)
                 lo = stop
+        # Their times and ends are summed once, with the turns' overlap (_overlapped).
         return _overlapped(out, service)
 
     def _master_due(self, slot: int, run: Any) -> None:
