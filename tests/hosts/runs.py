@@ -105,10 +105,15 @@ class FaultAt:
 
     action: Callable[[], None]
     after_events: int
+    ready: Callable[[], bool] | None = None
+    """A further condition the fault waits for, asked at each count after ``after_events``
+    (on the master's loop: it must not block)."""
     counted: int = 0
     started: float | None = None
     """When the first job started (about the run's time 0)."""
     at: float | None = None
+    at_wall: float | None = None
+    """``at`` on the wall clock (the run's report times its events from a wall-clock start)."""
     done_at: float | None = None
     statuses: dict[str, str] = field(default_factory=dict)
     thread: threading.Thread | None = None
@@ -120,8 +125,12 @@ class FaultAt:
 
     def advance(self, job_id: str, n_events: int, from_cache: bool) -> None:
         self.counted += n_events
-        if self.at is None and self.counted >= self.after_events:
-            self.at = time.monotonic()
+        if (
+            self.at is None
+            and self.counted >= self.after_events
+            and (self.ready is None or self.ready())
+        ):
+            self.at, self.at_wall = time.monotonic(), time.time()
             # Off the master's loop: a fault may take a moment (a server killed and awaited).
             self.thread = threading.Thread(target=self.action, daemon=True)
             self.thread.start()
@@ -152,11 +161,13 @@ async def run_on_hosts(
     prefill: list[tuple[str, str, int]] | None = None,
     cold: bool = True,
     before: Callable[[], None] | None = None,
+    on_engine: Callable[[RuntimeEngine], None] | None = None,
 ) -> tuple[RunReport, RuntimeEngine]:
     """Run ``specs`` under ``policy`` across the hosts with cold caches (``cold=False``: with
     what the workers cache from an earlier run); ``prefill``: files ``(worker, url, bytes)``
     copied into a worker's cache first (where a policy that reads data where it lies finds
-    it); ``before``: called once the caches are ready, just before the run starts."""
+    it); ``before``: called once the caches are ready, just before the run starts;
+    ``on_engine``: given the engine before it runs (a fault that watches the master's state)."""
     opts = options(topo, tmp_path)
     async with open_cluster(opts) as (client, names):
         assert names == topo.workers
@@ -185,8 +196,18 @@ async def run_on_hosts(
             packets=PACKETS,
         )
         engine = RuntimeEngine(client, sched, names, config=FAST, progress=progress)
+        if on_engine is not None:
+            on_engine(engine)
         report = await engine.run(specs, known_cache=await cache_by_name(client))
     return report, engine
+
+
+def holds_packets(engine: RuntimeEngine, worker: str) -> bool:
+    """Whether the master has packets in flight on ``worker`` (a cut then holds the run up
+    until the scheduler drops the host: their results can no longer arrive)."""
+    return any(
+        slot.inflight and engine.workers[slot.node].name == worker for slot in engine.slots.values()
+    )
 
 
 def check_exactly_once(report: RunReport, specs: list[JobSpec], workload: Workload) -> None:
