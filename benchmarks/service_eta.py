@@ -22,7 +22,8 @@ last round's: predicted from the packets of a loaded run, as a daemon in service
 (every round's figures are in the JSON). ``--detail`` (with ``--json``) adds, per request,
 its packets, predictions and end, what each refresh predicted from and what it cost, and
 the requests run before the users' (the warm-up's) with their first packet's slot
-(docs/service-whatif.md reads them).
+(docs/service-whatif.md reads them), and per refresh the cluster's pace it assumed against
+the pace it delivered (``refresh_rates``).
 
     python benchmarks/service_eta.py [--users 10] [--requests 3] [--workers 4] [--files 2]
         [--policy out-of-order] [--tertiary-mb-s MB] [--eta-period-s 2] [--warmup N]
@@ -248,12 +249,56 @@ def run(
                 "earlier_packets": before,
                 "earlier_requests": earlier,
                 "snapshots": snapshots,
+                "refresh_rates": refresh_rates(snapshots, rows, started_at),
                 "refresh_costs_s": cost,
             }
             if detail
             else {}
         ),
     }
+
+
+def refresh_rates(
+    snapshots: list[dict[str, Any]], rows: list[dict[str, Any]], t0: float
+) -> list[dict[str, Any]]:
+    """Per refresh after ``t0`` (the users' first submission) that saw jobs: what the cluster
+    was assumed to deliver against what it did (docs/service-whatif.md).
+
+    ``t_s``: when (seconds from ``t0``); ``jobs`` and ``events_left``: what it saw;
+    ``assumed_events_per_s``: the nodes' measured rates summed (None where no node had
+    one); ``real_end_s``: when the last of those jobs' requests ended, of those that did
+    (``rows``: ``--detail``'s requests, the users'); ``delivered_events_per_s``: the events
+    left over the time until then (the cluster's real pace on that work, requests still to
+    come included); ``predicted_end_s``: that request's ETA at this refresh (its prediction
+    made nearest ``t_s``, within a quarter second)."""
+    ended = {r["request"]: r for r in rows if r.get("actual_finish") is not None}
+    out = []
+    for snap in snapshots:
+        t = snap["at"] - t0
+        if t < 0 or not snap["jobs"]:
+            continue
+        requests = {j["request_id"] for j in snap["snapshot"]["jobs"]}
+        mine = [ended[r] for r in requests if r in ended]
+        if not mine:
+            continue
+        last = max(mine, key=lambda r: r["actual_finish"])
+        left = sum(j["left"] for j in snap["jobs"].values())
+        rates = [v for v in snap["nodes"].values() if v]
+        near = [p for p in last["predictions"] if abs(p[0] - t) <= 0.25]
+        predicted = min(near, key=lambda p: abs(p[0] - t))[1] if near else None
+        real = last["actual_finish"] - t
+        out.append(
+            {
+                "t_s": round(t, 3),
+                "jobs": len(snap["jobs"]),
+                "events_left": left,
+                "assumed_events_per_s": round(sum(rates)) if rates else None,
+                "delivered_events_per_s": round(left / real) if real > 0 else None,
+                "predicted_end_s": None if predicted is None else round(predicted, 3),
+                "real_end_s": round(last["actual_finish"], 3),
+            }
+        )
+    return out
 
 
 def _snapshot_summary(at: float, snap: Any) -> dict[str, Any]:

@@ -85,3 +85,54 @@ def test_the_benchmark_gives_every_ended_request_with_an_eta_its_errors() -> Non
         assert sum(packet[2] for packet in row["packets"]) > 0
         assert row["actual_finish"] >= row["predictions"][0][0]
     assert report["snapshots"]
+
+
+def test_each_refresh_gives_the_pace_it_assumed_and_the_pace_delivered() -> None:
+    """Two refreshes of one request's job: the nodes' rates summed against the events left
+    over the time until the request ended; its ETA at that refresh beside its real end."""
+
+    def snap(at: float, left: int, rates: dict[str, float | None]) -> dict[str, object]:
+        return {
+            "at": at,
+            "snapshot": {"jobs": [{"id": "r1.0", "request_id": "r1"}] if left else []},
+            "nodes": rates,
+            "jobs": {"r1.0": {"node": None, "cpu_s_per_event": 1e-4, "left": left}} if left else {},
+        }
+
+    t0 = 1000.0
+    snapshots = [
+        snap(999.0, 20_000, {"0": 5_000.0}),  # before the users': left out
+        snap(1000.5, 20_000, {"0": 5_000.0, "1": None}),
+        snap(1002.5, 5_000, {"0": 8_000.0, "1": 2_000.0}),
+        snap(1003.0, 0, {"0": 8_000.0}),  # nothing left: left out
+    ]
+    rows = [
+        {
+            "request": "r1",
+            "actual_finish": 4.5,
+            "predictions": [[0.49, 6.0, 5.0, 7.0], [2.52, 4.0, 3.5, 4.5]],
+        }
+    ]
+    got = _bench().refresh_rates(snapshots, rows, t0)
+    assert got == [
+        {
+            "t_s": 0.5,
+            "jobs": 1,
+            "events_left": 20_000,
+            "assumed_events_per_s": 5_000,
+            "delivered_events_per_s": 5_000,  # 20,000 events in the 4 s until 4.5
+            "predicted_end_s": 6.0,
+            "real_end_s": 4.5,
+        },
+        {
+            "t_s": 2.5,
+            "jobs": 1,
+            "events_left": 5_000,
+            "assumed_events_per_s": 10_000,
+            "delivered_events_per_s": 2_500,
+            "predicted_end_s": 4.0,
+            "real_end_s": 4.5,
+        },
+    ]
+    # A request not ended (no row) gives no line: there is no real end to compare.
+    assert _bench().refresh_rates(snapshots, [], t0) == []
