@@ -47,7 +47,7 @@ from datasched.compare.demo import (
     demo_workload,
     shared_cores,
 )
-from datasched.compare.predict import predict_makespan
+from datasched.compare.predict import predict_makespan, simulate_run
 from datasched.core.packets import PacketSizing
 from datasched.runtime.coreshare import measure_machine_load, runnable_threads
 from datasched.runtime.jobspec import load_jobs
@@ -120,6 +120,7 @@ def trial(data_dir: Path, policy: str, workers: int, tertiary_mb_s: float) -> di
         calibrated = asyncio.run(_calibrate(specs, opts))
         load = measure_machine_load(cores)  # as the demo does, just before the run
         calibration = shared_cores(calibrated, workers, cores, load.others)
+        packets = PacketSizing(target_s=0.5, min_events=500)  # the demo's
         during = OthersDuringRun()
         during.start()
         report = asyncio.run(
@@ -129,7 +130,7 @@ def trial(data_dir: Path, policy: str, workers: int, tertiary_mb_s: float) -> di
                 policy=policy,
                 policy_params=params,
                 config=EngineConfig(queue_s=0.5),
-                packets=PacketSizing(target_s=0.5, min_events=500),
+                packets=packets,
                 cold=True,
                 calibration=calibration,
             )
@@ -150,7 +151,9 @@ def trial(data_dir: Path, policy: str, workers: int, tertiary_mb_s: float) -> di
                     master_s_per_packet=0.0,
                 )
             scaled = shared_cores(replace(cal, cost=cost), workers, cores, others)
-            return predict_makespan(specs, opts, scaled, policy=policy, policy_params=params)
+            return predict_makespan(
+                specs, opts, scaled, policy=policy, policy_params=params, packets=packets
+            )
 
         # The share the demo gave each node before it measured the machine (its workers
         # alone on the cores), the measured one without the per-packet cost, with it all
@@ -160,6 +163,14 @@ def trial(data_dir: Path, policy: str, workers: int, tertiary_mb_s: float) -> di
         measured = predicted(load.others, per_packet="none")
         with_packets = predicted(load.others, per_packet="parallel")
         queued = predicted(load.others)
+        _, sim = simulate_run(
+            specs,
+            opts,
+            shared_cores(report.calibration, workers, cores, load.others),
+            policy=policy,
+            policy_params=params,
+            packets=packets,
+        )
         after = predicted(during.mean())
     real = report.makespan_s
     return {
@@ -169,6 +180,7 @@ def trial(data_dir: Path, policy: str, workers: int, tertiary_mb_s: float) -> di
         "packet_overhead_ms": round(report.calibration.cost.packet_overhead_s * 1e3, 2),
         "master_ms_per_packet": round(report.calibration.cost.master_s_per_packet * 1e3, 2),
         "packets": len(report.packets),
+        "predicted_packets": sim.master_packets,
         "predicted_cores_alone_s": round(alone, 2),
         "predicted_measured_share_s": round(measured, 2),
         "predicted_with_packet_cost_s": round(with_packets, 2),

@@ -36,14 +36,14 @@ def _run(
     jobs: int,
     files_a_job: int = 1,
     policy: str = "farm",
-    target_s: float = 60.0,
+    chunksize: int | None = None,
 ) -> SimRun:
     """``jobs`` jobs of ``files_a_job`` files each, all submitted at 0, on ``nodes`` one-slot
     nodes without caches."""
     events = files_a_job * FILE_EVENTS
     data = DataSpace.uniform(jobs * events, 1000.0, file_events=FILE_EVENTS)
     built = build_policy(policy)
-    built.packet_sizing = PacketSizing(target_s=target_s)
+    built.packet_sizing = PacketSizing(target_s=60.0, chunksize=chunksize)
     sched = Scheduler(Topology.uniform(nodes, 0.0), data, built, cost=cost)
     return SimEngine(sched).run(
         [Job(i, 0.0, IntervalSet.range(i * events, (i + 1) * events)) for i in range(jobs)]
@@ -136,17 +136,15 @@ def test_a_master_slower_than_the_nodes_bounds_the_run() -> None:
     assert bound == pytest.approx(1.0 + 40 * 0.5)
 
 
-def test_a_short_packet_aim_queues_each_packet_of_a_file() -> None:
-    # One node, one file of 1 s cut into four packets (an aim of 0.25 s): four services of
-    # 0.1 s, the first three within the next packet's 0.25 s, the last one whole.
-    run = _run(
-        replace(COST, master_s_per_packet=0.1), nodes=1, jobs=1, files_a_job=1, target_s=0.25
-    )
+def test_each_packet_of_a_file_is_queued() -> None:
+    # One node, one file of 1 s cut into four packets (a chunksize of 25 events; a file of
+    # 100 events is one packet otherwise: the packetizer's least is 100 events): four
+    # services of 0.1 s, the first three within the next packet's 0.25 s, the last one whole.
+    run = _run(replace(COST, master_s_per_packet=0.1), nodes=1, jobs=1, chunksize=25)
     assert _ends(run) == pytest.approx([1.0 + 0.1])
+    assert run.master_packets == 4
     # At 0.3 s a packet the master outlasts each next packet by 0.05 s: three waits.
-    run = _run(
-        replace(COST, master_s_per_packet=0.3), nodes=1, jobs=1, files_a_job=1, target_s=0.25
-    )
+    run = _run(replace(COST, master_s_per_packet=0.3), nodes=1, jobs=1, chunksize=25)
     assert _ends(run) == pytest.approx([1.0 + 3 * 0.05 + 0.3])
 
 

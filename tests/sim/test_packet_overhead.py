@@ -25,11 +25,15 @@ CPU_S = 0.01  # 1 s of CPU a file
 
 
 def _run(
-    cost: CostModel, *, policy: str = "farm", target_s: float = 60.0, cache_files: int = 0
+    cost: CostModel,
+    *,
+    policy: str = "farm",
+    cache_files: int = 0,
+    chunksize: int | None = None,
 ) -> SimRun:
     data = DataSpace.uniform(N_JOBS * JOB_EVENTS, 1000.0, file_events=FILE_EVENTS)
     built = build_policy(policy)
-    built.packet_sizing = PacketSizing(target_s=target_s)
+    built.packet_sizing = PacketSizing(target_s=60.0, chunksize=chunksize)
     topology = Topology.uniform(NODES, cache_files * FILE_EVENTS * 1000.0)
     sched = Scheduler(topology, data, built, cost=cost)
     jobs = [
@@ -63,13 +67,38 @@ def test_a_cost_per_packet_lengthens_the_run_by_packets_times_cost_over_nodes() 
     assert longer - base == pytest.approx(packets * cost / NODES, rel=0.25)
 
 
-def test_a_short_packet_aim_cuts_more_packets_and_charges_each() -> None:
-    # A file takes about 1 s (its CPU; its read overlaps): an aim of 0.25 s cuts 4 packets
-    # of it, so the cost is paid four times as often as with one packet a file.
+def test_the_packets_are_cut_by_the_runtimes_rule_and_each_charged() -> None:
+    """One job of one file of 1,000 events, 10 s of CPU, on one node, the default packetizer
+    (an aim of 2 s, at least 100 events): the runtime's slot cuts 200 events (the aim), 200,
+    200, then a quarter of what the job has left (its events whose results are not back:
+    the uncut ones and the packet in flight): 150 of 400 + 200, 100 of 250 + 150, and the
+    last 150 (a quarter of 150 + 100 is below the least, 100, and a packet of 100 would
+    leave no more than half a packet of the file, so the rest of it goes): six packets, not
+    the five that the aim alone gives. Each pays the cost."""
+    data = DataSpace.uniform(1000, 1000.0, file_events=1000)
+    built = build_policy("farm")
+    cost = 0.1
+
+    def makespan(c: CostModel) -> float:
+        sched = Scheduler(Topology.uniform(1, 0.0), data, built, cost=c)
+        return _makespan(SimEngine(sched).run([Job(0, 0.0, IntervalSet.range(0, 1000))]))
+
+    assert makespan(COST) == pytest.approx(10.0)
+    assert makespan(replace(COST, packet_overhead_s=cost)) == pytest.approx(10.0 + 6 * cost)
+    # The master's queue serves the same six packets.
+    sched = Scheduler(
+        Topology.uniform(1, 0.0), data, built, cost=replace(COST, master_s_per_packet=0.01)
+    )
+    assert SimEngine(sched).run([Job(0, 0.0, IntervalSet.range(0, 1000))]).master_packets == 6
+
+
+def test_a_chunksize_cuts_more_packets_and_charges_each() -> None:
+    # A file takes about 1 s (its CPU; its read overlaps): a chunksize of 25 events cuts 4
+    # packets of it, so the cost is paid four times as often as with one packet a file.
     cost = 0.1
     one = _makespan(_run(replace(COST, packet_overhead_s=cost))) - _makespan(_run(COST))
-    four = _makespan(_run(replace(COST, packet_overhead_s=cost), target_s=0.25)) - _makespan(
-        _run(COST, target_s=0.25)
+    four = _makespan(_run(replace(COST, packet_overhead_s=cost), chunksize=25)) - _makespan(
+        _run(COST, chunksize=25)
     )
     assert four == pytest.approx(4 * one, rel=0.25)
     assert one > 0

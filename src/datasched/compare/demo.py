@@ -269,6 +269,7 @@ def run_demo(
             shared_cores(calibration, workers, cores, load.others),
             policy=name,
             policy_params=params,
+            packets=packets,
         )
     notes.extend(_share_notes(loads, workers, cores))
     if log is not None:

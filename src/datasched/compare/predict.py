@@ -54,8 +54,12 @@ def predict_makespan(
     *,
     policy: str,
     policy_params: dict[str, Any] | None = None,
+    packets: PacketSizing | None = None,
 ) -> float:
     """The makespan (seconds) the simulator predicts for ``specs`` on ``opts.workers``
-    workers under ``policy``."""
-    _, run = simulate_run(specs, opts, calibration, policy=policy, policy_params=policy_params)
+    workers under ``policy``, its packets cut as the run's (``packets``: its default
+    packetizer; each packet pays the calibration's cost per packet)."""
+    _, run = simulate_run(
+        specs, opts, calibration, policy=policy, policy_params=policy_params, packets=packets
+    )
     return max((r.end_s for r in run.jobs), default=0.0)

@@ -304,6 +304,8 @@ class SimEngine(SubjobRuns, DataMoves):
         pump = self._pump
         handled = pump.handled - self._handled_before
         self.result = self.rec.close(self.now, handled, pump.scheduling_s)
+        if self._master is not None:
+            self.result.master_packets = self._master.served
         return self.result
 
     def peek(self) -> float:

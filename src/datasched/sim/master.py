@@ -78,22 +78,21 @@ class MasterTurns(EngineState):
     def _master_turns(
         self,
         segments: list[tuple[int, int, float, Source, int]],
-        packets: dict[int, tuple[list[int], int, int]],
+        packets: dict[int, tuple[list[int], int, list[int]]],
     ) -> tuple[list[tuple[int, int, float, Source, int]], list[float], float]:
         """``segments`` with each packet's turn at the master after its last event
         (``CostModel.master_s_per_packet``, :mod:`datasched.sim.master`): a segment of no
         events lasting the service, to which the wait is added when the slot gets there
-        (:meth:`_master_turn`). A file's part of ``n`` events in ``p`` packets
-        (:meth:`_packets_by_file`) ends a packet every ``n / p`` of its events; a segment is
-        cut there."""
+        (:meth:`_master_turn`). A file's packets end where
+        :meth:`_packets_by_file` cut them (counted in the file's events done here); a
+        segment is cut there."""
         service = self.cost.master_s_per_packet
         space = self.space
         files = space.files
         cuts: dict[int, list[int]] = {}
         """File -> its events here done at each of its packets' ends (the last first)."""
-        for i, (_, n, count) in packets.items():
-            count = min(count, n)  # a packet has an event at least
-            cuts[i] = [round(n * j / count) for j in range(count, 0, -1)]
+        for i, (_, _, ends) in packets.items():
+            cuts[i] = ends[::-1]
         done: dict[int, int] = dict.fromkeys(packets, 0)
         out: list[tuple[int, int, float, Source, int]] = []
         for a, b, per, src, peer in segments:

@@ -111,6 +111,9 @@ class SimRun:
     bytes_transferred: float = 0.0
     packets: list[PacketRecord] | None = None
     """With ``record_packets``: every subjob that left a slot, in the order they left."""
+    master_packets: int = 0
+    """Packets served by the master's queue (``CostModel.master_s_per_packet``; 0 without
+    it): the packets the runtime would have cut (:mod:`datasched.sim.master`)."""
 
     @property
     def events_submitted(self) -> int:
