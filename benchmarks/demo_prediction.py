@@ -121,6 +121,7 @@ def trial(data_dir: Path, policy: str, workers: int, tertiary_mb_s: float) -> di
         load = measure_machine_load(cores)  # as the demo does, just before the run
         calibration = shared_cores(calibrated, workers, cores, load.others)
         packets = PacketSizing(target_s=0.5, min_events=500)  # the demo's
+        config = EngineConfig(queue_s=0.5)
         during = OthersDuringRun()
         during.start()
         report = asyncio.run(
@@ -129,7 +130,7 @@ def trial(data_dir: Path, policy: str, workers: int, tertiary_mb_s: float) -> di
                 opts,
                 policy=policy,
                 policy_params=params,
-                config=EngineConfig(queue_s=0.5),
+                config=config,
                 packets=packets,
                 cold=True,
                 calibration=calibration,
@@ -152,7 +153,13 @@ def trial(data_dir: Path, policy: str, workers: int, tertiary_mb_s: float) -> di
                 )
             scaled = shared_cores(replace(cal, cost=cost), workers, cores, others)
             return predict_makespan(
-                specs, opts, scaled, policy=policy, policy_params=params, packets=packets
+                specs,
+                opts,
+                scaled,
+                policy=policy,
+                policy_params=params,
+                packets=packets,
+                config=config,
             )
 
         # The share the demo gave each node before it measured the machine (its workers
@@ -170,6 +177,7 @@ def trial(data_dir: Path, policy: str, workers: int, tertiary_mb_s: float) -> di
             policy=policy,
             policy_params=params,
             packets=packets,
+            config=config,
         )
         after = predicted(during.mean())
     real = report.makespan_s

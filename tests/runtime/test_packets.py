@@ -13,7 +13,7 @@ from datasched.core.actions import Shrink
 from datasched.core.data import DataSpace, FileSpec
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import Subjob, Topology
-from datasched.core.packets import PacketSizing
+from datasched.core.packets import PacketDepth, PacketSizing
 from datasched.core.scheduler import Scheduler
 from datasched.policies import build_policy
 from datasched.runtime.engine import RuntimeEngine
@@ -89,6 +89,21 @@ def test_short_packets_are_queued_deeper_on_their_worker() -> None:
     assert eng._depth(slot) == 4
     slot.packet_s = 2.0  # long packets: the minimum, the next one's file fetched meanwhile
     assert eng._depth(slot) == CONFIG.packets_in_flight
+
+
+def test_the_simulators_depth_in_flight_is_the_runtimes() -> None:
+    """The simulator cuts packets with the runtime's depth in flight (core/packets.py):
+    one rule, and a bad setting refused by name."""
+    config = EngineConfig(queue_s=0.5, max_in_flight=6)
+    eng = engine(config)
+    slot = eng.slots[0]
+    for packet_s in (0.0, 0.01, 0.1, 0.2, 0.5, 3.0):
+        slot.packet_s = packet_s
+        assert config.packet_depth.depth(packet_s) == eng._depth(slot)
+    with pytest.raises(ValueError, match="queue_s: must be positive"):
+        PacketDepth(queue_s=0.0)
+    with pytest.raises(ValueError, match="packets_in_flight: must be at least 1"):
+        PacketDepth(packets_in_flight=9, max_in_flight=8)
 
 
 def test_chunksize_caps_a_packet_pulled_or_not() -> None:

@@ -12,7 +12,7 @@ import pytest
 from datasched.core.data import DataSpace
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import CostModel, Job, ModelError, Pipelining, Topology
-from datasched.core.packets import PacketSizing
+from datasched.core.packets import PacketDepth, PacketSizing
 from datasched.core.scheduler import Scheduler
 from datasched.policies import build_policy
 from datasched.sim.engine import SimEngine, SimRun
@@ -85,6 +85,16 @@ def test_the_packets_are_cut_by_the_runtimes_rule_and_each_charged() -> None:
 
     assert makespan(COST) == pytest.approx(10.0)
     assert makespan(replace(COST, packet_overhead_s=cost)) == pytest.approx(10.0 + 6 * cost)
+    # A runtime that keeps more in flight (10 s of work queued: six packets of 2 s) counts
+    # five packets' events as not back when it cuts the next: the quarter never binds, and
+    # the aim cuts five packets of 200 events.
+    deep = Scheduler(
+        Topology.uniform(1, 0.0), data, built, cost=replace(COST, packet_overhead_s=cost)
+    )
+    run = SimEngine(deep, in_flight=PacketDepth(queue_s=10.0)).run(
+        [Job(0, 0.0, IntervalSet.range(0, 1000))]
+    )
+    assert _makespan(run) == pytest.approx(10.0 + 5 * cost)
     # The master's queue serves the same six packets.
     sched = Scheduler(
         Topology.uniform(1, 0.0), data, built, cost=replace(COST, master_s_per_packet=0.01)

@@ -270,6 +270,7 @@ def run_demo(
             policy=name,
             policy_params=params,
             packets=packets,
+            config=config,
         )
     notes.extend(_share_notes(loads, workers, cores))
     if log is not None:

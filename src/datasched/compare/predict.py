@@ -9,6 +9,7 @@ from datasched.core.model import Job
 from datasched.core.packets import PacketSizing
 from datasched.core.scheduler import Scheduler
 from datasched.runtime.jobspec import JobSpec
+from datasched.runtime.reports import EngineConfig
 from datasched.runtime.session import Calibration, ClusterOptions, build_scheduler, job_space
 from datasched.runtime.space import job_events
 from datasched.sim.engine import SimEngine, SimRun
@@ -24,10 +25,12 @@ def simulate_run(
     policy: str,
     policy_params: dict[str, Any] | None = None,
     packets: PacketSizing | None = None,
+    config: EngineConfig | None = None,
 ) -> tuple[Scheduler, SimRun]:
     """``specs`` on ``opts.workers`` workers under ``policy``, simulated: the scheduler the
     runtime would build (``packets``: its default packetizer), driven by the simulated
-    engine; the scheduler (its replicator's counts) and the simulated run."""
+    engine, which cuts packets as the runtime with ``config`` would (its packets in flight;
+    None: its defaults); the scheduler (its replicator's counts) and the simulated run."""
     space = job_space(specs)
     jobs = [
         Job(i, s.submit_s, job_events(space, s.dataset, s.start, s.stop))
@@ -44,7 +47,8 @@ def simulate_run(
     )
     # The runtime closes arrivals after a jobs file's last job (delayed scheduling's period
     # then ends): so does its prediction.
-    return sched, SimEngine(sched).run(jobs, close_arrivals=True)
+    depth = None if config is None else config.packet_depth
+    return sched, SimEngine(sched, in_flight=depth).run(jobs, close_arrivals=True)
 
 
 def predict_makespan(
@@ -55,11 +59,19 @@ def predict_makespan(
     policy: str,
     policy_params: dict[str, Any] | None = None,
     packets: PacketSizing | None = None,
+    config: EngineConfig | None = None,
 ) -> float:
     """The makespan (seconds) the simulator predicts for ``specs`` on ``opts.workers``
     workers under ``policy``, its packets cut as the run's (``packets``: its default
-    packetizer; each packet pays the calibration's cost per packet)."""
+    packetizer; ``config``: its packets in flight; each packet pays the calibration's cost
+    per packet)."""
     _, run = simulate_run(
-        specs, opts, calibration, policy=policy, policy_params=policy_params, packets=packets
+        specs,
+        opts,
+        calibration,
+        policy=policy,
+        policy_params=policy_params,
+        packets=packets,
+        config=config,
     )
     return max((r.end_s for r in run.jobs), default=0.0)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-__all__ = ["PacketRequest", "PacketSizing", "default_packet_stop"]
+__all__ = ["PacketDepth", "PacketRequest", "PacketSizing", "default_packet_stop"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +46,36 @@ class PacketSizing:
             )
         if self.chunksize is not None and self.chunksize < 1:
             raise ValueError(f"chunksize: must be at least 1, got {self.chunksize!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class PacketDepth:
+    """How many packets an engine keeps in flight a slot (the runtime's ``EngineConfig``;
+    the simulator cuts its packets as the runtime would with it): at least
+    ``packets_in_flight``, more while packets are short, about ``queue_s`` of work queued,
+    at most ``max_in_flight``. It matters to the cut: a job's events left, which
+    :func:`default_packet_stop` divides, count every packet whose result is not back."""
+
+    packets_in_flight: int = 2
+    max_in_flight: int = 8
+    queue_s: float = 2.0
+
+    def __post_init__(self) -> None:
+        if not self.queue_s > 0:
+            raise ValueError(f"queue_s: must be positive, got {self.queue_s!r}")
+        if not 1 <= self.packets_in_flight <= self.max_in_flight:
+            raise ValueError(
+                f"packets_in_flight: must be at least 1 and at most max_in_flight "
+                f"({self.max_in_flight}), got {self.packets_in_flight!r}"
+            )
+
+    def depth(self, packet_s: float) -> int:
+        """Packets in flight for a slot whose packets take ``packet_s`` seconds of work (0:
+        not measured yet)."""
+        if packet_s <= 0:
+            return self.packets_in_flight
+        depth = int(self.queue_s / packet_s) + 1
+        return min(max(depth, self.packets_in_flight), self.max_in_flight)
 
 
 class PacketRequest(NamedTuple):

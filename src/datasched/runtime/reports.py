@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from datasched.core.packets import PacketDepth
+
 __all__ = [
     "EngineConfig",
     "EngineListener",
@@ -46,6 +48,12 @@ class EngineConfig:
             raise ValueError(f"queue_s: must be positive, got {self.queue_s!r}")
         if not 1 <= self.packets_in_flight <= self.max_in_flight:
             raise ValueError("packets_in_flight: must be at least 1 and <= max_in_flight")
+
+    @property
+    def packet_depth(self) -> PacketDepth:
+        """Its packets in flight a slot, as the simulator cuts packets with them
+        (:class:`~datasched.core.packets.PacketDepth`)."""
+        return PacketDepth(self.packets_in_flight, self.max_in_flight, self.queue_s)
 
 
 @dataclass(slots=True)

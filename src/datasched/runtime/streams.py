@@ -175,11 +175,7 @@ class PacketStreams:
         are short (cut at the ends of small files): about ``queue_s`` of work queued on the
         worker, so that it goes from one packet to the next without waiting for the master's
         round trip (result back, next packet out), up to ``max_in_flight``."""
-        cfg = self.config
-        if slot.packet_s <= 0:
-            return cfg.packets_in_flight
-        depth = int(cfg.queue_s / slot.packet_s) + 1
-        return min(max(depth, cfg.packets_in_flight), cfg.max_in_flight)
+        return self.config.packet_depth.depth(slot.packet_s)
 
     def _feed(self, index: int) -> None:
         """Keep the slot's packets going (:meth:`_depth` of them); close the subjob when

@@ -8,20 +8,19 @@ exactly how many events it has processed, follow in closed form (ponce-hersch §
 Where caches hold whole files, a file read from tertiary storage is first fetched whole (a
 segment of no events lasting its transfer), then read from the local disk, as the runtime does.
 
-Node caches are the world's truth; what a subjob read goes into its node's cache when it stops
-or ends, and the change is reported to the scheduler with that event. Preempt, Shrink and
-Evict take effect at once, inside the same instant; their answers are follow-up events, handled
-after the other actions of the event that caused them (:mod:`datasched.core.dispatch`'s order,
-the runtime's too). Fetches and replications move bytes over the
-topology's links as a fluid (:mod:`datasched.sim.network`). Nodes may fail and come back
-(:mod:`datasched.sim.faults`). What the run measures is the :class:`~datasched.sim.recorder.
-Recorder`'s business; this module is the loop and the world it simulates.
+Node caches are the world's truth; what a subjob read goes into its node's cache when it stops or
+ends, and the change is reported to the scheduler with that event. Preempt, Shrink and Evict take
+effect at once, inside the same instant; their answers are follow-up events, handled after the
+other actions of the event that caused them (:mod:`datasched.core.dispatch`'s order, the runtime's
+too). Fetches and replications move bytes over the topology's links as a fluid
+(:mod:`datasched.sim.network`). Nodes may fail and come back (:mod:`datasched.sim.faults`). What
+the run measures is the :class:`~datasched.sim.recorder.Recorder`'s business; this module is the
+loop and the world it simulates.
 
-Three things are off unless asked for, and change nothing when off: disks shared by their
-readers (``CostModel.shared_disks``, :mod:`datasched.sim.disks`), a log of every subjob as
-PROOF logs packets (``record_packets``), and closed workloads (``follow_up``: a user submits
-the next job when the last ends). Files whose replicas name a node lie on its disk from the
-start.
+Three things are off unless asked for, and change nothing when off: disks shared by their readers
+(``CostModel.shared_disks``, :mod:`datasched.sim.disks`), a log of every subjob as PROOF logs
+packets (``record_packets``), and closed workloads (``follow_up``: a user submits the next job when
+the last ends). Files whose replicas name a node lie on its disk from the start.
 """
 
 from __future__ import annotations
@@ -66,6 +65,7 @@ from datasched.core.events import (
 )
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import Job, Source, node_endpoint
+from datasched.core.packets import PacketDepth
 from datasched.core.replacement import LRU, Replacement
 from datasched.core.scheduler import Scheduler
 from datasched.sim.faults import FaultStream, NodeFaults
@@ -135,6 +135,7 @@ class SimEngine(SubjobRuns, DataMoves):
         faults: NodeFaults | None = None,
         record_packets: bool = False,
         warm: Mapping[int, IntervalSet] | None = None,
+        in_flight: PacketDepth | None = None,
     ) -> None:
         self.scheduler = scheduler
         self._warm = dict(warm or {})
@@ -186,7 +187,7 @@ class SimEngine(SubjobRuns, DataMoves):
         )
         """What the run measures (replaced by :meth:`run`'s, for its list of jobs)."""
         self._readers = {} if self.cost.shared_disks else None
-        self._master_setup()
+        self._master_setup(in_flight)
         self._disk_readers = {}
         self._record_packets = record_packets
         self._follow_up: FollowUp | None = None
@@ -304,8 +305,6 @@ class SimEngine(SubjobRuns, DataMoves):
         pump = self._pump
         handled = pump.handled - self._handled_before
         self.result = self.rec.close(self.now, handled, pump.scheduling_s)
-        if self._master is not None:
-            self.result.master_packets = self._master.served
         return self.result
 
     def peek(self) -> float:

@@ -24,6 +24,8 @@ from itertools import pairwise
 from typing import Any
 
 from datasched.core.model import Source
+from datasched.core.packets import PacketDepth
+from datasched.sim.recorder import Recorder
 from datasched.sim.state import FINISH, MASTER_TURN, EngineState
 
 __all__ = ["MASTER", "MasterQueue", "MasterTurns"]
@@ -66,12 +68,18 @@ class MasterTurns(EngineState):
 
     _per_packet: bool
     """Whether the cost model charges packets (a cost per packet, the master's queue)."""
+    _in_flight: PacketDepth
+    rec: Recorder
+    """The runtime's packets in flight a slot, which its packets are cut with."""
 
     def _push_boundary(self, slot: int) -> None:
         raise NotImplementedError
 
-    def _master_setup(self) -> None:
-        """The master's queue, when the cost model has one (at the engine's start)."""
+    def _master_setup(self, in_flight: PacketDepth | None) -> None:
+        """The master's queue, when the cost model has one, and the runtime's packets in
+        flight a slot (None: its defaults), with which packets are cut (at the engine's
+        start)."""
+        self._in_flight = PacketDepth() if in_flight is None else in_flight
         self._master = MasterQueue() if self.cost.master_s_per_packet > 0 else None
         self._per_packet = self.cost.packet_overhead_s > 0 or self._master is not None
 
@@ -159,6 +167,7 @@ class MasterTurns(EngineState):
         # Until the master has this packet's result; the slot computes its next packet
         # meanwhile and waits only for what is left of that (see _overlapped).
         held = self._master.serve(self.now, service) + service - self.now
+        self.rec.run.master_packets += 1
         after = _next_turn(segments, k)
         if after is not None:
             held = max(0.0, held - (ends[after - 1] - ends[k]))

@@ -18,12 +18,12 @@ from datasched.core.directory import CacheDirectory
 from datasched.core.events import SubjobFinished, SubjobShrunk, SubjobStopped
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import Source, Subjob
-from datasched.core.packets import PacketRequest
 from datasched.sim.disks import SharedDisks
 from datasched.sim.fetches import LUMP as _LUMP
 from datasched.sim.fetches import SharedFetches
 from datasched.sim.master import MASTER as _MASTER
 from datasched.sim.master import MasterTurns
+from datasched.sim.packetcut import cut_packets
 from datasched.sim.recorder import Recorder
 from datasched.sim.state import FINISH as _FINISH
 
@@ -242,62 +242,9 @@ class SubjobRuns(SharedDisks, SharedFetches, MasterTurns):
     def _packets_by_file(
         self, segments: list[tuple[int, int, float, Source, int]], one_packet: bool
     ) -> dict[int, tuple[list[int], int, list[int]]]:
-        """The packets the runtime would cut from a subjob of these ``segments``, by file:
-        file -> (the indices of the segments over its events, its events here, the number of
-        its events here done at each of its packets' ends, in order). The runtime's slot
-        cuts its work with the policy's own rule
-        (:meth:`~datasched.core.policy.Policy.packet_stop`: the default packetizer's
-        ``target_s`` of work at the slot's pace, shrinking to a quarter of what the job has
-        left, the rest of a file where half a packet or less would be left of it; a pull
-        policy's ``Assign``, ``one_packet``, only at file ends and its ``chunksize``). The
-        same rule cuts the subjob's events here, in event order, each contiguous stretch of
-        a file at its segments' mean time per event, with the subjob's events left (its
-        packet in flight among them) as the job's on one slot (a job over ``k`` slots has
-        about ``k`` subjobs' events left). Segments of no events (the wait for a file's
-        fetch) are in no packet (docs/performance.md, "Packets cut by the runtime's rule")."""
-        policy = self.scheduler.policy
-        space = self.space
-        files = space.files
-        by_file: dict[int, list[int]] = {}
-        stretches: list[tuple[int, int, int, float]] = []
-        """Contiguous stretches of one file: start, stop, file, their events' time."""
-        for k, (a, b, per, _, _) in sorted(enumerate(segments), key=lambda item: item[1][0]):
-            x = a
-            while x < b:
-                i = space.file_at(x)
-                y = min(b, files[i].stop)
-                by_file.setdefault(i, []).append(k)
-                if stretches and stretches[-1][1] == x and stretches[-1][2] == i:
-                    sa, _, _, t = stretches[-1]
-                    stretches[-1] = (sa, y, i, t + (y - x) * per)
-                else:
-                    stretches.append((x, y, i, (y - x) * per))
-                x = y
-        left = sum(b - a for a, b, _, _ in stretches)
-        flying = 0
-        """The packet before the one being cut: the runtime keeps two in flight a slot, so
-        its result is not back when the next is cut, and the job's events left (those whose
-        results are not back) count it."""
-        done: dict[int, int] = {}
-        cuts: dict[int, list[int]] = {}
-        for a, b, i, t in stretches:
-            pace = t / (b - a)
-            file_stop = files[i].stop
-            ends = cuts.setdefault(i, [])
-            x = a
-            while x < b:
-                stop = policy.packet_stop(
-                    PacketRequest(x, b, file_stop, one_packet, pace, left + flying, 1)
-                )
-                flying = stop - x
-                left -= flying
-                done[i] = done.get(i, 0) + flying
-                ends.append(done[i])
-                x = stop
-        out: dict[int, tuple[list[int], int, list[int]]] = {}
-        for i, ks in by_file.items():
-            out[i] = (sorted(set(ks)), done[i], cuts[i])
-        return out
+        """The packets the runtime would cut from a subjob of these ``segments``
+        (:func:`~datasched.sim.packetcut.cut_packets`)."""
+        return cut_packets(self.space, self.scheduler.policy, self._in_flight, segments, one_packet)
 
     def _charge_packets(
         self,
