@@ -23,7 +23,8 @@ last round's: predicted from the packets of a loaded run, as a daemon in service
 its packets, predictions and end, what each refresh predicted from and what it cost, and
 the requests run before the users' (the warm-up's) with their first packet's slot
 (docs/service-whatif.md reads them), and per refresh the cluster's pace it assumed against
-the pace it delivered (``refresh_rates``).
+the pace it delivered (``refresh_rates``), and this process's CPU time every 0.1 s while the
+users' requests run (``process_cpu``: the daemon's, and the users' threads').
 
     python benchmarks/service_eta.py [--users 10] [--requests 3] [--workers 4] [--files 2]
         [--policy out-of-order] [--tertiary-mb-s MB] [--eta-period-s 2] [--warmup N]
@@ -128,6 +129,7 @@ def run(
 
     load_before = os.getloadavg()
     snapshots: list[dict[str, Any]] = []
+    cpu = _CpuSampler() if detail else None
     taking = getattr(eta_watch, "live_snapshot")  # noqa: B009
     if detail:
 
@@ -181,6 +183,8 @@ def run(
             for _ in range(rounds):
                 started = time.monotonic()
                 started_at = time.time()
+                if cpu is not None:
+                    cpu.start()
                 with ThreadPoolExecutor(max_workers=users) as pool:
                     results = list(pool.map(user, range(users)))
                 ids = {rid: f"user{i}" for i, r in enumerate(results) for rid in r[1]}
@@ -207,6 +211,8 @@ def run(
                 figures = eta_figures(ended)
                 del figures["per_request"]
                 per_round.append({"elapsed_s": elapsed, **figures})
+            if cpu is not None:
+                cpu.stop()
             with eta._lock:
                 records = [r for r in eta.records.values() if r.request_id in ids]
                 cost = list(eta.cost_s)
@@ -250,12 +256,43 @@ def run(
                 "earlier_requests": earlier,
                 "snapshots": snapshots,
                 "refresh_rates": refresh_rates(snapshots, rows, started_at),
+                "process_cpu": [] if cpu is None else cpu.since(started_at),
                 "refresh_costs_s": cost,
             }
             if detail
             else {}
         ),
     }
+
+
+class _CpuSampler:
+    """The CPU time of this process (the daemon, its runner and Dask's scheduler, and the
+    users' threads, which mostly wait), every 0.1 s while the users' requests run: what the
+    daemon spends a packet (docs/service-whatif.md)."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.samples: list[tuple[float, float]] = []
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cpu-sampler", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while True:  # one sample at least, however soon it is stopped
+            self.samples.append((time.time(), time.process_time()))
+            if self._done.wait(0.1):
+                return
+
+    def since(self, t0: float) -> list[list[float]]:
+        """``[seconds from t0, CPU seconds]`` pairs."""
+        return [[round(t - t0, 3), round(c, 4)] for t, c in self.samples]
 
 
 def refresh_rates(

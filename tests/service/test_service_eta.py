@@ -136,3 +136,13 @@ def test_each_refresh_gives_the_pace_it_assumed_and_the_pace_delivered() -> None
     ]
     # A request not ended (no row) gives no line: there is no real end to compare.
     assert _bench().refresh_rates(snapshots, [], t0) == []
+
+
+def test_the_process_cpu_samples_are_timed_from_the_users_start() -> None:
+    sampler = _bench()._CpuSampler()
+    sampler.samples = [(1000.25, 3.5), (1000.35, 3.5625)]
+    assert sampler.since(1000.0) == [[0.25, 3.5], [0.35, 3.5625]]
+    sampler.start()  # samples this process until stopped
+    sampler.stop()
+    assert len(sampler.samples) >= 3
+    assert sampler.samples[-1][1] >= sampler.samples[2][1]  # CPU time never goes back
