@@ -69,8 +69,9 @@ class MasterTurns(EngineState):
     _per_packet: bool
     """Whether the cost model charges packets (a cost per packet, the master's queue)."""
     _in_flight: PacketDepth
-    rec: Recorder
     """The runtime's packets in flight a slot, which its packets are cut with."""
+    rec: Recorder
+    """What the run measures (its packets served at the master among it)."""
 
     def _push_boundary(self, slot: int) -> None:
         raise NotImplementedError
