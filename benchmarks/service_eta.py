@@ -25,10 +25,13 @@ the requests run before the users' (the warm-up's) with their first packet's slo
 (docs/service-whatif.md reads them), and per refresh the cluster's pace it assumed against
 the pace it delivered (``refresh_rates``), and this process's CPU time every 0.1 s while the
 users' requests run (``process_cpu``: the daemon's, and the users' threads').
+``--eta-per-packet`` prices the ETAs per packet (:mod:`datasched.service.packet_pace`: the
+nodes at the packets' CPU, the daemon as the simulator's master queue), which the daemon
+does not by default.
 
     python benchmarks/service_eta.py [--users 10] [--requests 3] [--workers 4] [--files 2]
         [--policy out-of-order] [--tertiary-mb-s MB] [--eta-period-s 2] [--warmup N]
-        [--rounds R] [--json [--detail]]
+        [--rounds R] [--eta-per-packet] [--json [--detail]]
 """
 
 from __future__ import annotations
@@ -119,6 +122,7 @@ def run(
     warmup: int = 0,
     detail: bool = False,
     rounds: int = 1,
+    per_packet: bool = False,
 ) -> dict[str, Any]:
     import httpx
 
@@ -155,6 +159,10 @@ def run(
             eta_period_s=eta_period_s,
         ) as d:
             base = f"{d.url}/api/v1"
+            if per_packet and d.service.eta is not None:
+                from datasched.service.packet_pace import DaemonPace
+
+                d.service.eta.pace = DaemonPace(d.service.store)
             if warmup:
                 _warm_up(base, d.tokens["user0"], data_dir.resolve(), warmup, files, timeout_s)
 
@@ -232,6 +240,7 @@ def run(
         "tertiary_mb_s": tertiary_mb_s,
         "eta_period_s": eta_period_s,
         "warmup": warmup,
+        "eta_per_packet": per_packet,
         "accepted": len(ids),
         "refused": [x for r in results for x in r[2]],
         "completed": sum(st == "completed" for st in states.values()),
@@ -537,6 +546,12 @@ def main() -> None:
         "ended; the figures are the last round's (predicted from a loaded run's packets), "
         "with every round's in the JSON",
     )
+    p.add_argument(
+        "--eta-per-packet",
+        action="store_true",
+        help="the ETAs priced per packet: the nodes at the packets' CPU, the daemon as the "
+        "simulator's master queue at its CPU a stored packet",
+    )
     p.add_argument("--json", action="store_true")
     p.add_argument(
         "--detail",
@@ -563,6 +578,7 @@ def main() -> None:
         warmup=args.warmup,
         detail=args.detail,
         rounds=args.rounds,
+        per_packet=args.eta_per_packet,
     )
     if args.json:
         print(json.dumps(report, indent=2))

@@ -30,6 +30,7 @@ from sqlalchemy import func, select
 from datasched.service.contracts import JobState
 from datasched.service.eta import EtaRecord, median_abs_relative_error
 from datasched.service.live import live_snapshot, rate_spread, recent_packets
+from datasched.service.packet_pace import DaemonPace, packet_cpu, priced_per_packet
 from datasched.service.store.db import Store
 from datasched.service.store.models import Job, Request
 from datasched.service.whatif import Admission, predict
@@ -93,6 +94,11 @@ class EtaWatch:
         """Wall-clock seconds of each refresh's simulations (the point and its interval)."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.pace: DaemonPace | None = None
+        """The daemon's time a packet, to price the ETAs per packet once it is measured
+        (:mod:`datasched.service.packet_pace`; ``benchmarks/service_eta.py
+        --eta-per-packet`` sets it); None, the daemon's default: the ETAs priced from the
+        nodes' paces (docs/service-whatif.md)."""
 
     def refresh(self) -> int:
         """Predict now; how many open requests got a new ETA. One refresh at a time."""
@@ -121,9 +127,20 @@ class EtaWatch:
                 queue = self.admission()
             except Exception:  # the store busy: predict without the queue this time
                 log.exception("reading the dispatcher's queue failed")
-        prediction = predict(snapshot, self.policy, admission=queue)
-        late = predict(snapshot, self.policy, rate_factor=slow, admission=queue)
-        early = predict(snapshot, self.policy, rate_factor=fast, admission=queue)
+        master = 0.0
+        if self.pace is not None:
+            pace = self.pace.sample()
+            mean_cpu, per_job = packet_cpu(self.store)
+            if pace is not None and mean_cpu is not None:
+                snapshot = priced_per_packet(snapshot, mean_cpu, per_job)
+                master = pace
+        prediction = predict(snapshot, self.policy, admission=queue, master_s_per_packet=master)
+        late = predict(
+            snapshot, self.policy, rate_factor=slow, admission=queue, master_s_per_packet=master
+        )
+        early = predict(
+            snapshot, self.policy, rate_factor=fast, admission=queue, master_s_per_packet=master
+        )
         self.cost_s.append(prediction.simulate_s + late.simulate_s + early.simulate_s)
         n = 0
         with self._lock:

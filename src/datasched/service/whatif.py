@@ -232,10 +232,16 @@ def predict(
     *,
     rate_factor: float = 1.0,
     admission: Admission | None = None,
+    master_s_per_packet: float = 0.0,
 ) -> Prediction:
     """The finish of every job and request of ``snapshot`` under ``policy`` (built from its
     declared ``policy_params``), predicted by the simulator, with every rate (measured or
     default) times ``rate_factor`` (the ETAs' intervals simulate the rates' spread).
+
+    ``master_s_per_packet``: the daemon's time a packet, as the simulator's master queue
+    (the ETAs priced per packet, :mod:`datasched.service.packet_pace`; the rates are then
+    the packets' CPU, and a running job's rest is not priced on its own: its packets'
+    round trips are in the queue). 0: no queue.
 
     ``admission``: the daemon's queue in front of the runner (:class:`Admission`); the jobs
     it names reach the simulated core in its order, one as each job ends, as the dispatcher
@@ -256,7 +262,12 @@ def predict(
         raise SnapshotError("rate_factor", f"must be positive, got {rate_factor!r}")
     nodes, cpu = _node_model(snapshot, space.bytes_per_event, rate_factor)
     built = build_policy(policy, **dict(policy_params or {}))
-    cost = CostModel(cpu_s_per_event=cpu, disk_bytes_per_s=_FREE, pipelining=Pipelining.TERTIARY)
+    cost = CostModel(
+        cpu_s_per_event=cpu,
+        disk_bytes_per_s=_FREE,
+        pipelining=Pipelining.TERTIARY,
+        master_s_per_packet=master_s_per_packet / rate_factor,
+    )
     sched = Scheduler(Topology(nodes=nodes), space, built, cost=cost)
     warm: dict[int, IntervalSet] = {}
     for i, n in enumerate(snapshot.nodes):
@@ -304,7 +315,7 @@ def predict(
         eta[ids[rec.job_id]] = None if rec.failed or rec.end_s < 0 else rec.end_s
     for job_id in ids:
         eta.setdefault(job_id, None)  # never handed over: a failed job's room was lost
-    for j in ordered:
+    for j in ordered if not master_s_per_packet else ():
         own = under_way_s(j, rate_factor)
         got = eta.get(j.id)
         if own is not None and got is not None:
