@@ -287,7 +287,9 @@ class _CpuSampler:
         self._thread = threading.Thread(target=self._run, name="cpu-sampler", daemon=True)
 
     def start(self) -> None:
-        self._thread.start()
+        """Start sampling (again at a later round: it goes on)."""
+        if not self._thread.is_alive():
+            self._thread.start()
 
     def stop(self) -> None:
         self._done.set()

@@ -85,6 +85,10 @@ def test_the_benchmark_gives_every_ended_request_with_an_eta_its_errors() -> Non
         assert sum(packet[2] for packet in row["packets"]) > 0
         assert row["actual_finish"] >= row["predictions"][0][0]
     assert report["snapshots"]
+    # The process's CPU sampled through both rounds, never going back.
+    cpu = [c for _, c in report["process_cpu"]]
+    assert len(cpu) >= 2
+    assert cpu == sorted(cpu)
 
 
 def test_each_refresh_gives_the_pace_it_assumed_and_the_pace_delivered() -> None:
