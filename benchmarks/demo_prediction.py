@@ -47,13 +47,14 @@ from datasched.compare.demo import (
     demo_workload,
     shared_cores,
 )
-from datasched.compare.predict import predict_makespan, simulate_run
+from datasched.compare.predict import run_makespan, simulate_run
 from datasched.core.packets import PacketSizing
 from datasched.runtime.coreshare import measure_machine_load, runnable_threads
 from datasched.runtime.jobspec import load_jobs
 from datasched.runtime.reports import EngineConfig
 from datasched.runtime.session import Calibration, ClusterOptions, job_space, run_jobs
 from datasched.service.eta import eta_error
+from datasched.sim.engine import SimRun
 from datasched.sim.parallel import usable_cores
 
 
@@ -140,7 +141,7 @@ def trial(data_dir: Path, policy: str, workers: int, tertiary_mb_s: float) -> di
         during.join()
         assert isinstance(report.calibration, Calibration)
 
-        def predicted(others: float, per_packet: str = "queue") -> float:
+        def simulated(others: float, per_packet: str = "queue") -> SimRun:
             cal = report.calibration
             cost = cal.cost
             if per_packet == "none":
@@ -152,7 +153,7 @@ def trial(data_dir: Path, policy: str, workers: int, tertiary_mb_s: float) -> di
                     master_s_per_packet=0.0,
                 )
             scaled = shared_cores(replace(cal, cost=cost), workers, cores, others)
-            return predict_makespan(
+            _, run = simulate_run(
                 specs,
                 opts,
                 scaled,
@@ -161,6 +162,10 @@ def trial(data_dir: Path, policy: str, workers: int, tertiary_mb_s: float) -> di
                 packets=packets,
                 config=config,
             )
+            return run
+
+        def predicted(others: float, per_packet: str = "queue") -> float:
+            return run_makespan(simulated(others, per_packet))
 
         # The share the demo gave each node before it measured the machine (its workers
         # alone on the cores), the measured one without the per-packet cost, with it all
@@ -169,16 +174,8 @@ def trial(data_dir: Path, policy: str, workers: int, tertiary_mb_s: float) -> di
         alone = predicted(0.0, per_packet="none")
         measured = predicted(load.others, per_packet="none")
         with_packets = predicted(load.others, per_packet="parallel")
-        queued = predicted(load.others)
-        _, sim = simulate_run(
-            specs,
-            opts,
-            shared_cores(report.calibration, workers, cores, load.others),
-            policy=policy,
-            policy_params=params,
-            packets=packets,
-            config=config,
-        )
+        sim = simulated(load.others)
+        queued = run_makespan(sim)
         after = predicted(during.mean())
     real = report.makespan_s
     return {

@@ -14,7 +14,7 @@ from datasched.runtime.session import Calibration, ClusterOptions, build_schedul
 from datasched.runtime.space import job_events
 from datasched.sim.engine import SimEngine, SimRun
 
-__all__ = ["predict_makespan", "simulate_run"]
+__all__ = ["predict_makespan", "run_makespan", "simulate_run"]
 
 
 def simulate_run(
@@ -74,4 +74,9 @@ def predict_makespan(
         packets=packets,
         config=config,
     )
+    return run_makespan(run)
+
+
+def run_makespan(run: SimRun) -> float:
+    """When a simulated run's last job ended (seconds; 0: no job)."""
     return max((r.end_s for r in run.jobs), default=0.0)

@@ -44,10 +44,8 @@ class EngineConfig:
     """A file that cannot be read is skipped (and recorded) instead of failing its job."""
 
     def __post_init__(self) -> None:
-        if not self.queue_s > 0:
-            raise ValueError(f"queue_s: must be positive, got {self.queue_s!r}")
-        if not 1 <= self.packets_in_flight <= self.max_in_flight:
-            raise ValueError("packets_in_flight: must be at least 1 and <= max_in_flight")
+        # One set of checks, PacketDepth's: queue_s positive, 1 <= packets_in_flight <= max.
+        _ = self.packet_depth
 
     @property
     def packet_depth(self) -> PacketDepth:

@@ -315,11 +315,12 @@ def predict(
         eta[ids[rec.job_id]] = None if rec.failed or rec.end_s < 0 else rec.end_s
     for job_id in ids:
         eta.setdefault(job_id, None)  # never handed over: a failed job's room was lost
-    for j in ordered if not master_s_per_packet else ():
-        own = under_way_s(j, rate_factor)
-        got = eta.get(j.id)
-        if own is not None and got is not None:
-            eta[j.id] = min(got, own)
+    if not master_s_per_packet:  # priced per packet, the rest's round trips are queued
+        for j in ordered:
+            own = under_way_s(j, rate_factor)
+            got = eta.get(j.id)
+            if own is not None and got is not None:
+                eta[j.id] = min(got, own)
     requests: dict[str, float | None] = {}
     for j in snapshot.jobs:
         mine, known = eta[j.id], requests.get(j.request_id, 0.0)
