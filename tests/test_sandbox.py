@@ -9,7 +9,9 @@ import pickle
 import socket
 import struct
 import subprocess
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -63,6 +65,7 @@ def test_the_key_of_user_code_follows_its_text_and_arguments() -> None:
     assert a.key != UserCode("p.py:P", b"x = 2", "/r/p.py", "{}").key
     assert a.key != UserCode("p.py:P", b"x = 1", "/r/p.py", '{"a": 1}').key
     assert "x = 1" not in repr(a)  # a repr names it, it does not print the user's code
+    assert a.key != UserCode("p.py:P", b"x = 1", "/r/p.py", "{}", owner="eve").key
 
 
 def test_messages_are_read_as_hostile() -> None:
@@ -136,6 +139,63 @@ def test_a_child_runs_packets_and_its_results_stay_bytes(tmp_path: Path) -> None
     assert merged["n"] == 2421
     pool.close()
     assert len(pool) == 0
+
+
+# A processor that keeps what it saw: every packet's file and length in a module global, and
+# every regular file this process holds open, returned with each result.
+HOARDING = """
+import os, stat
+
+SEEN = []
+
+class P:
+    def process(self, events):
+        SEEN.append(len(events))
+        held = set()
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                st = os.fstat(int(fd))
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                held.add((st.st_dev, st.st_ino))
+        return {"seen": list(SEEN), "held": held}
+"""
+
+
+def test_another_users_job_never_gets_a_child_that_ran_someone_elses_packets(
+    tmp_path: Path,
+) -> None:
+    # The attack: the same code (a shared processor file, the same arguments) run by a victim
+    # and then by its author, whose job would find the victim's file still open and the
+    # processor's globals holding what the victim's packets left there.
+    conf = confinement()
+    pool = ChildPool(keep=4, idle_s=60)
+    private = tmp_path / "private.root"
+    private.write_bytes(DATA.read_bytes())
+    mine = private.stat()
+    victim = replace(_code(tmp_path, HOARDING), owner="bob")
+    author = replace(victim, owner="eve")
+
+    def packet(code: UserCode, path: Path, stop: int) -> dict[str, Any]:
+        with pool.borrow(conf, code) as child:
+            blob, _ = child.packet(
+                str(path), url=path.name, tree=TREE, start=0, stop=stop, read={}, timeout_s=120
+            )
+        got: dict[str, Any] = pickle.loads(blob)  # the test's own code: trusted here
+        return got
+
+    bob = packet(victim, private, 700)
+    assert (mine.st_dev, mine.st_ino) in bob["held"]
+    eve = packet(author, DATA, 10)
+    assert eve["seen"] == [10]  # nothing of bob's packet
+    assert (mine.st_dev, mine.st_ino) not in eve["held"]
+    assert pool.started == 2
+    # The same owner's next job does find its child loaded (the check above can fail).
+    again = packet(victim, DATA, 20)
+    assert again["seen"] == [700, 20]
+    assert pool.started == 2
+    pool.close()
 
 
 def test_a_processors_errors_come_back_with_the_users_traceback(tmp_path: Path) -> None:

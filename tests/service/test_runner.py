@@ -12,6 +12,7 @@ import asyncio
 import json
 import sys
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -198,6 +199,29 @@ def test_processor_job_reports_every_event_once(
     assert sum(n["cached_bytes"] for n in cluster["nodes"]) > 0
     assert cluster["nodes"][0]["cache_capacity_bytes"] == 50 * 10**6
     assert json.loads(json.dumps(cluster)) == cluster
+
+
+def test_a_jobs_code_is_its_users_so_sandboxes_are_not_shared_across_users(
+    data: tuple[Path, list[FileRef]], tmp_path: Path
+) -> None:
+    # The same processor and arguments for two users: their code's keys differ, so the
+    # workers' pools of sandboxed children never hand one user's child to the other
+    # (tests/test_sandbox.py shows what such a child would leak).
+    _, files = data
+    runner = make_runner(Recorder(), "tcp://127.0.0.1:1", tmp_path)
+    work = ProcessorWork("slow.py:Slow")
+    bob = ElementaryJob("r1", 0, tuple(files), work, user="bob")
+    eve = ElementaryJob("r2", 0, tuple(files), work, user="eve")
+    mine = runner._processor_job(bob, work).code
+    theirs = runner._processor_job(eve, work).code
+    assert mine is not None
+    assert theirs is not None
+    assert (mine.owner, theirs.owner) == ("bob", "eve")
+    assert mine.source == theirs.source
+    assert mine.key != theirs.key
+    again = runner._processor_job(replace(bob, index=1), work).code
+    assert again is not None
+    assert again.key == mine.key  # one user's jobs share their children
 
 
 def test_cancel_mid_job_reports_nothing_after_abort(

@@ -123,19 +123,24 @@ class Confinement:
 class UserCode:
     """A processor as data: the user's reference to it (``file.py:attr`` or
     ``module:attr``), the text of its file read as bytes (None: a module installed where the
-    workers run), the file's path (shown in tracebacks), and its constructor's arguments as
-    JSON. It is only ever compiled and run inside a sandbox."""
+    workers run), the file's path (shown in tracebacks), its constructor's arguments as
+    JSON, and the user whose job runs it (``owner``). It is only ever compiled and run inside
+    a sandbox."""
 
     ref: str
     source: bytes | None = None
     filename: str | None = None
     args_json: str = "{}"
+    owner: str = ""
+    """The user whose job loads it. A child keeps what its packets leave behind (the
+    processor's state, the descriptors of the files it read), so children are shared only
+    among one owner's jobs: another user's job with the same code never gets one."""
 
     @property
     def key(self) -> str:
-        """Equal for the same code and arguments: children are shared by it."""
+        """Equal for the same code, arguments and owner: children are shared by it."""
         h = sha256()
-        for part in (self.ref, self.filename or "", self.args_json):
+        for part in (self.ref, self.filename or "", self.args_json, self.owner):
             h.update(part.encode() + b"\0")
         h.update(self.source or b"")
         return h.hexdigest()[:24]

@@ -1,5 +1,8 @@
 """Sandboxed children kept idle between packets, by code and confinement: a job's next
-packet on a host finds its processor loaded (its imports are paid once a job and host)."""
+packet on a host finds its processor loaded (its imports are paid once per user, processor
+and host). The code's key names its owner (:attr:`~datasched.sandbox.confine.UserCode.owner`),
+so a child that ran one user's packets, and keeps their processor's state and files' descriptors,
+never runs another user's."""
 
 from __future__ import annotations
 
@@ -16,9 +19,9 @@ __all__ = ["ChildPool"]
 
 
 class ChildPool:
-    """Children kept idle between packets, by code and confinement: a job's next packet on
-    this host finds its processor loaded. At most ``keep`` idle children; one idle past
-    ``idle_s`` is closed."""
+    """Children kept idle between packets, by code (its owner among it) and confinement: a
+    job's next packet on this host finds its processor loaded. At most ``keep`` idle
+    children; one idle past ``idle_s`` is closed."""
 
     def __init__(self, keep: int = 4, idle_s: float = 60.0) -> None:
         self.keep = keep

@@ -294,13 +294,14 @@ class Runner:
             output=Path("-"),
             schema=work.schema,
             columns=work.columns,
-            code=self.user_code(work),
+            code=self.user_code(work, owner=job.user or "user"),
             confine=self.confine,
         )
 
-    def user_code(self, work: ProcessorWork) -> UserCode:
-        """The job's processor as data (:func:`~datasched.service.usercode.user_code`)."""
-        return user_code(work, self.roots)
+    def user_code(self, work: ProcessorWork, owner: str = "") -> UserCode:
+        """The job's processor as data, for ``owner``'s jobs
+        (:func:`~datasched.service.usercode.user_code`)."""
+        return user_code(work, self.roots, owner)
 
     # -- what the engine tells -----------------------------------------------------------------
 

@@ -28,9 +28,10 @@ KEEP_GOOD = 1024
 """Processors (text and arguments) remembered as loading, most recent first."""
 
 
-def user_code(work: ProcessorWork, roots: Sequence[Path]) -> UserCode:
-    """The processor of ``work`` as data; ``ValueError`` naming the field if its file is
-    not under a root, or its arguments are not plain data."""
+def user_code(work: ProcessorWork, roots: Sequence[Path], owner: str = "") -> UserCode:
+    """The processor of ``work`` as data, run for ``owner``'s jobs (sandboxed children are
+    not shared across owners); ``ValueError`` naming the field if its file is not under a
+    root, or its arguments are not plain data."""
     ref = work.processor.strip()
     target, sep, _ = ref.rpartition(":")
     target = target if sep else ref
@@ -39,13 +40,13 @@ def user_code(work: ProcessorWork, roots: Sequence[Path]) -> UserCode:
     except (TypeError, ValueError) as exc:
         raise ValueError(f"processor_args: not plain data: {exc}") from None
     if not target.endswith(".py"):
-        return UserCode(ref, None, None, args)
+        return UserCode(ref, None, None, args, owner)
     try:
         path = locate(target, roots)
         source = path.read_bytes()
     except (Outside, OSError) as exc:
         raise ValueError(f"processor: {ref!r}: {exc}") from None
-    return UserCode(ref, source, str(path), args)
+    return UserCode(ref, source, str(path), args, owner)
 
 
 class SandboxCheck:
