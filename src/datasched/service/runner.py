@@ -294,7 +294,8 @@ class Runner:
             output=Path("-"),
             schema=work.schema,
             columns=work.columns,
-            code=self.user_code(work, owner=job.user or "user"),
+            # A job of no named user shares its sandboxes with no other job.
+            code=self.user_code(work, owner=job.user or f"job {job.id}"),
             confine=self.confine,
         )
 
