@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -85,6 +86,25 @@ def test_snapshot_json_round_trip() -> None:
     snap = mixed()
     text = json.dumps(snap.as_dict())
     assert ClusterSnapshot.from_dict(json.loads(text)) == snap
+    warm = replace(
+        snap,
+        nodes=(replace(snap.nodes[0], warm_users=("ann",)), *snap.nodes[1:]),
+        user_setup_s=0.4,
+    )
+    assert ClusterSnapshot.from_dict(json.loads(json.dumps(warm.as_dict()))) == warm
+
+
+def test_a_users_first_packet_on_a_node_pays_its_sandboxs_start() -> None:
+    # One node at 1000 events/s, one job of 5000 events by ann: 5 s, and 0.5 s more for
+    # ann's sandbox unless the node has it warm; the interval's rates scale it too.
+    snap = one_node(events=5000, rate=1000.0)
+    snap = replace(snap, jobs=(replace(snap.jobs[0], user="ann"),), user_setup_s=0.5)
+    assert predict(snap, "farm").jobs == {"r1.0": pytest.approx(5.5)}
+    assert predict(snap, "farm", rate_factor=2.0).jobs == {"r1.0": pytest.approx(2.75)}
+    warm = replace(snap, nodes=(replace(snap.nodes[0], warm_users=("ann",)),))
+    assert predict(warm, "farm").jobs == {"r1.0": pytest.approx(5.0)}
+    other = replace(snap, nodes=(replace(snap.nodes[0], warm_users=("bob",)),))
+    assert predict(other, "farm").jobs == {"r1.0": pytest.approx(5.5)}
 
 
 def _bad(mutate: Any) -> str:
@@ -117,6 +137,10 @@ def _bad(mutate: Any) -> str:
         (lambda d: d["jobs"][2]["files"][1].update(n_events=1), "jobs[2].files[1]"),
         (lambda d: d["jobs"][2].update(submitted_s=float("nan")), "jobs[2].submitted_s"),
         (lambda d: d["jobs"][2].update(priority="high"), "jobs[2].priority"),
+        (lambda d: d.update(user_setup_s=-1), "user_setup_s"),
+        (lambda d: d.update(user_setup_s="slow"), "user_setup_s"),
+        (lambda d: d["nodes"][1].update(warm_users="ann"), "nodes[1].warm_users"),
+        (lambda d: d["nodes"][1].update(warm_users=["ann", ""]), "nodes[1].warm_users[1]"),
     ],
 )
 def test_bad_snapshot_names_the_field(mutate: Any, field: str) -> None:

@@ -107,6 +107,13 @@ class CostModel:
     outlasts it, its last packet's turn whole (``sim/master.py``;
     docs/performance.md, "Prediction on a shared machine"). 0 (the default, and the papers'
     models): no queue, every simulation as before."""
+    user_setup_s: float = 0.0
+    """Wall seconds a node's slot spends the first time it runs a job of a user: the
+    service starts a sandbox per user, processor and worker (docs/security.md), and keeps
+    it for that user's later packets there. Charged on the subjob's first events, spread
+    over them; the node is then warm for that user for the rest of the run (a simulation
+    can start with nodes warm for some users). 0 (the default, and the papers' models):
+    nothing charged, every simulation as before."""
     shared_disks: bool = False
     """Whether a node's disk rate is shared by everyone reading it at once (its own slots
     reading its cache, other nodes' slots reading it as a peer), as a fluid: a reader gets at
@@ -129,6 +136,8 @@ class CostModel:
             raise ModelError(
                 "disk_contention", f"must not be negative, got {self.disk_contention!r}"
             )
+        if not self.user_setup_s >= 0:
+            raise ModelError("user_setup_s", f"must not be negative, got {self.user_setup_s!r}")
         if not self.packet_overhead_s >= 0:
             raise ModelError(
                 "packet_overhead_s", f"must not be negative, got {self.packet_overhead_s!r}"

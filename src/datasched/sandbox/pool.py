@@ -15,7 +15,10 @@ from pathlib import Path
 from datasched.sandbox.confine import Confinement, UserCode
 from datasched.sandbox.host import Child
 
-__all__ = ["ChildPool"]
+__all__ = ["IDLE_S", "ChildPool"]
+
+IDLE_S = 60.0
+"""How long a child is kept idle before it is closed (the pool's default)."""
 
 
 class ChildPool:
@@ -23,7 +26,7 @@ class ChildPool:
     job's next packet on this host finds its processor loaded. At most ``keep`` idle
     children; one idle past ``idle_s`` is closed."""
 
-    def __init__(self, keep: int = 4, idle_s: float = 60.0) -> None:
+    def __init__(self, keep: int = 4, idle_s: float = IDLE_S) -> None:
         self.keep = keep
         self.idle_s = idle_s
         self._idle: dict[tuple[str, Confinement], list[Child]] = {}

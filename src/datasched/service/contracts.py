@@ -282,6 +282,9 @@ class NodeSnapshot:
     cache_bytes: int = 0
     cached: tuple[str, ...] = ()
     rates: NodeRates = field(default_factory=NodeRates)
+    warm_users: tuple[str, ...] = ()
+    """The users whose sandbox is warm there now (their next packet starts none:
+    ``ClusterSnapshot.user_setup_s``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -331,6 +334,10 @@ class ClusterSnapshot:
     time_s: float
     nodes: tuple[NodeSnapshot, ...]
     jobs: tuple[JobSnapshot, ...] = ()
+    user_setup_s: float | None = None
+    """Seconds a node spends on a user's first packet there when not warm for that user (a
+    sandbox's start, measured: :mod:`datasched.service.warm_sandboxes`); None: not
+    measured, nothing charged."""
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-able dict; :meth:`from_dict` reads it back."""
@@ -344,7 +351,7 @@ class ClusterSnapshot:
         d = _obj(data, "snapshot")
         nodes = tuple(_node(n, f"nodes[{i}]") for i, n in enumerate(_list(d, "nodes", "")))
         jobs = tuple(_job(j, f"jobs[{i}]") for i, j in enumerate(_list(d, "jobs", "", True)))
-        snap = cls(_num(d, "time_s", ""), nodes, jobs)
+        snap = cls(_num(d, "time_s", ""), nodes, jobs, _num(d, "user_setup_s", "", default=None))
         snap.check()
         return snap
 
@@ -451,12 +458,17 @@ def _node(data: Any, path: str) -> NodeSnapshot:
     for i, url in enumerate(cached):
         if not isinstance(url, str) or not url:
             raise SnapshotError(f"{path}.cached[{i}]", f"expected a URL, got {url!r}")
+    warm = _list(d, "warm_users", path, True)
+    for i, user in enumerate(warm):
+        if not isinstance(user, str) or not user:
+            raise SnapshotError(f"{path}.warm_users[{i}]", f"expected a user, got {user!r}")
     return NodeSnapshot(
         name=_text(d, "name", path),
         slots=_num(d, "slots", path, default=1, whole=True),
         cache_bytes=_num(d, "cache_bytes", path, default=0, whole=True),
         cached=tuple(cached),
         rates=NodeRates(**values),
+        warm_users=tuple(warm),
     )
 
 

@@ -54,7 +54,8 @@ from datasched.service.live_rates import (
     wall_rates,
 )
 from datasched.service.store.db import Store
-from datasched.service.store.models import Job, Packet, Request
+from datasched.service.store.models import Job, Packet, Request, User
+from datasched.service.warm_sandboxes import warm_sandboxes
 
 # The rate estimation lives in live_rates; its names stay importable from here.
 __all__ = [
@@ -182,6 +183,15 @@ def live_snapshot(store: Store, cluster: Mapping[str, Any]) -> ClusterSnapshot:
             for job_id, work in s.execute(select(Job.id, Job.work).where(Job.id.in_(list(per_job))))
         }
         keys.update({job.id: work_key(job.work or {}) for job, _ in rows})
+        owners = {
+            str(job_id): str(name)
+            for job_id, name in s.execute(
+                select(Job.id, User.name)
+                .join(Request, Job.request_id == Request.id)
+                .join(User, Request.owner_id == User.id)
+                .where(Job.state.in_(_OPEN))
+            )
+        }
         done: dict[tuple[str, str], list[tuple[int, int]]] = {}
         began: dict[str, dict[str, float]] = {}
         if rows:
@@ -223,6 +233,7 @@ def live_snapshot(store: Store, cluster: Mapping[str, Any]) -> ClusterSnapshot:
                     request_id=job.request_id,
                     files=files,
                     submitted_s=(_aware(created) - epoch).total_seconds(),
+                    user=owners.get(job.id, ""),
                     priority=float(job.priority),
                     node=job.node if job.state == JobState.RUNNING.value else None,
                 )
@@ -268,8 +279,12 @@ def live_snapshot(store: Store, cluster: Mapping[str, Any]) -> ClusterSnapshot:
             for job_id, files in began.items()
         },
     )
+    warm = warm_sandboxes(store)
+    nodes = tuple(replace(n, warm_users=warm.users.get(n.name, ())) for n in nodes)
     now = (datetime.now(UTC) - epoch).total_seconds()
-    return ClusterSnapshot(time_s=max(now, 0.0), nodes=nodes, jobs=tuple(jobs))
+    return ClusterSnapshot(
+        time_s=max(now, 0.0), nodes=nodes, jobs=tuple(jobs), user_setup_s=warm.setup_s
+    )
 
 
 def _submitted(store: Store, jobs: Mapping[str, Sequence[str]]) -> dict[str, float]:

@@ -267,6 +267,7 @@ def predict(
         disk_bytes_per_s=_FREE,
         pipelining=Pipelining.TERTIARY,
         master_s_per_packet=master_s_per_packet / rate_factor,
+        user_setup_s=(snapshot.user_setup_s or 0.0) / rate_factor,
     )
     sched = Scheduler(Topology(nodes=nodes), space, built, cost=cost)
     warm: dict[int, IntervalSet] = {}
@@ -298,7 +299,8 @@ def predict(
             )
         )
         ids.append(j.id)
-    engine = SimEngine(sched, warm=warm)
+    ready = {i: n.warm_users for i, n in enumerate(snapshot.nodes) if n.warm_users}
+    engine = SimEngine(sched, warm=warm, warm_users=ready)
     if admission is None:
         run = engine.run(jobs)
     else:

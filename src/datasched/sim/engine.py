@@ -21,6 +21,9 @@ Three things are off unless asked for, and change nothing when off: disks shared
 (``CostModel.shared_disks``, :mod:`datasched.sim.disks`), a log of every subjob as PROOF logs
 packets (``record_packets``), and closed workloads (``follow_up``: a user submits the next job when
 the last ends). Files whose replicas name a node lie on its disk from the start.
+
+Length: the loop and the world it changes (nodes lost and back, caches, warm starts) are one
+state; the subjobs' timing, the data moves and the master's queue are mixins of their own.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ import heapq
 import itertools
 import math
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 
 from datasched.core.actions import (
@@ -136,10 +139,14 @@ class SimEngine(SubjobRuns, DataMoves):
         record_packets: bool = False,
         warm: Mapping[int, IntervalSet] | None = None,
         in_flight: PacketDepth | None = None,
+        warm_users: Mapping[int, Iterable[str]] | None = None,
     ) -> None:
         self.scheduler = scheduler
         self._warm = dict(warm or {})
         """Node -> what its cache holds at the start (not pinned: a live cluster's caches)."""
+        self._user_ready = {(n, u) for n, users in (warm_users or {}).items() for u in users}
+        """(node, user) pairs whose setup is paid (``CostModel.user_setup_s``): at the start,
+        a live cluster's warm sandboxes; then every pair that has run."""
         self.space = scheduler.space
         self.cost = scheduler.cost
         self.replacement = replacement
@@ -581,6 +588,7 @@ class SimEngine(SubjobRuns, DataMoves):
         self.caches[node] = new_cache(
             self.space, sched.topology.nodes[node].cache_bytes, self.replacement
         )
+        self._user_ready = {(n, user) for n, user in self._user_ready if n != node}
         if self._world is not None:
             self._world.clear(node)
         pump = self._pump

@@ -66,6 +66,8 @@ class EngineState:
     _slot_node: list[int]
     """The scheduler's slot -> node map (the same list: it grows as nodes join)."""
     _jobs: dict[int, Job]
+    _user_ready: set[tuple[int, str]]
+    """(node, user) pairs whose setup is paid (``CostModel.user_setup_s``)."""
 
     def _master_due(self, slot: int, run: Any) -> None:
         """A heap entry for the next turn at the master of the subjob ``run`` on ``slot``,

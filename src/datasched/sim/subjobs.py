@@ -109,7 +109,8 @@ class SubjobRuns(SharedDisks, SharedFetches, MasterTurns):
         cache = self.caches[node]
         local, other = cache.partition(data)
         cpu = self._jobs[sj.job_id].cpu_s_per_event
-        if not action.peer_reads and not self._file_grain and not self._per_packet:
+        setup = self._user_setup(node, sj.job_id) if self.cost.user_setup_s else 0.0
+        if not action.peer_reads and not self._file_grain and not self._per_packet and not setup:
             # The common case (range caches, no peer reads, nothing per packet): the
             # segments straight from the cached part and the rest, without the general
             # path's list of pieces and its sort (docs/performance.md, "The constant
@@ -161,6 +162,8 @@ class SubjobRuns(SharedDisks, SharedFetches, MasterTurns):
                 segments, ends, total = self._charge_packets(segments, packets)
             if self._master is not None:
                 segments, ends, total = self._master_turns(segments, packets)
+        if setup:
+            segments, ends, total = _with_setup(segments, setup)
         pin = cache.pin(local) if local else None
         version = next(self._versions)
         run = _Run(sj, self.now, segments, ends, local, fetched, pin, peer_pins, fetch, version)
@@ -172,6 +175,16 @@ class SubjobRuns(SharedDisks, SharedFetches, MasterTurns):
         if self._master is not None:
             run.turns = 0
             self._master_due(slot, run)
+
+    def _user_setup(self, node: int, job_id: int) -> float:
+        """What a subjob of ``job_id`` starting on ``node`` pays first
+        (``CostModel.user_setup_s``): the setup, the first time the node runs a job of its
+        user; 0 after (the node is then warm for that user)."""
+        key = (node, self._jobs[job_id].user)
+        if key in self._user_ready:
+            return 0.0
+        self._user_ready.add(key)
+        return self.cost.user_setup_s
 
     def _range_rates(self, node: int, cpu: float | None) -> tuple[float, float, float]:
         """``node``'s time per event by source over a range cache (events of one size), for a
@@ -266,12 +279,7 @@ class SubjobRuns(SharedDisks, SharedFetches, MasterTurns):
                 m = min(b, f.stop) - max(a, f.start)
                 # A segment spanning several files gets each file's share, by its events.
                 charged[k] = (a, b, per + extra * m / (b - a), src, peer)
-        ends = []
-        total = 0.0
-        for a, b, per, _, _ in charged:
-            total += (b - a) * per if b > a else per
-            ends.append(total)
-        return charged, ends, total
+        return charged, *_timed(charged)
 
     def _file_segments(
         self,
@@ -543,6 +551,31 @@ class SubjobRuns(SharedDisks, SharedFetches, MasterTurns):
             if seg[0] == a and seg[4] == _LUMP:
                 return run.start_s + run.ends[i] <= self.now
         return False
+
+
+def _with_setup(
+    segments: list[tuple[int, int, float, Source, int]], setup: float
+) -> tuple[list[tuple[int, int, float, Source, int]], list[float], float]:
+    """``segments`` with ``setup`` seconds spread over the events of the first that has
+    any (the sandbox starts as the first packet does; a wait for a fetch before it is as
+    before), their ends and total again."""
+    out = list(segments)
+    for k, (a, b, per, src, peer) in enumerate(out):
+        if b > a:
+            out[k] = (a, b, per + setup / (b - a), src, peer)
+            break
+    return out, *_timed(out)
+
+
+def _timed(segments: list[tuple[int, int, float, Source, int]]) -> tuple[list[float], float]:
+    """When each of ``segments`` ends from the subjob's start, and their total: events at
+    their time each, a segment of no events its own duration."""
+    ends = []
+    total = 0.0
+    for a, b, per, _, _ in segments:
+        total += (b - a) * per if b > a else per
+        ends.append(total)
+    return ends, total
 
 
 def _position(run: _Run, elapsed: float) -> tuple[int, int]:

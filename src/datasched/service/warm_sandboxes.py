@@ -1,0 +1,106 @@
+"""Which workers have a warm sandbox for which user, and what a cold one costs, from the
+packets stored: the ETAs' setup per user and node (``CostModel.user_setup_s``).
+
+A worker keeps a user's sandboxed child between that user's packets and closes it after
+:data:`~datasched.sandbox.pool.IDLE_S` seconds idle (docs/security.md, "Every job in a
+sandbox"). So a node is warm for a user who had a packet stored there within that time, and
+a packet is a cold start when the same user had none there within that time before it. A
+cold packet's time from its slot to its storing, less the median of the next
+:data:`LATER` packets of that user on that node (warm), is one measure of a start; the
+setup is the median of the measures (docs/service-whatif.md)."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import select
+
+from datasched.sandbox.pool import IDLE_S
+from datasched.service.store.db import Store
+from datasched.service.store.models import Job, Packet, Request, User
+
+__all__ = ["HISTORY_S", "LATER", "WarmSandboxes", "cold_starts", "warm_sandboxes"]
+
+HISTORY_S = 600.0
+"""How far back the packets are read (at least :data:`IDLE_S` more than a start measured)."""
+LATER = 8
+"""The warm packets after a cold one that it is measured against (at least one)."""
+
+Row = tuple[str, str, float, float]
+"""A packet: (node, user, when it got its slot, when it was stored), in seconds."""
+
+
+class WarmSandboxes:
+    """Per node, the users whose sandbox is warm there now, and the measured cost of a cold
+    start (None: none measured)."""
+
+    __slots__ = ("setup_s", "users")
+
+    def __init__(self, users: Mapping[str, tuple[str, ...]], setup_s: float | None) -> None:
+        self.users = dict(users)
+        self.setup_s = setup_s
+
+
+def cold_starts(rows: Sequence[Row], since: float) -> list[float]:
+    """What each cold start among ``rows`` (in storing order, read from ``since`` on) cost
+    over the same user's next warm packets on its node. A pair's first packet read is cold
+    only if the history covers the idle time before it."""
+    by_pair: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for node, user, slotted, stored in rows:
+        by_pair.setdefault((node, user), []).append((slotted, stored))
+    out: list[float] = []
+    for packets in by_pair.values():
+        cold: list[bool] = []
+        last = since - IDLE_S  # nothing read before: warm unless the history covers it
+        for slotted, stored in packets:
+            cold.append(slotted - last > IDLE_S and slotted - since > IDLE_S)
+            last = max(last, stored)
+        for k, (slotted, stored) in enumerate(packets):
+            if not cold[k]:
+                continue
+            warm: list[float] = []
+            for j in range(k + 1, len(packets)):
+                if cold[j] or len(warm) == LATER:
+                    break
+                warm.append(packets[j][1] - packets[j][0])
+            if warm:
+                out.append(max(stored - slotted - statistics.median(warm), 0.0))
+    return out
+
+
+def warm_sandboxes(store: Store, now: datetime | None = None) -> WarmSandboxes:
+    """The packets of the last :data:`HISTORY_S` seconds read as above."""
+    now = now or datetime.now(UTC)
+    since = now - timedelta(seconds=HISTORY_S)
+    with store.reading() as s:
+        found = s.execute(
+            select(Packet.node, User.name, Packet.slotted, Packet.created)
+            .join(Job, Packet.job_id == Job.id)
+            .join(Request, Job.request_id == Request.id)
+            .join(User, Request.owner_id == User.id)
+            .where(Packet.created >= since)
+            .where(Packet.slotted.is_not(None))
+            .order_by(Packet.created, Packet.id)
+        ).all()
+    rows = [
+        (str(node), str(user), _aware(slotted).timestamp(), _aware(created).timestamp())
+        for node, user, slotted, created in found
+        if slotted is not None
+    ]
+    t_now = now.timestamp()
+    users: dict[str, set[str]] = {}
+    for node, user, _, stored in rows:
+        if t_now - stored <= IDLE_S:
+            users.setdefault(node, set()).add(user)
+    starts = cold_starts(rows, since.timestamp())
+    return WarmSandboxes(
+        {node: tuple(sorted(u)) for node, u in users.items()},
+        statistics.median(starts) if starts else None,
+    )
+
+
+def _aware(t: datetime) -> datetime:
+    """SQLite gives back naive datetimes (stored as UTC)."""
+    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)

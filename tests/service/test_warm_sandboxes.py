@@ -1,0 +1,92 @@
+"""Warm sandboxes and the cost of a cold one, from the packets stored
+(:mod:`datasched.service.warm_sandboxes`): worked out by hand on made-up packets, and on the
+store through the live snapshot."""
+
+from __future__ import annotations
+
+import pickle
+import time
+
+import pytest
+
+from datasched.sandbox.pool import IDLE_S
+from datasched.service.contracts import (
+    ElementaryJob,
+    FileRef,
+    JobState,
+    MetaJobRequest,
+    PacketDone,
+    ProcessorWork,
+)
+from datasched.service.daemon import StoreListener
+from datasched.service.live import live_snapshot
+from datasched.service.store import ops
+from datasched.service.store.db import Store
+from datasched.service.users import add_user, authenticate
+from datasched.service.warm_sandboxes import LATER, cold_starts, warm_sandboxes
+
+T = 1000.0  # the history begins here
+
+
+def test_a_cold_packet_costs_its_time_over_its_users_next_ones() -> None:
+    since = 0.0
+    rows = [
+        # ann on w0: cold at T (nothing within the idle time before), 2.5 s from its slot
+        # to its storing; then 0.5, 0.7, 0.6: the start cost 2.5 - 0.6 = 1.9.
+        ("w0", "ann", T, T + 2.5),
+        ("w0", "ann", T + 2.5, T + 3.0),
+        ("w0", "ann", T + 3.0, T + 3.7),
+        ("w0", "ann", T + 3.7, T + 4.3),
+        # bob on w0 as well: cold, 1.0 over a later 0.2.
+        ("w0", "bob", T + 5.0, T + 6.0),
+        ("w0", "bob", T + 6.0, T + 6.2),
+        # ann again on w0 after the idle time: cold again, 1.5 over 0.5.
+        ("w0", "ann", T + 4.3 + IDLE_S + 1, T + 4.3 + IDLE_S + 2.5),
+        ("w0", "ann", T + 4.3 + IDLE_S + 2.5, T + 4.3 + IDLE_S + 3.0),
+        # cy on w1: cold, but nothing after it to measure against.
+        ("w1", "cy", T, T + 3.0),
+    ]
+    assert sorted(round(c, 9) for c in cold_starts(rows, since)) == [0.8, 1.0, 1.9]
+
+
+def test_a_first_packet_soon_after_the_history_begins_is_not_taken_as_cold() -> None:
+    # Its user may have run there just before what was read.
+    rows = [("w0", "ann", IDLE_S / 2, IDLE_S / 2 + 3.0), ("w0", "ann", 40.0, 40.5)]
+    assert cold_starts(rows, 0.0) == []
+
+
+def test_only_the_next_warm_packets_count() -> None:
+    rows = [("w0", "ann", T, T + 3.0)]
+    rows += [("w0", "ann", T + 3.0 + k, T + 3.0 + k + 0.5) for k in range(LATER)]
+    rows += [("w0", "ann", T + 20.0, T + 30.0)]  # one more, slow: past the LATER counted
+    assert cold_starts(rows, 0.0) == [pytest.approx(2.5)]
+
+
+def test_the_snapshot_names_the_warm_users_and_the_start_cost(sqlite_store: Store) -> None:
+    with sqlite_store.session() as s:
+        caller = authenticate(s, add_user(s, "ann", "g"))
+        assert caller is not None
+        rid = ops.new_request_id()
+        work = ProcessorWork("p.py:P")
+        jobs = [ElementaryJob(rid, 0, (FileRef("/d/0.root", 100, 1000),), work)]
+        ops.store_accepted(
+            s, caller, rid, "raw", "application/yaml", MetaJobRequest("ann", work, ()), jobs
+        )
+    listener = StoreListener(sqlite_store)
+    job = jobs[0].id
+    listener.job_state(job, JobState.RUNNING, node="w1")
+    now = time.time()
+    # The first packet got its slot 2 s before it was stored (its sandbox started), the
+    # second 0.5 s before: a start of about 1.5 s.
+    for (a, b), slotted in (((0, 30), now - 2.0), ((30, 60), now - 0.5)):
+        listener.packet_done(
+            PacketDone(job, "/d/0.root", a, b, "w1", 10, 0.1, pickle.dumps(1), slotted, slotted)
+        )
+    warm = warm_sandboxes(sqlite_store)
+    assert warm.users == {"w1": ("ann",)}
+    assert warm.setup_s == pytest.approx(1.5, abs=0.2)
+    cluster = {"nodes": [{"name": n, "up": True, "slots": 1} for n in ("w0", "w1")]}
+    snap = live_snapshot(sqlite_store, cluster)
+    assert [(n.name, n.warm_users) for n in snap.nodes] == [("w0", ()), ("w1", ("ann",))]
+    assert snap.user_setup_s == warm.setup_s
+    assert [j.user for j in snap.jobs] == ["ann"]
