@@ -257,6 +257,26 @@ def seed(store: Store) -> dict[str, str]:
     return tokens
 
 
+def one_running_job(store: Store, node: str = "w1") -> tuple[str, str]:
+    """A request of ann's (group g) with one job over one file of 100 entries, running on
+    ``node``: (request id, job id)."""
+    from datasched.service.daemon import StoreListener
+    from datasched.service.store import ops
+    from datasched.service.users import authenticate
+
+    with store.session() as s:
+        caller = authenticate(s, add_user(s, "ann", "g"))
+        assert caller is not None
+        rid = ops.new_request_id()
+        work = ProcessorWork("p.py:P")
+        jobs = [ElementaryJob(rid, 0, (FileRef("/d/0.root", 100, 1000),), work)]
+        ops.store_accepted(
+            s, caller, rid, "raw", "application/yaml", MetaJobRequest("ann", work, ()), jobs
+        )
+    StoreListener(store).job_state(jobs[0].id, JobState.RUNNING, node=node)
+    return rid, jobs[0].id
+
+
 @contextmanager
 def serving_on_loopback(state: Any) -> Iterator[str]:
     """The application over ``state`` (a ServiceState) served by uvicorn on a free loopback

@@ -7,19 +7,14 @@ from __future__ import annotations
 import pytest
 
 from datasched.service.contracts import (
-    ElementaryJob,
-    FileRef,
     JobState,
-    MetaJobRequest,
     PacketDone,
-    ProcessorWork,
 )
 from datasched.service.daemon import StoreListener
 from datasched.service.eta import eta_error
 from datasched.service.eta_watch import EtaWatch
-from datasched.service.store import ops
 from datasched.service.store.db import Store
-from datasched.service.users import add_user, authenticate
+from svc_support import one_running_job
 
 CLUSTER = {
     "nodes": [{"name": "w1", "up": True, "slots_total": 1, "cache_capacity_bytes": 10**9}],
@@ -27,21 +22,12 @@ CLUSTER = {
 
 
 def test_a_request_that_ended_since_the_last_refresh_has_its_finish(store: Store) -> None:
-    with store.session() as s:
-        caller = authenticate(s, add_user(s, "ann", "g"))
-        assert caller is not None
-        rid = ops.new_request_id()
-        work = ProcessorWork("p.py:P")
-        jobs = [ElementaryJob(rid, 0, (FileRef("/d/0.root", 100, 1000),), work)]
-        ops.store_accepted(
-            s, caller, rid, "raw", "application/yaml", MetaJobRequest("ann", work, ()), jobs
-        )
+    rid, job = one_running_job(store)
     listener = StoreListener(store)
-    listener.job_state(jobs[0].id, JobState.RUNNING, node="w1")
-    listener.packet_done(PacketDone(jobs[0].id, "/d/0.root", 0, 50, "w1", 10, 1.0, None))
+    listener.packet_done(PacketDone(job, "/d/0.root", 0, 50, "w1", 10, 1.0, None))
     watch = EtaWatch(store, lambda: CLUSTER, policy="farm")
     assert watch.refresh() == 1
-    listener.job_state(jobs[0].id, JobState.COMPLETED, node="w1")
+    listener.job_state(job, JobState.COMPLETED, node="w1")
     ended = watch.eta(rid)  # no refresh between the end and this read
     assert ended is not None
     assert ended["actual_finish"] is not None

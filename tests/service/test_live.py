@@ -26,7 +26,7 @@ from datasched.service.live import live_snapshot
 from datasched.service.store import ops
 from datasched.service.store.db import Store
 from datasched.service.users import add_user, authenticate
-from svc_support import FakeLanguage, FakeRunner, seed
+from svc_support import FakeLanguage, FakeRunner, one_running_job, seed
 
 CLUSTER = {
     "nodes": [
@@ -139,18 +139,9 @@ def test_eta_watch_keeps_each_open_request_s_eta_and_its_error_once_ended(
 ) -> None:
     from datasched.service.eta_watch import EtaWatch
 
-    with sqlite_store.session() as s:
-        caller = authenticate(s, add_user(s, "ann", "g"))
-        assert caller is not None
-        rid = ops.new_request_id()
-        work = ProcessorWork("p.py:P")
-        jobs = [ElementaryJob(rid, 0, (FileRef("/d/0.root", 100, 1000),), work)]
-        ops.store_accepted(
-            s, caller, rid, "raw", "application/yaml", MetaJobRequest("ann", work, ()), jobs
-        )
+    rid, job = one_running_job(sqlite_store)
     listener = StoreListener(sqlite_store)
-    listener.job_state(jobs[0].id, JobState.RUNNING, node="w1")
-    listener.packet_done(PacketDone(jobs[0].id, "/d/0.root", 0, 50, "w1", 10, 1.0, None))
+    listener.packet_done(PacketDone(job, "/d/0.root", 0, 50, "w1", 10, 1.0, None))
     watch = EtaWatch(sqlite_store, lambda: CLUSTER, policy="farm")
     assert watch.eta(rid) is None
     assert watch.refresh() == 1
@@ -161,8 +152,8 @@ def test_eta_watch_keeps_each_open_request_s_eta_and_its_error_once_ended(
     # 50 events left at the 50 events/s measured on w1: about a second (plus reads).
     assert 0.5 < eta["predicted_finish"] - eta["predicted_at"] < 30
     assert eta["error_at_submission_s"] is None
-    listener.packet_done(PacketDone(jobs[0].id, "/d/0.root", 50, 100, "w1", 10, 1.0, None))
-    listener.job_state(jobs[0].id, JobState.COMPLETED, node="w1")
+    listener.packet_done(PacketDone(job, "/d/0.root", 50, 100, "w1", 10, 1.0, None))
+    listener.job_state(job, JobState.COMPLETED, node="w1")
     assert watch.refresh() == 0  # nothing open: no prediction, the record closed
     ended = watch.eta(rid)
     assert ended is not None

@@ -11,19 +11,13 @@ import pytest
 
 from datasched.sandbox.pool import IDLE_S
 from datasched.service.contracts import (
-    ElementaryJob,
-    FileRef,
-    JobState,
-    MetaJobRequest,
     PacketDone,
-    ProcessorWork,
 )
 from datasched.service.daemon import StoreListener
 from datasched.service.live import live_snapshot
-from datasched.service.store import ops
 from datasched.service.store.db import Store
-from datasched.service.users import add_user, authenticate
 from datasched.service.warm_sandboxes import LATER, cold_starts, warm_sandboxes
+from svc_support import one_running_job
 
 T = 1000.0  # the history begins here
 
@@ -63,18 +57,8 @@ def test_only_the_next_warm_packets_count() -> None:
 
 
 def test_the_snapshot_names_the_warm_users_and_the_start_cost(sqlite_store: Store) -> None:
-    with sqlite_store.session() as s:
-        caller = authenticate(s, add_user(s, "ann", "g"))
-        assert caller is not None
-        rid = ops.new_request_id()
-        work = ProcessorWork("p.py:P")
-        jobs = [ElementaryJob(rid, 0, (FileRef("/d/0.root", 100, 1000),), work)]
-        ops.store_accepted(
-            s, caller, rid, "raw", "application/yaml", MetaJobRequest("ann", work, ()), jobs
-        )
+    _, job = one_running_job(sqlite_store)
     listener = StoreListener(sqlite_store)
-    job = jobs[0].id
-    listener.job_state(job, JobState.RUNNING, node="w1")
     now = time.time()
     # The first packet got its slot 2 s before it was stored (its sandbox started), the
     # second 0.5 s before: a start of about 1.5 s.
