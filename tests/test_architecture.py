@@ -2,11 +2,15 @@
 engine, no Dask, no clock, no I/O; the two engines never import each other, nor what sits above
 them (the grid simulator, the studies, compare, the service, the command line); no module
 imports another that imports it back; a source file past ~600 lines says why in its docstring;
-nothing outside ``policies/`` tests a policy's name."""
+nothing outside ``policies/`` tests a policy's name; the service and the simulator import without
+the runtime extra."""
 
 from __future__ import annotations
 
 import ast
+import json
+import subprocess
+import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -172,6 +176,63 @@ def test_test_modules_have_unique_basenames() -> None:
             clashes.append(f"{seen[path.name].relative_to(tests)} and {path.relative_to(tests)}")
         seen.setdefault(path.name, path)
     assert not clashes, "test modules with the same name: " + "; ".join(clashes)
+
+
+RUNTIME_EXTRA = (
+    *("psutil", "dask", "distributed", "dask_jobqueue", "uproot", "awkward", "hist", "fsspec"),
+    *("pyarrow", "XRootD", "fsspec_xrootd", "cloudpickle", "mplhep", "coffea"),
+)
+"""What only the ``runtime`` extra installs (pyproject.toml)."""
+NEEDS_THE_RUNTIME = frozenset(
+    {
+        # Running requests' jobs on a Dask cluster, and checking a processor in a sandbox.
+        "datasched.service.runner",
+        "datasched.service.threaded",
+        "datasched.service.command_jobs",
+        "datasched.service.usercode",
+    }
+)
+"""The service's modules that are allowed to need the runtime extra."""
+WITHOUT_THE_RUNTIME = """
+import importlib, json, pkgutil, sys
+
+class Blocked:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED:
+            raise ImportError(f"No module named {name!r} (blocked)")
+
+BLOCKED = set(sys.argv[1:])
+sys.meta_path.insert(0, Blocked())
+failed = {}
+for top in ("datasched.core", "datasched.policies", "datasched.sim", "datasched.service",
+            "datasched.cli"):
+    package = importlib.import_module(top)
+    for info in pkgutil.walk_packages(package.__path__, top + "."):
+        try:
+            importlib.import_module(info.name)
+        except ImportError as e:
+            failed[info.name] = str(e)
+print(json.dumps(failed))
+"""
+
+
+def test_the_service_and_the_simulator_import_without_the_runtime_extra() -> None:
+    """``pip install datasched[service]`` gives the daemon, its store, its ETAs and dashboard,
+    the simulator and the command line, without the runtime extra (the wheel's smoke test
+    installs exactly that): none of their modules may import its packages at import time,
+    but for the few that run jobs on the cluster."""
+    out = subprocess.run(
+        [sys.executable, "-c", WITHOUT_THE_RUNTIME, *RUNTIME_EXTRA],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
+    failed = json.loads(out.stdout.splitlines()[-1])
+    assert set(failed) <= NEEDS_THE_RUNTIME, {
+        k: v for k, v in failed.items() if k not in NEEDS_THE_RUNTIME
+    }
+    assert failed, "the check blocks nothing: the runner needs Dask"
 
 
 USER_CODE_LOADERS = ("datasched.runtime.processor", "datasched.sandbox.child", "cloudpickle")

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from datasched.sandbox.pool import IDLE_S
+from datasched.sandbox.confine import IDLE_S
 from datasched.service.contracts import (
     PacketDone,
 )

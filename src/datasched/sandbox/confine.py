@@ -37,6 +37,7 @@ from hashlib import sha256
 from pathlib import Path
 
 __all__ = [
+    "IDLE_S",
     "JOB_PATH",
     "SCRATCH",
     "Confinement",
@@ -54,6 +55,10 @@ __all__ = [
 ]
 
 GiB = 1 << 30
+IDLE_S = 60.0
+"""How long a worker keeps a sandboxed child idle before it closes it (the pool's default).
+Here, beside the confinement and free of the pool's dependencies, because the daemon's ETAs
+read it (``datasched.service.warm_sandboxes``) where only the service's extra is installed."""
 SCRATCH = "/scratch"
 """The job's scratch directory inside the sandbox: its working directory, ``$HOME`` and
 ``$SCRATCH`` (``/tmp`` is a directory of it too)."""

@@ -12,13 +12,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from datasched.sandbox.confine import Confinement, UserCode
+from datasched.sandbox.confine import IDLE_S, Confinement, UserCode
 from datasched.sandbox.host import Child
 
 __all__ = ["IDLE_S", "ChildPool"]
-
-IDLE_S = 60.0
-"""How long a child is kept idle before it is closed (the pool's default)."""
 
 
 class ChildPool:

@@ -2,7 +2,7 @@
 packets stored: the ETAs' setup per user and node (``CostModel.user_setup_s``).
 
 A worker keeps a user's sandboxed child between that user's packets and closes it after
-:data:`~datasched.sandbox.pool.IDLE_S` seconds idle (docs/security.md, "Every job in a
+:data:`~datasched.sandbox.confine.IDLE_S` seconds idle (docs/security.md, "Every job in a
 sandbox"). So a node is warm for a user who had a packet stored there within that time, and
 a packet is a cold start when the same user had none there within that time before it. A
 cold packet's time from its slot to its storing, less the median of the next
@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import select
 
-from datasched.sandbox.pool import IDLE_S
+from datasched.sandbox.confine import IDLE_S
 from datasched.service.store.db import Store
 from datasched.service.store.models import Job, Packet, Request, User
 
