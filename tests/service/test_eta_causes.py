@@ -352,10 +352,12 @@ def test_a_job_whose_files_are_under_way_does_not_wait_for_the_slot() -> None:
     assert got.jobs["j0"] == pytest.approx(10.0)
     assert got.jobs["j1"] == pytest.approx(0.1)
     assert predict(snap, "farm", rate_factor=0.5).jobs["j1"] == pytest.approx(0.2)
-    # Not running, or a file not begun yet: the simulated queue decides.
+    # Not running, or not priced yet: the simulated queue decides.
     assert under_way_s(JobSnapshot("q", "rq", begun, 1.0, cpu_s_per_event=1e-3)) is None
     mixed = JobSnapshot("m", "rm", (*begun, FileTodo("/d/2", 10, 100, None)), 1.0, node="w0")
     assert under_way_s(mixed) is None
+    # Running and priced, a file not begun among its files: its rest at its pace.
+    assert under_way_s(replace(mixed, cpu_s_per_event=1e-3)) == pytest.approx(0.11)
     waiting = predict(ClusterSnapshot(0.0, (NODE,), (j0, replace(j1, node=None))), "farm").jobs
     assert (waiting["j1"] or 0.0) > 10.0
 
@@ -579,3 +581,36 @@ def test_a_slow_node_does_not_pay_its_slowness_again_as_a_fetch() -> None:
     bare = (nodes[0], NodeSnapshot("w1", 1, 10**9, (), NodeRates(tertiary_events_per_s=500.0)))
     built, _ = _node_model(ClusterSnapshot(0.0, bare, (job,)), 100.0)
     assert built[1].tertiary_bytes_per_s == pytest.approx(100 / (1 / 500 - 1 / 2000))
+
+
+def test_a_running_jobs_rest_stays_on_its_node_beside_the_others_there() -> None:
+    """The simulated core hands every job to a slot anew at the snapshot: with ``w0`` busy
+    with an older job's 10 s, it sent the rest of ``ann``'s job (one file done, the next not
+    begun, 1 s at its pace) to ``w1``, where her sandbox would start (5 s): 6 s. Her job's
+    subjob holds that rest on ``w0``, where the two jobs' packets run side by side: 1 s of
+    hers, and 1 s of the other's beside it."""
+    from datasched.service.whatif import side_by_side_s
+
+    w1 = replace(NODE, name="w1")
+    done = FileTodo("/d/1", 1000, 10**4, ())
+    rest = FileTodo("/d/2", 1000, 10**4, None)
+    hers = JobSnapshot("a", "ra", (done, rest), 1.0, user="ann", cpu_s_per_event=1e-3, node="w0")
+    old = JobSnapshot(
+        "o",
+        "ro",
+        (FileTodo("/d/3", 10_000, 10**5, ((0, 10_000),)),),
+        0.0,
+        user="bob",
+        cpu_s_per_event=1e-3,
+        node="w0",
+    )
+    nodes = (replace(NODE, warm_users=("ann", "bob")), w1)
+    snap = ClusterSnapshot(0.0, nodes, (old, hers), user_setup_s=5.0)
+    assert predict(snap, "farm").jobs["a"] == pytest.approx(2.0)
+    assert side_by_side_s(snap.jobs, {"w0": 1}) == pytest.approx({"a": 2.0, "o": 11.0})
+    # Two slots: the other job's second takes half a slot's time from hers.
+    assert side_by_side_s(snap.jobs, {"w0": 2}) == pytest.approx({"a": 1.5, "o": 10.5})
+    # On nodes of their own, each its own rest.
+    apart = (old, replace(hers, node="w1"))
+    assert side_by_side_s(apart, {"w0": 1, "w1": 1}) == pytest.approx({"a": 1.0, "o": 10.0})
+    assert side_by_side_s(apart, {}, rate_factor=2.0) == pytest.approx({"a": 0.5, "o": 5.0})

@@ -11,12 +11,20 @@ import pytest
 
 from datasched.sandbox.confine import IDLE_S
 from datasched.service.contracts import (
+    FileTodo,
+    JobSnapshot,
+    NodeSnapshot,
     PacketDone,
 )
 from datasched.service.daemon import StoreListener
 from datasched.service.live import live_snapshot
 from datasched.service.store.db import Store
-from datasched.service.warm_sandboxes import LATER, cold_starts, warm_sandboxes
+from datasched.service.warm_sandboxes import (
+    LATER,
+    cold_starts,
+    starting_sandboxes,
+    warm_sandboxes,
+)
 from svc_support import one_running_job
 
 T = 1000.0  # the history begins here
@@ -74,3 +82,30 @@ def test_the_snapshot_names_the_warm_users_and_the_start_cost(sqlite_store: Stor
     assert [(n.name, n.warm_users) for n in snap.nodes] == [("w0", ()), ("w1", ("ann",))]
     assert snap.user_setup_s == warm.setup_s
     assert [j.user for j in snap.jobs] == ["ann"]
+
+
+def test_a_job_sent_to_a_cold_node_pays_what_is_left_of_its_start_and_warms_it() -> None:
+    files = (FileTodo("/d/1", 1000, 10**4, None),)
+    sent = JobSnapshot("s", "r", files, 0.0, user="ann", cpu_s_per_event=1e-3, node="w0")
+    back = JobSnapshot("b", "r", files, 0.0, user="ann", cpu_s_per_event=1e-3, node="w1")
+    queued = JobSnapshot("q", "r", files, 0.0, user="ann", cpu_s_per_event=1e-3)
+    unpriced = JobSnapshot("u", "r", files, 0.0, user="cy", node="w1")
+    there = JobSnapshot("t", "r", files, 0.0, user="bob", cpu_s_per_event=1e-3, node="w1")
+    nodes = (NodeSnapshot("w0"), NodeSnapshot("w1", warm_users=("bob",)))
+    jobs, warmed = starting_sandboxes(
+        (sent, back, queued, unpriced, there), nodes, 1.5, {"s": 0.5, "b": 0.1}, {"b"}
+    )
+    # Sent 0.5 s ago, none of its packets back: 1.5 - 0.5 s of its start left, over its
+    # 1,000 events; w0 is warm for ann from then on, so the simulation charges it once.
+    assert jobs[0].cpu_s_per_event == pytest.approx(1e-3 + 1.0 / 1000)
+    assert warmed[0].warm_users == ("ann",)
+    # A packet of its back (its start paid), queued, not priced, or on a node warm for its
+    # user: as they were.
+    assert jobs[1:] == (back, queued, unpriced, there)
+    assert warmed[1].warm_users == ("bob",)
+    # Running for longer than a start: nothing left of it, the node warm all the same.
+    late, warmed = starting_sandboxes((sent,), nodes, 1.5, {"s": 4.0}, set())
+    assert late == (sent,)
+    assert warmed[0].warm_users == ("ann",)
+    # No start measured: nothing to charge.
+    assert starting_sandboxes((sent,), nodes, None, {}, set()) == ((sent,), nodes)

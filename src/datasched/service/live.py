@@ -55,7 +55,7 @@ from datasched.service.live_rates import (
 )
 from datasched.service.store.db import Store
 from datasched.service.store.models import Job, Packet, Request, User
-from datasched.service.warm_sandboxes import warm_sandboxes
+from datasched.service.warm_sandboxes import starting_sandboxes, warm_sandboxes
 
 # The rate estimation lives in live_rates; its names stay importable from here.
 __all__ = [
@@ -261,6 +261,10 @@ def live_snapshot(store: Store, cluster: Mapping[str, Any]) -> ClusterSnapshot:
     cycles = cycle_paces(runs, _submitted(store, run_jobs))
     cycles = {node: rate for node, rate in cycles.items() if node in slots}
     now_s = datetime.now(UTC).timestamp()
+    running_for = {
+        job_id: max((datetime.now(UTC) - since).total_seconds(), 0.0)
+        for job_id, since in running_since.items()
+    }
     jobs = _costed(
         jobs,
         job_costs(per_job, keys, [j.id for j in jobs]),
@@ -268,10 +272,7 @@ def live_snapshot(store: Store, cluster: Mapping[str, Any]) -> ClusterSnapshot:
         nodes,
         started=1.0 / statistics.fmean(paces.values()) if paces else None,
         start_s=statistics.fmean(starts.values()) if starts else None,
-        running_for={
-            job_id: max((datetime.now(UTC) - since).total_seconds(), 0.0)
-            for job_id, since in running_since.items()
-        },
+        running_for=running_for,
         sent=1.0 / statistics.fmean(sent.values()) if sent else None,
         cycle=1.0 / statistics.fmean(cycles.values()) if cycles else None,
         file_age={
@@ -281,9 +282,11 @@ def live_snapshot(store: Store, cluster: Mapping[str, Any]) -> ClusterSnapshot:
     )
     warm = warm_sandboxes(store)
     nodes = tuple(replace(n, warm_users=warm.users.get(n.name, ())) for n in nodes)
+    stored = {str(job_id) for job_id, _ in done}
+    starting, nodes = starting_sandboxes(jobs, nodes, warm.setup_s, running_for, stored)
     now = (datetime.now(UTC) - epoch).total_seconds()
     return ClusterSnapshot(
-        time_s=max(now, 0.0), nodes=nodes, jobs=tuple(jobs), user_setup_s=warm.setup_s
+        time_s=max(now, 0.0), nodes=nodes, jobs=starting, user_setup_s=warm.setup_s
     )
 
 

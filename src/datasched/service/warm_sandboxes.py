@@ -12,16 +12,25 @@ setup is the median of the measures (docs/service-whatif.md)."""
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import select
 
 from datasched.sandbox.confine import IDLE_S
+from datasched.service.contracts import JobSnapshot, NodeSnapshot
 from datasched.service.store.db import Store
 from datasched.service.store.models import Job, Packet, Request, User
 
-__all__ = ["HISTORY_S", "LATER", "WarmSandboxes", "cold_starts", "warm_sandboxes"]
+__all__ = [
+    "HISTORY_S",
+    "LATER",
+    "WarmSandboxes",
+    "cold_starts",
+    "starting_sandboxes",
+    "warm_sandboxes",
+]
 
 HISTORY_S = 600.0
 """How far back the packets are read (at least :data:`IDLE_S` more than a start measured)."""
@@ -99,6 +108,40 @@ def warm_sandboxes(store: Store, now: datetime | None = None) -> WarmSandboxes:
         {node: tuple(sorted(u)) for node, u in users.items()},
         statistics.median(starts) if starts else None,
     )
+
+
+def starting_sandboxes(
+    jobs: Sequence[JobSnapshot],
+    nodes: Sequence[NodeSnapshot],
+    setup_s: float | None,
+    running_for: Mapping[str, float],
+    stored: Set[str],
+) -> tuple[tuple[JobSnapshot, ...], tuple[NodeSnapshot, ...]]:
+    """The jobs and nodes with the sandboxes being started: a job running on a node not
+    warm for its user, with none of its packets stored yet, is starting its user's sandbox
+    there. Its time per event takes what is left of the start (``setup_s`` less how long it
+    has been running, ``running_for``), and the node is warm for that user from then on: the
+    simulation charges that start once, to that job, and not again to the user's next
+    subjob there. ``stored``: the jobs with a packet stored. Jobs not priced yet are left
+    as they are (docs/service-whatif.md, "A running job's rest")."""
+    if not setup_s:
+        return tuple(jobs), tuple(nodes)
+    warm = {n.name: set(n.warm_users) for n in nodes}
+    out: list[JobSnapshot] = []
+    for j in jobs:
+        left, node = j.events_left, j.node
+        if (
+            node is not None
+            and j.cpu_s_per_event is not None
+            and j.id not in stored
+            and j.user not in warm.get(node, {j.user})
+            and left > 0
+        ):
+            rest = max(setup_s - running_for.get(j.id, 0.0), 0.0)
+            j = replace(j, cpu_s_per_event=j.cpu_s_per_event + rest / left)
+            warm[node].add(j.user)
+        out.append(j)
+    return tuple(out), tuple(replace(n, warm_users=tuple(sorted(warm[n.name]))) for n in nodes)
 
 
 def _aware(t: datetime) -> datetime:

@@ -54,6 +54,7 @@ __all__ = [
     "Prediction",
     "compare",
     "predict",
+    "side_by_side_s",
     "under_way_s",
 ]
 
@@ -204,21 +205,42 @@ def _job_data(space: DataSpace, index: Mapping[str, int], job: JobSnapshot) -> I
 
 
 def under_way_s(job: JobSnapshot, rate_factor: float = 1.0) -> float | None:
-    """What is left of a running job whose every file with events left is begun (a packet
-    of it stored): its events left at its own time per event (None: another kind of job).
+    """At most when a running job ends: its events left at its own time per event on its
+    node (None: not running, or not priced yet).
 
-    The runtime sends a file's packets together and they run side by side, so the rest of
-    a file begun is under way on its node, not waiting for a slot: the simulated core,
-    which gives a slot one job at a time and orders the jobs it holds by its policy, would
-    otherwise put it behind the other jobs the runner holds on that node
-    (docs/service-whatif.md)."""
+    A running job's time per event is priced from its node's runs, what is left of its
+    files begun and of its sandbox's start there included (:mod:`datasched.service.live`),
+    and its subjob holds the rest of its data on that node: the runtime's core goes on with
+    it there unless another node takes a share sooner, which the simulation prices. The
+    simulated core starts from scratch at the snapshot: it hands every job to a slot anew,
+    one job a slot at a time and in its policy's order, so without this bound a running job
+    waits behind the jobs the runner holds on its node (its packets run side by side with
+    theirs), or its last file goes to a node its user has not run on and pays a sandbox's
+    start there (docs/service-whatif.md, "A running job's rest")."""
     if job.node is None or job.cpu_s_per_event is None:
         return None
-    left = [(f, _left(f)) for f in job.files]
-    left = [(f, n) for f, n in left if n > 0]
-    if not left or any(f.todo is None or n >= f.n_events for f, n in left):
-        return None
-    return sum(n for _, n in left) * job.cpu_s_per_event / rate_factor
+    left = sum(_left(f) for f in job.files)
+    return left * job.cpu_s_per_event / rate_factor if left > 0 else None
+
+
+def side_by_side_s(
+    jobs: Sequence[JobSnapshot], slots: Mapping[str, int], rate_factor: float = 1.0
+) -> dict[str, float]:
+    """At most when each running job ends, its node shared with the other jobs running
+    there: the runner holds several jobs a slot and a node works on their packets side by
+    side, so a job's rest (:func:`under_way_s`) ends after the shorter rests of the others
+    and as much of the longer ones, over the node's ``slots`` (by node name)."""
+    rests: dict[str, list[tuple[str, float]]] = {}
+    for j in jobs:
+        own = under_way_s(j, rate_factor)
+        if own is not None and j.node is not None:
+            rests.setdefault(j.node, []).append((j.id, own))
+    out: dict[str, float] = {}
+    for node, here in rests.items():
+        for job_id, own in here:
+            others = sum(min(w, own) for other, w in here if other != job_id)
+            out[job_id] = own + others / slots.get(node, 1)
+    return out
 
 
 def _left(f: FileTodo) -> int:
@@ -318,11 +340,11 @@ def predict(
     for job_id in ids:
         eta.setdefault(job_id, None)  # never handed over: a failed job's room was lost
     if not master_s_per_packet:  # priced per packet, the rest's round trips are queued
-        for j in ordered:
-            own = under_way_s(j, rate_factor)
-            got = eta.get(j.id)
-            if own is not None and got is not None:
-                eta[j.id] = min(got, own)
+        slots = {n.name: max(n.slots, 1) for n in snapshot.nodes}
+        for job_id, bound in side_by_side_s(ordered, slots, rate_factor).items():
+            got = eta.get(job_id)
+            if got is not None:
+                eta[job_id] = min(got, bound)
     requests: dict[str, float | None] = {}
     for j in snapshot.jobs:
         mine, known = eta[j.id], requests.get(j.request_id, 0.0)
