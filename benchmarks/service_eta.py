@@ -163,6 +163,19 @@ def run(
                 from datasched.service.packet_pace import DaemonPace
 
                 d.service.eta.pace = DaemonPace(d.service.store)
+            if detail and d.service.eta is not None and d.service.eta.admission is not None:
+                queue_of = d.service.eta.admission
+
+                def admission() -> Any:
+                    queue = queue_of()
+                    if snapshots:  # the refresh's own snapshot, taken just before
+                        snapshots[-1]["admission"] = {
+                            "pending": list(queue.pending),
+                            "max_held": queue.max_held,
+                        }
+                    return queue
+
+                d.service.eta.admission = admission
             if warmup:
                 _warm_up(base, d.tokens["user0"], data_dir.resolve(), warmup, files, timeout_s)
 
@@ -559,7 +572,7 @@ def main() -> None:
         "--detail",
         action="store_true",
         help="with --json: per request its packets, predictions and end, and what each "
-        "refresh predicted from",
+        "refresh predicted from (its snapshot and the daemon's queue)",
     )
     args = p.parse_args()
     for name in ("users", "requests", "workers", "files", "rounds"):
