@@ -588,6 +588,8 @@ def test_a_running_jobs_rest_stays_on_its_node() -> None:
     with an older job's 10 s, it sent the rest of ``ann``'s job (one file done, the next not
     begun, 1 s at its pace) to ``w1``, where her sandbox would start (5 s): 6 s. Her job's
     subjob holds that rest on ``w0``, where her sandbox is warm: 1 s."""
+    from datasched.service.whatif import under_way_s
+
     w1 = replace(NODE, name="w1")
     done = FileTodo("/d/1", 1000, 10**4, ())
     rest = FileTodo("/d/2", 1000, 10**4, None)
@@ -605,6 +607,16 @@ def test_a_running_jobs_rest_stays_on_its_node() -> None:
     snap = ClusterSnapshot(0.0, nodes, (old, hers), user_setup_s=5.0)
     assert predict(snap, "farm").jobs == pytest.approx({"o": 10.0, "a": 1.0})
     assert predict(snap, "farm", rate_factor=2.0).jobs["a"] == pytest.approx(0.5)
+    # Her next file cached on w1 and not on w0: out-of-order sends it there when a slot
+    # frees, a wait the simulation prices (here w1 is free: 1 s, and her start there).
+    cached = replace(snap, nodes=(nodes[0], replace(w1, cached=("/d/2",))))
+    assert under_way_s(hers, 1.0, {"/d/2": {"w1"}}) is None
+    assert predict(cached, "farm").jobs["a"] == pytest.approx(6.0)
+    # Its packets out already (on whichever node): at its pace, wherever it is cached.
+    flying = replace(hers, files=(done, replace(rest, under_way=True)))
+    assert under_way_s(flying, 1.0, {"/d/2": {"w1"}}) == pytest.approx(1.0)
+    # Cached on its own node too: it may stay there.
+    assert under_way_s(hers, 1.0, {"/d/2": {"w0", "w1"}}) == pytest.approx(1.0)
     # Not begun anywhere (queued): the simulated queue decides, the start charged.
     queued = replace(snap, jobs=(old, replace(hers, node=None, cpu_s_per_event=None)))
     assert (predict(queued, "farm").jobs["a"] or 0.0) > 5.0

@@ -163,3 +163,17 @@ def test_eta_watch_keeps_each_open_request_s_eta_and_its_error_once_ended(
     )
     assert ended["seconds_left"] is None
     assert watch.median_error() is not None
+
+
+def test_a_file_with_packets_out_on_a_worker_is_under_way(sqlite_store: Store) -> None:
+    _, job = one_running_job(sqlite_store, node="w1")
+    idle = live_snapshot(sqlite_store, CLUSTER)
+    assert [f.under_way for f in idle.jobs[0].files] == [False]
+    out = {"slot": 0, "job": job, "files_in_flight": ["/d/0.root"]}
+    cluster = {"nodes": [{**CLUSTER["nodes"][0], "slots": [out]}, *CLUSTER["nodes"][1:]]}
+    (f,) = live_snapshot(sqlite_store, cluster).jobs[0].files
+    assert f.under_way
+    assert f.todo == ((0, 100),)  # out, none of it stored yet
+    # Another job's packets, or none, on that slot: not this file's.
+    other = {"nodes": [{**CLUSTER["nodes"][0], "slots": [{**out, "job": "x.0"}]}]}
+    assert not live_snapshot(sqlite_store, other).jobs[0].files[0].under_way

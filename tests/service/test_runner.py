@@ -173,17 +173,33 @@ def test_processor_job_reports_every_event_once(
     catalog, files = data
     rec = Recorder()
 
+    seen_out: set[tuple[str, str]] = set()
+
     async def main() -> dict[str, Any]:
         runner = make_runner(rec, scheduler_address, tmp_path)
         await runner.start()
+
+        async def watch() -> None:  # what the slots say is out, while the job runs
+            while True:
+                for n in runner.cluster()["nodes"]:
+                    for slot in n["slots"]:
+                        seen_out.update((slot["job"], u) for u in slot["files_in_flight"])
+                await asyncio.sleep(0.005)
+
+        watching = asyncio.create_task(watch())
         try:
             runner.submit(processor_job(files))
             await rec.wait_final("r1.0")
             return runner.cluster()
         finally:
+            watching.cancel()
             await runner.stop()
 
     cluster = asyncio.run(main())
+    # While packets were out, their slot named the job and the files they read.
+    assert seen_out
+    assert {j for j, _ in seen_out} == {"r1.0"}
+    assert {u for _, u in seen_out} <= {f.url for f in files}
     assert rec.states("r1.0") == [JobState.QUEUED, JobState.RUNNING, JobState.COMPLETED]
     packets = rec.packets("r1.0")
     assert len(packets) >= len(files)

@@ -33,7 +33,14 @@ class DescribingRunner(FakeRunner):
 
     def cluster(self) -> Mapping[str, Any]:
         running = sorted(j for j, _ in self.submitted if j not in self.cancelled)
-        slots = [{"slot": i, "job": running[i] if i < len(running) else None} for i in range(4)]
+        slots = [
+            {
+                "slot": i,
+                "job": running[i] if i < len(running) else None,
+                "files_in_flight": [SECRET_FILE] if i < len(running) else [],
+            }
+            for i in range(4)
+        ]
         return {
             "running": True,
             "policy": "out-of-order",

@@ -92,6 +92,10 @@ def test_snapshot_json_round_trip() -> None:
         user_setup_s=0.4,
     )
     assert ClusterSnapshot.from_dict(json.loads(json.dumps(warm.as_dict()))) == warm
+    job = warm.jobs[0]
+    flying = replace(job, files=(replace(job.files[0], under_way=True), *job.files[1:]))
+    out = replace(warm, jobs=(flying, *warm.jobs[1:]))
+    assert ClusterSnapshot.from_dict(json.loads(json.dumps(out.as_dict()))) == out
 
 
 def test_a_users_first_packet_on_a_node_pays_its_sandboxs_start() -> None:
@@ -133,6 +137,7 @@ def _bad(mutate: Any) -> str:
         (lambda d: d["jobs"][1].update(id="r1.0"), "jobs[1].id"),
         (lambda d: d["jobs"][0]["files"][0].update(todo=[[0, 9000]]), "jobs[0].files[0].todo[0]"),
         (lambda d: d["jobs"][0]["files"][0].update(todo=[[5]]), "jobs[0].files[0].todo[0]"),
+        (lambda d: d["jobs"][0]["files"][0].update(under_way="yes"), "jobs[0].files[0].under_way"),
         (lambda d: d["jobs"][0]["files"][1].pop("n_bytes"), "jobs[0].files[1].n_bytes"),
         (lambda d: d["jobs"][2]["files"][1].update(n_events=1), "jobs[2].files[1]"),
         (lambda d: d["jobs"][2].update(submitted_s=float("nan")), "jobs[2].submitted_s"),

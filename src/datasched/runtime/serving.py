@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -205,6 +205,7 @@ class Serving:
                         "job": jr.spec.id if jr is not None else None,
                         "events": sj.data.length if sj is not None else 0,
                         "packets_in_flight": len(slot.inflight),
+                        "files_in_flight": self._files_of(slot.inflight.values()),
                     }
                 )
             cached = self.scheduler.directory.content(n)
@@ -229,6 +230,11 @@ class Serving:
             for j in self._jobs.values()
         ]
         return {"nodes": nodes, "jobs": jobs}
+
+    def _files_of(self, ranges: Iterable[tuple[int, int]]) -> list[str]:
+        """The names of the files that event ranges lie in, sorted."""
+        data = IntervalSet(list(ranges))
+        return sorted(self.space.files[i].name for i in self.space.files_in(data))
 
     def _forget(self, jr: _JobRun) -> None:
         """A served job is over: nothing of it is kept."""

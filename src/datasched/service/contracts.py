@@ -296,6 +296,8 @@ class FileTodo:
     n_events: int
     n_bytes: int
     todo: tuple[tuple[int, int], ...] | None = None
+    under_way: bool = False
+    """Packets of it are out on a worker now (sent, not stored yet)."""
 
     @property
     def events_left(self) -> int:
@@ -483,11 +485,15 @@ def _file(data: Any, path: str) -> FileTodo:
             if not ok or any(isinstance(x, bool) or not isinstance(x, int) for x in pair):
                 raise SnapshotError(f"{path}.todo[{r}]", f"expected [start, stop], got {pair!r}")
         todo = tuple((a, b) for a, b in ranges)
+    under_way = d.get("under_way", False)
+    if not isinstance(under_way, bool):
+        raise SnapshotError(_at(path, "under_way"), f"expected true or false, got {under_way!r}")
     return FileTodo(
         url=_text(d, "url", path),
         n_events=_num(d, "n_events", path, whole=True),
         n_bytes=_num(d, "n_bytes", path, whole=True),
         todo=todo,
+        under_way=under_way,
     )
 
 

@@ -104,6 +104,19 @@ def _nodes(cluster: Mapping[str, Any], rates: Mapping[str, float]) -> tuple[Node
     return tuple(sorted(nodes, key=lambda node: node.name))
 
 
+def _in_flight(cluster: Mapping[str, Any]) -> set[tuple[str, str]]:
+    """(job, file) pairs with packets out on a worker now, from what the runner says each
+    slot runs (``files_in_flight``)."""
+    out: set[tuple[str, str]] = set()
+    for n in cluster.get("nodes", ()):
+        slots = n.get("slots")
+        for slot in slots if isinstance(slots, list) else ():
+            job = slot.get("job")
+            if job is not None:
+                out.update((str(job), str(url)) for url in slot.get("files_in_flight", ()))
+    return out
+
+
 def _slots(node: Mapping[str, Any]) -> int:
     """The runner gives ``slots_total``, and ``slots`` as what each slot runs (a list)."""
     slots = node.get("slots_total") or node.get("slots") or 1
@@ -217,6 +230,7 @@ def live_snapshot(store: Store, cluster: Mapping[str, Any]) -> ClusterSnapshot:
         running_since = {
             job.id: _aware(job.updated) for job, _ in rows if job.state == JobState.RUNNING.value
         }
+        flying = _in_flight(cluster)
         for job, created in rows:
             files = tuple(
                 FileTodo(
@@ -224,6 +238,7 @@ def live_snapshot(store: Store, cluster: Mapping[str, Any]) -> ClusterSnapshot:
                     n_events=int(f["n_events"]),
                     n_bytes=int(f["n_bytes"]),
                     todo=_todo(int(f["n_events"]), done.get((job.id, f["url"]), [])),
+                    under_way=(job.id, f["url"]) in flying,
                 )
                 for f in job.files
             )

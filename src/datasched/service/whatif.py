@@ -28,7 +28,7 @@ speeds are averaged.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -203,26 +203,38 @@ def _job_data(space: DataSpace, index: Mapping[str, int], job: JobSnapshot) -> I
     return IntervalSet(ranges)
 
 
-def under_way_s(job: JobSnapshot, rate_factor: float = 1.0) -> float | None:
-    """At most when a running job ends: its events left at its own time per event on its
-    node (None: not running, or not priced yet).
+def under_way_s(
+    job: JobSnapshot, rate_factor: float = 1.0, holders: Mapping[str, Set[str]] | None = None
+) -> float | None:
+    """At most when a running job ends: its events left at its own time per event (None:
+    not running, not priced yet, or a file of it will wait for another node).
 
     A running job's time per event is priced from its node's runs, what is left of its
-    files begun and of its sandbox's start there included (:mod:`datasched.service.live`),
-    and its subjob holds the rest of its data on that node: the runtime's core goes on with
-    it there unless another node takes a share sooner, which the simulation prices. The
-    simulated core starts from scratch at the snapshot: it hands every job to a slot anew,
-    one job a slot at a time and in its policy's order, so without this bound a running job
-    waits behind the jobs the runner holds on its node (its packets run side by side with
-    theirs), or its last file goes to a node its user has not run on and pays a sandbox's
-    start there (docs/service-whatif.md, "A running job's rest"). The other jobs running on
-    its node are not added: their rests often run on other nodes by then (the runtime sends
-    a job's next file where it is cached), and over eleven runs of the ETA benchmark adding
-    them side by side made the last ETA later (a median of +0.11 of the time left, against
-    -0.04) and no closer."""
+    files begun and of its sandbox's start there included (:mod:`datasched.service.live`).
+    Its files begun (a packet stored) and under way (packets out) run at that pace where
+    they are, and a file not begun stays with its subjob on its node, unless other nodes
+    cache it and its node does not (``holders``: the nodes caching each file): out-of-order
+    then sends it to one of those when a slot frees there, a wait the simulation prices.
+    The simulated core starts from scratch at the snapshot: it hands every job to a slot
+    anew, one job a slot at a time and in its policy's order, so without this bound a
+    running job waits behind the jobs the runner holds on its node (its packets run side by
+    side with theirs), or its last file goes to a node its user has not run on and pays a
+    sandbox's start there (docs/service-whatif.md, "A running job's rest"). The other jobs
+    running on its node are not added: their rests often run on other nodes by then, and
+    over eleven runs of the ETA benchmark adding them side by side made the last ETA later
+    (a median of +0.11 of the time left, against -0.04) and no closer."""
     if job.node is None or job.cpu_s_per_event is None:
         return None
-    left = sum(_left(f) for f in job.files)
+    left = 0
+    for f in job.files:
+        n = _left(f)
+        if n <= 0:
+            continue
+        left += n
+        begun = f.under_way or (f.todo is not None and n < f.n_events)
+        where = (holders or {}).get(f.url, ())
+        if not begun and where and job.node not in where:
+            return None
     return left * job.cpu_s_per_event / rate_factor if left > 0 else None
 
 
@@ -323,8 +335,12 @@ def predict(
     for job_id in ids:
         eta.setdefault(job_id, None)  # never handed over: a failed job's room was lost
     if not master_s_per_packet:  # priced per packet, the rest's round trips are queued
+        holders: dict[str, set[str]] = {}
+        for n in snapshot.nodes:
+            for url in n.cached:
+                holders.setdefault(url, set()).add(n.name)
         for j in ordered:
-            own = under_way_s(j, rate_factor)
+            own = under_way_s(j, rate_factor, holders)
             got = eta.get(j.id)
             if own is not None and got is not None:
                 eta[j.id] = min(got, own)
