@@ -176,12 +176,15 @@ def live_snapshot(store: Store, cluster: Mapping[str, Any]) -> ClusterSnapshot:
             )
             if cpu and events
         }
-        rows = s.execute(
-            select(Job, Request.created)
+        found = s.execute(
+            select(Job, Request.created, User.name)
             .join(Request, Job.request_id == Request.id)
+            .join(User, Request.owner_id == User.id)
             .where(Job.state.in_(_OPEN))
             .order_by(Request.created, Job.id)
         ).all()
+        rows = [(job, created) for job, created, _ in found]
+        owners = {job.id: str(name) for job, _, name in found}
         per_job = {
             str(job_id): (float(events), float(cpu))
             for job_id, events, cpu in s.execute(
@@ -196,15 +199,6 @@ def live_snapshot(store: Store, cluster: Mapping[str, Any]) -> ClusterSnapshot:
             for job_id, work in s.execute(select(Job.id, Job.work).where(Job.id.in_(list(per_job))))
         }
         keys.update({job.id: work_key(job.work or {}) for job, _ in rows})
-        owners = {
-            str(job_id): str(name)
-            for job_id, name in s.execute(
-                select(Job.id, User.name)
-                .join(Request, Job.request_id == Request.id)
-                .join(User, Request.owner_id == User.id)
-                .where(Job.state.in_(_OPEN))
-            )
-        }
         done: dict[tuple[str, str], list[tuple[int, int]]] = {}
         began: dict[str, dict[str, float]] = {}
         if rows:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence, Set
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import select
@@ -41,15 +41,13 @@ Row = tuple[str, str, float, float]
 """A packet: (node, user, when it got its slot, when it was stored), in seconds."""
 
 
+@dataclass(frozen=True, slots=True)
 class WarmSandboxes:
     """Per node, the users whose sandbox is warm there now, and the measured cost of a cold
     start (None: none measured)."""
 
-    __slots__ = ("setup_s", "users")
-
-    def __init__(self, users: Mapping[str, tuple[str, ...]], setup_s: float | None) -> None:
-        self.users = dict(users)
-        self.setup_s = setup_s
+    users: Mapping[str, tuple[str, ...]]
+    setup_s: float | None
 
 
 def cold_starts(rows: Sequence[Row], since: float) -> list[float]:
@@ -134,7 +132,8 @@ def starting_sandboxes(
             node is not None
             and j.cpu_s_per_event is not None
             and j.id not in stored
-            and j.user not in warm.get(node, {j.user})
+            and node in warm
+            and j.user not in warm[node]
             and left > 0
         ):
             rest = max(setup_s - running_for.get(j.id, 0.0), 0.0)
