@@ -313,6 +313,23 @@ def test_a_files_run_counts_from_its_packets_beginning_not_between_their_storing
     assert sent_paces({"w0": [(5.0, 5.0, 100, "z", "/d/z")]}) == {}  # no time: no pace
 
 
+def test_a_run_that_held_a_sandboxs_start_is_no_pace() -> None:
+    from datasched.service.live_rates import cycle_paces, sent_paces, warm_runs
+
+    # On w0, job c's file began with its user's sandbox starting (1.5 s of its 1.6 s), then
+    # jobs a and b ran warm: 10,000 events in 0.1 s each, b 0.05 s after a.
+    cold = [(0.0, 1.6, 10_000, "c", "/d/c")]
+    warm = [(2.0 + 0.15 * k, 2.1 + 0.15 * k, 10_000, j, f"/d/{j}") for k, j in enumerate("ab")]
+    runs = warm_runs({"w0": cold + warm, "w1": cold}, {("c", "/d/c")})
+    # The start is charged on its own (the snapshot's user_setup_s): the paces are the warm
+    # runs', and a node with only a cold run has none; with every run cold, they all count.
+    assert runs == {"w0": warm}
+    assert sent_paces(runs) == {"w0": pytest.approx(100_000.0)}
+    assert cycle_paces(runs) == {"w0": pytest.approx(10_000 / 0.15)}
+    assert sent_paces(warm_runs({"w0": cold + warm}, set())) == {"w0": pytest.approx(100_000.0)}
+    assert warm_runs({"w1": cold}, {("c", "/d/c")}) == {"w1": cold}
+
+
 def test_a_begun_file_has_what_is_left_of_its_run_and_a_job_begun_pays_no_start() -> None:
     # A file's run takes 1 ms an event (sent=1e-3, a job of the mean CPU): 1 s for 1000.
     node = NodeSnapshot("w0", 1, 10**9, (), NodeRates(270.0, 270.0, 270.0))
@@ -531,9 +548,16 @@ def test_the_snapshot_prices_a_job_not_sent_from_the_cycles_held_or_pending(
 
     with store.session() as s:
         token = add_user(s, "ann", "g")
+    earlier = submit(store, token, 1, events=1000)
     rid = submit(store, token, 4, events=1000)
     listener = StoreListener(store)
     now = datetime.now(UTC).timestamp()
+    # ann's sandbox on w1 started 30 s ago, for an earlier request (a cold start: its run is
+    # no pace), so the runs below are warm.
+    listener.job_state(f"{earlier}.0", JobState.RUNNING, node="w1")
+    first = PacketDone(f"{earlier}.0", f"/d/{earlier}/0.root", 0, 1000, "w1", 10, 0.1)
+    listener.packet_done(replace(first, started_at=now - 31.0, slot_at=now - 31.0))
+    listener.job_state(f"{earlier}.0", JobState.COMPLETED, node="w1")
     # On w1: job 0's file ran from its slot 4 s ago to now, then job 1's first half from
     # 2 s ago: the second run, 500 events in 2 s with no gap before it, is a cycle of 250
     # events a second (the first run's gap is not known).
@@ -541,7 +565,8 @@ def test_the_snapshot_prices_a_job_not_sent_from_the_cycles_held_or_pending(
     listener.job_state(f"{rid}.2", JobState.QUEUED)  # held by the runner, not sent
     with store.session() as s:  # stored at ``now`` exactly, however long storing took
         for row in s.scalars(select(Packet)):
-            row.created = datetime.fromtimestamp(now, UTC)
+            at = now - 30.0 if row.job_id == f"{earlier}.0" else now
+            row.created = datetime.fromtimestamp(at, UTC)
     got = {j.id: j.cpu_s_per_event for j in live_snapshot(store, CLUSTER).jobs}
     held, pending = got[f"{rid}.2"], got[f"{rid}.3"]  # job 3 is still the dispatcher's
     assert held is not None

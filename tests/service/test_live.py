@@ -5,7 +5,9 @@ token only."""
 
 from __future__ import annotations
 
+import copy
 import pickle
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -69,7 +71,10 @@ def test_the_snapshot_has_what_is_left_of_open_jobs_and_rates_from_packets(
     listener.packet_done(PacketDone(second, "/d/2.root", 0, 40, "w0", 10, 2.0, pickle.dumps(1)))
     listener.job_state(second, JobState.COMPLETED, node="w0")
 
-    snap = live_snapshot(sqlite_store, CLUSTER)
+    # w1's slot runs the first job (the runner's view).
+    cluster = copy.deepcopy(CLUSTER)
+    cluster["nodes"][0]["slots"] = [{"slot": 0, "job": first, "since": time.time() - 1.0}]
+    snap = live_snapshot(sqlite_store, cluster)
     snap.check()
     assert [n.name for n in snap.nodes] == ["w0", "w1"]  # the lost node left out, sorted
     w0, w1 = snap.nodes
@@ -85,6 +90,11 @@ def test_the_snapshot_has_what_is_left_of_open_jobs_and_rates_from_packets(
         ("/d/1.root", ((0, 50),)),
     ]
     assert job.events_left == 80
+    # In no slot (between two files, out-of-order may send its next one to another node):
+    # it waits as a queued job does, with its files' progress.
+    (waiting,) = live_snapshot(sqlite_store, CLUSTER).jobs
+    assert waiting.node is None
+    assert waiting.events_left == 80
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -174,6 +175,7 @@ def test_processor_job_reports_every_event_once(
     rec = Recorder()
 
     seen_out: set[tuple[str, str]] = set()
+    seen_since: list[tuple[float, float]] = []  # (when the slot got the job, when read)
 
     async def main() -> dict[str, Any]:
         runner = make_runner(rec, scheduler_address, tmp_path)
@@ -184,6 +186,10 @@ def test_processor_job_reports_every_event_once(
                 for n in runner.cluster()["nodes"]:
                     for slot in n["slots"]:
                         seen_out.update((slot["job"], u) for u in slot["files_in_flight"])
+                        if slot["job"] is not None:
+                            seen_since.append((slot["since"], time.time()))
+                        else:
+                            assert slot["since"] is None
                 await asyncio.sleep(0.005)
 
         watching = asyncio.create_task(watch())
@@ -195,11 +201,15 @@ def test_processor_job_reports_every_event_once(
             watching.cancel()
             await runner.stop()
 
+    began = time.time()
     cluster = asyncio.run(main())
     # While packets were out, their slot named the job and the files they read.
     assert seen_out
     assert {j for j, _ in seen_out} == {"r1.0"}
     assert {u for _, u in seen_out} <= {f.url for f in files}
+    # ... and since when the job had the slot, on the wall clock, before it was read.
+    assert seen_since
+    assert all(began <= since <= read for since, read in seen_since)
     assert rec.states("r1.0") == [JobState.QUEUED, JobState.RUNNING, JobState.COMPLETED]
     packets = rec.packets("r1.0")
     assert len(packets) >= len(files)

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from datasched.sandbox.confine import IDLE_S
+from datasched.sandbox.confine import IDLE_S, KEEP
 from datasched.service.contracts import (
     FileTodo,
     JobSnapshot,
@@ -21,6 +21,7 @@ from datasched.service.live import live_snapshot
 from datasched.service.store.db import Store
 from datasched.service.warm_sandboxes import (
     LATER,
+    cold_flags,
     cold_starts,
     starting_sandboxes,
     warm_sandboxes,
@@ -57,6 +58,22 @@ def test_a_first_packet_soon_after_the_history_begins_is_not_taken_as_cold() -> 
     assert cold_starts(rows, 0.0) == []
 
 
+def test_a_user_pushed_out_of_a_nodes_kept_sandboxes_starts_again() -> None:
+    # On w0, ann, then KEEP other users, then ann again within the idle time: the worker
+    # kept the KEEP most recent users' sandboxes and closed ann's, so her packet is cold.
+    others = [f"u{k}" for k in range(KEEP)]
+    rows = [("w0", "ann", T, T + 2.0)]
+    rows += [("w0", u, T + 3.0 + k, T + 3.5 + k) for k, u in enumerate(others)]
+    back = T + 4.0 + KEEP
+    rows += [("w0", "ann", back, back + 2.0), ("w0", "ann", back + 2.0, back + 2.5)]
+    flags = cold_flags(rows, 0.0)
+    assert flags == [True] * (1 + KEEP) + [True, False]
+    # One other user fewer: ann's sandbox was still kept.
+    fewer = rows[:KEEP] + rows[1 + KEEP :]
+    assert cold_flags(fewer, 0.0) == [True] * KEEP + [False, False]
+    assert cold_starts(rows, 0.0)[-1] == pytest.approx(1.5)
+
+
 def test_only_the_next_warm_packets_count() -> None:
     rows = [("w0", "ann", T, T + 3.0)]
     rows += [("w0", "ann", T + 3.0 + k, T + 3.0 + k + 0.5) for k in range(LATER)]
@@ -77,6 +94,7 @@ def test_the_snapshot_names_the_warm_users_and_the_start_cost(sqlite_store: Stor
     warm = warm_sandboxes(sqlite_store)
     assert warm.users == {"w1": ("ann",)}
     assert warm.setup_s == pytest.approx(1.5, abs=0.2)
+    assert warm.cold == {(job, "/d/0.root")}  # the run that held the start
     cluster = {"nodes": [{"name": n, "up": True, "slots": 1} for n in ("w0", "w1")]}
     snap = live_snapshot(sqlite_store, cluster)
     assert [(n.name, n.warm_users) for n in snap.nodes] == [("w0", ()), ("w1", ("ann",))]
@@ -93,7 +111,7 @@ def test_a_job_sent_to_a_cold_node_pays_what_is_left_of_its_start_and_warms_it()
     there = JobSnapshot("t", "r", files, 0.0, user="bob", cpu_s_per_event=1e-3, node="w1")
     nodes = (NodeSnapshot("w0"), NodeSnapshot("w1", warm_users=("bob",)))
     jobs, warmed = starting_sandboxes(
-        (sent, back, queued, unpriced, there), nodes, 1.5, {"s": 0.5, "b": 0.1}, {"b"}
+        (sent, back, queued, unpriced, there), nodes, 1.5, {"s": 0.5, "b": 0.1}, {("b", "w1")}
     )
     # Sent 0.5 s ago, none of its packets back: 1.5 - 0.5 s of its start left, over its
     # 1,000 events; w0 is warm for ann from then on, so the simulation charges it once.
@@ -103,9 +121,52 @@ def test_a_job_sent_to_a_cold_node_pays_what_is_left_of_its_start_and_warms_it()
     # user: as they were.
     assert jobs[1:] == (back, queued, unpriced, there)
     assert warmed[1].warm_users == ("bob",)
+    # Its packets back from another node only (out-of-order sent its next file to w1, cold
+    # for ann): it starts again there.
+    moved, warmed = starting_sandboxes((back,), nodes, 1.5, {"b": 0.1}, {("b", "w0")})
+    assert moved[0].cpu_s_per_event == pytest.approx(1e-3 + 1.4 / 1000)
+    assert warmed[1].warm_users == ("bob", "ann")  # the least recently used first
     # Running for longer than a start: nothing left of it, the node warm all the same.
     late, warmed = starting_sandboxes((sent,), nodes, 1.5, {"s": 4.0}, set())
     assert late == (sent,)
     assert warmed[0].warm_users == ("ann",)
     # No start measured: nothing to charge.
     assert starting_sandboxes((sent,), nodes, None, {}, set()) == ((sent,), nodes)
+
+
+def test_a_job_whose_next_packets_went_to_a_cold_node_pays_its_start_there(
+    sqlite_store: Store,
+) -> None:
+    _, job = one_running_job(sqlite_store)
+    listener = StoreListener(sqlite_store)
+    now = time.time()
+    for (a, b), slotted in (((0, 30), now - 2.0), ((30, 60), now - 0.5)):
+        listener.packet_done(
+            PacketDone(job, "/d/0.root", a, b, "w1", 10, 0.1, pickle.dumps(1), slotted, slotted)
+        )
+
+    def cluster(node: str) -> dict[str, object]:
+        """The runner's view: ``node``'s slot runs the job, for half a second now."""
+        return {
+            "nodes": [
+                {
+                    "name": n,
+                    "up": True,
+                    "slots": [{"slot": 0, "job": job if n == node else None, "since": now - 0.5}],
+                }
+                for n in ("w0", "w1")
+            ]
+        }
+
+    (there,) = live_snapshot(sqlite_store, cluster("w1")).jobs
+    moved = live_snapshot(sqlite_store, cluster("w0"))
+    (away,) = moved.jobs
+    # The store says w1; the runner runs it on w0, cold for ann: about 1.5 - 0.5 s of the
+    # start is left to pay there, on top of the same 40 events' rest, and the simulation
+    # then takes w0 as warm for ann.
+    assert (there.node, away.node) == ("w1", "w0")
+    assert there.cpu_s_per_event is not None
+    assert away.cpu_s_per_event is not None
+    extra = (away.cpu_s_per_event - there.cpu_s_per_event) * away.events_left
+    assert extra == pytest.approx(1.0, abs=0.25)
+    assert {n.name: n.warm_users for n in moved.nodes}["w0"] == ("ann",)

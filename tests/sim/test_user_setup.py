@@ -87,6 +87,30 @@ def test_no_setup_changes_nothing(policy: str, file_grain: bool) -> None:
     assert max(r.end_s for r in charged.jobs) > max(r.end_s for r in default.jobs)
 
 
+def test_a_node_keeping_few_sandboxes_starts_a_pushed_out_users_again() -> None:
+    # One node keeping two users warm: a, b, c push a out, so a's second job pays again;
+    # then c and a are the two kept, and b (pushed out by a) pays again too.
+    users = ["a", "b", "c", "a", "c", "b"]
+    kept = _run(replace(COST, user_setup_s=0.5, user_sandboxes_kept=2), users)
+    assert _ends(kept) == [1.5, 3.0, 4.5, 6.0, 7.0, 8.5]
+    # Keeping three (or every user, the default): a is still warm, and b after it.
+    for cost in (
+        replace(COST, user_setup_s=0.5, user_sandboxes_kept=3),
+        replace(COST, user_setup_s=0.5),
+    ):
+        assert _ends(_run(cost, users)) == [1.5, 3.0, 4.5, 5.5, 6.5, 7.5]
+    # Warm at the start in the order given, the least recently used first: with b then a
+    # warm and two kept, c's start pushes b out, not a.
+    run = _run(
+        replace(COST, user_setup_s=0.5, user_sandboxes_kept=2),
+        ["c", "a", "b"],
+        warm_users={0: ["b", "a"]},
+    )
+    assert _ends(run) == [1.5, 2.5, 4.0]
+
+
 def test_a_negative_setup_is_refused_by_name() -> None:
     with pytest.raises(ModelError, match="user_setup_s"):
         replace(COST, user_setup_s=-1.0)
+    with pytest.raises(ModelError, match="user_sandboxes_kept"):
+        replace(COST, user_sandboxes_kept=-1)

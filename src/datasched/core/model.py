@@ -114,6 +114,10 @@ class CostModel:
     over them; the node is then warm for that user for the rest of the run (a simulation
     can start with nodes warm for some users). 0 (the default, and the papers' models):
     nothing charged, every simulation as before."""
+    user_sandboxes_kept: int = 0
+    """With ``user_setup_s``: how many users a node keeps warm at once, as a worker keeps at
+    most so many idle sandboxes and closes the least recently used: a user pushed out pays
+    the setup again. 0 (the default): every user stays warm for the rest of the run."""
     shared_disks: bool = False
     """Whether a node's disk rate is shared by everyone reading it at once (its own slots
     reading its cache, other nodes' slots reading it as a peer), as a fluid: a reader gets at
@@ -138,6 +142,10 @@ class CostModel:
             )
         if not self.user_setup_s >= 0:
             raise ModelError("user_setup_s", f"must not be negative, got {self.user_setup_s!r}")
+        if not self.user_sandboxes_kept >= 0:
+            raise ModelError(
+                "user_sandboxes_kept", f"must not be negative, got {self.user_sandboxes_kept!r}"
+            )
         if not self.packet_overhead_s >= 0:
             raise ModelError(
                 "packet_overhead_s", f"must not be negative, got {self.packet_overhead_s!r}"

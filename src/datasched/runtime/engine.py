@@ -361,6 +361,7 @@ class RuntimeEngine(JobLimits, Serving, PacketStreams, DataMoves):
             raise RuntimeError(f"slot {action.slot}: start while running a subjob")
         slot.subjob, slot.start = action.subjob, action
         slot.todo, slot.processed, slot.stopping = action.subjob.data, _EMPTY, False
+        slot.since = time.time()
         self._announce(slot.node, action)
         self._feed(action.slot)
 

@@ -206,6 +206,7 @@ class Serving:
                         "events": sj.data.length if sj is not None else 0,
                         "packets_in_flight": len(slot.inflight),
                         "files_in_flight": self._files_of(slot.inflight.values()),
+                        "since": slot.since if sj is not None else None,
                     }
                 )
             cached = self.scheduler.directory.content(n)

@@ -65,6 +65,9 @@ class _Slot:
     """A packet's time on its worker, smoothed (0: none back yet)."""
     cpu_s: float = 0.0
     """CPU seconds of the subjob's packets back so far (its worker threads')."""
+    since: float = 0.0
+    """When its subjob got the slot, on the wall clock (POSIX seconds; the service's ETAs
+    read how long a job has been on a node it has no packet back from)."""
 
 
 @dataclass(slots=True)

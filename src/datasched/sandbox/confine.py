@@ -39,6 +39,7 @@ from pathlib import Path
 __all__ = [
     "IDLE_S",
     "JOB_PATH",
+    "KEEP",
     "SCRATCH",
     "Confinement",
     "Layout",
@@ -59,6 +60,10 @@ IDLE_S = 60.0
 """How long a worker keeps a sandboxed child idle before it closes it (the pool's default).
 Here, beside the confinement and free of the pool's dependencies, because the daemon's ETAs
 read it (``datasched.service.warm_sandboxes``) where only the service's extra is installed."""
+KEEP = 4
+"""How many idle sandboxed children a worker keeps (:class:`~datasched.sandbox.pool.ChildPool`):
+past it the least recently used is closed, and its user's next packet there starts a new one.
+The service's ETAs read it (docs/service-whatif.md)."""
 SCRATCH = "/scratch"
 """The job's scratch directory inside the sandbox: its working directory, ``$HOME`` and
 ``$SCRATCH`` (``/tmp`` is a directory of it too)."""

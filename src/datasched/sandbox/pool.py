@@ -12,10 +12,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from datasched.sandbox.confine import IDLE_S, Confinement, UserCode
+from datasched.sandbox.confine import IDLE_S, KEEP, Confinement, UserCode
 from datasched.sandbox.host import Child
 
-__all__ = ["IDLE_S", "ChildPool"]
+__all__ = ["IDLE_S", "KEEP", "ChildPool"]
 
 
 class ChildPool:
@@ -23,7 +23,7 @@ class ChildPool:
     job's next packet on this host finds its processor loaded. At most ``keep`` idle
     children; one idle past ``idle_s`` is closed."""
 
-    def __init__(self, keep: int = 4, idle_s: float = IDLE_S) -> None:
+    def __init__(self, keep: int = KEEP, idle_s: float = IDLE_S) -> None:
         self.keep = keep
         self.idle_s = idle_s
         self._idle: dict[tuple[str, Confinement], list[Child]] = {}

@@ -284,7 +284,8 @@ class NodeSnapshot:
     rates: NodeRates = field(default_factory=NodeRates)
     warm_users: tuple[str, ...] = ()
     """The users whose sandbox is warm there now (their next packet starts none:
-    ``ClusterSnapshot.user_setup_s``)."""
+    ``ClusterSnapshot.user_setup_s``), the least recently used first: the simulation keeps
+    :data:`~datasched.sandbox.confine.KEEP` of them warm at once, as a worker does."""
 
 
 @dataclass(frozen=True, slots=True)

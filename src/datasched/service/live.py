@@ -52,6 +52,7 @@ from datasched.service.live_rates import (
     start_costs,
     started_rates,
     wall_rates,
+    warm_runs,
 )
 from datasched.service.store.db import Store
 from datasched.service.store.models import Job, Packet, Request, User
@@ -115,6 +116,41 @@ def _in_flight(cluster: Mapping[str, Any]) -> set[tuple[str, str]]:
             if job is not None:
                 out.update((str(job), str(url)) for url in slot.get("files_in_flight", ()))
     return out
+
+
+def _placed(cluster: Mapping[str, Any]) -> dict[str, tuple[str, float | None]] | None:
+    """Each job in a slot now: the node it runs on there and since when its subjob has had
+    the slot (POSIX seconds, ``since``; None: not said), from the runner's view; None where
+    the runner does not say what its slots run.
+
+    The store keeps the node a job was sent to first. Between two files a job waits in the
+    runner's queue, in no slot, and out-of-order may send its next file to another node,
+    where its user's sandbox may be cold (docs/service-whatif.md, "A job between its
+    files")."""
+    nodes = cluster.get("nodes", ())
+    if not any(isinstance(n.get("slots"), list) for n in nodes):
+        return None
+    out: dict[str, tuple[str, float | None]] = {}
+    for n in nodes:
+        slots = n.get("slots")
+        for slot in slots if isinstance(slots, list) else ():
+            job = slot.get("job")
+            if job is not None and str(job) not in out:
+                since = slot.get("since")
+                out[str(job)] = (str(n["name"]), float(since) if since is not None else None)
+    return out
+
+
+def _node_now(job: Job, placed: Mapping[str, tuple[str, float | None]] | None) -> str | None:
+    """The node a job runs on now: where a slot runs it (``placed``, :func:`_placed`); a job
+    the store says is running but in no slot waits for its next file's node, as a queued
+    job does (None); where the runner does not say, the store's node."""
+    if job.state != JobState.RUNNING.value:
+        return None
+    if placed is None:
+        return job.node
+    got = placed.get(job.id)
+    return got[0] if got is not None else None
 
 
 def _slots(node: Mapping[str, Any]) -> int:
@@ -201,9 +237,11 @@ def live_snapshot(store: Store, cluster: Mapping[str, Any]) -> ClusterSnapshot:
         keys.update({job.id: work_key(job.work or {}) for job, _ in rows})
         done: dict[tuple[str, str], list[tuple[int, int]]] = {}
         began: dict[str, dict[str, float]] = {}
+        stored: set[tuple[str, str]] = set()
+        """(job, node) pairs with a packet stored."""
         if rows:
             ids = [job.id for job, _ in rows]
-            for job_id, url, a, b, slotted, started in s.execute(
+            for job_id, url, a, b, slotted, started, on in s.execute(
                 select(
                     Packet.job_id,
                     Packet.url,
@@ -211,9 +249,11 @@ def live_snapshot(store: Store, cluster: Mapping[str, Any]) -> ClusterSnapshot:
                     Packet.stop,
                     Packet.slotted,
                     Packet.started,
+                    Packet.node,
                 ).where(Packet.job_id.in_(ids))
             ):
                 done.setdefault((job_id, url), []).append((int(a), int(b)))
+                stored.add((str(job_id), str(on)))
                 at = slotted if slotted is not None else started
                 if at is not None:
                     t = _aware(at).timestamp()
@@ -225,6 +265,7 @@ def live_snapshot(store: Store, cluster: Mapping[str, Any]) -> ClusterSnapshot:
             job.id: _aware(job.updated) for job, _ in rows if job.state == JobState.RUNNING.value
         }
         flying = _in_flight(cluster)
+        placed = _placed(cluster)
         for job, created in rows:
             files = tuple(
                 FileTodo(
@@ -244,7 +285,7 @@ def live_snapshot(store: Store, cluster: Mapping[str, Any]) -> ClusterSnapshot:
                     submitted_s=(_aware(created) - epoch).total_seconds(),
                     user=owners.get(job.id, ""),
                     priority=float(job.priority),
-                    node=job.node if job.state == JobState.RUNNING.value else None,
+                    node=_node_now(job, placed),
                 )
             )
     slots = {str(n["name"]): _slots(n) for n in cluster.get("nodes", ())}
@@ -264,8 +305,10 @@ def live_snapshot(store: Store, cluster: Mapping[str, Any]) -> ClusterSnapshot:
         if node in slots
     }
     starts = start_costs(with_jobs, rates, paces)
+    warm = warm_sandboxes(store)
     runs = recent_sent(store, datetime.now(UTC))
-    sent = {node: rate for node, rate in sent_paces(runs).items() if node in slots}
+    warm_only = warm_runs(runs, warm.cold)
+    sent = {node: rate for node, rate in sent_paces(warm_only).items() if node in slots}
     run_jobs = {node: [p[3] for p in packets] for node, packets in runs.items()}
     cycles = cycle_paces(runs, _submitted(store, run_jobs))
     cycles = {node: rate for node, rate in cycles.items() if node in slots}
@@ -289,10 +332,12 @@ def live_snapshot(store: Store, cluster: Mapping[str, Any]) -> ClusterSnapshot:
             for job_id, files in began.items()
         },
     )
-    warm = warm_sandboxes(store)
     nodes = tuple(replace(n, warm_users=warm.users.get(n.name, ())) for n in nodes)
-    stored = {str(job_id) for job_id, _ in done}
-    starting, nodes = starting_sandboxes(jobs, nodes, warm.setup_s, running_for, stored)
+    on_node_for = dict(running_for)
+    for job_id, (_, since) in (placed or {}).items():
+        if since is not None and job_id in on_node_for:
+            on_node_for[job_id] = max(now_s - since, 0.0)
+    starting, nodes = starting_sandboxes(jobs, nodes, warm.setup_s, on_node_for, stored)
     now = (datetime.now(UTC) - epoch).total_seconds()
     return ClusterSnapshot(
         time_s=max(now, 0.0), nodes=nodes, jobs=starting, user_setup_s=warm.setup_s

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import func, select
@@ -323,6 +323,23 @@ def _file_runs(
             (spans[0][0], max(b for _, b, _ in spans), sum(n for *_, n in spans), time_s, job)
         )
     return out
+
+
+def warm_runs(
+    runs: Mapping[str, Sequence[tuple[float, float, int, str, str]]],
+    cold: Set[tuple[str, str]],
+) -> dict[str, list[tuple[float, float, int, str, str]]]:
+    """The nodes' packets (:func:`recent_sent`) less those of the (job, file) runs that
+    began with a cold start of their user's sandbox (``cold``,
+    :attr:`~datasched.service.warm_sandboxes.WarmSandboxes.cold`): the start is charged on
+    its own, so a pace read from such a run would charge it twice. Where no node is left a
+    run, the packets as they are (a pace with starts in it, rather than none)."""
+    warm = {
+        node: kept
+        for node, packets in runs.items()
+        if (kept := [p for p in packets if (p[3], p[4]) not in cold])
+    }
+    return warm if warm else {node: list(packets) for node, packets in runs.items()}
 
 
 def sent_paces(

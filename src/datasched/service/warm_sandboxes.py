@@ -7,7 +7,12 @@ sandbox"). So a node is warm for a user who had a packet stored there within tha
 a packet is a cold start when the same user had none there within that time before it. A
 cold packet's time from its slot to its storing, less the median of the next
 :data:`LATER` packets of that user on that node (warm), is one measure of a start; the
-setup is the median of the measures (docs/service-whatif.md)."""
+setup is the median of the measures (docs/service-whatif.md).
+
+The files whose run on a node began with a cold start (:attr:`WarmSandboxes.cold`) are left
+out of the nodes' paces (:func:`~datasched.service.live_rates.sent_paces`): the start is
+charged on its own, once (:func:`starting_sandboxes`, and the simulated node's
+``user_setup_s``)."""
 
 from __future__ import annotations
 
@@ -18,7 +23,7 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import select
 
-from datasched.sandbox.confine import IDLE_S
+from datasched.sandbox.confine import IDLE_S, KEEP
 from datasched.service.contracts import JobSnapshot, NodeSnapshot
 from datasched.service.store.db import Store
 from datasched.service.store.models import Job, Packet, Request, User
@@ -27,6 +32,7 @@ __all__ = [
     "HISTORY_S",
     "LATER",
     "WarmSandboxes",
+    "cold_flags",
     "cold_starts",
     "starting_sandboxes",
     "warm_sandboxes",
@@ -43,27 +49,52 @@ Row = tuple[str, str, float, float]
 
 @dataclass(frozen=True, slots=True)
 class WarmSandboxes:
-    """Per node, the users whose sandbox is warm there now, and the measured cost of a cold
-    start (None: none measured)."""
+    """Per node, the users whose sandbox is warm there now (at most
+    :data:`~datasched.sandbox.confine.KEEP`, the least recently used first), and the measured
+    cost of a cold start (None: none measured)."""
 
     users: Mapping[str, tuple[str, ...]]
     setup_s: float | None
+    cold: frozenset[tuple[str, str]] = frozenset()
+    """(job, file) pairs with a cold start among their packets read: their runs held it."""
+
+
+def cold_flags(rows: Sequence[Row], since: float, keep: int = KEEP) -> list[bool]:
+    """Whether each of ``rows`` (in storing order, read from ``since`` on) is a cold start:
+    its user had no packet stored on its node within :data:`IDLE_S` before it got its slot,
+    or ``keep`` other users had one there since theirs (the worker keeps that many idle
+    sandboxes, :data:`~datasched.sandbox.confine.KEEP`, the least recently used closed
+    first). A user's first packet read on a node is cold only if the history covers the
+    idle time before it."""
+    last: dict[str, dict[str, float]] = {}
+    """Per node, each user's last packet stored."""
+    out: list[bool] = []
+    for node, user, slotted, stored in rows:
+        users = last.setdefault(node, {})
+        before = users.get(user)
+        if before is None:
+            cold = slotted - since > IDLE_S
+        elif slotted - before > IDLE_S:
+            cold = True
+        else:
+            cold = sum(before < t <= slotted for u, t in users.items() if u != user) >= keep
+        out.append(cold)
+        users[user] = max(before if before is not None else stored, stored)
+    return out
 
 
 def cold_starts(rows: Sequence[Row], since: float) -> list[float]:
     """What each cold start among ``rows`` (in storing order, read from ``since`` on) cost
-    over the same user's next warm packets on its node. A pair's first packet read is cold
-    only if the history covers the idle time before it."""
-    by_pair: dict[tuple[str, str], list[tuple[float, float]]] = {}
-    for node, user, slotted, stored in rows:
-        by_pair.setdefault((node, user), []).append((slotted, stored))
+    over the same user's next warm packets on its node (:func:`cold_flags`)."""
+    by_pair: dict[tuple[str, str], list[tuple[float, float, bool]]] = {}
+    for (node, user, slotted, stored), cold_start in zip(
+        rows, cold_flags(rows, since), strict=True
+    ):
+        by_pair.setdefault((node, user), []).append((slotted, stored, cold_start))
     out: list[float] = []
-    for packets in by_pair.values():
-        cold: list[bool] = []
-        last = since - IDLE_S  # nothing read before: warm unless the history covers it
-        for slotted, stored in packets:
-            cold.append(slotted - last > IDLE_S and slotted - since > IDLE_S)
-            last = max(last, stored)
+    for pair in by_pair.values():
+        packets = [(slotted, stored) for slotted, stored, _ in pair]
+        cold = [c for *_, c in pair]
         for k, (slotted, stored) in enumerate(packets):
             if not cold[k]:
                 continue
@@ -83,7 +114,9 @@ def warm_sandboxes(store: Store, now: datetime | None = None) -> WarmSandboxes:
     since = now - timedelta(seconds=HISTORY_S)
     with store.reading() as s:
         found = s.execute(
-            select(Packet.node, User.name, Packet.slotted, Packet.created)
+            select(
+                Packet.node, User.name, Packet.slotted, Packet.created, Packet.job_id, Packet.url
+            )
             .join(Job, Packet.job_id == Job.id)
             .join(Request, Job.request_id == Request.id)
             .join(User, Request.owner_id == User.id)
@@ -91,21 +124,34 @@ def warm_sandboxes(store: Store, now: datetime | None = None) -> WarmSandboxes:
             .where(Packet.slotted.is_not(None))
             .order_by(Packet.created, Packet.id)
         ).all()
-    rows = [
-        (str(node), str(user), _aware(slotted).timestamp(), _aware(created).timestamp())
-        for node, user, slotted, created in found
-        if slotted is not None
-    ]
+    rows: list[Row] = []
+    runs: list[tuple[str, str]] = []
+    """Each row's (job, file)."""
+    for node, user, slotted, created, job, url in found:
+        if slotted is not None:
+            rows.append(
+                (str(node), str(user), _aware(slotted).timestamp(), _aware(created).timestamp())
+            )
+            runs.append((str(job), str(url)))
     t_now = now.timestamp()
-    users: dict[str, set[str]] = {}
+    last: dict[str, dict[str, float]] = {}
     for node, user, _, stored in rows:
         if t_now - stored <= IDLE_S:
-            users.setdefault(node, set()).add(user)
+            users = last.setdefault(node, {})
+            users[user] = max(users.get(user, stored), stored)
     starts = cold_starts(rows, since.timestamp())
+    flags = cold_flags(rows, since.timestamp())
     return WarmSandboxes(
-        {node: tuple(sorted(u)) for node, u in users.items()},
+        {node: _most_recent(users, KEEP) for node, users in last.items()},
         statistics.median(starts) if starts else None,
+        frozenset(run for run, cold in zip(runs, flags, strict=True) if cold),
     )
+
+
+def _most_recent(last: Mapping[str, float], keep: int) -> tuple[str, ...]:
+    """The ``keep`` users last stored, the least recent first."""
+    ranked = sorted(last, key=lambda user: (last[user], user))
+    return tuple(ranked[-keep:]) if keep else tuple(ranked)
 
 
 def starting_sandboxes(
@@ -113,34 +159,35 @@ def starting_sandboxes(
     nodes: Sequence[NodeSnapshot],
     setup_s: float | None,
     running_for: Mapping[str, float],
-    stored: Set[str],
+    stored: Set[tuple[str, str]],
 ) -> tuple[tuple[JobSnapshot, ...], tuple[NodeSnapshot, ...]]:
     """The jobs and nodes with the sandboxes being started: a job running on a node not
-    warm for its user, with none of its packets stored yet, is starting its user's sandbox
-    there. Its time per event takes what is left of the start (``setup_s`` less how long it
-    has been running, ``running_for``), and the node is warm for that user from then on: the
-    simulation charges that start once, to that job, and not again to the user's next
-    subjob there. ``stored``: the jobs with a packet stored. Jobs not priced yet are left
-    as they are (docs/service-whatif.md, "A running job's rest")."""
+    warm for its user, with none of its packets stored from that node yet, is starting its
+    user's sandbox there. Its time per event takes what is left of the start (``setup_s``
+    less how long it has been running there, ``running_for``), and the node is warm for that
+    user from then on: the simulation charges that start once, to that job, and not again
+    to the user's next subjob there. ``stored``: the (job, node) pairs with a packet stored
+    (a job whose next file out-of-order sent to another node starts there again). Jobs not
+    priced yet are left as they are (docs/service-whatif.md, "A running job's rest")."""
     if not setup_s:
         return tuple(jobs), tuple(nodes)
-    warm = {n.name: set(n.warm_users) for n in nodes}
+    warm = {n.name: list(n.warm_users) for n in nodes}
     out: list[JobSnapshot] = []
     for j in jobs:
         left, node = j.events_left, j.node
         if (
             node is not None
             and j.cpu_s_per_event is not None
-            and j.id not in stored
+            and (j.id, node) not in stored
             and node in warm
             and j.user not in warm[node]
             and left > 0
         ):
             rest = max(setup_s - running_for.get(j.id, 0.0), 0.0)
             j = replace(j, cpu_s_per_event=j.cpu_s_per_event + rest / left)
-            warm[node].add(j.user)
+            warm[node].append(j.user)  # the most recent
         out.append(j)
-    return tuple(out), tuple(replace(n, warm_users=tuple(sorted(warm[n.name]))) for n in nodes)
+    return tuple(out), tuple(replace(n, warm_users=tuple(warm[n.name])) for n in nodes)
 
 
 def _aware(t: datetime) -> datetime:

@@ -37,6 +37,7 @@ from datasched.core.intervals import IntervalSet
 from datasched.core.model import CostModel, Job, Node, Pipelining, Topology
 from datasched.core.scheduler import Scheduler
 from datasched.policies import build_policy
+from datasched.sandbox.confine import KEEP
 from datasched.service.contracts import (
     ClusterSnapshot,
     FileTodo,
@@ -285,6 +286,7 @@ def predict(
         pipelining=Pipelining.TERTIARY,
         master_s_per_packet=master_s_per_packet / rate_factor,
         user_setup_s=(snapshot.user_setup_s or 0.0) / rate_factor,
+        user_sandboxes_kept=KEEP,
     )
     sched = Scheduler(Topology(nodes=nodes), space, built, cost=cost)
     warm: dict[int, IntervalSet] = {}

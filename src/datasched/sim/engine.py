@@ -147,6 +147,9 @@ class SimEngine(SubjobRuns, DataMoves):
         self._user_ready = {(n, u) for n, users in (warm_users or {}).items() for u in users}
         """(node, user) pairs whose setup is paid (``CostModel.user_setup_s``): at the start,
         a live cluster's warm sandboxes; then every pair that has run."""
+        self._user_recent = {n: dict.fromkeys(users) for n, users in (warm_users or {}).items()}
+        """Per node, its warm users, the least recently run first (``warm_users`` gives
+        them in that order): what ``CostModel.user_sandboxes_kept`` keeps."""
         self.space = scheduler.space
         self.cost = scheduler.cost
         self.replacement = replacement
@@ -589,6 +592,7 @@ class SimEngine(SubjobRuns, DataMoves):
             self.space, sched.topology.nodes[node].cache_bytes, self.replacement
         )
         self._user_ready = {(n, user) for n, user in self._user_ready if n != node}
+        self._user_recent.pop(node, None)
         if self._world is not None:
             self._world.clear(node)
         pump = self._pump

@@ -68,6 +68,9 @@ class EngineState:
     _jobs: dict[int, Job]
     _user_ready: set[tuple[int, str]]
     """(node, user) pairs whose setup is paid (``CostModel.user_setup_s``)."""
+    _user_recent: dict[int, dict[str, None]]
+    """With ``CostModel.user_sandboxes_kept``: per node, its warm users, the least recently
+    run first."""
 
     def _master_due(self, slot: int, run: Any) -> None:
         """A heap entry for the next turn at the master of the subjob ``run`` on ``slot``,

@@ -179,8 +179,19 @@ class SubjobRuns(SharedDisks, SharedFetches, MasterTurns):
     def _user_setup(self, node: int, job_id: int) -> float:
         """What a subjob of ``job_id`` starting on ``node`` pays first
         (``CostModel.user_setup_s``): the setup, the first time the node runs a job of its
-        user; 0 after (the node is then warm for that user)."""
-        key = (node, self._jobs[job_id].user)
+        user; 0 after (the node is then warm for that user), unless the node has run
+        ``CostModel.user_sandboxes_kept`` other users since (it keeps that many warm, the
+        least recently used pushed out)."""
+        user = self._jobs[job_id].user
+        keep = self.cost.user_sandboxes_kept
+        if keep:
+            order = self._user_recent.setdefault(node, {})
+            warm = order.pop(user, False) is None
+            order[user] = None  # the most recent, last
+            while len(order) > keep:
+                del order[next(iter(order))]
+            return 0.0 if warm else self.cost.user_setup_s
+        key = (node, user)
         if key in self._user_ready:
             return 0.0
         self._user_ready.add(key)
