@@ -107,6 +107,13 @@ def test_a_node_keeping_few_sandboxes_starts_a_pushed_out_users_again() -> None:
         warm_users={0: ["b", "a"]},
     )
     assert _ends(run) == [1.5, 2.5, 4.0]
+    # More warm at the start than the node keeps: the least recent of them is not.
+    run = _run(
+        replace(COST, user_setup_s=0.5, user_sandboxes_kept=2),
+        ["c", "a"],
+        warm_users={0: ["c", "b", "a"]},
+    )
+    assert _ends(run) == [1.5, 2.5]
 
 
 def test_a_negative_setup_is_refused_by_name() -> None:

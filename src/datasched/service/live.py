@@ -125,8 +125,8 @@ def _placed(cluster: Mapping[str, Any]) -> dict[str, tuple[str, float | None]] |
 
     The store keeps the node a job was sent to first. Between two files a job waits in the
     runner's queue, in no slot, and out-of-order may send its next file to another node,
-    where its user's sandbox may be cold (docs/service-whatif.md, "A job between its
-    files")."""
+    where its user's sandbox may be cold (docs/service-whatif.md, "Where a running job
+    really is")."""
     nodes = cluster.get("nodes", ())
     if not any(isinstance(n.get("slots"), list) for n in nodes):
         return None

@@ -83,13 +83,16 @@ def cold_flags(rows: Sequence[Row], since: float, keep: int = KEEP) -> list[bool
     return out
 
 
-def cold_starts(rows: Sequence[Row], since: float) -> list[float]:
+def cold_starts(
+    rows: Sequence[Row], since: float, flags: Sequence[bool] | None = None
+) -> list[float]:
     """What each cold start among ``rows`` (in storing order, read from ``since`` on) cost
-    over the same user's next warm packets on its node (:func:`cold_flags`)."""
+    over the same user's next warm packets on its node (``flags``: the rows'
+    :func:`cold_flags`, worked out here when not given)."""
+    if flags is None:
+        flags = cold_flags(rows, since)
     by_pair: dict[tuple[str, str], list[tuple[float, float, bool]]] = {}
-    for (node, user, slotted, stored), cold_start in zip(
-        rows, cold_flags(rows, since), strict=True
-    ):
+    for (node, user, slotted, stored), cold_start in zip(rows, flags, strict=True):
         by_pair.setdefault((node, user), []).append((slotted, stored, cold_start))
     out: list[float] = []
     for pair in by_pair.values():
@@ -139,8 +142,8 @@ def warm_sandboxes(store: Store, now: datetime | None = None) -> WarmSandboxes:
         if t_now - stored <= IDLE_S:
             users = last.setdefault(node, {})
             users[user] = max(users.get(user, stored), stored)
-    starts = cold_starts(rows, since.timestamp())
     flags = cold_flags(rows, since.timestamp())
+    starts = cold_starts(rows, since.timestamp(), flags)
     return WarmSandboxes(
         {node: _most_recent(users, KEEP) for node, users in last.items()},
         statistics.median(starts) if starts else None,

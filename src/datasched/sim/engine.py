@@ -147,9 +147,14 @@ class SimEngine(SubjobRuns, DataMoves):
         self._user_ready = {(n, u) for n, users in (warm_users or {}).items() for u in users}
         """(node, user) pairs whose setup is paid (``CostModel.user_setup_s``): at the start,
         a live cluster's warm sandboxes; then every pair that has run."""
-        self._user_recent = {n: dict.fromkeys(users) for n, users in (warm_users or {}).items()}
+        keep = scheduler.cost.user_sandboxes_kept
+        self._user_recent = {
+            n: dict.fromkeys(list(users)[-keep:] if keep else users)
+            for n, users in (warm_users or {}).items()
+        }
         """Per node, its warm users, the least recently run first (``warm_users`` gives
-        them in that order): what ``CostModel.user_sandboxes_kept`` keeps."""
+        them in that order; with ``CostModel.user_sandboxes_kept``, the most recent that
+        many): what ``user_sandboxes_kept`` keeps."""
         self.space = scheduler.space
         self.cost = scheduler.cost
         self.replacement = replacement
