@@ -24,7 +24,9 @@ its packets, predictions and end, what each refresh predicted from and what it c
 the requests run before the users' (the warm-up's) with their first packet's slot
 (docs/service-whatif.md reads them), and per refresh the cluster's pace it assumed against
 the pace it delivered (``refresh_rates``), and this process's CPU time every 0.1 s while the
-users' requests run (``process_cpu``: the daemon's, and the users' threads').
+users' requests run (``process_cpu``: the daemon's, and the users' threads'), and the last
+ETA's error by what the request's jobs were doing at its last refresh (``last_by_state``:
+running, between files, not sent; printed as well without ``--json``).
 ``--eta-per-packet`` prices the ETAs per packet (:mod:`datasched.service.packet_pace`: the
 nodes at the packets' CPU, the daemon as the simulator's master queue), which the daemon
 does not by default.
@@ -278,6 +280,7 @@ def run(
                 "earlier_requests": earlier,
                 "snapshots": snapshots,
                 "refresh_rates": refresh_rates(snapshots, rows, started_at),
+                "last_by_state": last_by_state(rows, snapshots, started_at),
                 "process_cpu": [] if cpu is None else cpu.since(started_at),
                 "refresh_costs_s": cost,
             }
@@ -360,6 +363,59 @@ def refresh_rates(
             }
         )
     return out
+
+
+STATES = ("running", "between files", "not sent")
+"""What a request's jobs were doing at the snapshot an ETA was predicted from: one in a slot;
+none in a slot, some of their events done (waiting for a node for the next file); none begun."""
+
+
+def request_state(snapshot: dict[str, Any], request_id: str) -> str | None:
+    """The :data:`STATES` entry of a request in a snapshot (its JSON form); None: not in it."""
+    jobs = [j for j in snapshot["jobs"] if j["request_id"] == request_id]
+    if not jobs:
+        return None
+    if any(j.get("node") is not None for j in jobs):
+        return "running"
+    begun = any(
+        f.get("todo") is not None and sum(b - a for a, b in f["todo"]) < f["n_events"]
+        for j in jobs
+        for f in j["files"]
+    )
+    return "between files" if begun else "not sent"
+
+
+def last_by_state(
+    rows: list[dict[str, Any]], snapshots: list[dict[str, Any]], t0: float
+) -> dict[str, dict[str, Any]]:
+    """The last ETA's error (relative to the time left, as :func:`eta_figures`) by the
+    request's state (:func:`request_state`) in the snapshot it was predicted from, the last
+    taken at or before the prediction (``rows``: :func:`_detail`'s, on seconds from ``t0``;
+    ``snapshots``: the refreshes', on the wall clock): requests, median |relative|, signed
+    median, median seconds left."""
+    taken = sorted((s["at"] - t0, i) for i, s in enumerate(snapshots))
+    found: dict[str, list[tuple[float, float]]] = {state: [] for state in STATES}
+    for r in rows:
+        if not r["predictions"] or r["actual_finish"] is None:
+            continue
+        at, finish = r["predictions"][-1][:2]
+        before = [i for when, i in taken if when <= at + 1e-3]
+        if not before:
+            continue
+        state = request_state(snapshots[before[-1]]["snapshot"], r["request"])
+        if state is None:
+            continue
+        left = r["actual_finish"] - at
+        found[state].append(((finish - r["actual_finish"]) / max(left, 1.0), left))
+    return {
+        state: {
+            "requests": len(xs),
+            "median_abs": _median([abs(e) for e, _ in xs]),
+            "median": _median([e for e, _ in xs]),
+            "median_left_s": _median([left for _, left in xs]),
+        }
+        for state, xs in found.items()
+    }
 
 
 def _snapshot_summary(at: float, snap: Any) -> dict[str, Any]:
@@ -620,6 +676,12 @@ def main() -> None:
             f"; {report['refreshes']} predictions, median {_fmt(report['refresh_cost_s_median'])}"
             " s each (the point and its interval)"
         )
+        for state, got in report.get("last_by_state", {}).items():
+            print(
+                f"  last ETA, {state} at its refresh: {got['requests']} requests, median "
+                f"|relative| {_fmt(got['median_abs'])} (signed {_fmt(got['median'])}), "
+                f"{_fmt(got['median_left_s'])} s left"
+            )
         before = " ".join(f"{x:.1f}" for x in report["load_before"])
         after = " ".join(f"{x:.1f}" for x in report["load_after"])
         print(f"  load average before {before}, after {after}")

@@ -39,6 +39,40 @@ def test_the_figures_are_the_first_and_last_eta_of_each_ended_request() -> None:
     assert [r["predictions"] for r in figures["per_request"]] == [2, 1]
 
 
+def test_the_last_eta_is_told_apart_by_what_the_request_was_doing_at_its_refresh() -> None:
+    bench = _bench()
+    t0 = 1000.0
+
+    def job(rid: str, node: str | None, todo: list[list[int]] | None) -> dict[str, object]:
+        files = [{"url": "/d/0", "n_events": 100, "n_bytes": 1, "todo": todo}]
+        return {"id": f"{rid}.0", "request_id": rid, "node": node, "files": files}
+
+    # At 5 s: a runs on w0; b has half its file done, in no slot; c has begun nothing.
+    at5 = [job("a", "w0", [[50, 100]]), job("b", None, [[50, 100]]), job("c", None, None)]
+    snapshots = [
+        {"at": t0 + 1.0, "snapshot": {"jobs": [job(r, None, None) for r in "abc"]}},
+        {"at": t0 + 5.0, "snapshot": {"jobs": at5}},
+    ]
+    rows = [
+        # a: last predicted at 5.0 for 6.0, ended at 6.5 (-0.5 over 1.5 s left).
+        {"request": "a", "predictions": [[1.0, 9.0], [5.0, 6.0]], "actual_finish": 6.5},
+        # b: at 5.0 for 9.0, ended at 7.0 (+2 over 2 s); c: at 5.0 for 10.0, ended at 9.0.
+        {"request": "b", "predictions": [[5.0, 9.0]], "actual_finish": 7.0},
+        {"request": "c", "predictions": [[1.0, 4.0], [5.0, 10.0]], "actual_finish": 9.0},
+        {"request": "d", "predictions": [], "actual_finish": 3.0},  # never predicted
+    ]
+    got = bench.last_by_state(rows, snapshots, t0)
+    assert got["running"] == {
+        "requests": 1,
+        "median_abs": pytest.approx(0.5 / 1.5),
+        "median": pytest.approx(-0.5 / 1.5),
+        "median_left_s": pytest.approx(1.5),
+    }
+    assert got["between files"]["median"] == pytest.approx(1.0)
+    assert got["not sent"]["median"] == pytest.approx(0.25)
+    assert bench.request_state({"jobs": at5}, "d") is None
+
+
 def test_requests_overlap_and_bad_options_are_refused(tmp_path: Path) -> None:
     body = _bench().request_body(tmp_path, 1, 2, 3)
     assert [line.strip()[2:] for line in body.splitlines() if line.startswith("  - ")] == [
