@@ -117,10 +117,6 @@ _EMPTY = IntervalSet()
 log = logging.getLogger("datasched.runtime")
 
 
-SETTLE_S = 30.0
-"""How long a batch run waits, after its last job ended, for its data moves still under way."""
-
-
 class RuntimeEngine(JobLimits, Serving, PacketStreams, DataMoves):
     """Runs :class:`JobSpec` s on the workers of a Dask ``client``, one worker a node of
     ``scheduler``'s topology (``worker_names[i]`` is node ``i``): a batch (:meth:`run`), or
@@ -228,21 +224,6 @@ class RuntimeEngine(JobLimits, Serving, PacketStreams, DataMoves):
         await self._loop()
         await self._settle_moves()
         return self._report()
-
-    async def _settle_moves(self, timeout_s: float = SETTLE_S) -> None:
-        """Wait (at most ``timeout_s``) for the data moves still under way when the batch's
-        last job ended, a hot file's copy to another worker (replication) most often: the
-        run then leaves each cache as the core's directory says, and a copy is not cut off
-        by the caller closing the cluster. A move past the wait is left to finish or not;
-        the caches are read again at the next run's start (``known_cache``)."""
-        deadline = time.monotonic() + timeout_s
-        while self._moves and (left := deadline - time.monotonic()) > 0:
-            try:
-                item = await asyncio.wait_for(self._results.get(), timeout=left)
-            except TimeoutError:
-                break
-            self._on_result(*item)
-            self._pump()
 
     def _add_job(
         self, spec: JobSpec, *, done: IntervalSet = _EMPTY, command: CommandSpec | None = None

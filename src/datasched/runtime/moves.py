@@ -5,6 +5,8 @@ their results into the core's answers. A base of
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -18,7 +20,11 @@ from datasched.runtime.cachefaults import CacheFaults
 from datasched.runtime.datamoves import FileToMove, MoveResult, move_files
 from datasched.runtime.streams import _Worker
 
-__all__ = ["DataMoves"]
+__all__ = ["SETTLE_S", "DataMoves"]
+
+SETTLE_S = 30.0
+"""How long a batch run waits, after its last job ended, for its data moves still under way
+(:meth:`DataMoves._settle_moves`)."""
 
 
 class DataMoves:
@@ -31,8 +37,15 @@ class DataMoves:
     _moves: dict[int, tuple[Fetch | Replicate | Evict, Future[Any]]]
     _run_id: str
     _cache_faults: CacheFaults
+    _results: asyncio.Queue[tuple[int, Any, bool]]
 
     def now(self) -> float:
+        raise NotImplementedError
+
+    def _on_result(self, token: int, payload: Any, ok: bool) -> None:
+        raise NotImplementedError
+
+    def _pump(self) -> None:
         raise NotImplementedError
 
     def _emit(self, event: Event) -> None:
@@ -84,6 +97,21 @@ class DataMoves:
                 fn, *args, pure=False, workers=[address], allow_other_workers=False
             )
             self._watch(self._next_id(), future)
+
+    async def _settle_moves(self, timeout_s: float = SETTLE_S) -> None:
+        """Wait (at most ``timeout_s``) for the data moves still under way when the batch's
+        last job ended, a hot file's copy to another worker (replication) most often: the
+        run then leaves each cache as the core's directory says, and a copy is not cut off
+        by the caller closing the cluster. A move past the wait is left to finish or not;
+        the caches are read again at the next run's start (``known_cache``)."""
+        deadline = time.monotonic() + timeout_s
+        while self._moves and (left := deadline - time.monotonic()) > 0:
+            try:
+                item = await asyncio.wait_for(self._results.get(), timeout=left)
+            except TimeoutError:
+                break
+            self._on_result(*item)
+            self._pump()
 
     def _on_move(self, token: int, payload: Any, ok: bool) -> None:
         action, _ = self._moves.pop(token)
