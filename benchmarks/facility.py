@@ -70,7 +70,10 @@ def run_policy(
     cpu0 = time.process_time()
 
     def watch(p: SimProgress) -> None:
-        if p.wall_s >= limit_s:
+        # A report after every job ended is the run's wrap-up: it is let finish, so a run
+        # stopped by the limit always has jobs left (on a busy machine the limit once fell
+        # between the last job's end and the run's).
+        if p.wall_s >= limit_s and p.jobs_ended < config.n_jobs:
             raise _TimeUp(p)
 
     finished = True
