@@ -81,16 +81,22 @@ def test_only_the_next_warm_packets_count() -> None:
     assert cold_starts(rows, 0.0) == [pytest.approx(2.5)]
 
 
-def test_the_snapshot_names_the_warm_users_and_the_start_cost(sqlite_store: Store) -> None:
-    _, job = one_running_job(sqlite_store)
-    listener = StoreListener(sqlite_store)
+def _a_start_measured_on_w1(store: Store) -> tuple[str, float]:
+    """ann's job running on w1 with two packets stored now: the first got its slot 2 s
+    before (her sandbox started), the second 0.5 s before: a start of about 1.5 s. (The
+    job's id, and now.)"""
+    _, job = one_running_job(store)
+    listener = StoreListener(store)
     now = time.time()
-    # The first packet got its slot 2 s before it was stored (its sandbox started), the
-    # second 0.5 s before: a start of about 1.5 s.
     for (a, b), slotted in (((0, 30), now - 2.0), ((30, 60), now - 0.5)):
         listener.packet_done(
             PacketDone(job, "/d/0.root", a, b, "w1", 10, 0.1, pickle.dumps(1), slotted, slotted)
         )
+    return job, now
+
+
+def test_the_snapshot_names_the_warm_users_and_the_start_cost(sqlite_store: Store) -> None:
+    job, _ = _a_start_measured_on_w1(sqlite_store)
     warm = warm_sandboxes(sqlite_store)
     assert warm.users == {"w1": ("ann",)}
     assert warm.setup_s == pytest.approx(1.5, abs=0.2)
@@ -137,13 +143,7 @@ def test_a_job_sent_to_a_cold_node_pays_what_is_left_of_its_start_and_warms_it()
 def test_a_job_whose_next_packets_went_to_a_cold_node_pays_its_start_there(
     sqlite_store: Store,
 ) -> None:
-    _, job = one_running_job(sqlite_store)
-    listener = StoreListener(sqlite_store)
-    now = time.time()
-    for (a, b), slotted in (((0, 30), now - 2.0), ((30, 60), now - 0.5)):
-        listener.packet_done(
-            PacketDone(job, "/d/0.root", a, b, "w1", 10, 0.1, pickle.dumps(1), slotted, slotted)
-        )
+    job, now = _a_start_measured_on_w1(sqlite_store)
 
     def cluster(node: str) -> dict[str, object]:
         """The runner's view: ``node``'s slot runs the job, for half a second now."""
