@@ -275,6 +275,7 @@ def run(
         "load_after": os.getloadavg(),
         **(
             {
+                "started_at": started_at,
                 "detail": rows,
                 "earlier_packets": before,
                 "earlier_requests": earlier,
