@@ -23,6 +23,7 @@ from datasched.service.warm_sandboxes import (
     LATER,
     cold_flags,
     cold_starts,
+    start_left,
     starting_sandboxes,
     warm_sandboxes,
 )
@@ -100,6 +101,7 @@ def test_the_snapshot_names_the_warm_users_and_the_start_cost(sqlite_store: Stor
     warm = warm_sandboxes(sqlite_store)
     assert warm.users == {"w1": ("ann",)}
     assert warm.setup_s == pytest.approx(1.5, abs=0.2)
+    assert warm.starts == (warm.setup_s,)  # the one start measured, kept for start_left
     assert warm.cold == {(job, "/d/0.root")}  # the run that held the start
     cluster = {"nodes": [{"name": n, "up": True, "slots": 1} for n in ("w0", "w1")]}
     snap = live_snapshot(sqlite_store, cluster)
@@ -138,6 +140,21 @@ def test_a_job_sent_to_a_cold_node_pays_what_is_left_of_its_start_and_warms_it()
     assert warmed[0].warm_users == ("ann",)
     # No start measured: nothing to charge.
     assert starting_sandboxes((sent,), nodes, None, {}, set()) == ((sent,), nodes)
+    # With the starts measured, one under way longer than their median is not done: it has
+    # left what the longer ones had left after as long (2.4 - 2.0 and 3.0 - 2.0: a median
+    # of 0.7 s).
+    starts = (1.0, 1.2, 1.5, 2.4, 3.0)
+    slow, _ = starting_sandboxes((sent,), nodes, 1.5, {"s": 2.0}, set(), starts)
+    assert slow[0].cpu_s_per_event == pytest.approx(1e-3 + 0.7 / 1000)
+
+
+def test_what_is_left_of_a_start_is_the_median_of_the_longer_starts_rest() -> None:
+    starts = (1.0, 1.2, 1.5, 2.4, 3.0)
+    assert start_left(starts, 1.5, 0.0) == 1.5  # just begun: the median start
+    assert start_left(starts, 1.5, 1.1) == pytest.approx(0.85)  # 0.1, 0.4, 1.3, 1.9
+    assert start_left(starts, 1.5, 3.0) == 0.0  # longer than any measured
+    assert start_left((), 1.5, 1.0) == 0.5  # nothing measured: the median less its age
+    assert start_left((), 1.5, 2.0) == 0.0
 
 
 def test_a_job_whose_next_packets_went_to_a_cold_node_pays_its_start_there(

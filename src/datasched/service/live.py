@@ -337,7 +337,9 @@ def live_snapshot(store: Store, cluster: Mapping[str, Any]) -> ClusterSnapshot:
     for job_id, (_, since) in (placed or {}).items():
         if since is not None and job_id in on_node_for:
             on_node_for[job_id] = max(now_s - since, 0.0)
-    starting, nodes = starting_sandboxes(jobs, nodes, warm.setup_s, on_node_for, stored)
+    starting, nodes = starting_sandboxes(
+        jobs, nodes, warm.setup_s, on_node_for, stored, warm.starts
+    )
     now = (datetime.now(UTC) - epoch).total_seconds()
     return ClusterSnapshot(
         time_s=max(now, 0.0), nodes=nodes, jobs=starting, user_setup_s=warm.setup_s

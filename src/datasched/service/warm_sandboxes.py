@@ -17,6 +17,7 @@ charged on its own, once (:func:`starting_sandboxes`, and the simulated node's
 from __future__ import annotations
 
 import statistics
+from bisect import bisect_right
 from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -34,6 +35,7 @@ __all__ = [
     "WarmSandboxes",
     "cold_flags",
     "cold_starts",
+    "start_left",
     "starting_sandboxes",
     "warm_sandboxes",
 ]
@@ -57,6 +59,22 @@ class WarmSandboxes:
     setup_s: float | None
     cold: frozenset[tuple[str, str]] = frozenset()
     """(job, file) pairs with a cold start among their packets read: their runs held it."""
+    starts: tuple[float, ...] = ()
+    """Each cold start measured (seconds, ascending): :func:`start_left` reads them."""
+
+
+def start_left(starts: Sequence[float], setup_s: float, elapsed: float) -> float:
+    """What is left of a sandbox's start that began ``elapsed`` seconds ago: the median of
+    what the measured ``starts`` (ascending) that lasted longer had left after as long
+    (0 when none did). Without measures, ``setup_s`` less ``elapsed``.
+
+    A start's time spreads (on two cores, one alone 1.0 to 1.2 s, four at once 1.5 to 2.3
+    s): one under way longer than the median has not ended with it, and the median less
+    its age (0) priced such a start as done (docs/service-whatif.md)."""
+    if not starts:
+        return max(setup_s - elapsed, 0.0)
+    longer = [s - elapsed for s in starts[bisect_right(starts, elapsed) :]]
+    return statistics.median(longer) if longer else 0.0
 
 
 def cold_flags(rows: Sequence[Row], since: float, keep: int = KEEP) -> list[bool]:
@@ -148,6 +166,7 @@ def warm_sandboxes(store: Store, now: datetime | None = None) -> WarmSandboxes:
         {node: _most_recent(users, KEEP) for node, users in last.items()},
         statistics.median(starts) if starts else None,
         frozenset(run for run, cold in zip(runs, flags, strict=True) if cold),
+        tuple(sorted(starts)),
     )
 
 
@@ -163,11 +182,13 @@ def starting_sandboxes(
     setup_s: float | None,
     running_for: Mapping[str, float],
     stored: Set[tuple[str, str]],
+    starts: Sequence[float] = (),
 ) -> tuple[tuple[JobSnapshot, ...], tuple[NodeSnapshot, ...]]:
     """The jobs and nodes with the sandboxes being started: a job running on a node not
     warm for its user, with none of its packets stored from that node yet, is starting its
-    user's sandbox there. Its time per event takes what is left of the start (``setup_s``
-    less how long it has been running there, ``running_for``), and the node is warm for that
+    user's sandbox there. Its time per event takes what is left of the start
+    (:func:`start_left` of the measured ``starts`` after how long it has been running there,
+    ``running_for``; ``setup_s`` less that time without them), and the node is warm for that
     user from then on: the simulation charges that start once, to that job, and not again
     to the user's next subjob there. ``stored``: the (job, node) pairs with a packet stored
     (a job whose next file out-of-order sent to another node starts there again). Jobs not
@@ -186,7 +207,7 @@ def starting_sandboxes(
             and j.user not in warm[node]
             and left > 0
         ):
-            rest = max(setup_s - running_for.get(j.id, 0.0), 0.0)
+            rest = start_left(starts, setup_s, running_for.get(j.id, 0.0))
             j = replace(j, cpu_s_per_event=j.cpu_s_per_event + rest / left)
             warm[node].append(j.user)  # the most recent
         out.append(j)
