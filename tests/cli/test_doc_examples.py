@@ -94,6 +94,13 @@ EXAMPLES: dict[str, str] = {
     "datasched sim --policy out-of-order --file-gb 5 --replicate-hot 2 --json": SLOW,
     # the runtime, on the demo's data
     "datasched demo-data data/": SLOW,
+    # The README's, over the example jobs file demo-data writes beside the data:
+    "datasched run data/jobs.yaml --policy out-of-order --workers 4 --cache-gb 2": SLOW,
+    "datasched run data/jobs.yaml --json --packets packets.csv": SLOW,
+    "datasched run data/jobs.yaml --scheduler tcp://head:8786": EXISTING,
+    "datasched run data/jobs.yaml --workers 8 --jobqueue slurm --jobqueue-args "
+    '"queue=short walltime=01:00:00"': SLURM,
+    "datasched submit data/request.xml": SERVICE_CLI,
     "datasched run jobs.yaml --policy out-of-order --workers 4 --cache-gb 2": SLOW,
     "datasched run jobs.yaml --policy cache-splitting --workers 4 --cache-gb 2": SLOW,
     "datasched run jobs.yaml --json --packets packets.csv": SLOW,
@@ -126,8 +133,6 @@ EXAMPLES: dict[str, str] = {
     "dask worker tcp://head:8786 --nworkers 16 --nthreads 1": SWEEP_DASK,
     "datasched sweep --policies farm,splitting,cache-splitting --loads 0.1:1.5:15 --cache-gb "
     "50,100,200 --out out/fig3 --scheduler tcp://head:8786": SWEEP_DASK,
-    "datasched run jobs.yaml --workers 8 --jobqueue slurm --jobqueue-args "
-    '"queue=short walltime=01:00:00"': SLURM,
     'datasched run jobs.yaml --jobqueue slurm --jobqueue-args "queue=short"': SLURM,
     "datasched run jobs.yaml --workers 8 --jobqueue slurm --jobqueue-args "
     '"queue=short account=physics walltime=02:00:00 memory=4GiB" --jobqueue-args '

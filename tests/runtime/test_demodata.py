@@ -3,6 +3,7 @@ depend on how the events were split into packets."""
 
 from __future__ import annotations
 
+import re
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -246,3 +247,34 @@ def test_plot_mass(tmp_path: Path, catalog: Path) -> None:
     assert path == tmp_path / "plots" / "mass.png"
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert [p.name for p in path.parent.iterdir()] == ["mass.png"]
+
+
+def test_the_examples_beside_the_data_load_and_are_not_overwritten(tmp_path: Path) -> None:
+    from datasched.runtime.demodata import write_examples
+    from datasched.runtime.jobspec import load_jobs
+
+    write_demo_dataset(tmp_path, n_events=400, n_files=4)
+    written = write_examples(tmp_path, 400)
+    assert sorted(p.name for p in written) == ["jobs.yaml", "request.xml"]
+    # The jobs file: two overlapping jobs of the dataset, its catalog found beside it.
+    jobs = load_jobs(tmp_path / "jobs.yaml")
+    assert [(j.id, j.start, j.stop) for j in jobs] == [
+        ("zpeak-1", 0, 120),
+        ("zpeak-2", 60, 180),
+    ]
+    # The request: every file of the dataset, under a daemon whose roots hold the directory
+    # (checked as `datasched request check` checks it, events counted from the files).
+    from typer.testing import CliRunner
+
+    from datasched.cli import app
+
+    checked = CliRunner().invoke(
+        app, ["request", "check", str(tmp_path / "request.xml"), "--roots", str(tmp_path)]
+    )
+    assert checked.exit_code == 0, checked.output
+    # one elementary job: no node yet, its 4 files, 400 events
+    assert re.search(r"check\.0\s+-\s+4\s+400\s", checked.output), checked.output
+    # A user's edit is kept: nothing is written over an existing file.
+    (tmp_path / "jobs.yaml").write_text("mine\n")
+    assert write_examples(tmp_path, 400) == []
+    assert (tmp_path / "jobs.yaml").read_text() == "mine\n"

@@ -27,17 +27,21 @@ def demo_data(
 ) -> None:
     """Write a synthetic collision dataset shaped like CMS NanoAOD (tree Events: run,
     luminosityBlock, event, Muon_*, Electron_*, MET_*; coffea's NanoAODSchema fits it), with
-    a Z->mumu peak over a falling background, and a catalog.yaml naming it 'zmumu'."""
+    a Z->mumu peak over a falling background, and a catalog.yaml naming it 'zmumu'; beside
+    them, unless they exist, an example jobs.yaml (for run) and request.xml (for submit)."""
     if files < 1:
         fail(f"--files: must be at least 1, got {files}")
     if events < files:
         fail(f"--events: must be at least --files ({files}), got {events}")
     check_out_dir(directory, "DIR")
     with runtime_errors():
-        from datasched.runtime.demodata import write_demo_dataset
+        from datasched.runtime.demodata import write_demo_dataset, write_examples
 
         catalog = write_demo_dataset(directory, n_events=events, n_files=files, seed=seed)
+        examples = write_examples(directory, events)
     out.print(f"catalog: {catalog}", highlight=False)
+    for path in examples:
+        out.print(f"example: {path}", highlight=False)
 
 
 @app.command("demo")

@@ -27,7 +27,13 @@ import yaml
 
 from datasched._files import atomic_path, atomic_write_bytes
 
-__all__ = ["DimuonMass", "demo_dataset_is_current", "plot_mass", "write_demo_dataset"]
+__all__ = [
+    "DimuonMass",
+    "demo_dataset_is_current",
+    "plot_mass",
+    "write_demo_dataset",
+    "write_examples",
+]
 
 Z_MASS = 91.1876
 """GeV, PDG."""
@@ -188,6 +194,57 @@ def write_demo_dataset(
     doc = {"datasets": {"zmumu": {"tree": "Events", "files": files}}}
     atomic_write_bytes(catalog, yaml.safe_dump(doc, sort_keys=False).encode())
     return catalog
+
+
+EXAMPLE_JOBS = """\
+# Two overlapping analyses of the demo dataset, as the README's `datasched run` reads them
+# (written by `datasched demo-data`; edit freely: it is not written again while it exists).
+catalog: catalog.yaml                      # relative to this file
+defaults:
+  processor: datasched.runtime.demodata:DimuonMass
+jobs:
+  - id: zpeak-1
+    dataset: zmumu
+    events: [0, {a}]
+    output: results/zpeak-1.pkl
+  - id: zpeak-2
+    dataset: zmumu
+    events: [{b}, {c}]   # half of it is zpeak-1's: cached by then
+    output: results/zpeak-2.root
+    submit_s: 1
+"""
+"""The example jobs file :func:`write_examples` writes (events as fractions of the data)."""
+
+EXAMPLE_REQUEST = """\
+<?xml version="1.0" encoding="UTF-8"?>
+<!-- A request of the demo's files, as the README's `datasched submit` sends it (written by
+     `datasched demo-data`; the daemon's roots, given to serve, must hold this directory). -->
+<job name="dimuon mass, demo files">
+  <processor name="datasched.runtime.demodata:DimuonMass" tree="Events"/>
+  <input URL="file:{directory}/part-*.root"/>
+</job>
+"""
+"""The example request :func:`write_examples` writes."""
+
+
+def write_examples(directory: Path, n_events: int) -> list[Path]:
+    """Write ``jobs.yaml`` and ``request.xml`` over the demo dataset in ``directory`` (of
+    ``n_events`` events), each unless it exists (a user's edits are kept); returns those
+    written. Both use the files :func:`write_demo_dataset` writes there, so the README's
+    ``datasched run`` and ``datasched submit`` lines run as shown."""
+    texts = {
+        "jobs.yaml": EXAMPLE_JOBS.format(
+            a=int(n_events * 0.3), b=int(n_events * 0.15), c=int(n_events * 0.45)
+        ),
+        "request.xml": EXAMPLE_REQUEST.format(directory=directory.resolve()),
+    }
+    written = []
+    for name, text in texts.items():
+        path = directory / name
+        if not path.exists():
+            atomic_write_bytes(path, text.encode())
+            written.append(path)
+    return written
 
 
 CURRENT_BRANCHES = frozenset(
