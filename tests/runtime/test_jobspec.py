@@ -175,7 +175,7 @@ JOB_ERRORS: list[tuple[list[Any], str]] = [
     ),
     (
         [{"id": "a", "dataset": "zmumu", "processor": "no_such_module_xyz:P"}],
-        r"job 'a' \(#1\): field 'processor': .*cannot import no_such_module_xyz",
+        r"job 'a' \(#1\): field 'processor': .*no module named 'no_such_module_xyz'",
     ),
     (
         [{"id": "a", "dataset": "zmumu", "processor": "datasched.runtime.demodata:Nope"}],

@@ -98,7 +98,9 @@ def test_files_with_the_same_name_are_different_modules(tmp_path: Path) -> None:
         ("ana.py:Holder.nothing", r"'Holder.nothing' not found"),
         ("ana.py:Needs", r"processor 'ana.py:Needs': Needs\(\) raised TypeError"),
         ("ana.py:not_callable", r"'not_callable' is a int, not a class, a function or an object"),
-        ("no_such_module_xyz:P", r"processor 'no_such_module_xyz:P': cannot import no_such_mod"),
+        ("no_such_module_xyz:P", r"processor 'no_such_module_xyz:P': no module named 'no_such_mod"),
+        ("datasched.no_such_xyz:P", r"no module named 'datasched\.no_such_xyz'"),
+        ("imports_missing:P", r"cannot import imports_missing: ModuleNotFoundError"),
         ("datasched.runtime.demodata", r"expected module:attr or a \.py file"),
         (":P", r"expected module:attr or a \.py file"),
         ("", r"expected module:attr or a \.py file"),
@@ -106,11 +108,18 @@ def test_files_with_the_same_name_are_different_modules(tmp_path: Path) -> None:
     ],
 )
 def test_load_processor_errors_name_the_ref_and_the_reason(
-    analysis: Path, ref: str, message: str
+    analysis: Path, ref: str, message: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (analysis / "broken.py").write_text("1 / 0\n")
-    with pytest.raises(ProcessorError, match=message):
+    (analysis / "imports_missing.py").write_text("import no_such_dependency_xyz\n")
+    monkeypatch.syspath_prepend(str(analysis))
+    with pytest.raises(ProcessorError, match=message) as raised:
         load_processor(ref, analysis)
+    # A module that is not there is one line; a module whose own import fails shows where.
+    if "no_such" in ref:
+        assert raised.value.traceback == ""
+    if ref.startswith(("broken", "imports_")):
+        assert "Traceback" in raised.value.traceback
     # A broken file is not left half-imported: fixed, it loads.
     (analysis / "broken.py").write_text("processor = len\n")
     assert load_processor("broken.py", analysis).process([1, 2]) == 2

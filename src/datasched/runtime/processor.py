@@ -171,6 +171,18 @@ def _module_from_source(ref: str, filename: str, source: bytes) -> ModuleType:
 def _import(ref: str, target: str) -> ModuleType:
     try:
         return importlib.import_module(target)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and (target == exc.name or target.startswith(exc.name + ".")):
+            # The module named (or a package above it) is not there: one line, no traceback
+            # of the import machinery. A module the user's code imports that is missing is
+            # an error in their code: its traceback follows, below.
+            raise ProcessorError(
+                f"processor {ref!r}: no module named {exc.name!r} (not installed, or not on "
+                "the path: a file of your own is given as path/to/file.py:attr)"
+            ) from exc
+        raise ProcessorError(
+            f"processor {ref!r}: cannot import {target}: {exc!r}", user_traceback(exc)
+        ) from exc
     except Exception as exc:
         raise ProcessorError(
             f"processor {ref!r}: cannot import {target}: {exc!r}", user_traceback(exc)
