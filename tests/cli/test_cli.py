@@ -103,6 +103,24 @@ def test_policies_lists_the_policies() -> None:
     assert "§3.1" in result.stdout  # the paper section of the processing farm
 
 
+def test_policies_at_80_columns_keeps_each_name_and_parameter_whole() -> None:
+    from datasched.cli.info import _shown
+    from datasched.policies.registry import available
+
+    result = runner.invoke(app, ["policies"], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    words = {w for line in lines for w in line.split()}
+    for name, cls in available().items():
+        assert name in words
+        for p in cls.params:
+            shown = f"{p.name}={_shown(p.default)}"
+            if " " in shown:  # prose (the default performance map's description) wraps
+                shown = shown.split()[0]
+            assert shown in words, shown  # NAME=VALUE whole, as -P takes it
+
+
 def test_sweep_writes_csv_and_png(tmp_path: Path) -> None:
     out = tmp_path / "new" / "sweep"
     args = ["sweep", "--policies", "farm,cache-splitting", "--loads", "0.2,0.6"]

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import typer
 from rich import box
 from rich.table import Table
+from rich.text import Text
 
 from datasched.cli.app import app, trace_app
 from datasched.cli.common import check_out_file, fail, out, print_json, user_errors
@@ -19,6 +20,11 @@ from datasched.policies.grid.schedulers import describe_grid_scheduler, grid_sch
 from datasched.sim.workload import WorkloadSpec, generate, load_trace, save_trace
 
 __all__: list[str] = []
+
+PARAM_WIDTH = 25
+"""The parameters' column: the longest NAME=VALUE of the registry's usual ones."""
+NAME_WIDTH = 20
+"""The name column, at most: the longest name is 19 characters; its source wraps under it."""
 
 
 @app.command()
@@ -37,32 +43,38 @@ def policies(as_json: JsonOpt = False) -> None:
             }
         )
         return
-    # Names are never cut (they are what --policy takes); the other cells wrap, and a word
-    # longer than its column is folded onto the next line rather than cut short, so that
-    # the table is whole at 80 columns too.
-    table = Table(title="scheduling policies", box=box.SIMPLE_HEAD, pad_edge=False)
-    table.add_column("name", style="bold", no_wrap=True)
-    table.add_column("source", overflow="fold")
-    table.add_column("what it does", overflow="fold")
-    table.add_column("parameters", overflow="fold")
+    # Three columns, so that each can be read at 80 columns too: the name (never cut: it is
+    # what --policy takes) with its source under it, what it does (wrapping at spaces), and
+    # a parameter a line in a column as wide as the longest usual NAME=VALUE (what -P
+    # takes: split mid-word, it reads wrong).
+    table = _table("scheduling policies")
     for name, cls in available().items():
-        params = ", ".join(f"{p.name}={_shown(p.default)}" for p in cls.params) or "-"
-        table.add_row(name, cls.section, cls.summary, params)
+        table.add_row(_named(name, cls.section), cls.summary, _params(cls.params))
     out.print(table)
-    grid = Table(
-        title="data-grid schedulers (datasched reproduce grid)",
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
-    )
-    for col in ("name", "role", "source", "what it does", "parameters"):
-        if col == "name":
-            grid.add_column(col, style="bold", no_wrap=True)
-        else:
-            grid.add_column(col, overflow="fold")
+    grid = _table("data-grid schedulers (datasched reproduce grid)")
     for name, gcls in grid_schedulers().items():
-        params = ", ".join(f"{p.name}={_shown(p.default)}" for p in gcls.params) or "-"
-        grid.add_row(name, gcls.role, gcls.section, gcls.summary, params)
+        grid.add_row(
+            _named(name, f"{gcls.role} scheduler, {gcls.section}"),
+            gcls.summary,
+            _params(gcls.params),
+        )
     out.print(grid)
+
+
+def _table(title: str) -> Table:
+    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, leading=1)
+    table.add_column("name, source", overflow="fold", max_width=NAME_WIDTH)
+    table.add_column("what it does", overflow="fold", ratio=1)
+    table.add_column("parameters", overflow="fold", width=PARAM_WIDTH)
+    return table
+
+
+def _named(name: str, source: str) -> Text:
+    return Text.assemble((name, "bold"), "\n", (source, "dim"))
+
+
+def _params(params: Any) -> str:
+    return "\n".join(f"{p.name}={_shown(p.default)}" for p in params) or "-"
 
 
 def _shown(value: object) -> str:
