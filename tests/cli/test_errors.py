@@ -283,6 +283,20 @@ def test_no_flag_shows_a_bool_placeholder_in_any_help() -> None:
             assert re.search(r"--skip-bad-files\s+Skip files", text)
 
 
+def test_no_help_shows_a_python_type_or_a_cut_default_at_80_columns() -> None:
+    # Metavars say what to type (DIR, KEY=VALUE), never a Python type (<list[Path]>), and
+    # no help text is cut with an ellipsis: a long unbroken default or example wraps only at
+    # spaces. Every page, rendered at 80 columns.
+    pages = 0
+    for path, _ in ALL_COMMANDS:
+        text = runner.invoke(app, [*path, "--help"], env={"COLUMNS": "80"}).stdout
+        assert "list[" not in text, (path, text)
+        assert "dict[" not in text, (path, text)
+        assert "…" not in text, (path, text)
+        pages += 1
+    assert pages > 30
+
+
 def test_policies_fit_80_columns_without_cutting_a_name(monkeypatch: pytest.MonkeyPatch) -> None:
     buffer = io.StringIO()
     monkeypatch.setattr(cli_info, "out", Console(file=buffer, width=80, color_system=None))

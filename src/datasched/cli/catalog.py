@@ -38,7 +38,10 @@ def scan(
     ] = None,
     meta: Annotated[
         list[str] | None,
-        typer.Option(help="Metadata key=value: year, system, energy, detector, trigger, keywords."),
+        typer.Option(
+            metavar="KEY=VALUE",
+            help="Metadata (repeatable): year, system, energy, detector, trigger, keywords.",
+        ),
     ] = None,
     db: DbOpt = None,
 ) -> None:

@@ -286,8 +286,8 @@ JobqueueArgsOpt = Annotated[
         "--jobqueue-args",
         metavar="KEY=VALUE ...",
         help="The batch jobs' settings with --jobqueue, e.g. \"queue=debug account=physics "
-        'walltime=01:00:00 cores=2 memory=4GiB job_extra_directives=--exclusive" '
-        "(repeatable; dask-jobqueue's names, plus host, wait_s and worker_cache_dir).",
+        "walltime=01:00:00 cores=2 memory=4GiB\" (repeatable; dask-jobqueue's names, such as "
+        "job_extra_directives, plus host, wait_s and worker_cache_dir).",
         show_default=False,
     ),
 ]

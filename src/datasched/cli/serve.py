@@ -124,7 +124,11 @@ def serve(
     policy: PolicyOpt = "out-of-order",
     roots: Annotated[
         list[Path] | None,
-        typer.Option("--roots", help="Directories that paths in requests must lie under."),
+        typer.Option(
+            "--roots",
+            metavar="DIR",
+            help="A directory that paths in requests must lie under (repeatable).",
+        ),
     ] = None,
     split: Annotated[
         str, typer.Option(help="How requests become elementary jobs by default.")
@@ -408,7 +412,7 @@ def _confinement(
 
 @users_app.command("add")
 def users_add(
-    name: Annotated[str, typer.Argument(help="The user's name.")],
+    name: Annotated[str, typer.Argument(metavar="NAME", help="The user's name.")],
     group: Annotated[str, typer.Option(help="The user's group (made if new).")],
     admin: Annotated[
         bool, typer.Option("--admin", help="May see and cancel all requests.")

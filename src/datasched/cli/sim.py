@@ -376,7 +376,7 @@ def sweep(
             "--policies",
             metavar="A,B,...",
             help="Policies to compare, comma list or repeated. "
-            "Default: farm,splitting,cache-splitting.",
+            "Default: farm, splitting, cache-splitting.",
         ),
     ] = None,
     loads: Annotated[
