@@ -218,6 +218,41 @@ def test_workers_that_never_start_are_an_error_after_wait_s(
     assert words[i - 1 : i + 2] == ["--no-dashboard", "--dashboard-address", "127.0.0.1:0"]
 
 
+def test_a_batch_system_that_refuses_the_jobs_is_an_error_at_once(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # sbatch installed, no controller: every submission fails. One line naming the
+    # command's own message, long before wait_s (600 s), and nothing left running.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    sbatch = bin_dir / "sbatch"
+    sbatch.write_text(
+        "#!/bin/sh\necho 'sbatch: fatal: Could not establish a configuration source' >&2\nexit 1\n"
+    )
+    sbatch.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    spec = parse_jobqueue_args("slurm", [f"host=127.0.0.1 tls_dir={shared}"])
+    assert spec.wait_s == 600
+    opts = ClusterOptions(workers=2, cache_root=tmp_path / "c", jobqueue=spec)
+
+    async def start() -> None:
+        async with open_cluster(opts):
+            pass
+
+    async def bounded() -> None:
+        await asyncio.wait_for(start(), timeout=60)  # far under wait_s: refused at once
+
+    message = (
+        r"--jobqueue slurm: the batch system refused the workers' jobs "
+        r"\(sbatch: fatal: Could not establish a configuration source\)"
+    )
+    with pytest.raises(JobqueueError, match=message):
+        asyncio.run(bounded())
+    assert list(shared.iterdir()) == []  # the cluster closed, its credentials gone
+
+
 def test_a_tls_dir_that_cannot_hold_the_credentials_is_named(tmp_path: Path) -> None:
     spec = parse_jobqueue_args("slurm", [f"tls_dir={tmp_path / 'absent'}"])
     opts = ClusterOptions(workers=1, cache_root=tmp_path / "c", jobqueue=spec)

@@ -12,6 +12,7 @@ checking the arguments need nothing but this module.
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import re
 import shlex
@@ -385,7 +386,7 @@ async def open_batch_cluster(
     listens on ``tls://`` and each job's worker is started with the worker role's CA,
     certificate and key by path (dask-jobqueue's ``--tls-ca-file``, ``--tls-cert``,
     ``--tls-key``)."""
-    cls = _cluster_class(spec)
+    cls, failures = _recording_submissions(_cluster_class(spec))
     check_submit_command(spec)
     kwargs = cluster_kwargs(spec, threads=threads, memory=memory, cache_bytes=cache_bytes)
     if security is not None:
@@ -394,15 +395,74 @@ async def open_batch_cluster(
         cluster = await cls(asynchronous=True, silence_logs="error", **kwargs)
     except (TypeError, ValueError) as exc:
         raise JobqueueError(f"--jobqueue-args: {exc}") from None
+    cluster.submit_failures = failures
     cluster.scale(workers)
     return cluster
 
 
-async def wait_for_jobs(client: Any, workers: int, spec: JobqueueSpec) -> None:
+def _recording_submissions(cls: Any) -> tuple[Any, list[str]]:
+    """``cls`` (a dask-jobqueue cluster class) whose jobs note why their submission failed
+    (the submit command's error, first line) in the list returned beside it. dask-jobqueue
+    only logs such a failure, and the run would wait ``wait_s`` for workers that will never
+    come (:func:`wait_for_jobs` reads the list)."""
+    from distributed.core import Status
+
+    failures: list[str] = []
+
+    class Job(cls.job_cls):  # type: ignore[misc]
+        async def start(self) -> None:
+            try:
+                await super().start()
+            except Exception as exc:
+                # Noted, not raised: raised, dask logs a traceback from its event loop and
+                # the job lingers; the wait says it in one line and drops the job (its id
+                # None: never submitted). Marked running, as dask expects of a job whose
+                # start returned, until then.
+                failures.append(_submit_error(exc))
+                self.status = Status.running
+
+    return type(cls.__name__, (cls,), {"job_cls": Job}), failures
+
+
+def _submit_error(exc: BaseException) -> str:
+    """The submit command's own message in dask-jobqueue's error (its stderr's first line),
+    else the error's first line."""
+    text = str(exc)
+    if "stderr:" in text:
+        lines = [ln.strip() for ln in text.split("stderr:", 1)[1].splitlines() if ln.strip()]
+        if lines:
+            return lines[0]
+    first = text.strip().splitlines()
+    return first[0] if first else type(exc).__name__
+
+
+def _named(command: str, message: str) -> str:
+    """``message`` from ``command``, named once."""
+    return message if message.startswith(command) else f"{command}: {message}"
+
+
+SUBMIT_POLL_S = 0.5
+"""How often :func:`wait_for_jobs` looks for failed submissions while it waits."""
+
+
+async def wait_for_jobs(client: Any, workers: int, spec: JobqueueSpec, cluster: Any = None) -> None:
     """All ``workers`` batch jobs running and their workers joined, or an error saying how
-    many came within ``wait_s`` (the jobs may wait in the batch system's queue)."""
+    many came within ``wait_s`` (the jobs may wait in the batch system's queue). A job the
+    batch system refused (its submit command failed: no controller, a bad account) is an
+    error at once, with the command's message, not after ``wait_s``."""
+    failures: list[str] = getattr(cluster, "submit_failures", [])
+    waiting = asyncio.ensure_future(client.wait_for_workers(workers, timeout=spec.wait_s))
     try:
-        await client.wait_for_workers(workers, timeout=spec.wait_s)
+        while not waiting.done():
+            await asyncio.wait([waiting], timeout=SUBMIT_POLL_S)
+            if failures and not waiting.done():
+                waiting.cancel()
+                _forget_unsubmitted(cluster)
+                raise JobqueueError(
+                    f"--jobqueue {spec.kind}: the batch system refused the workers' jobs "
+                    f"({_named(spec.system.submit_command, failures[0])})"
+                )
+        waiting.result()
     except TimeoutError:
         info = await client.scheduler.identity()
         joined = len(info.get("workers", {}))
@@ -411,3 +471,13 @@ async def wait_for_jobs(client: Any, workers: int, spec: JobqueueSpec) -> None:
             f"{spec.wait_s:g} s (--jobqueue-args wait_s); their jobs may still be queued: see "
             "the batch system's queue"
         ) from None
+
+
+def _forget_unsubmitted(cluster: Any) -> None:
+    """Drop the jobs that were never submitted from ``cluster`` (and ask for no more), so
+    that closing it cancels the others and does not trip over those (dask's cluster expects
+    every job it closes to have started)."""
+    cluster.worker_spec.clear()
+    for name, job in list(cluster.workers.items()):
+        if getattr(job, "job_id", None) is None:
+            del cluster.workers[name]

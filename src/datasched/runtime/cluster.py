@@ -169,7 +169,7 @@ async def open_cluster(opts: ClusterOptions) -> AsyncIterator[tuple[Client, list
         except CacheDirError as exc:
             raise ClusterSetupError(f"--cache-dir: {exc}") from exc
         if opts.jobqueue is not None:
-            await wait_for_jobs(client, opts.workers, opts.jobqueue)
+            await wait_for_jobs(client, opts.workers, opts.jobqueue, cluster)
         assert client.scheduler is not None
         info = await client.scheduler.identity()
         names = sorted(str(w.get("name")) for w in info.get("workers", {}).values())
