@@ -40,8 +40,9 @@ def test_check_lists_every_error_with_exit_code_2(tmp_path: Path) -> None:
     req.write_text('<job><command>ls | wc</command><input URL="file:/etc/passwd"/></job>')
     result = runner.invoke(app, ["request", "check", str(req), "--roots", str(tmp_path)])
     assert result.exit_code == 2
-    assert "error: input[0].path:" in result.stderr
-    assert "error: command:" in result.stderr
+    # Each error names the file, then the field.
+    assert f"error: {req}: input[0].path:" in result.stderr
+    assert f"error: {req}: command:" in result.stderr
 
 
 CATALOG = """datasets:

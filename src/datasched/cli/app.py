@@ -6,6 +6,7 @@ package, one module per group of commands, each registering on :data:`app`.
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Sequence
 from typing import Annotated, Any
@@ -22,6 +23,12 @@ __all__ = ["RootGroup", "app", "reproduce_app", "request_app", "trace_app"]
 def _usage_error_line(exc: Exception) -> str:
     """The parser's error as one line: ``--pipeline: 'x' is not one of ...``."""
     message = str(getattr(exc, "message", "") or "").removeprefix("Value error, ")
+    # The converter's own wording ("Input should be a valid number, unable to parse string
+    # as a number") said as the rest of the errors are: "expected a number".
+    typed = re.fullmatch(r"Input should be a valid (\w+)(, .*)?", message)
+    if typed is not None:
+        kind = typed.group(1)
+        message = f"expected {'an' if kind[0] in 'aeiou' else 'a'} {kind}"
     param = getattr(exc, "param", None)
     if isinstance(exc, typer.BadParameter) and param is not None and message:
         names = [o for o in param.opts if o.startswith("--")] or list(param.opts)

@@ -51,14 +51,14 @@ def _catalog(path: Path | None) -> CatalogLookup | None:
         fail(f"--catalog: {exc}")
 
 
-def _errors(errors: list[FieldError], as_json: bool) -> None:
+def _errors(errors: list[FieldError], as_json: bool, file: Path) -> None:
+    """Every error, each naming the file and its field (``--json``: the fields alone)."""
     if as_json:
         print_json({"valid": False, "errors": [e.as_dict() for e in errors]})
     else:
         for e in errors:
-            err.print(
-                f"error: {e.field}: {e.reason}", markup=False, highlight=False, soft_wrap=True
-            )
+            where = e.field if e.field == str(file) else f"{file}: {e.field}"
+            err.print(f"error: {where}: {e.reason}", markup=False, highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
 
@@ -120,7 +120,7 @@ def check(
         errors = list(exc.errors)
         if not as_json:  # the request's text as a whole ("body") is, here, the file
             errors = [replace(e, field=str(file)) if e.field == "body" else e for e in errors]
-        _errors(errors, as_json)
+        _errors(errors, as_json, file)
     lookup = _catalog(catalog)
     files, errors = check_request(
         mjr,
@@ -131,7 +131,7 @@ def check(
         count_events=_count_events,
     )
     if errors:
-        _errors(errors, as_json)
+        _errors(errors, as_json, file)
     strategy = strategy or mjr.split or SplitStrategy.BY_POLICY
     jobs = split_request("check", mjr, files, strategy)
     if as_json:
