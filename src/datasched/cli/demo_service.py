@@ -25,9 +25,10 @@ predicted minus actual, positive when it ended sooner than predicted)."""
 def _table(rows: list[dict[str, Any]]) -> Any:
     from rich.table import Table
 
-    table = Table(
-        "user", "group", "form", "request", "state", "jobs", "events", "ETA", caption=ETA_CAPTION
-    )
+    table = Table(caption=ETA_CAPTION)
+    for name in ("user", "group", "form", "request", "state", "jobs", "events", "ETA"):
+        # A state is one word (completed, running): whole, the request's title wraps instead.
+        table.add_column(name, no_wrap=name in {"state", "jobs"})
     for r in rows:
         eta = r.get("eta") or {}
         left, error = eta.get("seconds_left"), eta.get("error_at_submission_s")
