@@ -553,3 +553,28 @@ def test_replicate_hot_reaches_the_simulation() -> None:
     assert plain["replications"] == 0 < hot["replications"]
     assert hot["jobs_completed"] == plain["jobs_completed"] == 40
     assert hot["events_processed"] == hot["events_submitted"] == plain["events_submitted"]
+
+
+def test_the_service_demos_table_keeps_each_state_whole_at_80_columns() -> None:
+    from rich.console import Console
+
+    from datasched.cli.demo_service import _table
+
+    row = {
+        "user": "ann",
+        "group": "physics",
+        "form": "yaml",
+        "title": "dimuon mass, all of zmumu",
+        "id": "x",
+        "state": "completed",
+        "jobs": 10,
+        "events": 200_000,
+        "events_total": 200_000,
+        "eta": {"error_at_submission_s": -9.8},
+    }
+    console = Console(width=80, record=True)
+    console.print(_table([row]))
+    text = console.export_text()
+    assert "completed" in text.split()
+    assert "error" in text
+    assert max(len(line) for line in text.splitlines()) <= 80
