@@ -310,6 +310,7 @@ jobs:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(2400)  # every slow example in turn: reproductions, maps, runs (minutes each)
 def test_every_runnable_example_runs_as_written(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
