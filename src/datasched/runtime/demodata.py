@@ -18,6 +18,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 from typing import Any
+from xml.sax.saxutils import escape
 
 import awkward as ak
 import hist
@@ -236,7 +237,9 @@ def write_examples(directory: Path, n_events: int) -> list[Path]:
         "jobs.yaml": EXAMPLE_JOBS.format(
             a=int(n_events * 0.3), b=int(n_events * 0.15), c=int(n_events * 0.45)
         ),
-        "request.xml": EXAMPLE_REQUEST.format(directory=directory.resolve()),
+        "request.xml": EXAMPLE_REQUEST.format(
+            directory=escape(str(directory.resolve()), {'"': "&quot;"})
+        ),
     }
     written = []
     for name, text in texts.items():
