@@ -8,13 +8,21 @@ import math
 import socket
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 import pytest
 
 from datasched.sim.experiment import SimConfig, sweep
 from datasched.sim.metrics import Summary
-from datasched.sim.parallel import ClusterError, check_scheduler, map_in_processes, usable_cores
+from datasched.sim.parallel import (
+    ClusterError,
+    _stop_workers,
+    _worker_signals,
+    check_scheduler,
+    map_in_processes,
+    usable_cores,
+)
 from datasched.studies.ponce.perfmap import build_map
 
 
@@ -38,6 +46,26 @@ def test_one_process_runs_in_this_one_in_order() -> None:
 def test_a_failure_in_a_worker_is_raised_here() -> None:
     with pytest.raises(ValueError, match="math domain error"):
         map_in_processes(math.sqrt, [1.0, -1.0, 4.0], processes=2)
+
+
+def test_a_stopped_pool_leaves_no_thread_to_race_the_exit() -> None:
+    """Stopping a pool (Ctrl-C, SIGTERM) ends its manager thread before returning. Left
+    running, the thread closes its wake-up pipe while the interpreter's exit hook writes to
+    it, and the exit printed "Bad file descriptor" in about one run in ten."""
+    pool = ProcessPoolExecutor(max_workers=2, initializer=_worker_signals)
+    futures = [pool.submit(time.sleep, 60) for _ in range(3)]
+    deadline = time.monotonic() + 30
+    while not all(p.is_alive() for p in pool._processes.values()):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    manager = pool._executor_manager_thread
+    wakeup = pool._executor_manager_thread_wakeup
+    assert manager is not None
+    assert manager.is_alive()
+    _stop_workers(pool)
+    assert not manager.is_alive()
+    assert wakeup._closed
+    assert all(f.done() for f in futures)
 
 
 def test_processes_must_be_positive() -> None:

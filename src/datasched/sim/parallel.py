@@ -159,6 +159,8 @@ def _worker_signals() -> None:
 def _stop_workers(pool: ProcessPoolExecutor) -> None:
     """Terminate ``pool``'s worker processes and shut it down without waiting for them."""
     workers = list((getattr(pool, "_processes", None) or {}).values())
+    # Taken now: shutdown() forgets it.
+    manager = getattr(pool, "_executor_manager_thread", None)
     for process in workers:
         with suppress(Exception):
             process.terminate()
@@ -166,6 +168,12 @@ def _stop_workers(pool: ProcessPoolExecutor) -> None:
     for process in workers:
         with suppress(Exception):
             process.join(timeout=5)
+    # The pool's manager thread closes its wake-up pipe as it ends, while the interpreter's
+    # exit hook writes to that pipe without a lock: left running, it races the exit and may
+    # print "Bad file descriptor" from the hook. Ended here, the pipe is marked closed first.
+    if manager is not None:
+        with suppress(Exception):
+            manager.join(timeout=5)
 
 
 # -- Dask --------------------------------------------------------------------------------------
