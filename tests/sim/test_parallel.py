@@ -7,9 +7,10 @@ import dataclasses
 import math
 import socket
 import sys
+import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -58,7 +59,8 @@ def test_a_stopped_pool_leaves_no_thread_to_race_the_exit() -> None:
     while not all(p.is_alive() for p in pool._processes.values()):
         assert time.monotonic() < deadline
         time.sleep(0.01)
-    manager = pool._executor_manager_thread
+    # (typeshed types it as the wake-up object; it is the thread)
+    manager = cast("threading.Thread | None", pool._executor_manager_thread)
     wakeup = pool._executor_manager_thread_wakeup
     assert manager is not None
     assert manager.is_alive()
