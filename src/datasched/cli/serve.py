@@ -8,8 +8,10 @@ the rest of the command line works without the ``service`` extra.
 
 from __future__ import annotations
 
+import errno
 import importlib
 import os
+import socket
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -308,48 +310,90 @@ def serve(
         lang = ContractLanguage(roots, user_dirs=many, code_check=check, count_events=count)
     else:
         lang = _load(language, "--language")()
-    store = open_store(db)
-    the_runner: Runner = runner_factory(
-        workers=workers,
-        scheduler=scheduler,
-        cache_dir=cache_dir,
-        roots=roots,
-        policy=policy,
-        jobqueue=batch,
-        cache_gb=cache_gb,
-        confine=confine,
-        user_dirs=many,
-        **(
-            {} if tls is None else {"tls_ca_file": tls.ca, "tls_cert": tls.cert, "tls_key": tls.key}
-        ),
-    )
-    state = build_state(
-        store,
-        lang,
-        runner=the_runner,
-        split=strategy,
-        limits=Limits(
-            max_request_bytes=max_request_kb * 1000,
-            rate_per_s=rate,
-            burst=burst,
-            max_json_bytes=max_json_kb * 1000,
-            max_pending=max_pending,
-            refused_keep=refused_keep,
-            refused_days=refused_days,
-            refused_body_bytes=refused_body_kb * 1000,
-        ),
-        policy=policy,
-        max_held=max_held,
-        usage_half_life_s=usage_half_life,
-    )
-    err.print(
-        f"datasched serve: the API at http://{host}:{port}/api/v1, the dashboard at "
-        f"http://{host}:{port}/dashboard (store {store.shown_url})",
-        highlight=False,
-        soft_wrap=True,
-    )
-    uvicorn.run(create_app(state), host=host, port=port, log_level="warning")
-    store.close()
+    # The port first, then the store held for this daemon alone: a daemon that cannot serve
+    # leaves the store as it found it (the runner resumes running jobs as it is built).
+    listening = _listen(host, port)
+    with listening:  # closed however this ends
+        store = open_store(db)
+        claim_store(store)
+        the_runner: Runner = runner_factory(
+            workers=workers,
+            scheduler=scheduler,
+            cache_dir=cache_dir,
+            roots=roots,
+            policy=policy,
+            jobqueue=batch,
+            cache_gb=cache_gb,
+            confine=confine,
+            user_dirs=many,
+            **(
+                {}
+                if tls is None
+                else {"tls_ca_file": tls.ca, "tls_cert": tls.cert, "tls_key": tls.key}
+            ),
+        )
+        state = build_state(
+            store,
+            lang,
+            runner=the_runner,
+            split=strategy,
+            limits=Limits(
+                max_request_bytes=max_request_kb * 1000,
+                rate_per_s=rate,
+                burst=burst,
+                max_json_bytes=max_json_kb * 1000,
+                max_pending=max_pending,
+                refused_keep=refused_keep,
+                refused_days=refused_days,
+                refused_body_bytes=refused_body_kb * 1000,
+            ),
+            policy=policy,
+            max_held=max_held,
+            usage_half_life_s=usage_half_life,
+        )
+        shown = f"[{host}]" if ":" in host else host
+        where = f"{shown}:{listening.getsockname()[1]}"  # the port given, or the one --port 0 got
+        err.print(
+            f"datasched serve: the API at http://{where}/api/v1, the dashboard at "
+            f"http://{where}/dashboard (store {store.shown_url})",
+            highlight=False,
+            soft_wrap=True,
+        )
+        server = uvicorn.Server(uvicorn.Config(create_app(state), log_level="warning"))
+        server.run(sockets=[listening])
+        store.close()
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host:port`` for the API, or one line naming the option and exit 2
+    (a port in use, an address not of this machine)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        fail(f"--host: {host!r} is not an address of this machine: {exc.strerror}")
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        what = "--port" if exc.errno == errno.EADDRINUSE else "--host"
+        fail(f"{what}: cannot listen on {host}:{port}: {exc.strerror or exc}")
+    sock.set_inheritable(True)
+    return sock
+
+
+def claim_store(store: Store) -> None:
+    """Hold ``store`` for this daemon (:meth:`Store.claim`), or one line and exit 2."""
+    from datasched.service.store.db import StoreBusy
+
+    try:
+        store.claim()
+    except StoreBusy as exc:
+        store.close()
+        fail(str(exc))
 
 
 def _confinement(

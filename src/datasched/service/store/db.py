@@ -11,6 +11,8 @@ or logs one shows :func:`masked_url` of it, and an error's text goes through
 
 from __future__ import annotations
 
+import fcntl
+import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,7 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.orm import Session, sessionmaker
@@ -26,6 +28,7 @@ from sqlalchemy.orm import Session, sessionmaker
 __all__ = [
     "MIGRATIONS",
     "Store",
+    "StoreBusy",
     "StoreError",
     "StoreUnavailable",
     "database_url",
@@ -51,6 +54,14 @@ class StoreError(ValueError):
 
 class StoreUnavailable(StoreError):
     """A store whose URL is right but that cannot be reached or upgraded."""
+
+
+class StoreBusy(StoreError):
+    """A store another daemon serves (:meth:`Store.claim`)."""
+
+
+DAEMON_LOCK_KEY = 0x6461746173636864
+"""PostgreSQL's advisory lock a daemon holds on its store ("datasched" in ASCII, cut)."""
 
 
 def _split_secret(url_or_path: str) -> tuple[str, str, str] | None:
@@ -134,6 +145,9 @@ def make_engine(url_or_path: str, *, immediate: bool = True) -> Engine:
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
             Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+            # Users' requests and results are in it: readable by its owner alone. SQLite
+            # gives its journal files the database file's mode.
+            os.close(os.open(parsed.database, os.O_CREAT | os.O_RDWR, 0o600))
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
 
         @event.listens_for(engine, "connect")
@@ -193,6 +207,9 @@ class Store:
                 ) from None
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         self._reader: Engine | None = None
+        self._claim: int | Connection | None = None
+        """What holds the store for a daemon (:meth:`claim`): a lock file's descriptor, or a
+        connection holding an advisory lock."""
         readers = self._sessions
         if self.engine.dialect.name == "sqlite":
             # Readers need no write lock; on SQLite they get an engine of their own.
@@ -214,7 +231,51 @@ class Store:
     def __repr__(self) -> str:
         return f"Store({self.shown_url!r})"
 
+    def claim(self) -> None:
+        """Hold the store for this process's daemon until it closes the store or ends: one
+        daemon a store. Two would each resume the other's running jobs and hand the same
+        events out twice. :class:`StoreBusy` when another process holds it. On SQLite the
+        lock is a file beside the database's (``DB.daemon-lock``, flock, which ends with
+        the process); on PostgreSQL an advisory lock held by a connection of its own."""
+        if self.engine.dialect.name == "sqlite":
+            database = self.engine.url.database
+            if not database or database == ":memory:":
+                return
+            lock = f"{database}.daemon-lock"
+            fd = os.open(lock, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.read(fd, 32).decode(errors="replace").strip()
+                os.close(fd)
+                who = f" (process {holder})" if holder.isdigit() else ""
+                raise StoreBusy(
+                    f"--db: another daemon serves the store {self.shown_url}{who}; one "
+                    f"daemon a store (stop it first, or give another --db)"
+                ) from None
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+            self._claim = fd
+            return
+        from sqlalchemy import text
+
+        conn = self.engine.connect()
+        held = conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": DAEMON_LOCK_KEY})
+        if not held.scalar():
+            conn.close()
+            raise StoreBusy(
+                f"--db: another daemon serves the store {self.shown_url}; one daemon a store "
+                f"(stop it first, or give another --db)"
+            )
+        conn.commit()
+        self._claim = conn
+
     def close(self) -> None:
+        claim, self._claim = self._claim, None
+        if isinstance(claim, int):
+            os.close(claim)  # the flock goes with it
+        elif claim is not None:
+            claim.close()  # and the advisory lock with the session
         self.engine.dispose()
         if self._reader is not None:
             self._reader.dispose()
