@@ -366,3 +366,25 @@ def test_the_timelines_title_and_legend_do_not_overlap() -> None:
         panel = ax.get_tightbbox(renderer)
         assert not panel.overlaps(title)
         assert not panel.overlaps(box)
+
+
+def test_what_users_typed_and_servers_sent_is_printed_as_it_is() -> None:
+    """Never read as Rich markup or emoji codes: a request's title "[/bold]" broke every
+    administrator's `status`, one with "[reverse]...[/reverse]" restyled it, and ":fire:" in
+    an option's value came back as an emoji."""
+    from datasched.cli.client import _requests_table
+    from datasched.cli.common import out
+
+    title = "[/bold][reverse]x[/reverse]:fire:"
+    row = {"id": "r1", "owner": "eve", "state": "queued", "title": title, "created": "2026-11-28"}
+    with out.capture() as captured:
+        out.print(_requests_table([row]), width=200)
+    assert title in captured.get()
+    result = runner.invoke(app, ["sim", "--policy", ":fire:"])
+    assert result.exit_code == 2
+    assert "':fire:'" in result.output
+    result = runner.invoke(
+        app, ["sweep", "--policies", "farm", "--loads", "0.1:abc:3", "--out", "o"]
+    )
+    assert result.exit_code == 2
+    assert "0.1:abc:3" in result.output

@@ -59,8 +59,11 @@ __all__ = [
     "where_to_run",
 ]
 
-out = Console()
-err = Console(stderr=True)
+# What is printed is never read as Rich markup or emoji codes: it holds what users typed and
+# what a server sent (a request's title "[/bold]" broke an administrator's table, ":fire:" came
+# out as an emoji). Styles are given as styles (``style=``, ``Text``).
+out = Console(markup=False, emoji=False)
+err = Console(stderr=True, markup=False, emoji=False)
 
 OPTION_OF = {
     "policy": "--policy",

@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 from rich import box
 from rich.table import Table
+from rich.text import Text
 
 from datasched.cli.app import app, reproduce_app
 from datasched.cli.common import (
@@ -161,7 +162,7 @@ def reproduce_romosan(
             c.key,
             f"{bound.get(c.bound, '')}{c.paper:g}",
             f"{c.ours:.3g}",
-            "yes" if c.agrees else "[yellow]no[/yellow]",
+            "yes" if c.agrees else Text("no", style="yellow"),
         )
     out.print(table)
     out.print(f"report: {md_path}", highlight=False)

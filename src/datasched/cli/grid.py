@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from datasched.cli.app import reproduce_app
 from datasched.cli.common import (
@@ -114,7 +115,7 @@ def reproduce_grid(
     for col in ("claim", "paper", "ours", "agrees"):
         table.add_column(col)
     for c in outcome.claims:
-        agrees = "-" if c.agrees is None else ("yes" if c.agrees else "[yellow]no[/yellow]")
+        agrees = "-" if c.agrees is None else ("yes" if c.agrees else Text("no", style="yellow"))
         table.add_row(c.key, str(c.paper), str(c.ours), agrees)
     out.print(table)
     out.print(f"report: {md_path}", highlight=False)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from datasched.cli.app import app, reproduce_app
 from datasched.cli.common import check_out_dir, err, fail, out, print_json, user_errors
@@ -113,7 +114,7 @@ def reproduce_proof(
             c.key,
             f"{bound}{c.paper:g}",
             f"{c.ours:.3g}" if measured else "-",
-            ("yes" if c.agrees else "[yellow]no[/yellow]") if measured else "not measured",
+            ("yes" if c.agrees else Text("no", style="yellow")) if measured else "not measured",
         )
     out.print(table)
     out.print(f"report: {md_path}", highlight=False)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from datasched.cli.app import app
 from datasched.cli.common import (
@@ -95,7 +96,7 @@ def jobs_table(report: RunReport, title: str) -> Table:
     for col in ("job", "status", "events", "wait", "wall", "cache hits", "from tertiary"):
         table.add_column(col, justify="left" if col in ("job", "status") else "right")
     for j in report.jobs:
-        status = j.status if j.status == "completed" else f"[red]{j.status}[/red]"
+        status = j.status if j.status == "completed" else Text(j.status, style="red")
         table.add_row(
             j.id,
             status,

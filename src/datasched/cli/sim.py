@@ -14,6 +14,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
 from datasched.cli.app import app
 from datasched.cli.common import (
@@ -239,7 +240,9 @@ def max_load(
     def on_step(probe: Probe) -> None:
         probes.append(probe.to_dict())
         if not as_json:
-            verdict = "[red]overloaded[/red]" if probe.overloaded else "[green]ok[/green]"
+            verdict = (
+                Text("overloaded", style="red") if probe.overloaded else Text("ok", style="green")
+            )
             err.print(
                 f"  probe {len(probes):2d}: {probe.load_jobs_per_h:7.3f} jobs/h  "
                 f"{probe.n_jobs:6d} jobs  {verdict}",

@@ -17,6 +17,7 @@ import typer
 from rich import box
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from datasched.cli.app import app, reproduce_app
 from datasched.cli.common import (
@@ -343,7 +344,7 @@ def reproduce_ponce(
             c.claim,
             f"{bound}{c.paper:g}",
             f"{c.ours:.3g}",
-            "yes" if c.agrees else "[yellow]no[/yellow]",
+            "yes" if c.agrees else Text("no", style="yellow"),
         )
     out.print(table)
     out.print(f"report: {md_path}", highlight=False)

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from rich import box
 from rich.table import Table
+from rich.text import Text
 
 from datasched.cli.common import hours, percent, size
 from datasched.sim.experiment import MaxLoadSearch
@@ -34,11 +35,11 @@ def summary_detail(s: Summary) -> Table:
     table.add_column("figure", style="bold")
     table.add_column("value", justify="right")
     table.add_column("meaning", style="dim")
-    rows = []
+    rows: list[tuple[str | Text, str | Text, str]] = []
     if s.partial:
         rows.append(
             (
-                "[yellow]partial run[/yellow]",
+                Text("partial run", style="yellow"),
                 f"{s.end_s / 3600:.1f} h",
                 f"stopped by {bound}: {s.jobs_completed + s.jobs_failed} jobs ended; "
                 "figures of the measured jobs ended by then",
@@ -67,7 +68,11 @@ def summary_detail(s: Summary) -> Table:
         ("tertiary reads", size(s.tertiary_bytes), "from central storage, measured jobs"),
         ("utilization", percent(s.utilization), "slot time spent processing"),
         ("mean backlog", f"{s.mean_backlog:.1f} jobs", "in the system, seen at arrivals"),
-        ("overloaded", "[red]yes[/red]" if s.overloaded else "no", "queues growing without end"),
+        (
+            "overloaded",
+            Text("yes", style="red") if s.overloaded else "no",
+            "queues growing without end",
+        ),
     ]
     if s.node_failures:
         rows += [
@@ -94,7 +99,7 @@ def summary_table(rows: Sequence[Summary], title: str = "") -> Table:
         table.add_column(name, justify="left" if name == "policy" else "right")
     for s in rows:
         cache = f"{s.cache_gb:g} GB" if uses_cache(s.policy) else "-"
-        cells = [s.policy, cache, *([s.pipeline] if piped else [])]
+        cells: list[str | Text] = [s.policy, cache, *([s.pipeline] if piped else [])]
         load = s.load_jobs_per_h
         cells += [
             f"{load:.2f}" if load >= 0.1 else f"{load:.3g}",
@@ -103,7 +108,7 @@ def summary_table(rows: Sequence[Summary], title: str = "") -> Table:
             hours(s.p95_wait_s),
             f"{s.cache_hit_ratio:.0%}",
             f"{s.utilization:.0%}",
-            "[red]yes[/red]" if s.overloaded else "no",
+            Text("yes", style="red") if s.overloaded else "no",
         ]
         table.add_row(*cells)
     return table
