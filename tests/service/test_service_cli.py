@@ -146,11 +146,37 @@ def test_serve_refuses_bad_options_before_touching_the_store(tmp_path: Path) -> 
             ["--runner", "svc_support:make_fake_runner", "--db", "mysql://h/d", "--no-sandbox"],
             "--db: 'mysql'",
         ),
+        (["--roots", str(tmp_path / "nowhere")], "--roots: "),
     ):
         r = cli.invoke(app, ["serve", "--db", str(db), *args])
         assert r.exit_code == 2, r.output
         assert field in r.stderr
     assert not db.exists()
+
+
+def test_numbers_and_tokens_are_checked_before_they_are_used(tmp_path: Path) -> None:
+    db = str(tmp_path / "s.db")
+    for value in ("1e309", "inf", "nan", "0"):
+        r = cli.invoke(
+            app, ["users", "add", "fay", "--group", "hot", "--priority", value, "--db", db]
+        )
+        assert r.exit_code == 2, r.output
+        assert "--priority: expected a finite number > 0" in r.stderr
+        # (Refused here: infinite, it broke 'groups list' for everyone.)
+        r = cli.invoke(app, ["groups", "set", "hot", "--quota", value, "--token", "ds_a_b"])
+        assert r.exit_code == 2, r.output
+        assert "--quota: expected a finite number > 0" in r.stderr
+    nowhere = "http://127.0.0.1:9"
+    # A token pasted with a newline or a space is taken without them.
+    r = cli.invoke(app, ["status", "--server", nowhere], env={"DATASCHED_TOKEN": "ds_a_b \r\n"})
+    assert r.exit_code == 1
+    assert "cannot reach" in r.stderr
+    # Anything else is not a token, and is not printed back (it may be most of a real one).
+    for bad in ("ds_é_secret", "ds_a b_secret"):
+        r = cli.invoke(app, ["status", "--server", nowhere, "--token", bad])
+        assert r.exit_code == 2, r.output
+        assert "--token: not a token" in r.stderr
+        assert "secret" not in r.output
 
 
 def test_groups_set_and_list_against_a_daemon(
@@ -164,8 +190,8 @@ def test_groups_set_and_list_against_a_daemon(
     assert r.exit_code == 1
     assert "caller: administrators only" in r.stderr
     r = cli.invoke(app, ["groups", "set", "g", "--quota", "-2", "--token", root])
-    assert r.exit_code == 1
-    assert "quota: expected a number > 0, got -2.0" in r.stderr
+    assert r.exit_code == 2  # refused here, before the server (which refuses it too)
+    assert "--quota: expected a finite number > 0, got -2.0" in r.stderr
     r = cli.invoke(app, ["groups", "set", "g", "--token", root])
     assert r.exit_code == 2
     assert "--priority, --quota: give one or both" in r.stderr

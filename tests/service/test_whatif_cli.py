@@ -52,9 +52,19 @@ def test_whatif_bad_input_exits_2_naming_it(tmp_path: Path) -> None:
     result = runner.invoke(app, ["whatif", "--policy", "nope", "--snapshot", good])
     assert result.exit_code == 2
     assert "--policy" in result.stderr
-    result = runner.invoke(app, ["whatif", "--policy", "farm"])
+    result = runner.invoke(app, ["whatif", "--policy", "farm"], env={"DATASCHED_SERVER": None})
     assert result.exit_code == 2
     assert "--snapshot or --server" in result.stderr
+    # As every command against a server, it takes the server from the environment.
+    at = {"DATASCHED_SERVER": "http://127.0.0.1:9", "DATASCHED_TOKEN": "ds_x_y"}
+    result = runner.invoke(app, ["whatif", "--policy", "farm"], env=at)
+    assert result.exit_code == 1
+    assert "cannot reach" in result.stderr
+    result = runner.invoke(
+        app, ["whatif", "-p", "farm", "--snapshot", good, "--server", at["DATASCHED_SERVER"]]
+    )
+    assert result.exit_code == 2
+    assert "not both" in result.stderr
     missing = str(tmp_path / "none.json")
     result = runner.invoke(app, ["whatif", "--policy", "farm", "--snapshot", missing])
     assert result.exit_code == 2

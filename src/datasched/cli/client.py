@@ -9,6 +9,7 @@ the token ``--token`` (default ``$DATASCHED_TOKEN``). The server's errors are pr
 from __future__ import annotations
 
 import os
+import re
 import time
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
@@ -39,6 +40,9 @@ TokenOpt = Annotated[
 ]
 
 
+_TOKEN_CHARS = re.compile(r"[A-Za-z0-9_\-]+")
+
+
 class ApiClient:
     """Calls to the API; each failure ends the command with the server's errors."""
 
@@ -46,9 +50,12 @@ class ApiClient:
         import httpx
 
         self.server = (server or os.environ.get("DATASCHED_SERVER") or DEFAULT_SERVER).rstrip("/")
-        token = token or os.environ.get("DATASCHED_TOKEN")
+        token = (token or os.environ.get("DATASCHED_TOKEN") or "").strip()
         if need_token and not token:
             fail("--token: missing (or set DATASCHED_TOKEN); 'datasched users add' makes one")
+        if token and not _TOKEN_CHARS.fullmatch(token):
+            # Never echoed: it may be most of a real token.
+            fail("--token: not a token (letters, digits, '_' and '-', as 'users add' printed it)")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.http = httpx.Client(base_url=f"{self.server}/api/v1", headers=headers, timeout=60)
 

@@ -3,6 +3,7 @@ service: the groups behind fair-share admission. Setting is for administrators."
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any
 
 import typer
@@ -68,6 +69,9 @@ def groups_set(
         fail(f"GROUP: {group!r} is not a group's name")
     if priority is None and quota is None:
         fail("--priority, --quota: give one or both")
+    for name, value in (("--priority", priority), ("--quota", quota)):
+        if value is not None and not 0 < value < math.inf:
+            fail(f"{name}: expected a finite number > 0, got {value}")
     body = {k: v for k, v in (("priority", priority), ("quota", quota)) if v is not None}
     with ApiClient(server, token) as client:
         row = client.call("PUT", f"/groups/{group}", json=body).json()

@@ -291,6 +291,9 @@ def serve(
     except ValueError:
         fail(f"--split: {split!r} is not one of {', '.join(s.value for s in SplitStrategy)}")
     roots = [r.resolve() for r in roots or []]
+    for r in roots:  # else the workers' sandboxes fail to start, minutes later
+        if not r.is_dir():
+            fail(f"--roots: {r} is not a directory" + ("" if r.exists() else " (no such path)"))
     runner_factory = _load(runner, "--runner")
     confine = _confinement(
         run_as=run_as,

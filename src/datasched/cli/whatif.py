@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -123,7 +124,8 @@ def whatif(
         typer.Option(
             "--server",
             metavar="URL",
-            help="Ask the running service (GET /api/v1/whatif) instead of a file.",
+            help="Ask the running service (GET /api/v1/whatif) instead of a file. Default: "
+            "$DATASCHED_SERVER, with $DATASCHED_TOKEN, when --snapshot is not given.",
         ),
     ] = None,
     token: Annotated[
@@ -136,8 +138,15 @@ def whatif(
     finish (seconds from the snapshot's time), and when the last job ends. The simulator
     runs what is left of every job from the cluster's live state: its caches, the rates
     measured on each node."""
-    if (snapshot is None) == (server is None):
-        fail("--snapshot or --server: give exactly one of them")
+    if snapshot is not None and server is not None:
+        fail("--snapshot, --server: give one of them, not both")
+    if snapshot is None and server is None:
+        # As the other commands against a server: its address and the token from the
+        # environment.
+        server = os.environ.get("DATASCHED_SERVER")
+        if server is None:
+            fail("--snapshot or --server: give one of them (or set DATASCHED_SERVER)")
+        token = token or os.environ.get("DATASCHED_TOKEN")
     if token is not None and server is None:
         fail("--token: only with --server")
     if server is not None:

@@ -80,8 +80,8 @@ def add_user(
             raise UserError(
                 f"{field}: {value!r} is not a name (letters, digits, '_', '.', '-'; at most 64)"
             )
-    if group_priority is not None and not group_priority > 0:
-        raise UserError(f"--priority: expected a number > 0, got {group_priority}")
+    if group_priority is not None and not 0 < group_priority < math.inf:
+        raise UserError(f"--priority: expected a finite number > 0, got {group_priority}")
     g = s.scalar(select(Group).where(Group.name == group))
     if g is None:
         g = Group(name=group, priority=group_priority or 1.0, quota=1.0)
