@@ -237,3 +237,73 @@ def test_a_processor_needs_event_counts(root: Path) -> None:
     assert errors == []
     assert files[0].n_events == 7
     assert files[0].tree == "T"
+
+
+def test_another_users_files_are_not_read_in_a_daemon_of_several_users(root: Path) -> None:
+    """Every user's job runs as the same account, so a path into another user's directory
+    (an input, a file list, an argument, stdin, the executable) would read what their jobs
+    wrote there, readable by that account alone. Refused unless readable by everyone; one's
+    own directory and shared data are read as before."""
+    for d in (root, root / "data"):
+        d.chmod(0o755)
+    for f in (root / "data").iterdir():
+        f.chmod(0o644)
+    bob = root / "bob"
+    bob.mkdir(mode=0o755)
+    secret = bob / "secret.root"
+    secret.write_bytes(b"x" * 10)
+    secret.chmod(0o600)  # as a job writes its outputs (umask 077)
+    carol = root / "carol"
+    carol.mkdir(mode=0o700)
+    behind = carol / "open.root"
+    behind.write_bytes(b"x" * 10)
+    behind.chmod(0o644)  # readable, but in a directory closed to others
+    mine = root / "u"
+    mine.mkdir(mode=0o700)
+    own = mine / "own.root"
+    own.write_bytes(b"x" * 10)
+    own.chmod(0o600)
+    for path in (secret, behind):
+        errors = fields(request(InputSpec(path=str(path))), root, user_dirs=True)
+        assert "neither in your own directory nor readable by everyone" in errors["input[0].path"]
+        errors = fields(request(command=f"cat {path}"), root, user_dirs=True)
+        assert "neither in your own directory" in errors["command"]
+        listing = mine / "list.txt"
+        listing.write_text(f"{path}\n")
+        errors = fields(request(InputSpec(path=f"filelist:{listing}")), root, user_dirs=True)
+        assert "neither in your own directory" in errors["input[0].path"]
+    shared = root / "data" / "a.root"
+    for path in (own, shared):
+        assert fields(request(InputSpec(path=str(path))), root, user_dirs=True) == {}
+        assert fields(request(command=f"cat {path}"), root, user_dirs=True) == {}
+    # A daemon of one user (no user directories) reads whatever is under its roots.
+    assert fields(request(InputSpec(path=str(secret))), root) == {}
+
+
+def test_a_command_job_binds_no_other_users_file(root: Path) -> None:
+    """What the runner makes of a request's command: a file of another user's named as an
+    argument or stdin fails the job naming the field; one's own is bound read-only."""
+    from datasched.sandbox.confine import Confinement
+    from datasched.service.command_jobs import command_job
+    from datasched.service.contracts import ElementaryJob
+
+    root.chmod(0o755)
+    bob = root / "bob"
+    bob.mkdir(mode=0o755)
+    secret = bob / "secret.txt"
+    secret.write_text("bob's")
+    secret.chmod(0o600)
+    mine = root / "u"
+    mine.mkdir(mode=0o700)
+    own = mine / "notes.txt"
+    own.write_text("mine")
+    kw = {"roots": [root], "user_dirs": True, "confinement": Confinement(bwrap=False)}
+
+    def job(work: CommandWork) -> ElementaryJob:
+        return ElementaryJob("r", 0, (), work, user="u")
+
+    _, command = command_job(job(CommandWork(f"cat {own}")), **kw)  # type: ignore[arg-type]
+    assert str(own) in command.readable
+    for work in (CommandWork(f"cat {secret}"), CommandWork("cat", stdin=str(secret))):
+        with pytest.raises(ValueError, match=r"process\.(command|stdin).*neither in your own"):
+            command_job(job(work), **kw)  # type: ignore[arg-type]

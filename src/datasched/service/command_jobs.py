@@ -17,7 +17,13 @@ from datasched.runtime.dataset import Dataset, FileEntry
 from datasched.runtime.jobspec import JobSpec
 from datasched.sandbox.confine import Confinement
 from datasched.service.contracts import CommandWork, ElementaryJob
-from datasched.service.request.paths import Outside, confine, confine_output, locate
+from datasched.service.request.paths import (
+    Outside,
+    confine,
+    confine_output,
+    locate,
+    readable_for,
+)
 
 __all__ = ["COMMAND_SCHEME", "command_job", "star_variables"]
 
@@ -61,17 +67,28 @@ def command_job(
     elif exe.startswith("/"):  # under a root (bound), or the system's (already there)
         with contextlib.suppress(Outside):
             readable.append(str(locate(exe, roots)))
+    for path in readable:  # the executable, when it is under a root
+        try:
+            readable_for(Path(path), roots, owner)
+        except Outside as exc:
+            raise ValueError(f"process.command: {exe}: {exc}") from None
     for arg in argv[1:]:
         # A file under a root named as an argument (a script, a macro, a configuration)
-        # is bound read-only in the sandbox, at its own path; nothing else of the roots.
+        # is bound read-only in the sandbox, at its own path; nothing else of the roots, and
+        # nothing of another user's (readable_for).
         if arg.startswith("/") and "$" not in arg:
-            with contextlib.suppress(Outside):
+            try:
                 named = confine(arg, roots)
-                if named.exists():
-                    readable.append(str(named))
+            except Outside:
+                continue
+            if named.exists():
+                try:
+                    readable.append(str(readable_for(named, roots, owner)))
+                except Outside as exc:
+                    raise ValueError(f"process.command: {arg}: {exc}") from None
     stdin = work.stdin
     if stdin is not None and stdin not in (STDIN_FILELIST, "$FILELIST"):
-        stdin = _on_root("stdin", stdin, variables, roots, read=True)
+        stdin = _on_root("stdin", stdin, variables, roots, read=True, owner=owner)
         readable.append(stdin)
     outputs = {
         key: _on_root(key, where, variables, roots, owner=owner) if where else None
@@ -117,6 +134,8 @@ def _on_root(
         raise ValueError(f"process.{field}: {path!r}: no storage root is configured")
     full = substitute(path, variables)
     try:
-        return str(locate(full, roots) if read else confine_output(full, roots, owner))
+        if read:
+            return str(readable_for(locate(full, roots), roots, owner))
+        return str(confine_output(full, roots, owner))
     except Outside as exc:
         raise ValueError(f"process.{field}: {path!r}: {exc}") from None

@@ -39,6 +39,7 @@ from datasched.service.request.paths import (
     confine_output,
     expand,
     is_remote,
+    readable_for,
     resolve_roots,
     writable_problem,
 )
@@ -138,9 +139,13 @@ class _Check:
             self.add(field, f"no file in the catalog matches {query!r}")
         return list(files)
 
+    def shareable(self, path: Path) -> Path:
+        """``path`` if this request's jobs may read it (:func:`readable_for`)."""
+        return readable_for(path, self.roots, self.user if self.user_dirs else None)
+
     def filelist(self, path: str, field: str) -> list[FileRef]:
         try:
-            listing = confine(path, self.roots)
+            listing = self.shareable(confine(path, self.roots))
         except Outside as exc:
             self.add(field, f"file list: {exc}")
             return []
@@ -193,7 +198,12 @@ class _Check:
     def file(self, path: Path, field: str, where: str) -> FileRef | None:
         known = self.catalog.file(str(path)) if self.catalog is not None else None
         if known is not None:
-            return known
+            return known  # catalogued by the administrators: shared data
+        try:
+            self.shareable(path)
+        except Outside as exc:
+            self.add(field, f"{where}{exc}")
+            return None
         try:
             info = path.stat()
         except OSError:
@@ -240,11 +250,11 @@ class _Check:
         for candidate in candidates or [target]:
             try:
                 path = confine(candidate, self.roots)
+                if path.is_file():
+                    return self.shareable(path)
             except Outside as exc:
                 self.add("processor", f"{target}: {exc}")
                 return None
-            if path.is_file():
-                return path
         self.add("processor", f"no file {target} under the configured roots")
         return None
 
@@ -275,10 +285,18 @@ class _Check:
                     "$SCRATCH, $JOBID, $REQUESTID, $PROCESSID and $USER are filled in "
                     "(no shell runs it)",
                 )
+        for token in tokens[1:]:
+            # A file under a root named as an argument is bound in the command's sandbox.
+            if token.startswith("/") and "$" not in token:
+                try:
+                    self.shareable(confine(token, self.roots))
+                except Outside as exc:
+                    if "outside the configured roots" not in str(exc):
+                        self.add("command", f"{token}: {exc}")
         exe = shlex.split(command)[0] if allow_shell else tokens[0]
         if "/" in exe:
             try:
-                path = confine(exe, self.roots)
+                path = self.shareable(confine(exe, self.roots))
             except Outside as exc:
                 self.add("command", f"{exe}: {exc}")
                 return
@@ -291,7 +309,7 @@ class _Check:
 
     def readable(self, where: str, field: str) -> None:
         try:
-            path = confine(where, self.roots)
+            path = self.shareable(confine(where, self.roots))
         except Outside as exc:
             self.add(field, str(exc))
             return

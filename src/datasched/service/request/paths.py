@@ -17,6 +17,7 @@ __all__ = [
     "expand",
     "is_remote",
     "locate",
+    "readable_for",
     "resolve_roots",
     "writable_problem",
 ]
@@ -125,3 +126,34 @@ def confine_output(path: str, roots: Sequence[Path], user: str | None) -> Path:
             return resolved
     mine = " or ".join(f"{Path(r) / user}/" for r in roots)
     raise Outside(f"{resolved}: outputs go under your own directory ({mine})")
+
+
+def readable_for(path: Path, roots: Sequence[Path], user: str | None) -> Path:
+    """``path`` (resolved, under a root) if a job of ``user`` may read it: anything when
+    ``user`` is None (a daemon of one user); in a daemon of several users, what is in the
+    user's own directory (``<root>/<user>/...``) or readable by everyone (the file readable by
+    others, each directory between it and its root searchable by others), since every user's
+    job runs as the same account and would otherwise read another user's outputs (which
+    jobs write readable by their account alone). :class:`Outside` naming the reason
+    otherwise."""
+    if user is None or not path.exists():  # (what does not exist is said elsewhere)
+        return path
+    for root in roots:
+        own = Path(root) / user
+        if path == own or path.is_relative_to(own):
+            return path
+    top = next((Path(r) for r in roots if path.is_relative_to(r)), None)
+    try:
+        shared = bool(path.stat().st_mode & 0o004)
+        where = path.parent
+        while shared and top is not None and where != top and where.is_relative_to(top):
+            shared = bool(where.stat().st_mode & 0o001)
+            where = where.parent
+    except OSError:
+        shared = False
+    if not shared:
+        raise Outside(
+            f"{path} is neither in your own directory nor readable by everyone (another "
+            "user's file: a job reads only its own and shared data)"
+        )
+    return path
