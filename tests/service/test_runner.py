@@ -278,6 +278,52 @@ def test_cancel_mid_job_reports_nothing_after_abort(
     assert 0 < done < N_EVENTS
 
 
+def test_a_cancelled_command_is_killed_and_frees_its_slot(
+    data: tuple[Path, list[FileRef]], scheduler_address: str, tmp_path: Path
+) -> None:
+    """A command job cancelled mid-run: its process is killed on its worker (it went on to
+    its own end, holding its slot, while the job showed aborted), and the next job runs."""
+    import psutil
+
+    _, files = data
+    rec = Recorder()
+    marker = "317"  # sleep 317: this test's command, found by its arguments
+
+    def sleeping() -> list[psutil.Process]:
+        found = []
+        for p in psutil.process_iter(["cmdline"]):
+            if (p.info["cmdline"] or [])[-2:] == ["sleep", marker]:
+                found.append(p)
+        return found
+
+    async def main() -> None:
+        runner = make_runner(rec, scheduler_address, tmp_path)
+        await runner.start()
+        try:
+            runner.submit(ElementaryJob("c", 0, (files[0],), CommandWork(f"sleep {marker}")))
+            for _ in range(600):
+                if sleeping():
+                    break
+                await asyncio.sleep(0.05)
+            assert sleeping(), rec.states("c.0")
+            assert runner.cancel("c.0")
+            await rec.wait_final("c.0")
+            for _ in range(600):
+                if not sleeping():
+                    break
+                await asyncio.sleep(0.05)
+            assert not sleeping(), "the cancelled command still runs"
+            after = ElementaryJob("d", 0, (files[0],), CommandWork("true"))
+            runner.submit(after)
+            await rec.wait_final(after.id)
+        finally:
+            await runner.stop()
+
+    asyncio.run(main())
+    assert rec.states("c.0")[-1] == JobState.ABORTED
+    assert rec.states("d.0")[-1] == JobState.COMPLETED, rec.final("d.0")
+
+
 def test_resume_after_a_stop_runs_each_event_once(
     data: tuple[Path, list[FileRef]], scheduler_address: str, tmp_path: Path
 ) -> None:

@@ -31,6 +31,7 @@ from distributed import get_worker
 
 from datasched.runtime.diskcache import Acquired
 from datasched.runtime.processor import ShippedProcessor
+from datasched.runtime.sandboxed import command_running, job_stopped
 from datasched.runtime.worker import (
     PacketError,
     PacketResult,
@@ -88,6 +89,9 @@ class CommandSpec:
     """Files besides the inputs the command may read (its executable, the files its
     arguments name), bound read-only at their own paths."""
     confine: Confinement = field(default_factory=lambda: Confinement(bwrap=False))
+    token: str = ""
+    """The job's name on the workers: :func:`~datasched.runtime.sandboxed.abort_job` kills
+    its command when the job is cancelled or fails."""
 
 
 _VARIABLE = re.compile(r"\$(?:\{([A-Z][A-Z0-9]*)\}|([A-Z][A-Z0-9]*))")
@@ -287,10 +291,20 @@ def _execute(spec: CommandSpec, paths: list[str]) -> tuple[CommandOutcome, float
             out.open("wb") as fout,
             err.open("ab" if same else "wb") as ferr,
         ):
+            if job_stopped(spec.token):
+                raise PacketError("command", spec.argv[0], "its job was stopped")
             try:
-                ended = run_confined(
-                    conf, layout, argv, stdin=fin, stdout=fout, stderr=ferr, timeout_s=conf.wall_s
-                )
+                with command_running(spec.token) as started:
+                    ended = run_confined(
+                        conf,
+                        layout,
+                        argv,
+                        stdin=fin,
+                        stdout=fout,
+                        stderr=ferr,
+                        timeout_s=conf.wall_s,
+                        on_start=started,
+                    )
             except (OSError, SandboxUnavailable) as exc:
                 log = f"cannot start {spec.argv[0]}: {getattr(exc, 'strerror', None) or exc}\n"
                 return CommandOutcome(127, log, spec.stdout, spec.stderr, paths), 0.0

@@ -48,7 +48,7 @@ class JobLimits:
     def _abort_on_workers(self, jr: _JobRun) -> None:
         """A confined job failed or was cancelled: its packets in flight are stopped on their
         workers, not left to run to their limits (a user's code may never return)."""
-        if jr.spec.code is None or jr.first_packet_s is None:
+        if (jr.spec.code is None and jr.command is None) or jr.first_packet_s is None:
             return
         token = self._token(jr)
 

@@ -12,17 +12,19 @@ import contextlib
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from datasched.runtime.compute import PacketError
 from datasched.runtime.events import ReadSpec
 from datasched.sandbox.confine import Confinement, LimitReached, SandboxUnavailable, UserCode
-from datasched.sandbox.host import Child, ChildFailed, merge_results
+from datasched.sandbox.host import Child, ChildFailed, kill_tree, merge_results
 from datasched.sandbox.pool import ChildPool
 
 __all__ = [
     "CHILDREN",
     "abort_job",
+    "command_running",
+    "job_stopped",
     "merge_task",
     "sandboxed_packet",
 ]
@@ -30,8 +32,8 @@ __all__ = [
 CHILDREN = ChildPool()
 """This worker's sandboxed children, kept between a job's packets."""
 _LOCK = threading.Lock()
-_RUNNING: dict[str, set[Child]] = {}
-"""The children running a packet, by the job's token."""
+_RUNNING: dict[str, set[Child | _Command]] = {}
+"""The children running a packet, and the commands running, by the job's token."""
 _ABORTED: dict[str, float] = {}
 """Jobs stopped (failed, cancelled), by token, with when: their next packets do not run."""
 ABORTED_KEPT_S = 3600.0
@@ -104,6 +106,49 @@ def sandboxed_packet(
         raise PacketError("processor", url, str(exc)) from None
     bytes_read = int(stats["bytes_read"])
     return blob, bytes_read, stats["open_s"], stats["compute_s"], stats["cpu_s"]
+
+
+class _Command:
+    """A command job's process, as :func:`abort_job` stops it: its whole sandbox killed."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+    def close(self) -> None:
+        kill_tree(self.pid)
+
+
+def job_stopped(token: str) -> bool:
+    """Whether the job of ``token`` was stopped on this worker (:func:`abort_job`)."""
+    with _LOCK:
+        return bool(token) and token in _ABORTED
+
+
+@contextlib.contextmanager
+def command_running(token: str) -> Iterator[Callable[[int], None]]:
+    """For a command job's packet: a function to call with its process's id once started,
+    so that :func:`abort_job` kills it (a cancelled command held its slot to its end); a
+    command started after its job was stopped is killed at once."""
+    started: list[_Command] = []
+
+    def register(pid: int) -> None:
+        command = _Command(pid)
+        started.append(command)
+        with _LOCK:
+            stopped = token in _ABORTED
+            if not stopped and token:
+                _RUNNING.setdefault(token, set()).add(command)
+        if stopped:
+            command.close()
+
+    try:
+        yield register
+    finally:
+        with _LOCK:
+            kids = _RUNNING.get(token, set())
+            kids.difference_update(started)
+            if not kids:
+                _RUNNING.pop(token, None)
 
 
 @contextlib.contextmanager

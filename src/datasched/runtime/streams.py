@@ -240,6 +240,9 @@ class PacketStreams:
     def _budget(self, jr: _JobRun) -> dict[str, Any]:
         raise NotImplementedError  # runtime.limits.JobLimits
 
+    def _token(self, jr: _JobRun) -> str:
+        raise NotImplementedError  # runtime.limits.JobLimits
+
     def _command_spec(
         self, index: int, jr: _JobRun, pid: int, start: Start | Assign
     ) -> CommandSpec:
@@ -252,6 +255,7 @@ class PacketStreams:
             cache_fill=start.cache_fill,
             use_cache=start.cache_fill or start.peer_reads,
             peers=self._other_workers(self.slots[index].node) if start.peer_reads else (),
+            token=self._token(jr),
         )
 
     def _submit_task(

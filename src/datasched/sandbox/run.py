@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import IO
 
@@ -45,9 +45,11 @@ def run_confined(
     stdout: IO[bytes] | int,
     stderr: IO[bytes] | int,
     timeout_s: float,
+    on_start: Callable[[int], None] | None = None,
 ) -> Ended:
     """Run ``argv`` once, confined, in ``layout`` (its scratch is the working directory),
-    killed at ``timeout_s``. ``OSError`` if it cannot be started at all."""
+    killed at ``timeout_s``. ``OSError`` if it cannot be started at all. ``on_start`` gets
+    the process's id once it runs (whoever may have to stop it early)."""
     line = command_line(conf, layout, argv)
     proc = subprocess.Popen(
         line,
@@ -58,6 +60,8 @@ def run_confined(
         cwd=layout.scratch,
         start_new_session=True,
     )
+    if on_start is not None:
+        on_start(proc.pid)
     timed_out = threading.Event()
 
     def kill() -> None:
