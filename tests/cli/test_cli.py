@@ -578,3 +578,33 @@ def test_the_service_demos_table_keeps_each_state_whole_at_80_columns() -> None:
     assert "completed" in text.split()
     assert "error" in text
     assert max(len(line) for line in text.splitlines()) <= 80
+
+
+def test_sweep_takes_policy_parameters_for_the_policies_that_have_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`-P NAME=VALUE` as the README and docs/policies.md promise for sweep: it goes to
+    the swept policies that take the parameter, as a named option does."""
+    import datasched.cli.sim as cli_sim
+
+    seen: list[Any] = []
+
+    def capture(configs: Any, **_: Any) -> Any:
+        seen.extend(configs)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(cli_sim, "run_all", capture)
+    base = ["sweep", "--loads", "0.5", "--jobs", "20", "--out", str(tmp_path / "o")]
+    r = runner.invoke(
+        app, [*base, "--policies", "farm,cache-splitting", "-P", "fill_duplicates=false"]
+    )
+    assert r.exit_code == 0, r.output
+    by_policy = {c.policy: c.policy_params for c in seen}
+    assert by_policy["cache-splitting"]["fill_duplicates"] is False
+    assert "fill_duplicates" not in by_policy["farm"]
+    r = runner.invoke(app, [*base, "--policies", "farm", "-P", "fill_duplicates=false"])
+    assert r.exit_code == 2
+    assert "-P fill_duplicates: none of the policies swept takes it" in r.output
+    r = runner.invoke(app, [*base, "--policies", "cache-splitting", "-P", "fill_duplicates=maybe"])
+    assert r.exit_code == 2
+    assert "fill_duplicates" in r.output

@@ -415,6 +415,7 @@ def sweep(
     tls_ca_file: TlsCaOpt = None,
     tls_cert: TlsCertOpt = None,
     tls_key: TlsKeyOpt = None,
+    param: ParamOpt = None,
     named: dict[str, str] | None = None,
 ) -> None:
     """Simulate every policy (and cache size) at every load: a table, a CSV and a plot of
@@ -440,7 +441,18 @@ def sweep(
         for name in names:
             get_policy(name)  # an unknown name is reported before anything runs
         check_named(named, list(dict.fromkeys(names)))
+        # A -P parameter goes to the policies that take it, as a named option does.
+        takes = {name: {p.name for p in get_policy(name).params} for name in names}
+        for item in param or []:
+            key = item.partition("=")[0].strip().replace("-", "_")
+            if not any(key in t for t in takes.values()):
+                fail(f"-P {key}: none of the policies swept takes it ({', '.join(takes)})")
         for name in dict.fromkeys(names):
+            mine = [
+                i
+                for i in param or []
+                if i.partition("=")[0].strip().replace("-", "_") in takes[name]
+            ]
             for cache in dict.fromkeys(cache_list if uses_cache(name) else cache_list[:1]):
                 for load in load_list:
                     configs.append(
@@ -458,6 +470,7 @@ def sweep(
                             pipeline=pipeline,
                             warmup=warmup,
                             min_subjob=min_subjob,
+                            params=mine,
                             named=named,
                             strict=False,
                         )
