@@ -388,3 +388,22 @@ def test_what_users_typed_and_servers_sent_is_printed_as_it_is() -> None:
     )
     assert result.exit_code == 2
     assert "0.1:abc:3" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        (["sim", "--jobs", "1000000000"], "--jobs"),
+        (["sim", "--nodes", "100000000", "--jobs", "10"], "--nodes"),
+        (["sim", "--slots", "1000000000", "--jobs", "10"], "--slots"),
+        (["scale", "--policy", "farm", "--nodes", "10,10000000", "--jobs", "10"], "--nodes"),
+    ],
+)
+def test_sizes_past_what_memory_holds_are_refused_before_anything_runs(
+    args: list[str], field: str
+) -> None:
+    """They filled the machine's memory until the kernel killed them, Ctrl-C unheeded."""
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith(f"error: {field}: "), result.output
+    assert "more than the" in result.output

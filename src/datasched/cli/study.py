@@ -9,7 +9,7 @@ import signal
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Annotated
 
@@ -131,6 +131,7 @@ def scale(
             for n in sizes:
                 if n < 1:
                     raise ConfigError("n_nodes", f"must be a positive number, got {n}")
+                replace(base, n_nodes=n)  # each size checked before any runs
 
         def measure(n: int) -> ScalePoint:
             return scale_point(base, n)
