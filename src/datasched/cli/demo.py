@@ -26,7 +26,7 @@ def demo_data(
     seed: Annotated[int, typer.Option("--seed", help="Random seed.")] = 1,
 ) -> None:
     """Write a synthetic collision dataset shaped like CMS NanoAOD (tree Events: run,
-    luminosityBlock, event, Muon_*, Electron_*, MET_*; coffea's NanoAODSchema fits it), with
+    luminosityBlock, event, `Muon_*`, `Electron_*`, `MET_*`; coffea's NanoAODSchema fits it), with
     a Z->mumu peak over a falling background, and a catalog.yaml naming it 'zmumu'; beside
     them, unless they exist, an example jobs.yaml (for run) and request.xml (for submit)."""
     if files < 1:

@@ -37,7 +37,6 @@ from datasched.cli.common import (
 from datasched.cli.options import (
     CacheOpt,
     JobsOpt,
-    JsonOpt,
     NodesOpt,
     ParamOpt,
     ProcessesOpt,
@@ -88,7 +87,14 @@ def scale(
     jobs: JobsOpt = 200,
     cache_gb: CacheOpt = 100.0,
     param: ParamOpt = None,
-    as_json: JsonOpt = False,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            metavar="",
+            help="Print a JSON array on stdout, one object per size, and nothing else there.",
+        ),
+    ] = False,
 ) -> None:
     """Measure the master's work as the cluster grows (ponce-hersch §8, Figure 16).
 
