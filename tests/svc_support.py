@@ -85,6 +85,7 @@ class FakeLanguage:
             inputs=tuple(inputs),
             title=str(doc.get("title", "")),
             max_files_per_job=files_per_job,
+            group=str(doc["group"]) if "group" in doc else None,
         )
 
     def _files(self, request: MetaJobRequest, catalog: CatalogLookup) -> list[FileRef]:

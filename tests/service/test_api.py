@@ -115,6 +115,19 @@ def test_a_request_in_another_users_name_is_refused(api: Api) -> None:
     assert r.json()["errors"][0]["field"] == "username"
 
 
+def test_a_request_runs_under_its_users_group_and_no_other(api: Api) -> None:
+    """A group's priority goes with the group a request names: a user naming another group
+    (admins) took its priority. Only one's own is accepted (an administrator may name any)."""
+    body = "processor: p\ninput: [/star/pp/0.root]\n"
+    r = api.submit("ann", f"group: admins\n{body}")
+    assert r.status_code == 422
+    assert r.json()["errors"] == [
+        {"field": "group", "reason": "'admins' is not your group ('physics')"}
+    ]
+    assert api.submit("ann", f"group: physics\n{body}").status_code == 201
+    assert api.submit("root", f"group: physics\n{body}").status_code == 201
+
+
 def test_without_a_valid_token_every_call_is_401(api: Api) -> None:
     for headers in ({}, {"Authorization": "Bearer ds_x_y"}, {"Authorization": "Basic abc"}):
         r = api.client.get("/api/v1/requests", headers=headers)

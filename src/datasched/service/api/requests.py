@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import math
 import pickle
+from dataclasses import replace
 from typing import Any
 
 from fastapi import APIRouter, HTTPException, Response
@@ -200,6 +201,14 @@ def _accept(svc: ServiceState, caller: Caller, text: str, ctype: str) -> tuple[i
             raise RequestInvalid(
                 [FieldError("username", f"{mjr.username!r} is not you ({caller.name!r})")]
             )
+        # The group a request runs under (its priority in the core's policy) is the user's
+        # own: naming another would take that group's priority.
+        if mjr.group and mjr.group != caller.group and not caller.admin:
+            raise RequestInvalid(
+                [FieldError("group", f"{mjr.group!r} is not your group ({caller.group!r})")]
+            )
+        if not mjr.group and mjr.username in ("", caller.name):
+            mjr = replace(mjr, group=caller.group)
         files = lang.check(mjr, svc.catalog)
         request_id = ops.new_request_id()
         jobs = lang.split(mjr, request_id, files, mjr.split or svc.split)
