@@ -25,6 +25,7 @@ from datasched.sim.engine import SimEngine, SimRun
 from datasched.sim.faults import NodeFaults
 from datasched.sim.metrics import Summary, summarise
 from datasched.sim.parallel import SchedulerRef, map_in_processes
+from datasched.sim.sizes import size_problem
 from datasched.sim.workload import JobRecord, WorkloadSpec, generate, load_trace
 
 __all__ = [
@@ -43,12 +44,6 @@ __all__ = [
 ]
 
 GB = 1e9
-
-
-MAX_SLOTS = 1_000_000
-"""The most slots (nodes times slots per node) a simulated cluster may have."""
-MAX_JOBS = 10_000_000
-"""The most jobs a simulated run may have."""
 
 
 class ConfigError(ValueError):
@@ -122,21 +117,9 @@ class SimConfig:
         for name in ("n_nodes", "slots"):
             if not isinstance(getattr(self, name), int):
                 raise ConfigError(name, f"must be a whole number, got {getattr(self, name)!r}")
-        # Sizes past what memory holds are refused here, not found by the kernel's OOM killer
-        # minutes later (a run allocates per slot and per job before its first event).
-        if self.n_nodes * self.slots > MAX_SLOTS:
-            raise ConfigError(
-                "slots" if self.slots > self.n_nodes else "n_nodes",
-                f"{self.n_nodes} nodes of {self.slots} slots is more than the {MAX_SLOTS:,} "
-                "slots a simulation may have (each takes memory before the run begins)",
-            )
-        if self.n_jobs > MAX_JOBS:
-            raise ConfigError(
-                "n_jobs",
-                f"{self.n_jobs} is more than the {MAX_JOBS:,} jobs a run may have (their "
-                "records alone take some 3 GB at that size; a year of a 1,000-node facility "
-                "is 438,000)",
-            )
+        too_large = size_problem(self.n_nodes, self.slots, self.n_jobs)
+        if too_large is not None:
+            raise ConfigError(*too_large)
         if not (math.isfinite(self.cache_gb) and self.cache_gb >= 0):
             raise ConfigError("cache_gb", f"must be zero or positive, got {self.cache_gb!r}")
         if not (math.isfinite(self.file_gb) and self.file_gb >= 0):
