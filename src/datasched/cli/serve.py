@@ -384,8 +384,7 @@ def _listen(host: str, port: int) -> socket.socket:
         sock.close()
         what = "--port" if exc.errno == errno.EADDRINUSE else "--host"
         fail(f"{what}: cannot listen on {host}:{port}: {exc.strerror or exc}")
-    sock.set_inheritable(True)
-    return sock
+    return sock  # not inheritable: no process started from here gets the API's socket
 
 
 def claim_store(store: Store) -> None:
