@@ -11,6 +11,7 @@ or logs one shows :func:`masked_url` of it, and an error's text goes through
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import re
@@ -146,8 +147,11 @@ def make_engine(url_or_path: str, *, immediate: bool = True) -> Engine:
         if parsed.database and parsed.database != ":memory:":
             Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
             # Users' requests and results are in it: readable by its owner alone. SQLite
-            # gives its journal files the database file's mode.
-            os.close(os.open(parsed.database, os.O_CREAT | os.O_RDWR, 0o600))
+            # gives its journal files the database file's mode. Only a new file is opened
+            # here: closing a descriptor of a database this process uses would drop the
+            # locks SQLite holds on it (POSIX locks go with any close of the file).
+            with contextlib.suppress(FileExistsError):
+                os.close(os.open(parsed.database, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
 
         @event.listens_for(engine, "connect")
