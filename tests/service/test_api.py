@@ -116,8 +116,8 @@ def test_a_request_in_another_users_name_is_refused(api: Api) -> None:
 
 
 def test_a_request_runs_under_its_users_group_and_no_other(api: Api) -> None:
-    """A group's priority goes with the group a request names: a user naming another group
-    (admins) took its priority. Only one's own is accepted (an administrator may name any)."""
+    """A request names no group but its user's own (an administrator may name any): another
+    was accepted, then ignored, the jobs running under the owner's group all the same."""
     body = "processor: p\ninput: [/star/pp/0.root]\n"
     r = api.submit("ann", f"group: admins\n{body}")
     assert r.status_code == 422
