@@ -116,6 +116,7 @@ PipelineOpt = Annotated[
     Pipelining,
     typer.Option(
         "--pipeline",
+        metavar="MODE",
         help="Which reads overlap computation: none, tertiary (central storage), disk (cache) "
         "or both (ponce-hersch §7).",
     ),
