@@ -12,7 +12,7 @@ import contextlib
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from datasched.runtime.compute import PacketError
 from datasched.runtime.events import ReadSpec
@@ -144,11 +144,7 @@ def command_running(token: str) -> Iterator[Callable[[int], None]]:
     try:
         yield register
     finally:
-        with _LOCK:
-            kids = _RUNNING.get(token, set())
-            kids.difference_update(started)
-            if not kids:
-                _RUNNING.pop(token, None)
+        _forget(token, started)
 
 
 @contextlib.contextmanager
@@ -158,11 +154,16 @@ def _running(token: str, child: Child) -> Iterator[None]:
     try:
         yield
     finally:
-        with _LOCK:
-            kids = _RUNNING.get(token, set())
-            kids.discard(child)
-            if not kids:
-                _RUNNING.pop(token, None)
+        _forget(token, [child])
+
+
+def _forget(token: str, ended: Iterable[Child | _Command]) -> None:
+    """``ended`` no longer runs for the job of ``token``."""
+    with _LOCK:
+        kids = _RUNNING.get(token, set())
+        kids.difference_update(ended)
+        if not kids:
+            _RUNNING.pop(token, None)
 
 
 def merge_task(
