@@ -85,9 +85,8 @@ def sandboxed_packet(
         "columns": list(read.columns) if read.columns is not None else None,
         "schema_options": [[name, value] for name, value in read.schema_options],
     }
-    with _LOCK:
-        if token in _ABORTED:
-            raise PacketError("processor", url, "its job was stopped")
+    if job_stopped(token):
+        raise PacketError("processor", url, "its job was stopped")
     try:
         with CHILDREN.borrow(conf, code) as child, _running(token, child):
             blob, stats = child.packet(
