@@ -278,6 +278,13 @@ def test_another_users_files_are_not_read_in_a_daemon_of_several_users(root: Pat
         assert fields(request(command=f"cat {path}"), root, user_dirs=True) == {}
     # A daemon of one user (no user directories) reads whatever is under its roots.
     assert fields(request(InputSpec(path=str(secret))), root) == {}
+    # A system file named as an argument is not the roots' business.
+    assert (
+        fields(
+            request(InputSpec(path=str(shared)), command="cat /etc/hostname"), root, user_dirs=True
+        )
+        == {}
+    )
 
 
 def test_a_command_job_binds_no_other_users_file(root: Path) -> None:

@@ -289,10 +289,13 @@ class _Check:
             # A file under a root named as an argument is bound in the command's sandbox.
             if token.startswith("/") and "$" not in token:
                 try:
-                    self.shareable(confine(token, self.roots))
+                    named = confine(token, self.roots)
+                except Outside:
+                    continue  # not under a root (the system's, or no roots): not bound
+                try:
+                    self.shareable(named)
                 except Outside as exc:
-                    if "outside the configured roots" not in str(exc):
-                        self.add("command", f"{token}: {exc}")
+                    self.add("command", f"{token}: {exc}")
         exe = shlex.split(command)[0] if allow_shell else tokens[0]
         if "/" in exe:
             try:
