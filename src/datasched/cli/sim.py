@@ -443,16 +443,12 @@ def sweep(
         check_named(named, list(dict.fromkeys(names)))
         # A -P parameter goes to the policies that take it, as a named option does.
         takes = {name: {p.name for p in get_policy(name).params} for name in names}
-        for item in param or []:
-            key = item.partition("=")[0].strip().replace("-", "_")
+        keyed = [(i.partition("=")[0].strip().replace("-", "_"), i) for i in param or []]
+        for key, _ in keyed:
             if not any(key in t for t in takes.values()):
                 fail(f"-P {key}: none of the policies swept takes it ({', '.join(takes)})")
         for name in dict.fromkeys(names):
-            mine = [
-                i
-                for i in param or []
-                if i.partition("=")[0].strip().replace("-", "_") in takes[name]
-            ]
+            mine = [item for key, item in keyed if key in takes[name]]
             for cache in dict.fromkeys(cache_list if uses_cache(name) else cache_list[:1]):
                 for load in load_list:
                     configs.append(
