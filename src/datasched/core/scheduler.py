@@ -43,6 +43,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+import datasched
 from datasched.core.actions import (
     Action,
     JobCompleted,
@@ -95,17 +96,12 @@ _EMPTY = IntervalSet()
 _DONE = SubjobState.DONE
 _RUNNING = SubjobState.RUNNING
 _PARKED = SubjobState.PARKED
-VALIDATE_ENV = "DATASCHED_VALIDATE"
+VALIDATE_ENV = datasched.VALIDATE_ENV
 """Set to 1 (read once, when a scheduler is built) to validate after the events."""
 
-
-def _never() -> bool:
-    return False
-
-
-validate_by_default: Callable[[], bool] = _never
+validate_by_default: Callable[[], bool] = datasched.validate_from_environment
 """Whether a scheduler built without ``validate=`` validates. The core reads no environment:
-the package's root (``datasched/__init__.py``) installs a reader of ``VALIDATE_ENV``."""
+the package's root (``datasched/__init__.py``) gives the reader of ``VALIDATE_ENV``."""
 _CHECK_EVERY = 2
 """Validation checks the whole books (O(slots + live subjobs + jobs)) after about one event
 in (slots + live subjobs + jobs) / 2, so that it costs about as much per event on a large
