@@ -203,6 +203,30 @@ def test_the_rate_limit_is_per_user_with_retry_after(sqlite_store: Store) -> Non
         assert client.get("/api/v1/requests", headers=bob).status_code == 200
 
 
+def test_a_429_says_the_wait_its_retry_after_header_says(sqlite_store: Store) -> None:
+    tokens = seed(sqlite_store)
+    state = build_state(sqlite_store, FakeLanguage(), limits=Limits(rate_per_s=0.01, burst=1))
+    with TestClient(create_app(state)) as client:
+        ann = {"Authorization": f"Bearer {tokens['ann']}"}
+        assert client.get("/api/v1/requests", headers=ann).status_code == 200
+        r = client.get("/api/v1/requests", headers=ann)
+        assert r.status_code == 429
+        retry = int(r.headers["Retry-After"])
+        assert retry >= 1
+        assert r.json()["errors"] == [
+            {"field": "rate", "reason": f"too many calls; retry in {retry} s"}
+        ]
+    # a wait under a second (a second's refill less the call's time) is said as 1 s
+    state = build_state(sqlite_store, FakeLanguage(), limits=Limits(rate_per_s=1.0, burst=1))
+    with TestClient(create_app(state)) as client:
+        ann = {"Authorization": f"Bearer {tokens['ann']}"}
+        assert client.get("/api/v1/requests", headers=ann).status_code == 200
+        r = client.get("/api/v1/requests", headers=ann)
+        assert r.status_code == 429
+        assert r.headers["Retry-After"] == "1"
+        assert r.json()["errors"][0]["reason"] == "too many calls; retry in 1 s"
+
+
 def test_a_token_bucket_refills_at_its_rate() -> None:
     now = [0.0]
     bucket = TokenBucket(rate=2.0, burst=2, clock=lambda: now[0])

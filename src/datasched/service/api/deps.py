@@ -3,6 +3,7 @@ the per-user rate limit (a token bucket) and the error answers."""
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from dataclasses import dataclass, field
@@ -142,12 +143,13 @@ def current_caller(
     wait = svc.bucket.take(caller.name)
     if wait > 0:
         svc.metrics.rate_limited.inc()
+        # Whole seconds (Retry-After has no fractions), rounded up, never 0: the message
+        # says what the header says.
+        retry = max(1, math.ceil(wait))
         raise HTTPException(
             429,
-            detail={
-                "errors": [{"field": "rate", "reason": f"too many calls; retry in {wait:.1f} s"}]
-            },
-            headers={"Retry-After": str(max(1, round(wait)))},
+            detail={"errors": [{"field": "rate", "reason": f"too many calls; retry in {retry} s"}]},
+            headers={"Retry-After": str(retry)},
         )
     return caller
 
