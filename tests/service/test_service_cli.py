@@ -136,6 +136,23 @@ def test_the_client_commands_against_a_daemon(
     assert f"{rid2}: aborted" in r.stdout
 
 
+def test_the_address_may_be_pasted_with_the_apis_or_dashboards_path(
+    server: tuple[str, dict[str, str]],
+) -> None:
+    url, tokens = server
+    for pasted in (f"{url}/api/v1", f"{url}/api/v1/", f"{url}/dashboard", f"  {url}/ "):
+        r = cli.invoke(app, ["status", "--server", pasted, "--token", tokens["ann"]])
+        assert r.exit_code == 0, (pasted, r.output)
+    for bad, says in (
+        ("127.0.0.1:8765", "expected the service's address, such as http://127.0.0.1:8765"),
+        (f"{url}/api/v1?x=1", "without a query or fragment"),
+    ):
+        r = cli.invoke(app, ["status", "--server", bad, "--token", tokens["ann"]])
+        assert r.exit_code == 2, (bad, r.output)
+        assert says in r.stderr
+        assert "Traceback" not in r.output
+
+
 def test_serve_refuses_bad_options_before_touching_the_store(tmp_path: Path) -> None:
     db = tmp_path / "s.db"
     for args, field in (

@@ -19,7 +19,7 @@ from rich.live import Live
 from rich.table import Table
 
 from datasched.cli.app import app
-from datasched.cli.common import check_out_dir, err, fail, out
+from datasched.cli.common import check_out_dir, err, fail, out, server_root
 
 __all__ = ["ApiClient", "ServerOpt", "TokenOpt"]
 
@@ -49,7 +49,7 @@ class ApiClient:
     def __init__(self, server: str | None, token: str | None, *, need_token: bool = True):
         import httpx
 
-        self.server = (server or os.environ.get("DATASCHED_SERVER") or DEFAULT_SERVER).rstrip("/")
+        self.server = server_root(server or os.environ.get("DATASCHED_SERVER") or DEFAULT_SERVER)
         token = (token or os.environ.get("DATASCHED_TOKEN") or "").strip()
         if need_token and not token:
             fail("--token: missing (or set DATASCHED_TOKEN); 'datasched users add' makes one")

@@ -91,6 +91,31 @@ def fail(message: str, code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
+_PASTED_PATHS = ("/api/v1", "/dashboard")
+"""Paths a user may paste with the server's address (the API's base, the dashboard's page)."""
+
+
+def server_root(server: str, option: str = "--server") -> str:
+    """The service's root address from ``server``: an http(s) URL, with a pasted
+    ``/api/v1`` or ``/dashboard`` at its end taken off (the commands add the API's path
+    themselves; a path before it, a proxy's prefix, is kept); anything else is one line."""
+    import urllib.parse
+
+    text = server.strip().rstrip("/")
+    parts = urllib.parse.urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        fail(
+            f"{option}: expected the service's address, such as http://127.0.0.1:8765, got {server!r}"
+        )
+    if parts.query or parts.fragment:
+        fail(f"{option}: give the service's address without a query or fragment, got {server!r}")
+    for tail in _PASTED_PATHS:
+        if parts.path.endswith(tail):
+            text = text[: -len(tail)]
+            break
+    return text.rstrip("/")
+
+
 @contextmanager
 def user_errors(**options: str) -> Iterator[None]:
     """Turn bad-input exceptions into one line naming the option (or trace line) and reason.

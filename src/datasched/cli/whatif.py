@@ -17,7 +17,7 @@ from rich import box
 from rich.table import Table
 
 from datasched.cli.app import app
-from datasched.cli.common import fail, out, print_json
+from datasched.cli.common import fail, out, print_json, server_root
 from datasched.cli.options import JsonOpt
 
 __all__: list[str] = []
@@ -47,11 +47,9 @@ def _from_snapshot(path: Path, policies: list[str]) -> dict[str, Any]:
 
 
 def _from_server(server: str, token: str | None, policies: list[str]) -> dict[str, Any]:
-    parts = urllib.parse.urlsplit(server)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        fail(f"--server: expected an http(s) URL, got {server!r}")
+    server = server_root(server)
     query = urllib.parse.urlencode([("policy", p) for p in policies])
-    url = f"{server.rstrip('/')}/api/v1/whatif?{query}"
+    url = f"{server}/api/v1/whatif?{query}"
     headers = {"Accept": "application/json"}
     if token:
         headers["Authorization"] = f"Bearer {token}"
