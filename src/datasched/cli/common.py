@@ -105,7 +105,8 @@ def server_root(server: str, option: str = "--server") -> str:
     parts = urllib.parse.urlsplit(text)
     if parts.scheme not in ("http", "https") or not parts.netloc:
         fail(
-            f"{option}: expected the service's address, such as http://127.0.0.1:8765, got {server!r}"
+            f"{option}: expected the service's address, such as http://127.0.0.1:8765, "
+            f"got {server!r}"
         )
     if parts.query or parts.fragment:
         fail(f"{option}: give the service's address without a query or fragment, got {server!r}")
