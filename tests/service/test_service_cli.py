@@ -214,10 +214,18 @@ def test_groups_set_and_list_against_a_daemon(
     assert "--priority, --quota: give one or both" in r.stderr
     r = cli.invoke(app, ["groups", "set", "g", "--quota", "25", "--priority", "3", "--token", root])
     assert r.exit_code == 0, r.output
-    r = cli.invoke(app, ["groups", "list", "--token", tokens["bob"]])
+    long_name = "higgs-to-four-leptons-2026"
+    r = cli.invoke(app, ["groups", "set", long_name, "--quota", "2", "--token", root])
     assert r.exit_code == 0, r.output
-    row = next(line for line in r.stdout.splitlines() if "│ g " in line)
-    assert [c.strip() for c in row.strip("│ ").split("│")][:4] == ["g", "3", "25", "2"]
+    r = cli.invoke(app, ["groups", "list", "--token", tokens["bob"]], env={"COLUMNS": "80"})
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    row = next(line for line in lines if line.split()[:1] == ["g"])
+    assert row.split()[:4] == ["g", "3", "25", "2"]
+    # 80 columns hold every column and the group's whole name, nothing cut with an ellipsis
+    assert "…" not in r.stdout
+    assert max(len(line) for line in lines) <= 80
+    assert any(line.split()[:1] == [long_name] for line in lines), r.stdout
 
 
 def test_serve_confines_users_code_or_refuses_to_start(

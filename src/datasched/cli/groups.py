@@ -7,6 +7,7 @@ import math
 from typing import Annotated, Any
 
 import typer
+from rich import box
 from rich.table import Table
 
 from datasched.cli.app import app
@@ -27,7 +28,12 @@ def _share(value: Any) -> str:
 
 
 def _table(rows: list[dict[str, Any]]) -> Table:
-    table = Table("group", "priority", "quota", "users", "waiting", "running", "target", "achieved")
+    # A light frame and numbers flush right: eight columns and a group's full name fit in 80
+    # columns; a name too long for the rest of the line wraps rather than being cut.
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True, padding=(0, 1))
+    table.add_column("group", overflow="fold", min_width=8)
+    for head in ("prio", "quota", "users", "wait", "run", "target", "achieved"):
+        table.add_column(head, justify="right", no_wrap=True)
     for g in rows:
         table.add_row(
             g["name"],
@@ -44,8 +50,9 @@ def _table(rows: list[dict[str, Any]]) -> Table:
 
 @groups_app.command("list")
 def groups_list(server: ServerOpt = None, token: TokenOpt = None) -> None:
-    """The groups: priority, quota, users, jobs waiting and running, the target share (quota
-    x priority over the groups with work) and the share of the recent CPU achieved."""
+    """The groups: priority (prio), quota, users, jobs waiting (wait) and running (run), the
+    target share (quota x priority over the groups with work) and the share of the recent
+    CPU achieved."""
     with ApiClient(server, token) as client:
         rows = client.call("GET", "/groups").json()["groups"]
     out.print(_table(rows))
