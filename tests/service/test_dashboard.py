@@ -278,3 +278,38 @@ def test_without_a_runner_the_groups_queues_wait_highest_priority_first(
     assert '<td data-count="waiting">2</td>' in heavy
     # Its target share: its weight 5 (quota 1 x priority 5) over the groups with work, 5 + 1.
     assert '<td data-share="target">83%</td><td data-share="achieved">—</td>' in heavy
+
+
+@pytest.mark.parametrize(
+    ("state", "value"), [("aborted", 'value="0"'), ("completed", 'value="1"'), ("running", None)]
+)
+def test_a_commands_job_shows_its_state_not_a_percentage(state: str, value: str | None) -> None:
+    from datasched.service.dashboard.routes import _env
+    from datasched.service.dashboard.views import Progress
+
+    bar = _env.get_template("_progress.html").module.bar  # type: ignore[attr-defined]
+    html = str(bar(Progress(0, 0), state))
+    assert f"a command, no events ({state})" in html
+    assert "%" not in html  # an aborted command is not "0 / 0 events (100%)"
+    if value is None:
+        assert "value=" not in html  # indeterminate while it runs
+    else:
+        assert value in html
+    # a processor's job keeps its events and percentage
+    assert "5 / 20 events (25%)" in str(bar(Progress(5, 20), state))
+
+
+def test_the_status_table_shows_a_dash_for_a_commands_events() -> None:
+    from rich.console import Console
+
+    from datasched.cli.client import _request_table
+
+    job = {"id": "r.0", "state": "aborted", "node": None, "files": [], "progress": {}}
+    job["progress"] = {"events": 0, "events_total": 0, "packets": 0}
+    req = {"id": "r", "owner": "ann", "state": "aborted", "jobs": [job]}
+    req["progress"] = {"events": 0, "events_total": 0, "packets": 0, "bytes": 0}
+    console = Console(width=100, record=True)
+    console.print(_request_table(req))
+    text = console.export_text()
+    assert "a command, no events" in text
+    assert "0/0" not in text

@@ -133,8 +133,14 @@ def _requests_table(rows: list[dict[str, Any]]) -> Table:
     return table
 
 
+def _events(p: dict[str, Any]) -> str:
+    """``done/total``, or a dash for a command's job (it reads no events)."""
+    return f"{p['events']}/{p['events_total']}" if p["events_total"] else "—"
+
+
 def _request_table(req: dict[str, Any]) -> Table:
     p = req["progress"]
+    said = f"{_events(p)} events" if p["events_total"] else "a command, no events"
     table = Table(
         "job",
         "state",
@@ -142,8 +148,8 @@ def _request_table(req: dict[str, Any]) -> Table:
         "events",
         "packets",
         "files",
-        title=f"{req['id']} ({req['owner']}) {req['state']}: {p['events']}/{p['events_total']} "
-        f"events, {p['packets']} packets, {p['bytes']} bytes",
+        title=f"{req['id']} ({req['owner']}) {req['state']}: {said}, {p['packets']} packets, "
+        f"{p['bytes']} bytes",
     )
     for j in req["jobs"]:
         jp = j["progress"]
@@ -151,7 +157,7 @@ def _request_table(req: dict[str, Any]) -> Table:
             j["id"],
             j["state"],
             j["node"] or "",
-            f"{jp['events']}/{jp['events_total']}",
+            _events(jp),
             str(jp["packets"]),
             str(len(j["files"])),
         )
