@@ -304,10 +304,11 @@ def test_the_status_table_shows_a_dash_for_a_commands_events() -> None:
 
     from datasched.cli.client import _request_table
 
-    job = {"id": "r.0", "state": "aborted", "node": None, "files": [], "progress": {}}
-    job["progress"] = {"events": 0, "events_total": 0, "packets": 0}
-    req = {"id": "r", "owner": "ann", "state": "aborted", "jobs": [job]}
-    req["progress"] = {"events": 0, "events_total": 0, "packets": 0, "bytes": 0}
+    none = {"events": 0, "events_total": 0, "packets": 0, "bytes": 0}
+    job: dict[str, Any] = {"id": "r.0", "state": "aborted", "node": None, "files": []}
+    job["progress"] = none
+    req: dict[str, Any] = {"id": "r", "owner": "ann", "state": "aborted", "jobs": [job]}
+    req["progress"] = none
     console = Console(width=100, record=True)
     console.print(_request_table(req))
     text = console.export_text()
