@@ -126,6 +126,12 @@ def _bad(mutate: Any) -> str:
         (lambda d: d.update(nodes=[]), "nodes"),
         (lambda d: d.update(nodes="w0"), "nodes"),
         (lambda d: d["nodes"][1].update(slots=1.5), "nodes[1].slots"),
+        (lambda d: d["nodes"][1].update(slots=0), "nodes[1].slots"),
+        (lambda d: d.update(node=[]), "node"),
+        (lambda d: d["nodes"][0].update(slotz=4), "nodes[0].slotz"),
+        (lambda d: d["nodes"][0]["rates"].update(cached=1.0), "nodes[0].rates.cached"),
+        (lambda d: d["jobs"][1].update(cpu_per_event=1e-3), "jobs[1].cpu_per_event"),
+        (lambda d: d["jobs"][0]["files"][0].update(events=10), "jobs[0].files[0].events"),
         (lambda d: d["nodes"][0].update(name=""), "nodes[0].name"),
         (lambda d: d["nodes"][2].update(name="w0"), "nodes[2].name"),
         (
@@ -153,8 +159,8 @@ def test_bad_snapshot_names_the_field(mutate: Any, field: str) -> None:
 
 
 def test_a_snapshot_without_slots_cannot_be_predicted() -> None:
-    data = one_node().as_dict()
-    data["nodes"][0]["slots"] = 0
-    with pytest.raises(SnapshotError, match="slot") as info:
-        predict(ClusterSnapshot.from_dict(data), "farm")
-    assert info.value.field == "nodes"
+    snap = one_node()
+    snap = replace(snap, nodes=(replace(snap.nodes[0], slots=0),))
+    with pytest.raises(SnapshotError, match="must be at least 1") as info:
+        predict(snap, "farm")
+    assert info.value.field == "nodes[0].slots"

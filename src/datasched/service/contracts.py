@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from typing import Any, Protocol
 
@@ -352,6 +352,7 @@ class ClusterSnapshot:
         """The snapshot of :meth:`as_dict`'s form, checked (:meth:`check`); a
         :class:`SnapshotError` names the first bad field."""
         d = _obj(data, "snapshot")
+        _known(d, ClusterSnapshot, "")
         nodes = tuple(_node(n, f"nodes[{i}]") for i, n in enumerate(_list(d, "nodes", "")))
         jobs = tuple(_job(j, f"jobs[{i}]") for i, j in enumerate(_list(d, "jobs", "", True)))
         snap = cls(_num(d, "time_s", ""), nodes, jobs, _num(d, "user_setup_s", "", default=None))
@@ -366,6 +367,11 @@ class ClusterSnapshot:
             raise SnapshotError("nodes", "a snapshot needs at least one node")
         names: set[str] = set()
         for i, n in enumerate(self.nodes):
+            if n.slots < 1:
+                raise SnapshotError(
+                    f"nodes[{i}].slots",
+                    f"must be at least 1, got {n.slots!r} (leave out a node that runs nothing)",
+                )
             if n.name in names:
                 raise SnapshotError(f"nodes[{i}].name", f"{n.name!r} is named twice")
             names.add(n.name)
@@ -415,6 +421,16 @@ def _obj(value: Any, path: str) -> dict[str, Any]:
     return value
 
 
+def _known(d: dict[str, Any], kind: Any, path: str) -> None:
+    """Refuse a key that is not a field of dataclass ``kind``: a misspelt field would
+    otherwise be read as its default."""
+    allowed = {f.name for f in fields(kind)}
+    for key in d:
+        if key not in allowed:
+            where = _at(path, str(key))
+            raise SnapshotError(where, f"unknown field (known: {', '.join(sorted(allowed))})")
+
+
 def _list(d: dict[str, Any], key: str, path: str, optional: bool = False) -> list[Any]:
     value = d.get(key, [] if optional else None)
     if not isinstance(value, list):
@@ -451,8 +467,10 @@ def _text(d: dict[str, Any], key: str, path: str, default: Any = ...) -> Any:
 
 def _node(data: Any, path: str) -> NodeSnapshot:
     d = _obj(data, path)
+    _known(d, NodeSnapshot, path)
     rates = _obj(d.get("rates", {}), _at(path, "rates"))
     rate_path = _at(path, "rates")
+    _known(rates, NodeRates, rate_path)
     values = {k: _num(rates, k, rate_path, default=None) for k in _RATE_FIELDS}
     for k, v in values.items():
         if v == 0:
@@ -477,6 +495,7 @@ def _node(data: Any, path: str) -> NodeSnapshot:
 
 def _file(data: Any, path: str) -> FileTodo:
     d = _obj(data, path)
+    _known(d, FileTodo, path)
     todo_raw = d.get("todo")
     todo: tuple[tuple[int, int], ...] | None = None
     if todo_raw is not None:
@@ -500,6 +519,7 @@ def _file(data: Any, path: str) -> FileTodo:
 
 def _job(data: Any, path: str) -> JobSnapshot:
     d = _obj(data, path)
+    _known(d, JobSnapshot, path)
     files = tuple(_file(f, f"{path}.files[{k}]") for k, f in enumerate(_list(d, "files", path)))
     cpu = _num(d, "cpu_s_per_event", path, default=None)
     if cpu == 0:

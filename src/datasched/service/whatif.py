@@ -271,9 +271,7 @@ def predict(
     import time
 
     started = time.perf_counter()
-    snapshot.check()
-    if not any(n.slots for n in snapshot.nodes):
-        raise SnapshotError("nodes", "no node has a slot to run jobs")
+    snapshot.check()  # every node has a slot, among the rest
     ordered = _order(snapshot)
     space, index = _space(ordered)
     if not rate_factor > 0:
