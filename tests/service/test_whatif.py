@@ -131,6 +131,8 @@ def _bad(mutate: Any) -> str:
         (lambda d: d["nodes"][0].update(slotz=4), "nodes[0].slotz"),
         (lambda d: d["nodes"][0]["rates"].update(cached=1.0), "nodes[0].rates.cached"),
         (lambda d: d["jobs"][1].update(cpu_per_event=1e-3), "jobs[1].cpu_per_event"),
+        (lambda d: d["jobs"][1].update(priority=float("inf")), "jobs[1].priority"),
+        (lambda d: d["jobs"][1].update(priority=-1), "jobs[1].priority"),
         (lambda d: d["jobs"][0]["files"][0].update(events=10), "jobs[0].files[0].events"),
         (lambda d: d["nodes"][0].update(name=""), "nodes[0].name"),
         (lambda d: d["nodes"][2].update(name="w0"), "nodes[2].name"),

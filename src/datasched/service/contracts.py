@@ -527,6 +527,10 @@ def _job(data: Any, path: str) -> JobSnapshot:
     priority = d.get("priority", 1.0)
     if isinstance(priority, bool) or not isinstance(priority, int | float):
         raise SnapshotError(_at(path, "priority"), f"expected a number, got {priority!r}")
+    if not 0 < priority < math.inf:
+        raise SnapshotError(
+            _at(path, "priority"), f"expected a finite number > 0, got {priority!r}"
+        )
     return JobSnapshot(
         id=_text(d, "id", path),
         request_id=_text(d, "request_id", path),
