@@ -459,14 +459,7 @@ def _confinement(
 @users_app.command("add")
 def users_add(
     name: Annotated[str, typer.Argument(metavar="NAME", help="The user's name.")],
-    group: Annotated[
-        str | None,
-        typer.Option(
-            help="The user's group (made if new). Needed for a new user; with --new-token, "
-            "the user stays in its group unless this names another.",
-            show_default=False,
-        ),
-    ] = None,
+    group: Annotated[str, typer.Option(help="The user's group (made if new).")],
     admin: Annotated[
         bool, typer.Option("--admin", help="May see and cancel all requests.")
     ] = False,
@@ -479,106 +472,33 @@ def users_add(
     db: DbOpt = None,
 ) -> None:
     """Add a user (or give one a new token) and print the token: it is shown only now."""
-    from datasched.service.users import UserError, add_user, list_users
+    from datasched.service.users import UserError, add_user
 
     store = open_store(db)
-    moved = None
     try:
         with store.session() as s:
-            before = {u.name: u.group for u in list_users(s)}
             token = add_user(
                 s, name, group, admin=admin, new_token=new_token, group_priority=priority
             )
-            if name in before and group is not None and before[name] != group:
-                moved = f"{name}: moved from group {before[name]!r} to {group!r}"
     except UserError as exc:
         fail(str(exc))
     finally:
         store.close()
-    if moved:
-        err.print(moved, markup=False, highlight=False)
     out.print(token, highlight=False, soft_wrap=True)
-
-
-@users_app.command("set")
-def users_set(
-    name: Annotated[str, typer.Argument(metavar="NAME", help="The user's name.")],
-    group: Annotated[
-        str | None, typer.Option(help="Move the user to this group (made if new).")
-    ] = None,
-    admin: Annotated[
-        bool | None,
-        typer.Option(
-            "--admin/--no-admin",
-            help="Make the user an administrator, or no longer one (never the last).",
-            show_default=False,
-        ),
-    ] = None,
-    db: DbOpt = None,
-) -> None:
-    """Change a user's group or administrator status; its token stays as it is."""
-    from datasched.service.users import UserError, set_user
-
-    store = open_store(db)
-    try:
-        with store.session() as s:
-            u = set_user(s, name, group=group, admin=admin)
-    except UserError as exc:
-        fail(str(exc))
-    finally:
-        store.close()
-    out.print(
-        f"{u.name}: group {u.group}, {'administrator' if u.admin else 'not an administrator'}",
-        markup=False,
-        highlight=False,
-    )
-
-
-@users_app.command("remove")
-def users_remove(
-    name: Annotated[str, typer.Argument(metavar="NAME", help="The user's name.")],
-    db: DbOpt = None,
-) -> None:
-    """Remove a user: its token stops working at once. A user with past requests keeps its
-    name, without a token, so that its history stays its own ('users add NAME --new-token'
-    gives it one again). Refused while a request of the user is open, and for the last
-    administrator."""
-    from datasched.service.users import UserError, remove_user
-
-    store = open_store(db)
-    try:
-        with store.session() as s:
-            how = remove_user(s, name)
-    except UserError as exc:
-        fail(str(exc))
-    finally:
-        store.close()
-    said = {
-        "deleted": f"{name}: removed",
-        "revoked": f"{name}: token revoked; its past requests are kept",
-    }
-    out.print(said[how], markup=False, highlight=False)
 
 
 @users_app.command("list")
 def users_list(db: DbOpt = None) -> None:
-    """List the users: name, group, group priority, administrator or not, and whether their
-    token works (a removed user with past requests has none)."""
+    """List the users: name, group, group priority, administrator or not."""
     from rich.table import Table
 
-    from datasched.service.users import list_accounts
+    from datasched.service.users import list_users
 
     store = open_store(db)
     with store.session() as s:
-        users = list_accounts(s)
+        users = list_users(s)
     store.close()
-    table = Table("user", "group", "priority", "admin", "token")
-    for u, has_token in users:
-        table.add_row(
-            u.name,
-            u.group,
-            f"{u.priority:g}",
-            "yes" if u.admin else "",
-            "" if has_token else "revoked",
-        )
+    table = Table("user", "group", "priority", "admin")
+    for u in users:
+        table.add_row(u.name, u.group, f"{u.priority:g}", "yes" if u.admin else "")
     out.print(table)

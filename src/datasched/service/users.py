@@ -21,8 +21,7 @@ from dataclasses import dataclass
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from datasched.service.contracts import JobState
-from datasched.service.store.models import Group, Request, User
+from datasched.service.store.models import Group, User
 
 __all__ = [
     "Caller",
@@ -30,12 +29,9 @@ __all__ = [
     "UserError",
     "add_user",
     "authenticate",
-    "list_accounts",
     "list_groups",
     "list_users",
-    "remove_user",
     "set_group",
-    "set_user",
 ]
 
 NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
@@ -68,141 +64,50 @@ def _new_token() -> tuple[str, str, str, str]:
     return f"ds_{token_id}_{secret}", token_id, salt, _digest(salt, secret)
 
 
-def _check_name(field: str, value: str) -> None:
-    if not NAME.match(value):
-        raise UserError(
-            f"{field}: {value!r} is not a name (letters, digits, '_', '.', '-'; at most 64)"
-        )
-
-
-def _group(s: Session, name: str, priority: float | None = None) -> Group:
-    """Group ``name``, made if new (with ``priority``, else 1); an existing one gets
-    ``priority`` if given."""
-    _check_name("--group", name)
-    if priority is not None and not 0 < priority < math.inf:
-        raise UserError(f"--priority: expected a finite number > 0, got {priority}")
-    g = s.scalar(select(Group).where(Group.name == name))
-    if g is None:
-        g = Group(name=name, priority=priority or 1.0, quota=1.0)
-        s.add(g)
-        s.flush()
-    elif priority is not None:
-        g.priority = priority
-    return g
-
-
-def _user(s: Session, name: str) -> User:
-    _check_name("NAME", name)
-    user = s.scalar(select(User).where(User.name == name))
-    if user is None:
-        raise UserError(f"NAME: no user {name!r}")
-    return user
-
-
 def add_user(
     s: Session,
     name: str,
-    group: str | None,
+    group: str,
     *,
     admin: bool = False,
     new_token: bool = False,
     group_priority: float | None = None,
 ) -> str:
     """Make user ``name`` in ``group`` (made too if new) and return its token. With
-    ``new_token`` an existing user gets a new token instead (the old one stops working),
-    staying in its group unless ``group`` names another (``None``: its own)."""
-    _check_name("NAME", name)
+    ``new_token`` an existing user gets a new token instead (the old one stops working)."""
+    for field, value in (("NAME", name), ("--group", group)):
+        if not NAME.match(value):
+            raise UserError(
+                f"{field}: {value!r} is not a name (letters, digits, '_', '.', '-'; at most 64)"
+            )
+    if group_priority is not None and not 0 < group_priority < math.inf:
+        raise UserError(f"--priority: expected a finite number > 0, got {group_priority}")
+    g = s.scalar(select(Group).where(Group.name == group))
+    if g is None:
+        g = Group(name=group, priority=group_priority or 1.0, quota=1.0)
+        s.add(g)
+        s.flush()
+    elif group_priority is not None:
+        g.priority = group_priority
+    token, token_id, salt, digest = _new_token()
     user = s.scalar(select(User).where(User.name == name))
     if user is not None and not new_token:
         raise UserError(f"NAME: user {name!r} exists (give --new-token to replace its token)")
-    if group is None and user is None:
-        raise UserError(f"--group: user {name!r} is new and needs a group")
-    g = _group(s, group, group_priority) if group is not None else None
-    if g is None and group_priority is not None and user is not None:
-        g = _group(s, user.group.name, group_priority)
-    token, token_id, salt, digest = _new_token()
     if user is None:
         user = User(name=name, group=g, admin=admin)
         s.add(user)
     else:
-        if g is not None:
-            user.group = g
+        user.group = g
         user.admin = admin or user.admin
     user.token_id, user.token_salt, user.token_hash = token_id, salt, digest
     s.flush()
     return token
 
 
-def _admins(s: Session) -> int:
-    return s.scalar(select(func.count()).select_from(User).where(User.admin.is_(True))) or 0
-
-
-def set_user(
-    s: Session, name: str, *, group: str | None = None, admin: bool | None = None
-) -> Caller:
-    """Move user ``name`` to ``group`` (made if new) and/or make it an administrator or not;
-    the last administrator is never demoted. Its token stays as it is."""
-    user = _user(s, name)
-    if group is None and admin is None:
-        raise UserError("--group, --admin/--no-admin: give one or both")
-    if admin is False and user.admin and _admins(s) == 1:
-        raise UserError(f"--no-admin: {name!r} is the last administrator")
-    if group is not None:
-        user.group = _group(s, group)
-    if admin is not None:
-        user.admin = admin
-    s.flush()
-    return Caller(user.id, user.name, user.group.name, user.admin, user.group.priority)
-
-
-def remove_user(s: Session, name: str) -> str:
-    """Remove user ``name``: its token stops working at once. A user with requests of its own
-    keeps its name in the store, without a token (``"revoked"``), so that their history
-    stays theirs and the name cannot be taken by someone else (``users add NAME
-    --new-token`` gives it a token again); one with none is deleted (``"deleted"``). Refused
-    while a request of theirs is open (cancel it first) and for the last administrator."""
-    user = _user(s, name)
-    if user.admin and _admins(s) == 1:
-        raise UserError(f"NAME: {name!r} is the last administrator")
-    final = [str(state) for state in JobState if state.final]
-    open_ids = list(
-        s.scalars(
-            select(Request.id)
-            .where(Request.owner_id == user.id, Request.state.not_in(final))
-            .order_by(Request.id)
-            .limit(3)
-        )
-    )
-    if open_ids:
-        raise UserError(
-            f"NAME: {name!r} has requests still open ({', '.join(open_ids)}"
-            f"{', ...' if len(open_ids) == 3 else ''}); cancel them first"
-        )
-    has_history = s.scalar(
-        select(func.count()).select_from(Request).where(Request.owner_id == user.id)
-    )
-    if has_history:
-        # No secret hashes to "": the token cannot match. The id is new, so the old one
-        # finds no user either.
-        user.token_id, user.token_salt, user.token_hash = secrets.token_hex(8), "", ""
-        user.admin = False
-        s.flush()
-        return "revoked"
-    s.delete(user)
-    s.flush()
-    return "deleted"
-
-
 def list_users(s: Session) -> list[Caller]:
     """Every user, by name."""
-    return [caller for caller, _ in list_accounts(s)]
-
-
-def list_accounts(s: Session) -> list[tuple[Caller, bool]]:
-    """Every user, by name, and whether it has a working token (a removed user with
-    requests of its own has none)."""
     return [
-        (Caller(u.id, u.name, u.group.name, u.admin, u.group.priority), bool(u.token_hash))
+        Caller(u.id, u.name, u.group.name, u.admin, u.group.priority)
         for u in s.scalars(select(User).order_by(User.name))
     ]
 
@@ -213,7 +118,7 @@ def authenticate(s: Session, token: str) -> Caller | None:
     if len(parts) != 3 or parts[0] != "ds":
         return None
     user = s.scalar(select(User).where(User.token_id == parts[1]))
-    if user is None or not user.token_hash:  # no such token, or a removed user's
+    if user is None:
         return None
     if not hmac.compare_digest(_digest(user.token_salt, parts[2]), user.token_hash):
         return None
