@@ -42,6 +42,40 @@ def test_users_add_prints_a_token_once_and_list_shows_the_users(tmp_path: Path) 
     assert "yes" in r.stdout
 
 
+def _group_of(db: str, name: str) -> str:
+    r = cli.invoke(app, ["users", "list", "--db", db])
+    assert r.exit_code == 0, r.output
+    row = next(line for line in r.stdout.splitlines() if f" {name} " in line)
+    return row.strip("│ ").split("│")[1].strip()
+
+
+def test_a_new_token_keeps_the_users_group_unless_one_is_named(tmp_path: Path) -> None:
+    """`users add NAME --new-token` needed a --group and moved the user to it, silently: a
+    new token now keeps the group, and moving to a named one says so (on stderr: stdout is
+    the token alone)."""
+    db = str(tmp_path / "s.db")
+    r = cli.invoke(app, ["users", "add", "ann", "--group", "physics", "--db", db])
+    assert r.exit_code == 0, r.output
+    r = cli.invoke(app, ["users", "add", "ann", "--new-token", "--db", db])
+    assert r.exit_code == 0, r.output
+    assert r.stdout.strip().startswith("ds_")
+    assert r.stderr == ""
+    assert _group_of(db, "ann") == "physics"
+    r = cli.invoke(app, ["users", "add", "ann", "--new-token", "--group", "physics", "--db", db])
+    assert r.exit_code == 0, r.output
+    assert r.stderr == ""  # named, but the same: nothing moved
+    r = cli.invoke(app, ["users", "add", "ann", "--new-token", "--group", "chem", "--db", db])
+    assert r.exit_code == 0, r.output
+    assert r.stdout.strip().startswith("ds_")
+    assert r.stderr.strip() == "ann: moved from group 'physics' to 'chem'"
+    assert _group_of(db, "ann") == "chem"
+    r = cli.invoke(app, ["users", "add", "zed", "--db", db])  # a new user needs a group
+    assert r.exit_code == 2
+    assert r.stderr.strip() == "error: --group: needed to add a new user ('zed' does not exist)"
+    r = cli.invoke(app, ["users", "list", "--db", db])
+    assert "zed" not in r.stdout
+
+
 def test_catalog_scan_import_and_query(tmp_path: Path) -> None:
     db = str(tmp_path / "s.db")
     r = cli.invoke(

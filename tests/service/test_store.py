@@ -25,7 +25,7 @@ from datasched.service.daemon import StoreListener
 from datasched.service.store import ops, refused
 from datasched.service.store.db import Store, database_url, make_engine, upgrade
 from datasched.service.store.models import Base, Packet
-from datasched.service.users import UserError, add_user, authenticate, list_users
+from datasched.service.users import UserError, add_user, authenticate, issue_token, list_users
 
 
 def test_the_migrations_build_exactly_the_orm_schema_and_run_once(empty_db_url: str) -> None:
@@ -121,6 +121,22 @@ def test_a_token_names_its_user_and_only_the_newest_works(store: Store) -> None:
     with store.session() as s:
         assert authenticate(s, token) is None
         assert authenticate(s, newer) is not None
+
+
+def test_a_new_token_keeps_the_group_unless_another_is_named(store: Store) -> None:
+    with store.session() as s:
+        add_user(s, "ann", "physics", group_priority=2)
+        kept = issue_token(s, "ann", new_token=True)
+        assert (kept.group, kept.moved_from) == ("physics", None)
+        moved = issue_token(s, "ann", "chem", new_token=True)
+        assert (moved.group, moved.moved_from) == ("chem", "physics")
+    with store.session() as s:
+        assert authenticate(s, kept.token) is None
+        ann = authenticate(s, moved.token)
+        assert ann is not None
+        assert ann.group == "chem"
+        with pytest.raises(UserError, match=r"^--group: needed to add a new user"):
+            add_user(s, "zed")
 
 
 def test_bad_user_names_are_refused(store: Store) -> None:

@@ -459,7 +459,14 @@ def _confinement(
 @users_app.command("add")
 def users_add(
     name: Annotated[str, typer.Argument(metavar="NAME", help="The user's name.")],
-    group: Annotated[str, typer.Option(help="The user's group (made if new).")],
+    group: Annotated[
+        str | None,
+        typer.Option(
+            help="The user's group (made if new): needed for a new user. With --new-token, "
+            "the user keeps their group unless this names another.",
+            show_default=False,
+        ),
+    ] = None,
     admin: Annotated[
         bool, typer.Option("--admin", help="May see and cancel all requests.")
     ] = False,
@@ -471,20 +478,28 @@ def users_add(
     ] = None,
     db: DbOpt = None,
 ) -> None:
-    """Add a user (or give one a new token) and print the token: it is shown only now."""
-    from datasched.service.users import UserError, add_user
+    """Add a user (or give one a new token) and print the token: it is shown only now. A
+    user given a new token keeps their group, unless --group names another: then a line on
+    stderr says which group they left."""
+    from datasched.service.users import UserError, issue_token
 
     store = open_store(db)
     try:
         with store.session() as s:
-            token = add_user(
+            issued = issue_token(
                 s, name, group, admin=admin, new_token=new_token, group_priority=priority
             )
     except UserError as exc:
         fail(str(exc))
     finally:
         store.close()
-    out.print(token, highlight=False, soft_wrap=True)
+    out.print(issued.token, highlight=False, soft_wrap=True)
+    if issued.moved_from is not None:  # on stderr: stdout is the token alone, for scripts
+        err.print(
+            f"{name}: moved from group {issued.moved_from!r} to {issued.group!r}",
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 @users_app.command("list")

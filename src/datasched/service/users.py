@@ -26,9 +26,11 @@ from datasched.service.store.models import Group, User
 __all__ = [
     "Caller",
     "GroupInfo",
+    "Issued",
     "UserError",
     "add_user",
     "authenticate",
+    "issue_token",
     "list_groups",
     "list_users",
     "set_group",
@@ -64,44 +66,91 @@ def _new_token() -> tuple[str, str, str, str]:
     return f"ds_{token_id}_{secret}", token_id, salt, _digest(salt, secret)
 
 
+@dataclass(frozen=True, slots=True)
+class Issued:
+    """A token made (:func:`issue_token`): the token, shown once; the user's group; and the
+    group the user was moved from (None: a new user, or one who kept their group)."""
+
+    token: str
+    group: str
+    moved_from: str | None = None
+
+
+def _check_name(field: str, value: str) -> None:
+    if not NAME.match(value):
+        raise UserError(
+            f"{field}: {value!r} is not a name (letters, digits, '_', '.', '-'; at most 64)"
+        )
+
+
+def _group(s: Session, name: str, priority: float | None) -> Group:
+    """Group ``name``, made if new (its priority ``priority`` or 1, its quota 1); an existing
+    one's priority set to ``priority`` when given."""
+    g = s.scalar(select(Group).where(Group.name == name))
+    if g is None:
+        g = Group(name=name, priority=priority or 1.0, quota=1.0)
+        s.add(g)
+        s.flush()
+    elif priority is not None:
+        g.priority = priority
+    return g
+
+
+def issue_token(
+    s: Session,
+    name: str,
+    group: str | None = None,
+    *,
+    admin: bool = False,
+    new_token: bool = False,
+    group_priority: float | None = None,
+) -> Issued:
+    """Make user ``name`` in ``group`` (made too if new; needed for a new user) with a new
+    token. With ``new_token`` an existing user gets a new token instead (the old one stops
+    working) and keeps their group unless ``group`` names another (then ``moved_from``
+    says which they left); ``admin`` makes them an administrator, and never takes it
+    away."""
+    _check_name("NAME", name)
+    if group is not None:
+        _check_name("--group", group)
+    if group_priority is not None and not 0 < group_priority < math.inf:
+        raise UserError(f"--priority: expected a finite number > 0, got {group_priority}")
+    user = s.scalar(select(User).where(User.name == name))
+    moved_from = None
+    if user is None:
+        if group is None:
+            raise UserError(f"--group: needed to add a new user ({name!r} does not exist)")
+        g = _group(s, group, group_priority)
+        user = User(name=name, group=g, admin=admin)
+        s.add(user)
+    elif not new_token:
+        raise UserError(f"NAME: user {name!r} exists (give --new-token to replace its token)")
+    else:
+        g = _group(s, user.group.name if group is None else group, group_priority)
+        if user.group_id != g.id:
+            moved_from = user.group.name
+        user.group = g
+        user.admin = admin or user.admin
+    token, token_id, salt, digest = _new_token()
+    user.token_id, user.token_salt, user.token_hash = token_id, salt, digest
+    s.flush()
+    return Issued(token, g.name, moved_from)
+
+
 def add_user(
     s: Session,
     name: str,
-    group: str,
+    group: str | None = None,
     *,
     admin: bool = False,
     new_token: bool = False,
     group_priority: float | None = None,
 ) -> str:
-    """Make user ``name`` in ``group`` (made too if new) and return its token. With
-    ``new_token`` an existing user gets a new token instead (the old one stops working)."""
-    for field, value in (("NAME", name), ("--group", group)):
-        if not NAME.match(value):
-            raise UserError(
-                f"{field}: {value!r} is not a name (letters, digits, '_', '.', '-'; at most 64)"
-            )
-    if group_priority is not None and not 0 < group_priority < math.inf:
-        raise UserError(f"--priority: expected a finite number > 0, got {group_priority}")
-    g = s.scalar(select(Group).where(Group.name == group))
-    if g is None:
-        g = Group(name=group, priority=group_priority or 1.0, quota=1.0)
-        s.add(g)
-        s.flush()
-    elif group_priority is not None:
-        g.priority = group_priority
-    token, token_id, salt, digest = _new_token()
-    user = s.scalar(select(User).where(User.name == name))
-    if user is not None and not new_token:
-        raise UserError(f"NAME: user {name!r} exists (give --new-token to replace its token)")
-    if user is None:
-        user = User(name=name, group=g, admin=admin)
-        s.add(user)
-    else:
-        user.group = g
-        user.admin = admin or user.admin
-    user.token_id, user.token_salt, user.token_hash = token_id, salt, digest
-    s.flush()
-    return token
+    """The token of :func:`issue_token`: user ``name`` made in ``group``, or with
+    ``new_token`` an existing user's new token (their group kept unless one is named)."""
+    return issue_token(
+        s, name, group, admin=admin, new_token=new_token, group_priority=group_priority
+    ).token
 
 
 def list_users(s: Session) -> list[Caller]:
