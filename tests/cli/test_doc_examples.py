@@ -39,6 +39,9 @@ SERVICE_GROUPS = "tests/service/test_service_cli.py::test_groups_set_and_list_ag
 SERVICE_USERS = (
     "tests/service/test_service_cli.py::test_users_add_prints_a_token_once_and_list_shows_the_users"
 )
+SERVICE_USERS_ADMIN = (
+    "tests/service/test_service_cli.py::test_users_remove_and_set_against_a_daemon"
+)
 SERVICE_CATALOG = "tests/service/test_service_cli.py::test_catalog_scan_import_and_query"
 SERVE = (
     "tests/service/test_serve_restart.py::"
@@ -181,6 +184,10 @@ EXAMPLES: dict[str, str] = {
     "test_three_users_requests_complete_with_every_event_once",
     "datasched users add ann --group physics": SERVICE_USERS,
     "datasched users add root --group admins --admin": SERVICE_USERS,
+    "datasched users set ann --admin": SERVICE_USERS_ADMIN,
+    "datasched users set bob --group heavy-ion": SERVICE_USERS_ADMIN,
+    "datasched users remove bob": SERVICE_USERS_ADMIN,
+    "datasched users list --removed": SERVICE_USERS_ADMIN,
     "export DATASCHED_TOKEN=ds_...": SERVICE_CLI,
     "export TOKEN=ds_5f0c...": API,
     "datasched serve --workers 4 --roots /data --run-as datasched-job": SERVE,

@@ -18,6 +18,7 @@ from fastapi.testclient import TestClient
 from datasched.service.api.deps import Limits, TokenBucket
 from datasched.service.app import build_state, create_app
 from datasched.service.store.db import Store
+from datasched.service.users import remove_user
 from svc_support import FakeLanguage, FakeRunner, seed
 
 YAML = "application/yaml"
@@ -133,6 +134,34 @@ def test_without_a_valid_token_every_call_is_401(api: Api) -> None:
         r = api.client.get("/api/v1/requests", headers=headers)
         assert r.status_code == 401
         assert r.json()["errors"][0]["field"] == "Authorization"
+
+
+def test_a_removed_users_token_is_refused_at_once_and_nothing_is_stored_for_them(
+    api: Api, sqlite_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`users remove` (the store, from another process) takes effect on the next call: the
+    token is checked against the store on every call. A submission already past the check
+    when its user is removed stores nothing: the user's row is locked and read again in the
+    transaction that stores the request, as the removal locks it to find none open."""
+    assert api.client.get("/api/v1/requests", headers=api.h("bob")).status_code == 200
+    svc = api.client.app.state.service  # type: ignore[attr-defined]
+    checked = svc.language.check
+
+    def check_then_remove(*args: Any) -> Any:
+        found = checked(*args)
+        with sqlite_store.session() as s:
+            remove_user(s, "bob")
+        return found
+
+    monkeypatch.setattr(svc.language, "check", check_then_remove)
+    r = api.submit("bob", "processor: p\ninput: [/star/pp/0.root]\n")
+    assert r.status_code == 401, r.text
+    assert r.json()["errors"] == [{"field": "Authorization", "reason": "a valid token is needed"}]
+    assert r.headers["WWW-Authenticate"] == "Bearer"
+    r = api.client.get("/api/v1/requests", headers=api.h("bob"))
+    assert r.status_code == 401
+    everyone = api.client.get("/api/v1/requests", headers=api.h("root")).json()["requests"]
+    assert [q["owner"] for q in everyone] == []
 
 
 def test_another_users_request_is_404_and_an_admin_sees_all(api: Api) -> None:

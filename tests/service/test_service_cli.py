@@ -170,6 +170,90 @@ def test_the_client_commands_against_a_daemon(
     assert f"{rid2}: aborted" in r.stdout
 
 
+def test_users_remove_and_set_against_a_daemon(
+    server: tuple[str, dict[str, str]],
+    sqlite_store: Store,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An administrator removes a user (refused while one of their requests runs; their
+    token refused by the running daemon at once after; their requests kept) and promotes
+    and demotes administrators, never the last; an unknown user is one line, exit 2."""
+    url, tokens = server
+    db = str(tmp_path / "store.db")  # the daemon's store
+    with sqlite_store.session() as s:
+        root = add_user(s, "root", "admins", admin=True)
+    monkeypatch.setenv("DATASCHED_SERVER", url)
+    req = tmp_path / "r.yaml"
+    req.write_text("title: held\nprocessor: p.py:P\ninput: [{catalog: year=2004}]\n")
+    r = cli.invoke(app, ["submit", str(req), "--token", tokens["bob"]])  # runs until cancelled
+    assert r.exit_code == 0, r.output
+    rid = r.stdout.strip()
+    r = cli.invoke(app, ["users", "remove", "bob", "--db", db])
+    assert r.exit_code == 2
+    assert r.stderr.strip() == (
+        f"error: NAME: user 'bob' has 1 requests not yet final ({rid}); cancel them first "
+        "(datasched cancel ID, with an administrator's token)"
+    )
+    assert cli.invoke(app, ["status", "--token", tokens["bob"]]).exit_code == 0  # unchanged
+    assert cli.invoke(app, ["cancel", rid, "--token", root]).exit_code == 0
+    r = cli.invoke(app, ["users", "remove", "bob", "--db", db])
+    assert r.exit_code == 0, r.output
+    assert r.stdout.strip() == "bob: removed; their token no longer works; 1 requests kept"
+    r = cli.invoke(app, ["status", "--token", tokens["bob"]])
+    assert r.exit_code == 1
+    assert r.stderr.strip() == "Authorization: a valid token is needed"
+    r = cli.invoke(app, ["status", rid, "--token", root])  # the history stays
+    assert r.exit_code == 0, r.output
+    assert f"{rid} (bob) aborted" in r.stdout
+    assert "bob" not in cli.invoke(app, ["users", "list", "--db", db]).stdout
+    assert "bob" in cli.invoke(app, ["users", "list", "--removed", "--db", db]).stdout
+    r = cli.invoke(app, ["users", "add", "bob", "--group", "g", "--db", db])  # not reused
+    assert r.exit_code == 2
+    assert "error: NAME: user 'bob' was removed (their requests keep the name)" in r.stderr
+    for args in (["remove", "nobody"], ["set", "nobody", "--admin"]):
+        r = cli.invoke(app, ["users", *args, "--db", db])
+        assert r.exit_code == 2
+        assert r.stderr.strip() == "error: NAME: no user 'nobody'"
+    last = (
+        "'root' is the last administrator; make another one first "
+        "(datasched users set NAME --admin)"
+    )
+    r = cli.invoke(app, ["users", "remove", "root", "--db", db])
+    assert r.exit_code == 2
+    assert r.stderr.strip() == f"error: NAME: {last}"
+    r = cli.invoke(app, ["users", "set", "root", "--no-admin", "--db", db])
+    assert r.exit_code == 2
+    assert r.stderr.strip() == f"error: --no-admin: {last}"
+    r = cli.invoke(app, ["users", "set", "root", "--db", db])
+    assert r.exit_code == 2
+    assert r.stderr.strip() == "error: --admin, --no-admin, --group: give one"
+    # Promoted and demoted: the daemon sees it at the next call.
+    r = cli.invoke(app, ["users", "set", "ann", "--admin", "--db", db])
+    assert r.exit_code == 0, r.output
+    assert r.stdout.strip() == "ann: now an administrator (group 'g', administrator)"
+    r = cli.invoke(app, ["users", "set", "root", "--no-admin", "--db", db])
+    assert r.exit_code == 0, r.output
+    assert (
+        r.stdout.strip() == "root: no longer an administrator (group 'admins', not administrator)"
+    )
+    r = cli.invoke(app, ["groups", "set", "g", "--quota", "2", "--token", root])
+    assert r.exit_code == 1
+    assert r.stderr.strip() == "caller: administrators only"
+    r = cli.invoke(app, ["groups", "set", "g", "--quota", "2", "--token", tokens["ann"]])
+    assert r.exit_code == 0, r.output
+    r = cli.invoke(app, ["users", "set", "ann", "--group", "physics", "--db", db])
+    assert r.exit_code == 0, r.output
+    assert r.stdout.strip() == (
+        "ann: moved from group 'g' to 'physics' (group 'physics', administrator)"
+    )
+    r = cli.invoke(app, ["users", "add", "bob", "--new-token", "--db", db])  # brought back
+    assert r.exit_code == 0, r.output
+    assert r.stderr.strip() == "bob: brought back (they had been removed)"
+    r = cli.invoke(app, ["status", rid, "--token", r.stdout.strip()])
+    assert r.exit_code == 0, r.output
+
+
 def test_the_address_may_be_pasted_with_the_apis_or_dashboards_path(
     server: tuple[str, dict[str, str]],
 ) -> None:

@@ -5,6 +5,7 @@ requeueing after a restart."""
 from __future__ import annotations
 
 import pickle
+import threading
 from datetime import UTC, datetime
 
 import pytest
@@ -25,7 +26,18 @@ from datasched.service.daemon import StoreListener
 from datasched.service.store import ops, refused
 from datasched.service.store.db import Store, database_url, make_engine, upgrade
 from datasched.service.store.models import Base, Packet
-from datasched.service.users import UserError, add_user, authenticate, issue_token, list_users
+from datasched.service.users import (
+    Caller,
+    UserError,
+    add_user,
+    authenticate,
+    issue_token,
+    list_groups,
+    list_users,
+    remove_user,
+    removed_users,
+    set_user,
+)
 
 
 def test_the_migrations_build_exactly_the_orm_schema_and_run_once(empty_db_url: str) -> None:
@@ -35,7 +47,7 @@ def test_the_migrations_build_exactly_the_orm_schema_and_run_once(empty_db_url: 
     store.close()
     store = Store(empty_db_url)  # at head already: nothing to do
     with store.engine.connect() as conn:
-        assert MigrationContext.configure(conn).get_current_revision() == "0004"
+        assert MigrationContext.configure(conn).get_current_revision() == "0005"
     store.close()
 
 
@@ -45,7 +57,17 @@ def test_a_store_of_the_previous_schema_is_upgraded_with_its_packets(empty_db_ur
     upgrade(engine, "0002")
     engine.dispose()
     old = Store(empty_db_url, migrate=False)
-    rid = _request(old, "ann", n_jobs=1)
+    # Its user written as that schema has it (the ORM's User has columns added since).
+    with old.engine.begin() as conn:
+        conn.execute(text("INSERT INTO groups (name, priority, quota) VALUES ('g', 1, 1)"))
+        conn.execute(
+            text(
+                "INSERT INTO users (name, group_id, admin, token_id, token_salt, token_hash,"
+                " created) VALUES ('ann', 1, false, 'ann', '', '', :c)"
+            ),
+            {"c": datetime(2026, 11, 1, tzinfo=UTC)},
+        )
+    rid = _request(old, "ann", n_jobs=1, caller=Caller(1, "ann", "g", False))
     with old.engine.begin() as conn:
         conn.execute(
             text(
@@ -57,7 +79,7 @@ def test_a_store_of_the_previous_schema_is_upgraded_with_its_packets(empty_db_ur
     old.close()
     store = Store(empty_db_url)  # upgrades to the head
     with store.engine.connect() as conn:
-        assert MigrationContext.configure(conn).get_current_revision() == "0004"
+        assert MigrationContext.configure(conn).get_current_revision() == "0005"
         assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
     now = datetime.now(UTC).timestamp()
     listener = StoreListener(store)
@@ -83,6 +105,8 @@ def test_a_store_of_the_previous_schema_is_upgraded_with_its_packets(empty_db_ur
     # When it got its slot, a second after it began; the other packet's is not known.
     assert _aware(rows[1].slotted).timestamp() == pytest.approx(now - 1, abs=1e-3)
     assert rows[2].slotted is None
+    with store.reading() as s:  # the user, stored before users were removed, is not
+        assert [u.name for u in list_users(s)] == ["ann"]
     store.close()
 
 
@@ -139,14 +163,133 @@ def test_a_new_token_keeps_the_group_unless_another_is_named(store: Store) -> No
             add_user(s, "zed")
 
 
+def test_a_removed_user_s_token_stops_and_their_requests_stay(store: Store) -> None:
+    rid = _request(store, "ann")
+    with store.session() as s:
+        root = add_user(s, "root", "admins", admin=True)
+        token = add_user(s, "ann", new_token=True)
+    with store.session() as s, pytest.raises(UserError) as refused_open:
+        remove_user(s, "ann")  # one of her requests is still open: nothing changes
+    assert str(refused_open.value) == (
+        f"NAME: user 'ann' has 1 requests not yet final ({rid}); cancel them first "
+        "(datasched cancel ID, with an administrator's token)"
+    )
+    with store.session() as s:
+        assert authenticate(s, token) is not None
+        admin = authenticate(s, root)
+        assert admin is not None
+        req = ops.find_request(s, admin, rid)
+        assert req is not None
+        ops.cancel_request(s, req)
+    with store.session() as s:
+        gone = remove_user(s, "ann")
+        assert (gone.name, gone.group, gone.requests) == ("ann", "g", 1)
+    with store.session() as s:
+        assert authenticate(s, token) is None
+        assert [u.name for u in list_users(s)] == ["root"]
+        assert [(r.name, r.requests) for r in removed_users(s)] == [("ann", 1)]
+        assert [g.users for g in list_groups(s) if g.name == "g"] == [0]
+        kept = ops.find_request(s, admin, rid)  # her history stays, under her name
+        assert kept is not None
+        assert (kept.owner.name, kept.state) == ("ann", "aborted")
+        with pytest.raises(UserError, match=r"^NAME: user 'ann' was removed already$"):
+            remove_user(s, "ann")
+        with pytest.raises(UserError, match=r"^NAME: user 'ann' was removed \(users add"):
+            set_user(s, "ann", admin=True)
+        with pytest.raises(UserError, match=r"^NAME: user 'ann' was removed \(their requests"):
+            add_user(s, "ann", "g")  # her name is not someone else's
+    with store.session() as s:  # --new-token brings the same user back, not an administrator
+        back = issue_token(s, "ann", new_token=True)
+        assert (back.group, back.restored) == ("g", True)
+    with store.session() as s:
+        ann = authenticate(s, back.token)
+        assert ann is not None
+        assert not ann.admin
+        assert ops.find_request(s, ann, rid) is not None
+
+
+def test_the_last_administrator_is_never_removed_or_demoted(store: Store) -> None:
+    with store.session() as s:
+        add_user(s, "root", "admins", admin=True)
+        add_user(s, "bob", "physics")
+    for change, field in (
+        (lambda s: remove_user(s, "root"), "NAME"),
+        (lambda s: set_user(s, "root", admin=False), "--no-admin"),
+    ):
+        with store.session() as s, pytest.raises(UserError) as refused:
+            change(s)
+        assert str(refused.value) == (
+            f"{field}: 'root' is the last administrator; make another one first "
+            "(datasched users set NAME --admin)"
+        )
+    with store.session() as s:
+        promoted = set_user(s, "bob", admin=True, group="admins")
+        assert (promoted.admin, promoted.was_admin) == (True, False)
+        assert (promoted.group, promoted.was_group) == ("admins", "physics")
+        set_user(s, "root", admin=False)  # bob is one now
+    with store.session() as s:
+        assert [u.name for u in list_users(s) if u.admin] == ["bob"]
+        with pytest.raises(UserError, match="'bob' is the last administrator"):
+            set_user(s, "bob", admin=False)
+        with pytest.raises(UserError, match="'bob' is the last administrator"):
+            remove_user(s, "bob")
+        remove_user(s, "root")  # no longer an administrator: removed
+        with pytest.raises(UserError, match=r"^NAME: no user 'nobody'$"):
+            remove_user(s, "nobody")
+        with pytest.raises(UserError, match=r"^NAME: no user 'nobody'$"):
+            set_user(s, "nobody", admin=True)
+        with pytest.raises(UserError, match=r"^--admin, --no-admin, --group: give one$"):
+            set_user(s, "bob")
+
+
+def test_two_administrators_demoting_each_other_at_once_leave_one(store: Store) -> None:
+    """Each demotion locks the administrators' rows before it counts them: the second waits
+    for the first to commit, then finds itself the last (without the lock, PostgreSQL's
+    transactions each counted two, and both went through)."""
+    with store.session() as s:
+        add_user(s, "a", "admins", admin=True)
+        add_user(s, "b", "admins", admin=True)
+    changed, release = threading.Event(), threading.Event()
+    refused: list[str] = []
+
+    def demote(name: str, hold: bool) -> None:
+        try:
+            with store.session() as s:
+                set_user(s, name, admin=False)
+                if hold:  # the first keeps its transaction open until released
+                    changed.set()
+                    release.wait(timeout=30)
+        except UserError as exc:
+            refused.append(str(exc))
+
+    first = threading.Thread(target=demote, args=("a", True))
+    first.start()
+    assert changed.wait(timeout=30)
+    second = threading.Thread(target=demote, args=("b", False))
+    second.start()
+    second.join(timeout=1)  # with the lock it waits on the first; either way, go on
+    release.set()
+    first.join(timeout=30)
+    second.join(timeout=30)
+    assert refused == [
+        "--no-admin: 'b' is the last administrator; make another one first "
+        "(datasched users set NAME --admin)"
+    ]
+    with store.reading() as s:
+        assert [u.name for u in list_users(s) if u.admin] == ["b"]
+
+
 def test_bad_user_names_are_refused(store: Store) -> None:
     with store.session() as s, pytest.raises(UserError, match="NAME"):
         add_user(s, "a b", "g")
 
 
-def _request(store: Store, owner: str, n_jobs: int = 2, events: int = 25) -> str:
+def _request(
+    store: Store, owner: str, n_jobs: int = 2, events: int = 25, caller: Caller | None = None
+) -> str:
     with store.session() as s:
-        caller = authenticate(s, add_user(s, owner, "g", new_token=True))
+        if caller is None:
+            caller = authenticate(s, add_user(s, owner, "g", new_token=True))
         assert caller is not None
         work = ProcessorWork("proc.py:P")
         rid = ops.new_request_id()

@@ -494,7 +494,10 @@ def users_add(
     finally:
         store.close()
     out.print(issued.token, highlight=False, soft_wrap=True)
-    if issued.moved_from is not None:  # on stderr: stdout is the token alone, for scripts
+    # What else is said goes to stderr: stdout is the token alone, for scripts.
+    if issued.restored:
+        err.print(f"{name}: brought back (they had been removed)", highlight=False)
+    if issued.moved_from is not None:
         err.print(
             f"{name}: moved from group {issued.moved_from!r} to {issued.group!r}",
             highlight=False,
@@ -502,17 +505,94 @@ def users_add(
         )
 
 
+@users_app.command("set")
+def users_set(
+    name: Annotated[str, typer.Argument(metavar="NAME", help="The user's name.")],
+    admin: Annotated[
+        bool | None,
+        typer.Option(
+            "--admin/--no-admin",
+            help="Make the user an administrator, or no longer one (never the last).",
+            show_default=False,
+        ),
+    ] = None,
+    group: Annotated[
+        str | None, typer.Option(help="Move the user to this group (made if new).")
+    ] = None,
+    db: DbOpt = None,
+) -> None:
+    """Promote or demote an administrator, or move a user to another group; their token
+    stays as it is. The last administrator is never demoted."""
+    from datasched.service.users import UserError, set_user
+
+    store = open_store(db)
+    try:
+        with store.session() as s:
+            change = set_user(s, name, admin=admin, group=group)
+    except UserError as exc:
+        fail(str(exc))
+    finally:
+        store.close()
+    said = []
+    if change.group != change.was_group:
+        said.append(f"moved from group {change.was_group!r} to {change.group!r}")
+    if change.admin != change.was_admin:
+        said.append("now an administrator" if change.admin else "no longer an administrator")
+    state = f"group {change.group!r}, " + ("administrator" if change.admin else "not administrator")
+    out.print(
+        f"{name}: {'; '.join(said) or 'unchanged'} ({state})", highlight=False, soft_wrap=True
+    )
+
+
+@users_app.command("remove")
+def users_remove(
+    name: Annotated[str, typer.Argument(metavar="NAME", help="The user's name.")],
+    db: DbOpt = None,
+) -> None:
+    """Remove a user: their token stops working at once; their requests are kept, under their
+    name (which no one else may take; --new-token brings them back). Refused while one of
+    their requests is not yet final (cancel it first), and for the last administrator."""
+    from datasched.service.users import UserError, remove_user
+
+    store = open_store(db)
+    try:
+        with store.session() as s:
+            gone = remove_user(s, name)
+    except UserError as exc:
+        fail(str(exc))
+    finally:
+        store.close()
+    out.print(
+        f"{name}: removed; their token no longer works; {gone.requests} requests kept",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
 @users_app.command("list")
-def users_list(db: DbOpt = None) -> None:
-    """List the users: name, group, group priority, administrator or not."""
+def users_list(
+    removed: Annotated[
+        bool, typer.Option("--removed", help="List the removed users instead.")
+    ] = False,
+    db: DbOpt = None,
+) -> None:
+    """List the users: name, group, group priority, administrator or not. With --removed,
+    the removed users: name, last group, when removed, the requests kept."""
     from rich.table import Table
 
-    from datasched.service.users import list_users
+    from datasched.service.users import list_users, removed_users
 
     store = open_store(db)
     with store.session() as s:
         users = list_users(s)
+        gone = removed_users(s) if removed else []
     store.close()
+    if removed:
+        table = Table("user", "group", "removed", "requests")
+        for r in gone:
+            table.add_row(r.name, r.group, f"{r.removed:%Y-%m-%d %H:%M}", str(r.requests))
+        out.print(table)
+        return
     table = Table("user", "group", "priority", "admin")
     for u in users:
         table.add_row(u.name, u.group, f"{u.priority:g}", "yes" if u.admin else "")

@@ -114,6 +114,12 @@ async def submit(http: HttpRequest, svc: StateDep, caller: CallerDep) -> JSONRes
         return _errors(503, FieldError("server", f"cannot read requests: {exc}"))
     except PendingFull as exc:  # another submission of the caller's got there first
         return await run_in_threadpool(_pending_full, svc, caller, exc.count)
+    except ops.UserRemoved:  # removed since their token was checked: as no token
+        return _errors(
+            401,
+            FieldError("Authorization", "a valid token is needed"),
+            headers={"WWW-Authenticate": "Bearer"},
+        )
     svc.metrics.submitted.labels(answer["state"]).inc()
     if status == 201 and svc.dispatcher is not None:
         svc.dispatcher.wake()

@@ -63,7 +63,9 @@ class Group(Base):
 
 class User(Base):
     """A user. The token is shown once when made; the store keeps its id in clear (to find
-    the user) and a salted SHA-256 of its secret part (see :mod:`datasched.service.users`)."""
+    the user) and a salted SHA-256 of its secret part (see :mod:`datasched.service.users`).
+    A removed user (``removed``: when) keeps their row, so that their requests keep their
+    owner; no token is theirs any more."""
 
     __tablename__ = "users"
 
@@ -75,6 +77,7 @@ class User(Base):
     token_salt: Mapped[str] = mapped_column(String(64))
     token_hash: Mapped[str] = mapped_column(String(128))
     created: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    removed: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
     group: Mapped[Group] = relationship(lazy="joined")
 

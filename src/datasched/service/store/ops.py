@@ -32,6 +32,7 @@ __all__ = [
     "HANDED_OVER",
     "OPEN",
     "GroupQueue",
+    "UserRemoved",
     "cancel_request",
     "done_ranges",
     "elementary_job",
@@ -92,11 +93,20 @@ def _file_json(f: FileRef) -> dict[str, Any]:
     return data
 
 
+class UserRemoved(Exception):
+    """The caller was removed after their token was checked (a call under way then)."""
+
+
 def lock_user(s: Session, user_id: int) -> None:
     """Lock the user's row until the transaction ends (PostgreSQL's ``FOR UPDATE``; SQLite's
     transactions hold the write lock already), so that a user's concurrent submissions
-    count their pending and refused requests one after the other."""
-    s.execute(select(User.id).where(User.id == user_id).with_for_update())
+    count their pending and refused requests one after the other, and so that a submission
+    and the user's removal (which locks the row too) come one after the other: raises
+    :class:`UserRemoved` for a user removed meanwhile, so that no request is stored for
+    them once ``users remove`` found none open."""
+    removed = s.execute(select(User.removed).where(User.id == user_id).with_for_update()).first()
+    if removed is not None and removed[0] is not None:
+        raise UserRemoved(user_id)
 
 
 def open_requests(s: Session, owner_id: int) -> int:
