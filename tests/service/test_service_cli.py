@@ -192,14 +192,14 @@ def test_users_remove_and_set_against_a_daemon(
     r = cli.invoke(app, ["users", "remove", "bob", "--db", db])
     assert r.exit_code == 2
     assert r.stderr.strip() == (
-        f"error: NAME: user 'bob' has 1 requests not yet final ({rid}); cancel them first "
+        f"error: NAME: user 'bob' has a request not yet final ({rid}); cancel it first "
         "(datasched cancel ID, with an administrator's token)"
     )
     assert cli.invoke(app, ["status", "--token", tokens["bob"]]).exit_code == 0  # unchanged
     assert cli.invoke(app, ["cancel", rid, "--token", root]).exit_code == 0
     r = cli.invoke(app, ["users", "remove", "bob", "--db", db])
     assert r.exit_code == 0, r.output
-    assert r.stdout.strip() == "bob: removed; their token no longer works; 1 requests kept"
+    assert r.stdout.strip() == "bob: removed; their token no longer works; 1 request kept"
     r = cli.invoke(app, ["status", "--token", tokens["bob"]])
     assert r.exit_code == 1
     assert r.stderr.strip() == "Authorization: a valid token is needed"

@@ -171,7 +171,7 @@ def test_a_removed_user_s_token_stops_and_their_requests_stay(store: Store) -> N
     with store.session() as s, pytest.raises(UserError) as refused_open:
         remove_user(s, "ann")  # one of her requests is still open: nothing changes
     assert str(refused_open.value) == (
-        f"NAME: user 'ann' has 1 requests not yet final ({rid}); cancel them first "
+        f"NAME: user 'ann' has a request not yet final ({rid}); cancel it first "
         "(datasched cancel ID, with an administrator's token)"
     )
     with store.session() as s:

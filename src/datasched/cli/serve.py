@@ -563,7 +563,8 @@ def users_remove(
     finally:
         store.close()
     out.print(
-        f"{name}: removed; their token no longer works; {gone.requests} requests kept",
+        f"{name}: removed; their token no longer works; "
+        f"{gone.requests} request{'' if gone.requests == 1 else 's'} kept",
         highlight=False,
         soft_wrap=True,
     )

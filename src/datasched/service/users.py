@@ -253,9 +253,11 @@ def remove_user(s: Session, name: str) -> Removed:
     still = list(s.scalars(mine.where(Request.state.in_(OPEN_STATES)).order_by(Request.created)))
     if still:
         shown = ", ".join(still[:3]) + (f" and {len(still) - 3} more" if len(still) > 3 else "")
+        some = f"{len(still)} requests" if len(still) > 1 else "a request"
         raise UserError(
-            f"NAME: user {name!r} has {len(still)} requests not yet final ({shown}); cancel "
-            "them first (datasched cancel ID, with an administrator's token)"
+            f"NAME: user {name!r} has {some} not yet final ({shown}); cancel "
+            f"{'them' if len(still) > 1 else 'it'} first (datasched cancel ID, with an "
+            "administrator's token)"
         )
     kept = s.scalar(select(func.count()).select_from(mine.subquery())) or 0
     user.removed = utcnow()
