@@ -160,6 +160,24 @@ def covered(packets: list[PacketDone], files: list[FileRef]) -> None:
         assert union == IntervalSet.range(0, f.n_events), f"{f.url}: entries missing"
 
 
+async def compute_failed(address: str) -> list[str]:
+    """Dask's "Compute Failed" records (a task that raised, logged with its traceback) on
+    the workers so far, read once no task runs there any more (a task cancelled while it
+    ran goes on in its thread: what it logs at its end is counted too)."""
+    from distributed import Client
+
+    async with Client(address, asynchronous=True) as client:  # type: ignore[no-untyped-call]
+        for _ in range(600):
+            running = await client.run(lambda dask_worker: len(dask_worker.state.all_running_tasks))
+            if not any(running.values()):
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError(f"tasks still run on the workers: {running}")
+        logs = await client.get_worker_logs()
+    return sorted(m for entries in logs.values() for _, m in entries if "Compute Failed" in m)
+
+
 def merged_counts(packets: list[PacketDone]) -> list[float]:
     acc: Any = None
     for p in packets:
@@ -256,7 +274,10 @@ def test_cancel_mid_job_reports_nothing_after_abort(
     _, files = data
     rec = Recorder()
 
+    logged: list[list[str]] = []
+
     async def main() -> None:
+        logged.append(await compute_failed(scheduler_address))
         runner = make_runner(rec, scheduler_address, tmp_path)
         await runner.start()
         try:
@@ -267,11 +288,16 @@ def test_cancel_mid_job_reports_nothing_after_abort(
             assert runner.cancel("r1.0")
             await rec.wait_final("r1.0")
             await asyncio.sleep(0.5)  # a late packet would be reported by now
+            logged.append(await compute_failed(scheduler_address))
         finally:
             await runner.stop()
 
     asyncio.run(main())
     assert rec.states("r1.0") == [JobState.QUEUED, JobState.RUNNING, JobState.ABORTED]
+    # Its packets on the workers were cancelled, not failed: Dask logged no "Compute
+    # Failed" traceback for them.
+    before, after = logged
+    assert after == before, sorted(set(after) - set(before))
     kinds = [k for k, args in rec.calls if k == "packet" or args[1] == JobState.ABORTED]
     assert kinds[-1] == "state", "a packet was reported after the abort"
     done = sum(p.stop - p.start for p in rec.packets("r1.0"))
@@ -296,7 +322,10 @@ def test_a_cancelled_command_is_killed_and_frees_its_slot(
                 found.append(p)
         return found
 
+    logged: list[list[str]] = []
+
     async def main() -> None:
+        logged.append(await compute_failed(scheduler_address))
         runner = make_runner(rec, scheduler_address, tmp_path)
         await runner.start()
         try:
@@ -316,12 +345,15 @@ def test_a_cancelled_command_is_killed_and_frees_its_slot(
             after = ElementaryJob("d", 0, (files[0],), CommandWork("true"))
             runner.submit(after)
             await rec.wait_final(after.id)
+            logged.append(await compute_failed(scheduler_address))
         finally:
             await runner.stop()
 
     asyncio.run(main())
     assert rec.states("c.0")[-1] == JobState.ABORTED
     assert rec.states("d.0")[-1] == JobState.COMPLETED, rec.final("d.0")
+    before, after = logged
+    assert after == before, sorted(set(after) - set(before))  # a command killed: no failure
 
 
 def test_resume_after_a_stop_runs_each_event_once(
@@ -392,7 +424,10 @@ def test_commands_get_local_copies_and_failures_their_log_and_file(
     missing = FileRef(str(tmp_path / "missing.root"), 100, 1000, tree="Events")
     unreadable = processor_job([files[0], missing], index=9)
 
+    logged: list[list[str]] = []
+
     async def main() -> None:
+        logged.append(await compute_failed(scheduler_address))
         runner = make_runner(rec, scheduler_address, tmp_path)
         await runner.start()
         try:
@@ -402,10 +437,16 @@ def test_commands_get_local_copies_and_failures_their_log_and_file(
             runner.submit(unreadable)
             for job in (ok, bad, part, unreadable):
                 await rec.wait_final(job.id)
+            logged.append(await compute_failed(scheduler_address))
         finally:
             await runner.stop()
 
     asyncio.run(main())
+    # Real failures are still Dask's to log, with their tracebacks (a cancel is not).
+    before, after = logged
+    new = sorted(set(after) - set(before))
+    assert any("exited with code 3" in m for m in new), new
+    assert any(missing.url in m for m in new), new
     assert rec.states(ok.id) == [JobState.QUEUED, JobState.RUNNING, JobState.COMPLETED], rec.final(
         ok.id
     )

@@ -31,7 +31,7 @@ from distributed import get_worker
 
 from datasched.runtime.diskcache import Acquired
 from datasched.runtime.processor import ShippedProcessor
-from datasched.runtime.sandboxed import command_running, job_stopped
+from datasched.runtime.sandboxed import JobStopped, command_running, job_stopped
 from datasched.runtime.worker import (
     PacketError,
     PacketResult,
@@ -151,8 +151,19 @@ def log_tail(path: Path | None, label: str) -> str:
     return f"--- {label} ---\n{cut}{text.rstrip()}\n"
 
 
-def run_command(spec: CommandSpec) -> PacketResult:
-    """The Dask task of a command job (runs on the worker it is pinned to)."""
+def run_command(spec: CommandSpec) -> PacketResult | None:
+    """The Dask task of a command job (runs on the worker it is pinned to); None if its job
+    was stopped before or while it ran (:class:`~datasched.runtime.sandboxed.JobStopped`:
+    no failure)."""
+    try:
+        return _run_command(spec)
+    except JobStopped:
+        return None
+
+
+def _run_command(spec: CommandSpec) -> PacketResult:
+    if job_stopped(spec.token):
+        raise JobStopped(spec.token)  # before its files are fetched
     worker = get_worker()
     node, plugin = cache_plugin(worker)
     started = time.time()
@@ -203,6 +214,8 @@ def run_command(spec: CommandSpec) -> PacketResult:
     finally:
         for got, keep in held:
             release_file(plugin, got, keep)
+    if outcome.exit_code != 0 and job_stopped(spec.token):
+        raise JobStopped(spec.token)  # killed by abort_job
     if outcome.exit_code != 0:
         raise PacketError(
             "command",
@@ -292,7 +305,7 @@ def _execute(spec: CommandSpec, paths: list[str]) -> tuple[CommandOutcome, float
             err.open("ab" if same else "wb") as ferr,
         ):
             if job_stopped(spec.token):
-                raise PacketError("command", spec.argv[0], "its job was stopped")
+                raise JobStopped(spec.token)
             try:
                 with command_running(spec.token) as started:
                     ended = run_confined(

@@ -22,6 +22,7 @@ from datasched.sandbox.pool import ChildPool
 
 __all__ = [
     "CHILDREN",
+    "JobStopped",
     "abort_job",
     "command_running",
     "job_stopped",
@@ -39,10 +40,18 @@ _ABORTED: dict[str, float] = {}
 ABORTED_KEPT_S = 3600.0
 
 
+class JobStopped(Exception):
+    """A packet's job was stopped (:func:`abort_job`) before it ran or while it ran. No
+    failure: the master cancelled the packet's task, and nothing reads its outcome. The
+    Dask tasks (:func:`~datasched.runtime.worker.run_packet`,
+    :func:`~datasched.runtime.commands.run_command`) return None for it instead of raising,
+    since Dask's worker logs every task that raises as "Compute Failed", with a traceback."""
+
+
 def abort_job(token: str) -> int:
     """Stop a job's packets on this worker (``client.run``): the children running one are
-    killed (their packets fail at once, not at the job's limits), and packets still to come
-    fail without running. How many children were killed."""
+    killed (their packets end at once, not at the job's limits), and packets still to come
+    end without running (:class:`JobStopped`). How many children were killed."""
     now = time.monotonic()
     with _LOCK:
         for old in [t for t, at in _ABORTED.items() if now - at > ABORTED_KEPT_S]:
@@ -70,7 +79,8 @@ def sandboxed_packet(
 ) -> tuple[bytes, int, float, float, float]:
     """Run a packet of a service job in its sandbox, within what the job has left of its CPU
     and wall time: ``(result bytes, bytes read, open s, compute s, CPU s of the sandbox)``;
-    :class:`PacketError` with the reason."""
+    :class:`PacketError` with the reason; :class:`JobStopped` if its job was stopped before
+    it ran or while it ran (its child killed)."""
     if "://" in path and not path.startswith("file://"):
         raise PacketError(
             "data",
@@ -86,7 +96,7 @@ def sandboxed_packet(
         "schema_options": [[name, value] for name, value in read.schema_options],
     }
     if job_stopped(token):
-        raise PacketError("processor", url, "its job was stopped")
+        raise JobStopped(token)
     try:
         with CHILDREN.borrow(conf, code) as child, _running(token, child):
             blob, stats = child.packet(
@@ -100,8 +110,12 @@ def sandboxed_packet(
                 cpu_budget_s=cpu_budget_s,
             )
     except ChildFailed as exc:
+        if job_stopped(token):  # its child killed by abort_job: no failure of its own
+            raise JobStopped(token) from None
         raise PacketError(exc.kind, url, exc.message, exc.traceback) from None
     except (LimitReached, SandboxUnavailable) as exc:
+        if job_stopped(token):
+            raise JobStopped(token) from None
         raise PacketError("processor", url, str(exc)) from None
     bytes_read = int(stats["bytes_read"])
     return blob, bytes_read, stats["open_s"], stats["compute_s"], stats["cpu_s"]

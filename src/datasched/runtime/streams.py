@@ -328,6 +328,8 @@ class PacketStreams:
         slot = self.slots[index]
         slot.inflight.pop(token, None)
         worker = self.workers[slot.node]
+        if ok and payload is None:  # stopped on its worker with its job: not processed
+            ok = False
         if ok:
             url = self.space.files[self.space.file_at(a)].name
             if payload.source == "cache" or url in payload.cache_added:
@@ -341,6 +343,10 @@ class PacketStreams:
         skip = self.config.skip_bad_files
         if ok:
             self._book(index, jr, a, b, payload)
+        elif jr.failed:
+            # Stopped with its job (failed, or cancelled: its future cancelled through
+            # Dask): not processed, and no failure of its own to count or skip a file for.
+            slot.todo = slot.todo | IntervalSet.range(a, b)
         elif isinstance(payload, PacketError):
             if skip and payload.kind == "data":
                 self._skip_file(index, jr, a, b, payload.message)

@@ -39,7 +39,7 @@ from datasched.runtime.peers import (
 )
 from datasched.runtime.priority import packet_priority, thread_nice
 from datasched.runtime.processor import ShippedProcessor, unship, user_traceback
-from datasched.runtime.sandboxed import sandboxed_packet
+from datasched.runtime.sandboxed import JobStopped, job_stopped, sandboxed_packet
 from datasched.runtime.storage import (
     BACKOFF_S,
     RETRIES,
@@ -418,13 +418,21 @@ def process_events(spec: PacketSpec, path: str, repeats: int = 1) -> tuple[Any, 
     )
 
 
-def run_packet(spec: PacketSpec) -> PacketResult:
-    """The Dask task of one packet (runs on the worker it is pinned to)."""
-    return packet_on(get_worker(), spec)
+def run_packet(spec: PacketSpec) -> PacketResult | None:
+    """The Dask task of one packet (runs on the worker it is pinned to); None for a packet
+    whose job was stopped (:class:`~datasched.runtime.sandboxed.JobStopped`: no failure)."""
+    try:
+        return packet_on(get_worker(), spec)
+    except JobStopped:
+        return None
 
 
 def packet_on(worker: Any, spec: PacketSpec) -> PacketResult:
-    """Run one packet on ``worker`` (a Dask worker with the cache plugin)."""
+    """Run one packet on ``worker`` (a Dask worker with the cache plugin);
+    :class:`~datasched.runtime.sandboxed.JobStopped` for a sandboxed job's packet whose job
+    was stopped."""
+    if spec.code is not None and job_stopped(spec.token):
+        raise JobStopped(spec.token)  # before its file is fetched
     started = time.time()
     cpu0 = time.thread_time()
     node, plugin = cache_plugin(worker)
@@ -455,6 +463,9 @@ def packet_on(worker: Any, spec: PacketSpec) -> PacketResult:
                 cpu0 -= child_cpu
             else:
                 accumulator, bytes_read, open_s, compute_s = process_events(spec, where)
+    except JobStopped:
+        release_file(plugin, got, keep)
+        raise
     except PacketError as exc:
         release_file(plugin, got, keep)
         if exc.kind == "data" and got is not None and plugin.cache is not None:
