@@ -195,36 +195,3 @@ def test_the_full_reproduction(tmp_path: Path) -> None:
     assert set(claims) >= ISSUE_KEYS
     for key in SIMULATED_AGREEMENTS:
         assert claims[key].agrees, (key, claims[key].ours, claims[key].note)
-
-
-def test_reproduce_romosan_shows_progress_without_a_terminal_and_says_quick(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # The runs replaced by a stand-in: what is checked is what the command says of them.
-    from types import SimpleNamespace
-
-    from typer.testing import CliRunner
-
-    from datasched.cli import app
-    from datasched.studies.romosan import reproduce
-
-    def fake_run(study: object, *, progress: object = None, **_: object) -> object:
-        assert callable(progress)
-        progress("1 of 2 simulations: sizes, fifo, 4 servers")
-        progress("2 of 2 simulations: sizes, lp, 4 servers")
-        return SimpleNamespace(claims=[])
-
-    written: dict[str, bool] = {}
-
-    def fake_write(outcome: object, out_dir: Path, *, quick: bool = False) -> object:
-        written["quick"] = quick
-        return out_dir / "report.md", []
-
-    monkeypatch.setattr(reproduce, "run_romosan", fake_run)
-    monkeypatch.setattr(reproduce, "write_romosan", fake_write)
-    result = CliRunner().invoke(app, ["reproduce", "romosan", "--out", str(tmp_path), "--quick"])
-    assert result.exit_code == 0, result.output
-    assert "1 of 2 simulations: sizes, fifo, 4 servers" in result.stderr
-    assert "2 of 2 simulations" in result.stderr
-    assert "a quick run (--quick)" in result.stdout
-    assert written == {"quick": True}

@@ -13,7 +13,7 @@ import math
 import os
 import sys
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NoReturn
@@ -83,13 +83,6 @@ OPTION_OF = {
     "replicate_hot": "--replicate-hot",
 }
 """Config and workload field -> the option that sets it, for error messages."""
-
-
-QUICK_NOTE = (
-    "a quick run (--quick): fewer jobs and sizes than the reproduction, noisier figures; "
-    "run without --quick for the reproduction itself"
-)
-"""What the console says after a quick reproduction's table (its report says it too)."""
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
@@ -372,24 +365,3 @@ def where_to_run(
             soft_wrap=True,
         )
     return 1, target
-
-
-@contextmanager
-def run_progress() -> Iterator[Callable[[str], None]]:
-    """A sink for a study's progress lines: on a terminal, a status line under which the
-    finished runs scroll; otherwise each line printed plainly on stderr (a log, a pipe)."""
-    if not err.is_terminal:
-
-        def plain(message: str) -> None:
-            err.print(message, highlight=False, markup=False, soft_wrap=True)
-
-        yield plain
-        return
-    with err.status("starting ...") as status:
-
-        def live(message: str) -> None:
-            if message.startswith("["):
-                err.print(message, highlight=False, markup=False)
-            status.update(message)
-
-        yield live

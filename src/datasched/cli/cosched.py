@@ -15,13 +15,12 @@ from rich.text import Text
 
 from datasched.cli.app import app, reproduce_app
 from datasched.cli.common import (
-    QUICK_NOTE,
     check_out_dir,
     cluster_errors,
+    err,
     fail,
     out,
     print_json,
-    run_progress,
     user_errors,
     where_to_run,
 )
@@ -136,11 +135,15 @@ def reproduce_romosan(
     processes, target = where_to_run(processes, scheduler, tls_ca_file, tls_cert, tls_key)
     study = romosan.QUICK if quick else romosan.FULL
     where = f"on {target}" if target else f"in {processes} processes"
-    with run_progress() as say, cluster_errors():
-        say(f"running the reproduction {where} ...")
-        outcome = run_romosan(study, processes=processes, scheduler=target, progress=say)
+    with err.status(f"running the reproduction {where} ...") as status, cluster_errors():
+        outcome = run_romosan(
+            study,
+            processes=processes,
+            scheduler=target,
+            progress=None if as_json else lambda m: status.update(m),
+        )
     with user_errors():
-        md_path, figs = write_romosan(outcome, out_dir, quick=quick)
+        md_path, figs = write_romosan(outcome, out_dir)
     if as_json:
         print_json(
             {
@@ -162,7 +165,5 @@ def reproduce_romosan(
             "yes" if c.agrees else Text("no", style="yellow"),
         )
     out.print(table)
-    if quick:
-        out.print(QUICK_NOTE, highlight=False, markup=False)
     out.print(f"report: {md_path}", highlight=False)
     out.print(f"figures: {out_dir / 'figures'}", highlight=False)

@@ -11,7 +11,6 @@ from rich.text import Text
 
 from datasched.cli.app import reproduce_app
 from datasched.cli.common import (
-    QUICK_NOTE,
     check_out_dir,
     cluster_errors,
     err,
@@ -119,7 +118,5 @@ def reproduce_grid(
         agrees = "-" if c.agrees is None else ("yes" if c.agrees else Text("no", style="yellow"))
         table.add_row(c.key, str(c.paper), str(c.ours), agrees)
     out.print(table)
-    if quick:
-        out.print(QUICK_NOTE, highlight=False, markup=False)
     out.print(f"report: {md_path}", highlight=False)
     out.print(f"figures: {out_dir / 'figures'}", highlight=False)

@@ -15,15 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from datasched.cli.app import app, reproduce_app
-from datasched.cli.common import (
-    QUICK_NOTE,
-    check_out_dir,
-    fail,
-    out,
-    print_json,
-    run_progress,
-    user_errors,
-)
+from datasched.cli.common import check_out_dir, err, fail, out, print_json, user_errors
 from datasched.cli.options import ParamOpt, ReportDirOpt, policy_params_of
 
 if TYPE_CHECKING:
@@ -77,10 +69,9 @@ def reproduce_proof(
     from datasched.studies.report import write_report
 
     check_out_dir(out_dir)
-    with run_progress() as say:
-        say("running the PROOF reproduction ...")
+    with err.status("running the PROOF reproduction ...") as status:
         runtime = None if no_runtime else _runtime_claims(out_dir / "figures")
-        results = run_proof(quick=quick, progress=say, runtime=runtime)
+        results = run_proof(quick=quick, progress=lambda m: status.update(m), runtime=runtime)
     with user_errors():
         figures = write_proof_figures(results, out_dir / "figures")
         if runtime is not None:
@@ -93,7 +84,6 @@ def reproduce_proof(
             figures=figures,
             command="datasched reproduce proof",
             intro=PROOF_INTRO,
-            quick=quick,
         )
     claims = results.claims
     if as_json:
@@ -127,8 +117,6 @@ def reproduce_proof(
             ("yes" if c.agrees else Text("no", style="yellow")) if measured else "not measured",
         )
     out.print(table)
-    if quick:
-        out.print(QUICK_NOTE, highlight=False, markup=False)
     out.print(f"report: {md_path}", highlight=False)
     out.print(f"figures: {out_dir / 'figures'}", highlight=False)
 

@@ -21,7 +21,6 @@ from rich.text import Text
 
 from datasched.cli.app import app, reproduce_app
 from datasched.cli.common import (
-    QUICK_NOTE,
     check_out_dir,
     check_out_file,
     cluster_errors,
@@ -32,7 +31,6 @@ from datasched.cli.common import (
     parse_floats,
     parse_ints,
     print_json,
-    run_progress,
     user_errors,
     where_to_run,
 )
@@ -343,7 +341,6 @@ def reproduce_ponce(
             title="Reproduction of ponce-hersch",
             figures=shown,
             command="datasched reproduce ponce",
-            quick=quick,
         )
     table = Table(title="ponce-hersch: paper vs datasched")
     for col in ("claim", "paper", "ours", "agrees"):
@@ -357,10 +354,29 @@ def reproduce_ponce(
             "yes" if c.agrees else Text("no", style="yellow"),
         )
     out.print(table)
-    if quick:
-        out.print(QUICK_NOTE, highlight=False, markup=False)
     out.print(f"report: {md_path}", highlight=False)
     out.print(f"figures: {out_dir / 'figures'}", highlight=False)
+
+
+@contextmanager
+def run_progress() -> Iterator[Callable[[str], None]]:
+    """A sink for a study's progress lines: on a terminal, a status line under which the
+    finished runs scroll; otherwise each line printed plainly on stderr (a log, a pipe)."""
+    if not err.is_terminal:
+
+        def plain(message: str) -> None:
+            err.print(message, highlight=False, markup=False, soft_wrap=True)
+
+        yield plain
+        return
+    with err.status("starting ...") as status:
+
+        def live(message: str) -> None:
+            if message.startswith("["):
+                err.print(message, highlight=False, markup=False)
+            status.update(message)
+
+        yield live
 
 
 @contextmanager

@@ -86,12 +86,9 @@ def run_romosan(
     return RomosanOutcome(study, cluster, results, edges, claims)
 
 
-def write_romosan(
-    outcome: RomosanOutcome, out_dir: Path, *, quick: bool = False
-) -> tuple[Path, list[RomosanFigure]]:
+def write_romosan(outcome: RomosanOutcome, out_dir: Path) -> tuple[Path, list[RomosanFigure]]:
     """Write the figures (CSV and PNG) under ``out_dir/figures`` and ``report.md`` and
-    ``claims.csv`` in ``out_dir`` (``quick``: the report says it is a quick run); returns
-    the report's path and the figures."""
+    ``claims.csv`` in ``out_dir``; returns the report's path and the figures."""
     figs = [
         write_romosan_figure(f, out_dir / "figures")
         for f in romosan_figures(outcome.results, outcome.edges)
@@ -105,7 +102,6 @@ def write_romosan(
         command="datasched reproduce romosan",
         intro="the simulator with the cluster below (the paper gives only its 20 GB caches).",
         sections=_sections(outcome),
-        quick=quick,
     )
     return md_path, figs
 
