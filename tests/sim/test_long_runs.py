@@ -145,23 +145,6 @@ def test_sim_cli_marks_partial_runs() -> None:
     assert json.loads(whole.stdout)["partial"] is False
 
 
-def test_a_partial_run_that_measured_nothing_says_so_rather_than_zero() -> None:
-    base = ["sim", "--policy", "out-of-order", "--jobs", "200", "--until", "60s"]
-    data = json.loads(runner.invoke(app, [*base, "--json"]).stdout)
-    assert data["jobs_measured"] == 0
-    unmeasured = ["mean_speedup", "cache_hit_ratio", "peer_read_ratio", "tertiary_bytes"]
-    unmeasured += ["utilization", "mean_backlog"]
-    assert {k: data[k] for k in unmeasured} == dict.fromkeys(unmeasured)  # null: not measured
-    table = runner.invoke(app, base, env={"COLUMNS": "80"})
-    assert table.exit_code == 0, table.output
-    for figure in ("mean speedup", "cache hits", "peer reads", "utilization", "mean backlog"):
-        row = next(line for line in table.stdout.splitlines() if line.strip().startswith(figure))
-        value = row.strip()[len(figure) :].split()[0]
-        assert value == "-", row
-    assert "nan" not in table.stdout
-    assert "0.0%" not in table.stdout
-
-
 @pytest.mark.parametrize(
     ("args", "message"),
     [

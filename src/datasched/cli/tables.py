@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from rich import box
 from rich.table import Table
@@ -15,15 +15,6 @@ from datasched.sim.metrics import Summary
 from datasched.studies.ponce.plots import uses_cache
 
 __all__ = ["max_load_table", "summary_detail", "summary_table"]
-
-
-def _fixed(value: float, spec: str, unit: str = "") -> str:
-    """``value`` formatted, or "-" where nothing was measured (NaN)."""
-    return "-" if math.isnan(value) else f"{value:{spec}}{unit}"
-
-
-def _unless_nan(value: float, show: Callable[[float], str]) -> str:
-    return "-" if math.isnan(value) else show(value)
 
 
 def summary_detail(s: Summary) -> Table:
@@ -71,16 +62,12 @@ def summary_detail(s: Summary) -> Table:
         ("95th percentile wait", hours(s.p95_wait_s), ""),
         ("longest wait", hours(s.max_wait_s), ""),
         ("mean processing time", hours(s.mean_processing_s), "start of first part to end of last"),
-        ("mean speedup", _fixed(s.mean_speedup, ".2f"), "alone on one node, no cache = 1"),
+        ("mean speedup", f"{s.mean_speedup:.2f}", "alone on one node, no cache = 1"),
         ("cache hits", percent(s.cache_hit_ratio), "events read from the node's cache"),
         ("peer reads", percent(s.peer_read_ratio), "events read from another node's cache"),
-        (
-            "tertiary reads",
-            _unless_nan(s.tertiary_bytes, size),
-            "from central storage, measured jobs",
-        ),
+        ("tertiary reads", size(s.tertiary_bytes), "from central storage, measured jobs"),
         ("utilization", percent(s.utilization), "slot time spent processing"),
-        ("mean backlog", _fixed(s.mean_backlog, ".1f", " jobs"), "in the system, seen at arrivals"),
+        ("mean backlog", f"{s.mean_backlog:.1f} jobs", "in the system, seen at arrivals"),
         (
             "overloaded",
             Text("yes", style="red") if s.overloaded else "no",
@@ -116,11 +103,11 @@ def summary_table(rows: Sequence[Summary], title: str = "") -> Table:
         load = s.load_jobs_per_h
         cells += [
             f"{load:.2f}" if load >= 0.1 else f"{load:.3g}",
-            _fixed(s.mean_speedup, ".2f"),
+            f"{s.mean_speedup:.2f}",
             hours(s.mean_wait_s),
             hours(s.p95_wait_s),
-            _fixed(s.cache_hit_ratio, ".0%"),
-            _fixed(s.utilization, ".0%"),
+            f"{s.cache_hit_ratio:.0%}",
+            f"{s.utilization:.0%}",
             Text("yes", style="red") if s.overloaded else "no",
         ]
         table.add_row(*cells)
