@@ -419,36 +419,6 @@ def test_malformed_trace_names_line_and_field(tmp_path: Path) -> None:
         assert result.stdout == ""
 
 
-@pytest.mark.parametrize("option", ["--load", "--jobs"])
-def test_a_trace_with_an_option_it_overrides_is_refused(tmp_path: Path, option: str) -> None:
-    path = tmp_path / "t.csv"
-    path.write_text("job_id,submit_s,start_event,n_events\n0,1.0,10,100\n1,2.0,20,300\n")
-    result = runner.invoke(app, ["sim", "--trace", str(path), option, "3", "--json"])
-    assert result.exit_code == 2
-    assert result.stderr.startswith(f"error: --trace, {option}: a trace gives the jobs")
-    assert result.stdout == ""
-    # without it, the trace runs
-    result = runner.invoke(app, ["sim", "--trace", str(path), "--json"])
-    assert result.exit_code == 0, result.output
-
-
-def test_contradicting_policy_parameters_are_refused() -> None:
-    args = ["sim", "-p", "out-of-order", "-P", "replication=false", "-P", "replicate_after=5"]
-    result = runner.invoke(app, [*args, "--jobs", "20", "--json"])
-    assert result.exit_code == 2
-    assert result.stderr == (
-        "error: -P replicate_after: needs replication=true, but replication=false was given "
-        "(leave out one of them)\n"
-    )
-    # either alone, or both agreeing, runs
-    for extra in (
-        ["-P", "replicate_after=5"],
-        ["-P", "replication=true", "-P", "replicate_after=5"],
-    ):
-        result = runner.invoke(app, ["sim", "-p", "out-of-order", *extra, "--jobs", "20", "--json"])
-        assert result.exit_code == 0, result.output
-
-
 def test_an_output_directory_that_is_a_file_is_refused(tmp_path: Path) -> None:
     target = tmp_path / "taken"
     target.write_text("not a directory\n")

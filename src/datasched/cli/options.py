@@ -143,9 +143,8 @@ TraceOpt = Annotated[
         "--trace",
         metavar="CSV",
         help="Replay this trace (columns job_id, submit_s, start_event, n_events and "
-        "optionally user) instead of generating jobs; the jobs and their rate are then the "
-        "trace's (--load and --jobs are refused with it). Default: generate the paper's "
-        "workload.",
+        "optionally user) instead of generating jobs; --load and --jobs are then taken from "
+        "the trace. Default: generate the paper's workload.",
     ),
 ]
 ReportDirOpt = Annotated[

@@ -87,17 +87,9 @@ ConfirmOpt = Annotated[
 ]
 
 
-def _typed(ctx: typer.Context, *names: str) -> list[str]:
-    """Which of the options ``names`` the user typed (or set in the environment), rather
-    than left at their defaults."""
-    typed = ("COMMANDLINE", "ENVIRONMENT")
-    return [n for n in names if getattr(ctx.get_parameter_source(n), "name", "") in typed]
-
-
 @app.command()
 @with_policy_options
 def sim(
-    ctx: typer.Context,
     policy: PolicyOpt = "farm",
     nodes: NodesOpt = 10,
     slots: SlotsOpt = 1,
@@ -169,12 +161,6 @@ def sim(
             fail(f"--until: {exc}")
     if max_jobs is not None and max_jobs < 1:
         fail(f"--max-jobs: must be at least 1, got {max_jobs}")
-    if trace is not None:
-        for given in _typed(ctx, "load", "jobs"):
-            fail(
-                f"--trace, --{given}: a trace gives the jobs and their arrival times (so "
-                f"their number and rate); leave out --{given}"
-            )
     with user_errors():
         config = make_config(
             policy,

@@ -104,11 +104,6 @@ def _declared(cls: type[Policy], policy: str, given: Mapping[str, Any]) -> dict[
     return params
 
 
-def _text(value: Any) -> str:
-    """A value as typed on a command line (``true``, not ``True``)."""
-    return str(value).lower() if isinstance(value, bool) else str(value)
-
-
 def build_policy(name: str, **params: Any) -> Policy:
     """The named policy, its parameters checked against its declaration and every one not
     given set to its declared default (a performance map belongs to adaptive delay, and
@@ -127,13 +122,6 @@ def build_policy(name: str, **params: Any) -> Policy:
             for implied, value in p.implies:
                 if implied not in params:
                     values[implied] = value
-                elif values[implied] != value:  # given both, contradicting each other
-                    raise ParamError(
-                        name,
-                        p.name,
-                        f"needs {implied}={_text(value)}, but {implied}="
-                        f"{_text(values[implied])} was given (leave out one of them)",
-                    )
     try:
         return cls(**values)  # the ones not given: from the declaration (see register)
     except ParamError as exc:
