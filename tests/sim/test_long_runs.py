@@ -145,6 +145,62 @@ def test_sim_cli_marks_partial_runs() -> None:
     assert json.loads(whole.stdout)["partial"] is False
 
 
+MEASURED_FIGURES = (
+    "mean_wait_s",
+    "median_wait_s",
+    "mean_processing_s",
+    "mean_speedup",
+    "cache_hit_ratio",
+    "peer_read_ratio",
+    "tertiary_bytes",
+    "utilization",
+    "mean_backlog",
+)
+
+
+@pytest.mark.parametrize("bound", [["--until", "1s"], ["--max-jobs", "1"]])
+def test_a_partial_run_with_nothing_measured_says_so(bound: list[str]) -> None:
+    """Stopped before a measured job read anything, the figures of the measured jobs are
+    null in --json and "not measured" in the table: not 0 %, which reads as measured."""
+    args = ["sim", "--policy", "farm", "--jobs", "100", *bound]
+    result = runner.invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["partial"] is True
+    assert data["jobs_measured"] == 0
+    nulls = {"cache_hit_ratio", "peer_read_ratio", "mean_speedup", "utilization"}
+    assert {k for k in MEASURED_FIGURES if data[k] is None} >= nulls
+    table = runner.invoke(app, args)
+    assert table.exit_code == 0, table.output
+    rows = {line.split("  ")[0].strip(): line for line in table.stdout.splitlines()}
+    for row in ("mean speedup", "cache hits", "peer reads", "utilization"):
+        assert "not measured" in rows[row], rows[row]
+    assert "nan" not in table.stdout
+    assert "0.0%" not in table.stdout
+
+
+def test_the_sweep_table_marks_what_was_not_measured() -> None:
+    from datasched.cli.tables import summary_table
+
+    stopped, _ = simulate(replace(CONFIG, policy="farm"), until=1.0)
+    whole, _ = simulate(CONFIG)
+    buf = io.StringIO()
+    Console(file=buf, width=120).print(summary_table([whole, stopped]))
+    text = buf.getvalue()
+    assert "nan" not in text
+    assert "-: not measured" in text
+    buf = io.StringIO()
+    Console(file=buf, width=120).print(summary_table([whole]))
+    assert "not measured" not in buf.getvalue()
+
+
+def test_a_whole_run_measures_every_figure() -> None:
+    summary, _ = simulate(CONFIG)
+    assert summary.jobs_measured > 0
+    for name in MEASURED_FIGURES:
+        assert not math.isnan(getattr(summary, name)), name
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from rich import box
 from rich.table import Table
@@ -17,8 +17,19 @@ from datasched.studies.ponce.plots import uses_cache
 __all__ = ["max_load_table", "summary_detail", "summary_table"]
 
 
+NOT_MEASURED = "not measured"
+"""What a table shows for a figure with nothing to measure (NaN; null in ``--json``)."""
+
+
+def _measured(value: float, show: Callable[[float], str], missing: str = NOT_MEASURED) -> str:
+    """``show(value)``, or ``missing`` where there was nothing to measure (NaN)."""
+    return missing if math.isnan(value) else show(value)
+
+
 def summary_detail(s: Summary) -> Table:
-    """One run, one figure per row, in the units an operator reads (fits 80 columns)."""
+    """One run, one figure per row, in the units an operator reads (fits 80 columns); a
+    figure with nothing to measure (a run stopped before its measured jobs ended) shows
+    "not measured"."""
     pipe = "no pipelining" if s.pipeline == "none" else f"{s.pipeline} pipelining"
     title = (
         f"{s.policy} at {s.load_jobs_per_h:.3g} jobs/h: {s.n_nodes} nodes, "
@@ -47,9 +58,11 @@ def summary_detail(s: Summary) -> Table:
         )
     rows += [
         ("jobs measured", f"{s.jobs_measured}", "warm-up and cool-down left out"),
-        ("mean wait", hours(s.mean_wait_s), "submission to start of first part"),
+        ("mean wait", _measured(s.mean_wait_s, hours), "submission to start of first part"),
     ]
-    if not math.isclose(s.mean_wait_excl_delay_s, s.mean_wait_s, rel_tol=1e-9, abs_tol=1e-6):
+    if not math.isnan(s.mean_wait_excl_delay_s) and not math.isclose(
+        s.mean_wait_excl_delay_s, s.mean_wait_s, rel_tol=1e-9, abs_tol=1e-6
+    ):
         rows.append(
             (
                 "mean wait after period",
@@ -58,16 +71,40 @@ def summary_detail(s: Summary) -> Table:
             )
         )
     rows += [
-        ("median wait", hours(s.median_wait_s), ""),
-        ("95th percentile wait", hours(s.p95_wait_s), ""),
-        ("longest wait", hours(s.max_wait_s), ""),
-        ("mean processing time", hours(s.mean_processing_s), "start of first part to end of last"),
-        ("mean speedup", f"{s.mean_speedup:.2f}", "alone on one node, no cache = 1"),
-        ("cache hits", percent(s.cache_hit_ratio), "events read from the node's cache"),
-        ("peer reads", percent(s.peer_read_ratio), "events read from another node's cache"),
-        ("tertiary reads", size(s.tertiary_bytes), "from central storage, measured jobs"),
-        ("utilization", percent(s.utilization), "slot time spent processing"),
-        ("mean backlog", f"{s.mean_backlog:.1f} jobs", "in the system, seen at arrivals"),
+        ("median wait", _measured(s.median_wait_s, hours), ""),
+        ("95th percentile wait", _measured(s.p95_wait_s, hours), ""),
+        ("longest wait", _measured(s.max_wait_s, hours), ""),
+        (
+            "mean processing time",
+            _measured(s.mean_processing_s, hours),
+            "start of first part to end of last",
+        ),
+        (
+            "mean speedup",
+            _measured(s.mean_speedup, "{:.2f}".format),
+            "alone on one node, no cache = 1",
+        ),
+        (
+            "cache hits",
+            _measured(s.cache_hit_ratio, percent),
+            "events read from the node's cache",
+        ),
+        (
+            "peer reads",
+            _measured(s.peer_read_ratio, percent),
+            "events read from another node's cache",
+        ),
+        (
+            "tertiary reads",
+            _measured(s.tertiary_bytes, size),
+            "from central storage, measured jobs",
+        ),
+        ("utilization", _measured(s.utilization, percent), "slot time spent processing"),
+        (
+            "mean backlog",
+            _measured(s.mean_backlog, "{:.1f} jobs".format),
+            "in the system, seen at arrivals",
+        ),
         (
             "overloaded",
             Text("yes", style="red") if s.overloaded else "no",
@@ -90,7 +127,8 @@ def summary_detail(s: Summary) -> Table:
 
 def summary_table(rows: Sequence[Summary], title: str = "") -> Table:
     """Many runs, one row each (fits an 80-column terminal: the pipeline column shows only
-    when some run pipelines)."""
+    when some run pipelines); a figure with nothing to measure shows "-", which the caption
+    then explains."""
     table = Table(title=title or None, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
     piped = any(s.pipeline != "none" for s in rows)
     columns = ["policy", "cache", *(["pipeline"] if piped else []), "jobs/h", "speedup"]
@@ -103,14 +141,17 @@ def summary_table(rows: Sequence[Summary], title: str = "") -> Table:
         load = s.load_jobs_per_h
         cells += [
             f"{load:.2f}" if load >= 0.1 else f"{load:.3g}",
-            f"{s.mean_speedup:.2f}",
+            _measured(s.mean_speedup, "{:.2f}".format, "-"),
             hours(s.mean_wait_s),
             hours(s.p95_wait_s),
-            f"{s.cache_hit_ratio:.0%}",
-            f"{s.utilization:.0%}",
+            _measured(s.cache_hit_ratio, "{:.0%}".format, "-"),
+            _measured(s.utilization, "{:.0%}".format, "-"),
             Text("yes", style="red") if s.overloaded else "no",
         ]
         table.add_row(*cells)
+    figures = ("mean_speedup", "mean_wait_s", "p95_wait_s", "cache_hit_ratio", "utilization")
+    if any(math.isnan(getattr(s, name)) for s in rows for name in figures):
+        table.caption = "-: not measured (no measured job ended, or none read anything)"
     return table
 
 

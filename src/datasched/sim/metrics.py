@@ -23,7 +23,14 @@ __all__ = ["Summary", "is_overloaded", "periodic_overload", "summarise"]
 
 @dataclass(frozen=True, slots=True)
 class Summary:
-    """The figures of one run, as printed by ``datasched sim --json``."""
+    """The figures of one run, as printed by ``datasched sim --json``.
+
+    A figure with nothing to measure is NaN (null in JSON, "not measured" in the tables):
+    the waits, processing time and speedup without a measured job that ended, the read
+    ratios and tertiary bytes without an event of a measured job read, the utilisation
+    without a measured window (or, in a partial run, before a measured job read anything),
+    the backlog without an arrival in it. A run stopped early
+    (``--until``, ``--max-jobs``) may have none of these."""
 
     policy: str
     load_jobs_per_h: float
@@ -240,7 +247,11 @@ def summarise(
     counts = run.measured_events_by_source
     total = sum(counts)
     w0, w1 = run.window
-    span = (w1 - w0) * (run.n_slots or run.n_nodes)
+    span = (w1 - w0) * (run.n_slots or run.n_nodes) if lo < hi else 0.0
+    if stopped_by and not total:
+        # Stopped before a measured job read anything: the window's work is still in the
+        # slots (a subjob's time counts when it leaves), so its utilisation is unknown.
+        span = 0.0
     backlog = run.backlog[lo:hi]
     return Summary(
         policy=policy,
@@ -256,11 +267,14 @@ def summarise(
         max_wait_s=max_wait,
         mean_processing_s=mean_proc,
         mean_speedup=mean_speedup,
-        cache_hit_ratio=counts[Source.CACHE] / total if total else 0.0,
-        peer_read_ratio=counts[Source.PEER] / total if total else 0.0,
-        tertiary_bytes=run.tertiary_bytes,
-        utilization=run.busy_s / span if span > 0 else 0.0,
-        mean_backlog=float(np.mean(backlog)) if backlog else 0.0,
+        # NaN (null in JSON, "not measured" in tables) where there is nothing to measure:
+        # no event of a measured job read, no measured window, no arrival seen in it (a run
+        # stopped early, by --until or --max-jobs, before its measured jobs got going).
+        cache_hit_ratio=counts[Source.CACHE] / total if total else nan,
+        peer_read_ratio=counts[Source.PEER] / total if total else nan,
+        tertiary_bytes=run.tertiary_bytes if total or run.tertiary_bytes else nan,
+        utilization=run.busy_s / span if span > 0 else nan,
+        mean_backlog=float(np.mean(backlog)) if backlog else nan,
         overloaded=is_overloaded(run, measure) or (not stopped_by and len(done) < len(recs)),
         events_handled=run.n_events_handled,
         wall_s=wall_s,
