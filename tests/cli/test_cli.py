@@ -408,6 +408,88 @@ def test_bad_input_is_one_line_exit_2_nothing_written(
     assert not out.exists()
 
 
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["sim", "--trace", "T", "--load", "2"], "--load: not with --trace"),
+        (["sim", "--trace", "T", "--jobs", "30"], "--jobs: not with --trace"),
+        (["sim", "--trace", "T", "--seed", "3"], "--seed: not with --trace unless --node-mtbf-h"),
+        (
+            ["sim", "-p", "out-of-order", "--replicate-after", "3", "-P", "replication=false"],
+            "--replicate-after: sets replication=true, not with -P replication=false",
+        ),
+        (
+            ["sim", "-p", "out-of-order", "-P", "replicate_after=3", "-P", "replication=false"],
+            "-P replicate_after: sets replication=true, not with -P replication=false",
+        ),
+        (
+            ["sim", "-p", "out-of-order", "--fairness-h", "3", "-P", "fairness_h=4"],
+            "-P fairness_h: not with --fairness-h",
+        ),
+        (
+            ["sim", "-p", "out-of-order", "-P", "fairness_h=3", "-P", "fairness_h=4"],
+            "-P fairness_h: not with -P fairness_h=3",
+        ),
+        (["sim", "--node-repair-h", "3"], "--node-repair-h: only with --node-mtbf-h"),
+        (["sweep", "--node-repair-h", "3"], "--node-repair-h: only with --node-mtbf-h"),
+        (
+            ["sweep", "--policies", "farm,splitting", "--cache-gb", "50,100"],
+            "--cache-gb: 2 sizes, but none of the policies swept (farm, splitting) uses a cache",
+        ),
+        (
+            [
+                "sweep",
+                "--policies",
+                "out-of-order",
+                "--replicate-after",
+                "2",
+                "-P",
+                "replication=0",
+            ],
+            "--replicate-after: sets replication=true, not with -P replication=0",
+        ),
+        (["scale", "--policy", "JobRandom", "--load", "2"], "--load: not with --policy JobRandom"),
+        (
+            ["scale", "--policy", "JobRandom", "--cache-gb", "5"],
+            "--cache-gb: not with --policy JobRandom",
+        ),
+    ],
+)
+def test_an_option_another_one_overrides_is_refused(
+    args: list[str], needle: str, tmp_path: Path
+) -> None:
+    """One option that another makes meaningless, given anyway, would be silently ignored:
+    refused in one line naming both, exit 2, nothing run or written."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("job_id,submit_s,start_event,n_events\n0,0,0,100\n1,60,100,100\n")
+    out = tmp_path / "out"
+    args = [str(trace) if a == "T" else a for a in args]
+    if args[0] == "sweep":
+        args = [*args, "--out", str(out), "--jobs", "20", "--loads", "0.5"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("error: ")
+    assert needle in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert result.stdout == ""
+    assert not out.exists()
+
+
+def test_options_that_agree_are_taken(tmp_path: Path) -> None:
+    """What the refusals above leave alone: the seed with a trace draws node failures, the
+    same value twice is no conflict, repair times come with failure times."""
+    trace = tmp_path / "t.csv"
+    rows = [f"{i},{600 * i},{1000 * i},2000" for i in range(30)]
+    trace.write_text("job_id,submit_s,start_event,n_events\n" + "\n".join(rows) + "\n")
+    for args in (
+        ["--trace", str(trace), "--seed", "3", "--node-mtbf-h", "100"],
+        ["-p", "out-of-order", "--replicate-after", "3", "-P", "replication=true", "--jobs", "30"],
+        ["--node-mtbf-h", "100", "--node-repair-h", "2", "--jobs", "30"],
+    ):
+        result = runner.invoke(app, ["sim", *args, "--json"])
+        assert result.exit_code == 0, (args, result.output)
+
+
 def test_malformed_trace_names_line_and_field(tmp_path: Path) -> None:
     path = tmp_path / "bad.csv"
     path.write_text("job_id,submit_s,start_event,n_events\n0,1.0,10,100\n1,2.0,20,-3\n")

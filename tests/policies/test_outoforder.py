@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -94,3 +95,17 @@ def test_replication_fires_on_the_third_remote_read() -> None:
     other = Subjob(subjob_id=1, job_id=0, data=IntervalSet.range(0, 500), cached_on=0)
     assert replicates(other, 1)
     assert policy.counters() == {"fairness_fired": 0, "replications": 2, "replicated_jobs": 1}
+
+
+def test_replicate_after_with_replication_off_is_refused() -> None:
+    """Giving replicate_after turns replication on: with replication=False beside it, one
+    of the two would be ignored (the service and library callers are told, as the command
+    line is)."""
+    from datasched.core.policy import ParamError
+    from datasched.policies import build_policy
+
+    with pytest.raises(ParamError, match="sets replication=True; not with replication=False"):
+        build_policy("out-of-order", replicate_after=3, replication=False)
+    policy = build_policy("out-of-order", replicate_after=3, replication=True)
+    assert isinstance(policy, OutOfOrder)
+    assert policy.reads.peer_reads

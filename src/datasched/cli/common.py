@@ -44,6 +44,7 @@ __all__ = [
     "cluster_errors",
     "err",
     "fail",
+    "given",
     "hours",
     "jsonable",
     "out",
@@ -83,6 +84,17 @@ OPTION_OF = {
     "replicate_hot": "--replicate-hot",
 }
 """Config and workload field -> the option that sets it, for error messages."""
+
+
+def given(ctx: typer.Context | None, name: str) -> bool:
+    """Whether the command's parameter ``name`` (its Python name: ``node_repair_h``) was
+    given on the command line, rather than left at its default: an option that another one
+    makes meaningless is refused when given, not when defaulted. False without a context (a
+    command called as a function)."""
+    if ctx is None:
+        return False
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name in ("COMMANDLINE", "PROMPT")
 
 
 def fail(message: str, code: int = 2) -> NoReturn:

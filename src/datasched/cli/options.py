@@ -17,7 +17,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from datasched.cli.common import fail
+from datasched.cli.common import fail, given
 from datasched.core.model import Pipelining
 from datasched.core.policy import Param, ParamError
 from datasched.policies import available, build_policy, get_policy, policy_options
@@ -30,6 +30,7 @@ __all__ = [
     "jobqueue_spec",
     "make_config",
     "policy_params_of",
+    "refuse_overridden",
     "tls_files_of",
     "trace_rate_jobs_per_h",
     "with_policy_options",
@@ -81,7 +82,7 @@ RepairOpt = Annotated[
     typer.Option(
         "--node-repair-h",
         metavar="HOURS",
-        help="A failed node is back after this long, its cache empty (with --node-mtbf-h).",
+        help="A failed node is back after this long, its cache empty (only with --node-mtbf-h).",
     ),
 ]
 CacheOpt = Annotated[
@@ -143,8 +144,9 @@ TraceOpt = Annotated[
         "--trace",
         metavar="CSV",
         help="Replay this trace (columns job_id, submit_s, start_event, n_events and "
-        "optionally user) instead of generating jobs; --load and --jobs are then taken from "
-        "the trace. Default: generate the paper's workload.",
+        "optionally user) instead of generating jobs; its arrivals and rows give the load "
+        "and the jobs, so --load, --jobs and --seed (but with --node-mtbf-h) are refused "
+        "beside it. Default: generate the paper's workload.",
     ),
 ]
 ReportDirOpt = Annotated[
@@ -404,6 +406,8 @@ def policy_params_of(
     declared = {p.name: p for p in get_policy(policy).params}
     params: dict[str, Any] = {}
     flag_of: dict[str, str] = {}
+    typed: dict[str, str] = {}
+    """Parameter -> how it was given (``--fairness-h`` or ``-P fairness_h=24``)."""
     for name, text in (named or {}).items():
         param = declared.get(name)
         flag = "--" + name.replace("_", "-")
@@ -419,6 +423,7 @@ def policy_params_of(
         except ParamError as exc:
             fail(f"{flag}: {exc.reason}")
         flag_of[name] = flag
+        typed[name] = flag
     for item in items or []:
         name, sep, text = item.partition("=")
         name = name.strip().replace("-", "_")
@@ -428,16 +433,55 @@ def policy_params_of(
         if param is None:
             has = ", ".join(declared) or "none"
             fail(f"-P {name}: policy {policy!r} has no such parameter (it has: {has})")
+        if name in typed:  # the last would silently win
+            fail(f"-P {name}: not with {typed[name]} (both set {name}; give it once)")
         try:
             params[name] = param.from_text(policy, text)
         except ParamError as exc:
             fail(f"-P {name}: {exc.reason}")
-        flag_of.pop(name, None)
+        typed[name] = f"-P {item.strip()}"
+    for name in params:
+        # A parameter that sets another (replicate_after turns replication on) must not
+        # meet that other given otherwise: one of the two would silently lose.
+        for implied, value in declared[name].implies:
+            if implied in params and params[implied] != value:
+                fail(
+                    f"{typed[name].partition('=')[0]}: sets {implied}={_shown(value)}, not "
+                    f"with {typed[implied]} (one of them would be ignored)"
+                )
     try:
         build_policy(policy, **params)
     except ParamError as exc:
         fail(f"{flag_of.get(exc.param, '-P ' + exc.param)}: {exc.reason}")
     return params
+
+
+def _shown(value: Any) -> str:
+    """A parameter's value as ``-P`` takes it (``true``, not ``True``)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def refuse_overridden(
+    ctx: typer.Context, *, trace: Path | None = None, node_mtbf_h: float | None = None
+) -> None:
+    """Refuse an option given on the command line that another makes meaningless (it would
+    be silently ignored): one line naming both. A trace fixes the jobs and their arrivals,
+    so ``--load`` and ``--jobs`` beside it (and ``--seed``, which then draws nothing unless
+    nodes fail); ``--node-repair-h`` repairs only nodes that fail, with ``--node-mtbf-h``."""
+    if trace is not None:
+        if given(ctx, "load"):
+            fail("--load: not with --trace (the trace's arrival times give the load)")
+        if given(ctx, "jobs"):
+            fail("--jobs: not with --trace (the trace's rows are the jobs)")
+        if given(ctx, "seed") and node_mtbf_h is None:
+            fail(
+                "--seed: not with --trace unless --node-mtbf-h (the trace fixes the jobs, so "
+                "the seed would draw nothing)"
+            )
+    if node_mtbf_h is None and given(ctx, "node_repair_h"):
+        fail("--node-repair-h: only with --node-mtbf-h (without it no node fails or is repaired)")
 
 
 def check_named(named: Mapping[str, str], policies: Sequence[str]) -> None:

@@ -57,6 +57,7 @@ from datasched.cli.options import (
     WarmupOpt,
     check_named,
     make_config,
+    refuse_overridden,
     with_policy_options,
 )
 from datasched.cli.tables import max_load_table, summary_detail, summary_table
@@ -90,6 +91,7 @@ ConfirmOpt = Annotated[
 @app.command()
 @with_policy_options
 def sim(
+    ctx: typer.Context,
     policy: PolicyOpt = "farm",
     nodes: NodesOpt = 10,
     slots: SlotsOpt = 1,
@@ -161,6 +163,7 @@ def sim(
             fail(f"--until: {exc}")
     if max_jobs is not None and max_jobs < 1:
         fail(f"--max-jobs: must be at least 1, got {max_jobs}")
+    refuse_overridden(ctx, trace=trace, node_mtbf_h=node_mtbf_h)
     with user_errors():
         config = make_config(
             policy,
@@ -365,6 +368,7 @@ def write_sweep(results: Sequence[Summary], out_dir: Path) -> tuple[Path, Path]:
 @app.command()
 @with_policy_options
 def sweep(
+    ctx: typer.Context,
     out_dir: Annotated[
         Path,
         typer.Option(
@@ -435,6 +439,12 @@ def sweep(
     ]
     if not names:
         fail("--policies: no policy given")
+    refuse_overridden(ctx, node_mtbf_h=node_mtbf_h)
+    if len(set(cache_list)) > 1 and not any(uses_cache(name) for name in names):
+        fail(
+            f"--cache-gb: {len(set(cache_list))} sizes, but none of the policies swept "
+            f"({', '.join(dict.fromkeys(names))}) uses a cache (--policies): each would run once"
+        )
     named = named or {}
     configs: list[SimConfig] = []
     with user_errors(policy="--policies", load_jobs_per_h="--loads"):

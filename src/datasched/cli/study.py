@@ -26,6 +26,7 @@ from datasched.cli.common import (
     cluster_errors,
     err,
     fail,
+    given,
     jsonable,
     out,
     parse_floats,
@@ -59,6 +60,7 @@ __all__: list[str] = []
 
 @app.command()
 def scale(
+    ctx: typer.Context,
     policy: Annotated[
         str,
         typer.Option(
@@ -115,6 +117,9 @@ def scale(
 
         if param:
             fail("--param: the grid's schedulers are timed with their defaults")
+        for name, flag in (("load", "--load"), ("cache_gb", "--cache-gb")):
+            if given(ctx, name):  # the grid's proportions fix both
+                fail(f"{flag}: not with --policy {policy} (a grid is timed in its own proportions)")
         if any(n < 2 for n in sizes):
             fail("--nodes: a grid needs at least 2 sites")
 

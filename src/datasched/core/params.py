@@ -70,7 +70,8 @@ class Param:
     (``low_open``: strictly above ``low``); ``none_ok`` lets None through (an option that can
     be off). ``factory`` makes the default when it is not a plain value (``default`` then
     describes it). ``implies`` sets other parameters when this one is given (and they are
-    not): giving ``replicate_after`` turns replication on. ``option`` asks the command line
+    not): giving ``replicate_after`` turns replication on; giving both with other values is
+    refused (``build_policy``), for one of them would be ignored. ``option`` asks the command line
     for a named ``--option`` besides ``-P``.
     """
 

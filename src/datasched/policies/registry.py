@@ -108,9 +108,10 @@ def build_policy(name: str, **params: Any) -> Policy:
     """The named policy, its parameters checked against its declaration and every one not
     given set to its declared default (a performance map belongs to adaptive delay, and
     comes with it). UnknownPolicyError, or ParamError naming the parameter: one a value
-    broke, or the one a rule across parameters blames (the constructor raises that one; a
-    plain ValueError from a constructor, which names no parameter, is blamed on ``params``,
-    the policy's parameters as a whole)."""
+    broke, one that implies another given a different value (``replicate_after`` with
+    ``replication=False``), or the one a rule across parameters blames (the constructor
+    raises that one; a plain ValueError from a constructor, which names no parameter, is
+    blamed on ``params``, the policy's parameters as a whole)."""
     cls = get_policy(name)
     declared = _declared(cls, name, params)
     values: dict[str, Any] = {}
@@ -122,6 +123,12 @@ def build_policy(name: str, **params: Any) -> Policy:
             for implied, value in p.implies:
                 if implied not in params:
                     values[implied] = value
+                elif values[implied] != value:  # one of the two would be ignored
+                    raise ParamError(
+                        name,
+                        p.name,
+                        f"sets {implied}={value!r}; not with {implied}={values[implied]!r}",
+                    )
     try:
         return cls(**values)  # the ones not given: from the declaration (see register)
     except ParamError as exc:
