@@ -11,9 +11,11 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import sys
 import tempfile
-from collections.abc import Iterator, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NoReturn
@@ -54,6 +56,8 @@ __all__ = [
     "print_json",
     "processes_or_default",
     "reachable_scheduler",
+    "run_progress",
+    "sigterm_interrupts",
     "size",
     "unwritable",
     "user_errors",
@@ -289,6 +293,44 @@ def jsonable(d: dict[str, Any]) -> dict[str, Any]:
 def print_json(obj: Any) -> None:
     """The one JSON document of a ``--json`` run, on stdout."""
     sys.stdout.write(json.dumps(obj, allow_nan=False) + "\n")
+
+
+# -- long commands: progress and stops -----------------------------------------------------
+
+
+@contextmanager
+def run_progress() -> Iterator[Callable[[str], None]]:
+    """A sink for a study's progress lines: on a terminal, a status line under which the
+    finished runs scroll; otherwise each line printed plainly on stderr (a log, a pipe)."""
+    if not err.is_terminal:
+
+        def plain(message: str) -> None:
+            err.print(message, highlight=False, markup=False, soft_wrap=True)
+
+        yield plain
+        return
+    with err.status("starting ...") as status:
+
+        def live(message: str) -> None:
+            if message.startswith("["):
+                err.print(message, highlight=False, markup=False)
+            status.update(message)
+
+        yield live
+
+
+@contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM (a batch system's stop, ``kill``) stops the command as Ctrl-C does, so that
+    what finished is kept; the previous handler is put back after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 # -- where simulations run ----------------------------------------------------------------

@@ -10,7 +10,7 @@ import shutil
 from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -28,6 +28,7 @@ from datasched.cli.common import (
     out,
     parse_floats,
     print_json,
+    sigterm_interrupts,
     user_errors,
     where_to_run,
 )
@@ -304,10 +305,13 @@ def run_all(
     processes: int = 1,
     scheduler: SchedulerRef | None = None,
     quiet: bool = False,
+    finished: dict[int, Summary] | None = None,
 ) -> list[Summary]:
     """Simulate every config (in up to ``processes`` processes, or on the Dask cluster at
     ``scheduler``) with a progress bar on stderr (none when ``quiet``); the summaries in the
-    order of ``configs``."""
+    order of ``configs``. ``finished`` gets each summary by the index of its config as it
+    arrives: what a caller has when the runs are interrupted (KeyboardInterrupt, which
+    stops the worker processes)."""
     progress = Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -327,33 +331,60 @@ def run_all(
             progress.update(task, advance=1, description=f"{what}: {label} done")
 
         with cluster_errors():
-            results = run_sweep(configs, on_result=done, processes=processes, scheduler=scheduler)
+            results = run_sweep(
+                configs,
+                on_result=done,
+                processes=processes,
+                scheduler=scheduler,
+                on_done=None if finished is None else finished.__setitem__,
+            )
         progress.update(task, description="done")
     return results
 
 
-def write_sweep(results: Sequence[Summary], out_dir: Path) -> tuple[Path, Path]:
+PARTIAL_STEM = "sweep.partial"
+"""The name of an interrupted sweep's files (``sweep.partial.csv``, ``.png``): never taken
+for a whole sweep's, nor written over one."""
+
+
+def write_sweep(
+    results: Sequence[Summary], out_dir: Path, *, partial: str = ""
+) -> tuple[Path, Path]:
     """Write ``sweep.csv`` and ``sweep.png`` into ``out_dir``, all or nothing.
 
     Both are written into a temporary directory first. A new ``out_dir`` is that directory
     renamed (so it appears whole or not at all, and directories created for it are removed on
-    failure); into an existing one the two files are renamed, replacing older ones.
+    failure); into an existing one the two files are renamed, replacing older ones, and the
+    files of an earlier interrupted sweep there are removed.
+
+    ``partial`` (what stopped it, e.g. "interrupted after 5 of 24 runs") writes the runs of
+    an interrupted sweep instead, as ``sweep.partial.csv`` and ``sweep.partial.png`` (the
+    plot's title says so), leaving a whole sweep's files there alone.
     """
+    stem = PARTIAL_STEM if partial else "sweep"
+    names = (f"{stem}.csv", f"{stem}.png")
     created = [p for p in (out_dir, *out_dir.parents) if not p.exists()]
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     base = out_dir if out_dir.is_dir() else out_dir.parent
     tmp = base / f".{out_dir.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
     try:
         tmp.mkdir()
-        with (tmp / "sweep.csv").open("w", newline="") as fh:
+        with (tmp / names[0]).open("w", newline="") as fh:
             writer = csv.DictWriter(fh, fieldnames=[f.name for f in fields(Summary)])
             writer.writeheader()
             for s in results:
                 writer.writerow(s.to_dict())
-        plot_sweep(results, tmp / "sweep.png")
+        plot_sweep(
+            results,
+            tmp / names[1],
+            title=f"PARTIAL ({partial}): mean speedup and waiting time" if partial else "",
+        )
         if out_dir.is_dir():
-            for name in ("sweep.csv", "sweep.png"):
+            for name in names:
                 (tmp / name).replace(out_dir / name)
+            if not partial:  # an earlier interrupted sweep's, now superseded
+                for name in (f"{PARTIAL_STEM}.csv", f"{PARTIAL_STEM}.png"):
+                    (out_dir / name).unlink(missing_ok=True)
         else:
             tmp.replace(out_dir)
     except BaseException:
@@ -362,7 +393,7 @@ def write_sweep(results: Sequence[Summary], out_dir: Path) -> tuple[Path, Path]:
         raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return out_dir / "sweep.csv", out_dir / "sweep.png"
+    return out_dir / names[0], out_dir / names[1]
 
 
 @app.command()
@@ -427,7 +458,9 @@ def sweep(
 
     Caches matter only to cache-aware policies, so farm and splitting run once per load.
     Runs that overload the cluster are kept in the CSV but cut from the plot, as in the
-    paper. Nothing is written unless every run finished.
+    paper. Interrupted (Ctrl-C, SIGTERM), the command stops its worker processes, prints the
+    runs that finished in a table marked PARTIAL, writes them to sweep.partial.csv and
+    sweep.partial.png (a whole sweep's files there are left alone) and exits with status 130.
     """
     load_list = parse_floats(loads or ["0.1:1.5:8"], "--loads")
     cache_list = parse_floats(cache_gb or ["100"], "--cache-gb")
@@ -483,8 +516,36 @@ def sweep(
                     )
     check_out_dir(out_dir)
     processes, target = where_to_run(processes, scheduler, tls_ca_file, tls_cert, tls_key)
-    results = run_all(configs, processes=processes, scheduler=target)
+    title = f"{nodes} nodes, {jobs} jobs per run"
+    finished: dict[int, Summary] = {}
+    try:
+        with sigterm_interrupts():
+            results = run_all(configs, processes=processes, scheduler=target, finished=finished)
+    except KeyboardInterrupt:
+        _interrupted_sweep([finished[i] for i in sorted(finished)], len(configs), out_dir, title)
     with user_errors():
         csv_path, png_path = write_sweep(results, out_dir)
-    out.print(summary_table(results, title=f"{nodes} nodes, {jobs} jobs per run"))
+    out.print(summary_table(results, title=title))
     out.print(f"CSV:  {csv_path}\nplot: {png_path}", highlight=False)
+
+
+def _interrupted_sweep(results: list[Summary], total: int, out_dir: Path, title: str) -> NoReturn:
+    """A sweep stopped by Ctrl-C or SIGTERM (its workers already stopped): the runs that
+    finished, in the order of the sweep, printed and written marked partial; exit 130, as
+    ``reproduce`` does."""
+    what = f"interrupted after {len(results)} of {total} runs"
+    if not results:
+        err.print(f"{what}: nothing written", highlight=False, markup=False)
+        raise typer.Exit(130)
+    with user_errors():
+        csv_path, png_path = write_sweep(results, out_dir, partial=what)
+    err.print(
+        f"{what}: the runs that finished are in {csv_path.name} and {png_path.name}, marked "
+        "partial",
+        highlight=False,
+        markup=False,
+    )
+    out.print(summary_table(results, title=f"PARTIAL ({what}): {title}"))
+    out.print(f"partial: {what}; the other runs were not made", highlight=False)
+    out.print(f"CSV:  {csv_path}\nplot: {png_path}", highlight=False)
+    raise typer.Exit(130)  # as a shell reports a command ended by Ctrl-C

@@ -5,10 +5,7 @@ and figures beside ours) and ``demo-sim`` (a short tour)."""
 from __future__ import annotations
 
 import math
-import signal
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Annotated
@@ -32,6 +29,8 @@ from datasched.cli.common import (
     parse_floats,
     parse_ints,
     print_json,
+    run_progress,
+    sigterm_interrupts,
     user_errors,
     where_to_run,
 )
@@ -94,7 +93,8 @@ def scale(
         typer.Option(
             "--json",
             metavar="",
-            help="Print a JSON array on stdout, one object per size, and nothing else there.",
+            help="Print a JSON array on stdout, one object per size, and nothing else there "
+            '("partial": true on each when interrupted).',
         ),
     ] = False,
 ) -> None:
@@ -104,7 +104,9 @@ def scale(
     time per job and per decision (an event it handled), the master's load (scheduler seconds
     per simulated second; 1.0 = one core fully busy) and, extrapolated from the two largest
     sizes, the nodes one core could serve as master. A grid scheduler is timed on grids of
-    that many sites in the paper's proportions (docs/scale.md).
+    that many sites in the paper's proportions (docs/scale.md). Interrupted (Ctrl-C,
+    SIGTERM), the command prints the sizes that finished, marked partial (a PARTIAL title;
+    `"partial": true` on each object of `--json`), and exits with status 130.
     """
     from datasched.policies.grid.schedulers import grid_schedulers
     from datasched.studies.ponce.scale import nodes_per_core, scale_point
@@ -147,11 +149,26 @@ def scale(
         def measure(n: int) -> ScalePoint:
             return scale_point(base, n)
 
-    points = []
-    for n in sizes:
-        if not as_json:
-            err.print(f"  {n} {'sites' if grid else 'nodes'} ...", highlight=False)
-        points.append(measure(n))
+    unit = "sites" if grid else "nodes"
+    points: list[ScalePoint] = []
+    stopped = ""
+    try:
+        with sigterm_interrupts():
+            for n in sizes:
+                if not as_json:
+                    err.print(f"  {n} {unit} ...", highlight=False)
+                points.append(measure(n))
+    except KeyboardInterrupt:
+        # Ctrl-C or SIGTERM: the size under way is dropped, the finished ones are shown.
+        stopped = f"interrupted after {len(points)} of {len(sizes)} sizes"
+        err.print(
+            f"{stopped}: "
+            + ("the finished ones follow, marked partial" if points else "nothing to show"),
+            highlight=False,
+            markup=False,
+        )
+        if not points:
+            raise typer.Exit(130) from None
     served = nodes_per_core(points)
     if as_json:
         # JSON has no infinity: a master load that does not grow serves "any" size.
@@ -163,14 +180,27 @@ def scale(
                         **asdict(p),
                         "us_per_decision": p.us_per_decision,
                         "nodes_per_core": per_core,
+                        "partial": bool(stopped),
                     }
                 )
                 for p in points
             ]
         )
-        return
-    unit = "sites" if grid else "nodes"
-    table = Table(title=f"master's work under {policy}", box=box.SIMPLE_HEAD)
+    else:
+        _scale_table(points, policy, unit, served, stopped)
+    if stopped:
+        raise typer.Exit(130)  # as reproduce: a command ended by Ctrl-C or SIGTERM
+
+
+def _scale_table(
+    points: list[ScalePoint], policy: str, unit: str, served: float | None, stopped: str
+) -> None:
+    """``scale``'s table of ``points`` and the extrapolation; marked partial when
+    ``stopped`` says the command was interrupted before its last size."""
+    title = f"master's work under {policy}"
+    if stopped:
+        title = f"PARTIAL ({stopped}): {title}"
+    table = Table(title=title, box=box.SIMPLE_HEAD)
     for col in (unit, "jobs/h", "jobs", "ms per job", "µs per decision", "master load"):
         table.add_column(col, justify="right")
     for p in points:
@@ -191,9 +221,11 @@ def scale(
         )
         out.print(
             f"one core serves as master up to {what} {unit}, extrapolated from the two "
-            "largest sizes",
+            f"largest sizes{' measured' if stopped else ''}",
             highlight=False,
         )
+    if stopped:
+        out.print(f"partial: {stopped}; the larger sizes were not measured", highlight=False)
 
 
 @app.command("perf-map")
@@ -361,41 +393,6 @@ def reproduce_ponce(
     out.print(table)
     out.print(f"report: {md_path}", highlight=False)
     out.print(f"figures: {out_dir / 'figures'}", highlight=False)
-
-
-@contextmanager
-def run_progress() -> Iterator[Callable[[str], None]]:
-    """A sink for a study's progress lines: on a terminal, a status line under which the
-    finished runs scroll; otherwise each line printed plainly on stderr (a log, a pipe)."""
-    if not err.is_terminal:
-
-        def plain(message: str) -> None:
-            err.print(message, highlight=False, markup=False, soft_wrap=True)
-
-        yield plain
-        return
-    with err.status("starting ...") as status:
-
-        def live(message: str) -> None:
-            if message.startswith("["):
-                err.print(message, highlight=False, markup=False)
-            status.update(message)
-
-        yield live
-
-
-@contextmanager
-def sigterm_interrupts() -> Iterator[None]:
-    """SIGTERM (a batch system's stop, ``kill``) stops the command as Ctrl-C does, so that
-    what finished is kept; the previous handler is put back after."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 DEMO_POLICIES = ("farm", "splitting", "cache-splitting")

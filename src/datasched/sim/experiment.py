@@ -583,13 +583,18 @@ def sweep(
     on_result: Callable[[Summary], None] | None = None,
     processes: int = 1,
     scheduler: SchedulerRef | None = None,
+    on_done: Callable[[int, Summary], None] | None = None,
 ) -> list[Summary]:
     """Simulate each config, in up to ``processes`` worker processes or on the Dask cluster
     whose scheduler is at ``scheduler`` (see :func:`map_in_processes`); the summaries come back
     in the order of ``configs`` and are the same for any number of processes and on any
-    cluster (``on_result`` sees each as it arrives and drives the CLI's progress bar)."""
+    cluster (``on_result`` sees each as it arrives and drives the CLI's progress bar;
+    ``on_done`` sees it with the index of its config, so that a caller stopped midway, by
+    KeyboardInterrupt, still has the runs that finished)."""
 
-    def done(_: int, summary: Summary) -> None:
+    def done(i: int, summary: Summary) -> None:
+        if on_done is not None:
+            on_done(i, summary)
         if on_result is not None:
             on_result(summary)
 

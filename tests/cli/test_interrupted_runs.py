@@ -1,0 +1,277 @@
+"""``sweep`` and ``scale`` interrupted (Ctrl-C, SIGTERM) keep what finished: printed and
+written marked partial, the worker processes stopped, exit status 130 (as ``reproduce``
+and ``sim`` do)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from datasched.cli import app
+from datasched.cli import sim as cli_sim
+from datasched.sim.experiment import SimConfig, summary_of
+from datasched.sim.metrics import Summary
+from datasched.studies.ponce import scale as ponce_scale
+
+runner = CliRunner()
+SWEEP = ["sweep", "--policies", "farm", "--loads", "0.2,0.4,0.6", "--jobs", "20", "-j", "1"]
+
+
+def _stopped_after(k: int) -> Callable[..., list[Summary]]:
+    """A stand-in for the sweep's runs: the first ``k`` configs simulated and handed back as
+    they finish, then KeyboardInterrupt, as Ctrl-C or SIGTERM raises it in the command."""
+
+    def runs(
+        configs: Sequence[SimConfig],
+        *,
+        on_result: Callable[[Summary], None] | None = None,
+        on_done: Callable[[int, Summary], None] | None = None,
+        **_: Any,
+    ) -> list[Summary]:
+        for i, config in enumerate(configs[:k]):
+            summary = summary_of(config)
+            if on_done is not None:
+                on_done(i, summary)
+            if on_result is not None:
+                on_result(summary)
+        raise KeyboardInterrupt
+
+    return runs
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_an_interrupted_sweep_writes_the_runs_that_finished_marked_partial(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cli_sim, "run_sweep", _stopped_after(2))
+    out = tmp_path / "sweep"
+    result = runner.invoke(app, [*SWEEP, "--out", str(out)])
+    assert result.exit_code == 130, result.output
+    assert "interrupted after 2 of 3 runs" in result.stderr
+    assert "PARTIAL (interrupted after 2 of 3 runs)" in result.stdout
+    assert "partial: interrupted after 2 of 3 runs" in result.stdout
+    assert "Traceback" not in result.output
+    assert sorted(p.name for p in out.iterdir()) == ["sweep.partial.csv", "sweep.partial.png"]
+    rows = _rows(out / "sweep.partial.csv")
+    assert [float(r["load_jobs_per_h"]) for r in rows] == [0.2, 0.4]
+    assert (out / "sweep.partial.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_partial_sweep_leaves_a_whole_one_alone_and_a_whole_one_replaces_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "sweep"
+    small = ["sweep", "--policies", "farm", "--loads", "0.2,0.4", "--jobs", "20", "-j", "1"]
+    whole = runner.invoke(app, [*small, "--out", str(out)])
+    assert whole.exit_code == 0, whole.output
+    before = (out / "sweep.csv").read_text()
+    with monkeypatch.context() as patch:
+        patch.setattr(cli_sim, "run_sweep", _stopped_after(1))
+        result = runner.invoke(app, [*small, "--out", str(out)])
+    assert result.exit_code == 130, result.output
+    assert (out / "sweep.csv").read_text() == before
+    assert len(_rows(out / "sweep.partial.csv")) == 1
+    again = runner.invoke(app, [*small, "--out", str(out)])
+    assert again.exit_code == 0, again.output
+    assert sorted(p.name for p in out.iterdir()) == ["sweep.csv", "sweep.png"]
+
+
+def test_a_sweep_interrupted_before_any_run_finished_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cli_sim, "run_sweep", _stopped_after(0))
+    out = tmp_path / "sweep"
+    result = runner.invoke(app, [*SWEEP, "--out", str(out)])
+    assert result.exit_code == 130, result.output
+    assert "interrupted after 0 of 3 runs: nothing written" in result.stderr
+    assert result.stdout == ""
+    assert not out.exists()
+
+
+def test_an_interrupted_scale_prints_the_sizes_that_finished_marked_partial(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    real = ponce_scale.scale_point
+    seen: list[int] = []
+
+    def point(base: SimConfig, n: int) -> Any:
+        seen.append(n)
+        if len(seen) == 3:
+            raise KeyboardInterrupt
+        return real(base, n)
+
+    monkeypatch.setattr(ponce_scale, "scale_point", point)
+    args = ["scale", "--policy", "farm", "--nodes", "10,20,40", "--jobs", "30"]
+    result = runner.invoke(app, [*args, "--json"])
+    assert result.exit_code == 130, result.output
+    points = json.loads(result.stdout)
+    assert [p["n_nodes"] for p in points] == [10, 20]
+    assert all(p["partial"] is True for p in points)
+    assert "interrupted after 2 of 3 sizes" in result.stderr
+    seen.clear()
+    table = runner.invoke(app, args)
+    assert table.exit_code == 130, table.output
+    assert "PARTIAL (interrupted after 2 of 3 sizes)" in table.stdout
+    assert "partial: interrupted after 2 of 3 sizes" in table.stdout
+    assert "largest sizes measured" in table.stdout
+
+
+def test_a_whole_scale_is_not_partial() -> None:
+    args = ["scale", "--policy", "farm", "--nodes", "10,20", "--jobs", "30", "--json"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert [p["partial"] for p in json.loads(result.stdout)] == [False, False]
+
+
+# -- real signals, in a process of its own ---------------------------------------------------
+
+_SWEEP_SCRIPT = """
+import sys, time
+from pathlib import Path
+import datasched.cli.sim as cli_sim
+import datasched.sim.experiment as experiment
+
+real_summary, real_sweep = experiment.summary_of, cli_sim.run_sweep
+marks = Path(sys.argv[1])
+
+def slow(config):
+    if config.load_jobs_per_h > 0.5:
+        time.sleep(60)  # far longer than the test waits: stopped by the signal
+    return real_summary(config)
+
+def noted(configs, *, on_done, **kw):
+    def done(i, summary):
+        on_done(i, summary)  # kept by the command first, then the test is told
+        with marks.open("a") as fh:
+            fh.write(f"{i}\\n")
+    return real_sweep(configs, on_done=done, **kw)
+
+experiment.summary_of = slow  # the workers are forked: they run it too
+cli_sim.run_sweep = noted
+from datasched.cli import app
+app(sys.argv[2:], prog_name="datasched")
+"""
+
+_SCALE_SCRIPT = """
+import sys, time
+from pathlib import Path
+import datasched.studies.ponce.scale as scale
+
+real, marks = scale.scale_point, Path(sys.argv[1])
+
+def point(base, n):
+    if n > 10:
+        marks.write_text("10 done\\n")
+        time.sleep(60)
+    return real(base, n)
+
+scale.scale_point = point
+from datasched.cli import app
+app(sys.argv[2:], prog_name="datasched")
+"""
+
+
+def _run_until(script: str, tmp_path: Path, args: list[str], marks_wanted: int) -> Any:
+    """Start ``script`` with ``args`` in a session of its own; return it once the marks
+    file holds ``marks_wanted`` lines (what it finished, as the command has it)."""
+    path = tmp_path / "run.py"
+    path.write_text(script)
+    marks = tmp_path / "marks"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.Popen(
+        [sys.executable, str(path), str(marks), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 120
+    while not (marks.exists() and len(marks.read_text().split()) >= marks_wanted):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the first runs never finished"
+        time.sleep(0.05)
+    return proc
+
+
+needs_proc = pytest.mark.skipif(
+    not Path("/proc/self/stat").exists(), reason="finds the worker processes in /proc"
+)
+
+
+@needs_proc
+@pytest.mark.parametrize("how", ["sigterm", "ctrl-c"])
+def test_a_stopped_sweep_keeps_its_finished_runs_and_stops_its_workers(
+    tmp_path: Path, how: str
+) -> None:
+    """SIGTERM to the command, or Ctrl-C as a terminal sends it (SIGINT to the whole
+    process group, workers included): the two runs that finished are written marked
+    partial, the two under way are abandoned, their workers end, no traceback."""
+    out = tmp_path / "sweep"
+    args = ["sweep", "--policies", "farm", "--loads", "0.2,0.3,0.6,0.7", "--jobs", "20"]
+    proc = _run_until(_SWEEP_SCRIPT, tmp_path, [*args, "-j", "2", "--out", str(out)], 2)
+    workers = _children(proc.pid)
+    assert workers
+    if how == "sigterm":
+        proc.send_signal(signal.SIGTERM)
+    else:
+        os.killpg(proc.pid, signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stdout + stderr
+    assert "interrupted after 2 of 4 runs" in stderr
+    assert "Traceback" not in stderr, stderr
+    assert "PARTIAL" in stdout
+    rows = _rows(out / "sweep.partial.csv")
+    assert sorted(float(r["load_jobs_per_h"]) for r in rows) == [0.2, 0.3]
+    assert not (out / "sweep.csv").exists()
+    deadline = time.monotonic() + 10
+    while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [pid for pid in workers if _alive(pid)]
+
+
+def test_scale_stopped_by_sigterm_prints_what_finished(tmp_path: Path) -> None:
+    args = ["scale", "--policy", "farm", "--nodes", "10,20", "--jobs", "30", "--json"]
+    proc = _run_until(_SCALE_SCRIPT, tmp_path, args, 1)
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stdout + stderr
+    assert "Traceback" not in stderr, stderr
+    points = json.loads(stdout)
+    assert [(p["n_nodes"], p["partial"]) for p in points] == [(10, True)]
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
