@@ -690,3 +690,30 @@ def test_sweep_takes_policy_parameters_for_the_policies_that_have_them(
     r = runner.invoke(app, [*base, "--policies", "cache-splitting", "-P", "fill_duplicates=maybe"])
     assert r.exit_code == 2
     assert "fill_duplicates" in r.output
+
+
+def test_a_quick_ponce_reproduction_says_so_in_its_report_and_summary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its runs stood in for (tests/studies/test_paper_ponce.py runs them): what is checked
+    is what the command says of a --quick run, at the report's top and under its table."""
+    from datasched.studies.claims import Claim
+    from datasched.studies.ponce import reproduce
+
+    def runs(**kw: Any) -> Any:
+        return [Claim("k", "§3", "a ratio", 0.7, 0.7, "", 0.1)], []
+
+    monkeypatch.setattr(reproduce, "run_ponce", runs)
+    out = tmp_path / "repro"
+    args = ["reproduce", "ponce", "--quick", "-j", "1", "--out", str(out)]
+    result = runner.invoke(app, args, env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    words = " ".join(result.stdout.split())  # the title wraps to the table's width
+    assert "ponce-hersch: paper vs datasched (quick run: reduced sizes)" in words
+    assert "quick run (--quick): reduced sizes" in result.stdout
+    report = (out / "report.md").read_text()
+    assert report.split("\n\n")[1].startswith("**Quick run** (`datasched reproduce ponce --quick`)")
+    result = runner.invoke(app, ["reproduce", "ponce", "-j", "1", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "quick run" not in " ".join(result.stdout.split())
+    assert "Quick run" not in (out / "report.md").read_text()

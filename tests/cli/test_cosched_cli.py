@@ -122,6 +122,22 @@ def test_reproduce_romosan_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     for png in data["figures"]:
         assert Path(png).read_bytes()[:8] == PNG_MAGIC
         assert Path(png).with_suffix(".csv").exists()
+    assert data["quick"] is True
+    top = (out / "report.md").read_text().split("\n\n")[1]  # under the title
+    assert top.startswith("**Quick run** (`datasched reproduce romosan --quick`): reduced")
+
+
+def test_a_quick_reproduction_says_so_in_its_summary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tiny = replace(romosan.SMOKE, jobs=60, zipf_jobs=40, edge_files=(256,), edge_jobs=100)
+    monkeypatch.setattr(romosan, "QUICK", tiny)
+    args = ["reproduce", "romosan", "--quick", "--out", str(tmp_path / "out"), "-j", "1"]
+    result = runner.invoke(app, args, env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    words = " ".join(result.stdout.split())  # the title wraps to the table's width
+    assert "romosan: paper vs datasched (quick run: reduced sizes)" in words
+    assert "quick run (--quick): reduced sizes" in result.stdout
 
 
 def test_reproduce_romosan_refuses_a_file_as_out(tmp_path: Path) -> None:

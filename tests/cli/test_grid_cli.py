@@ -45,6 +45,9 @@ def reproduce(tmp_path: Path, *extra: str) -> dict[str, Any]:
     for png in doc["figures"]:
         assert Path(png).read_bytes().startswith(PNG_MAGIC)
     assert (out / "runs.csv").read_text().count("\n") > 30
+    quick = "--quick" in extra
+    assert doc["quick"] is quick
+    assert report.split("\n\n")[1].startswith("**Quick run**") is quick
     return by_key
 
 

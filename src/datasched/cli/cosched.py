@@ -25,6 +25,7 @@ from datasched.cli.common import (
     where_to_run,
 )
 from datasched.cli.options import (
+    QUICK_TITLE,
     JsonOpt,
     ProcessesOpt,
     ReportDirOpt,
@@ -127,7 +128,9 @@ def reproduce_romosan(
     an infinite cache; delays between batches. Writes the figures (CSV and PNG), and a report
     with the paper's statement beside our number for every claim and the cluster we chose
     (the paper gives only its 20 GB caches). `--json` prints
-    `{"claims": [{"key", "paper", "ours", "agrees", ...}], "report", "figures"}`."""
+    `{"claims": [{"key", "paper", "ours", "agrees", ...}], "report", "figures", "quick"}`.
+    A `--quick` run says so at the top of its report and under its table."""
+    from datasched.studies.report import quick_note
     from datasched.studies.romosan import runs as romosan
     from datasched.studies.romosan.reproduce import run_romosan, write_romosan
 
@@ -143,17 +146,18 @@ def reproduce_romosan(
             progress=None if as_json else lambda m: status.update(m),
         )
     with user_errors():
-        md_path, figs = write_romosan(outcome, out_dir)
+        md_path, figs = write_romosan(outcome, out_dir, quick=quick)
     if as_json:
         print_json(
             {
                 "claims": [{**asdict(c), "agrees": c.agrees} for c in outcome.claims],
                 "report": str(md_path),
                 "figures": [str(f.png_path) for f in figs],
+                "quick": quick,
             }
         )
         return
-    table = Table(title="romosan: paper vs datasched")
+    table = Table(title=f"romosan: paper vs datasched{QUICK_TITLE if quick else ''}")
     for col in ("claim", "paper", "ours", "agrees"):
         table.add_column(col)
     for c in outcome.claims:
@@ -165,5 +169,7 @@ def reproduce_romosan(
             "yes" if c.agrees else Text("no", style="yellow"),
         )
     out.print(table)
+    if quick:
+        out.print(quick_note("datasched reproduce romosan", markdown=False), highlight=False)
     out.print(f"report: {md_path}", highlight=False)
     out.print(f"figures: {out_dir / 'figures'}", highlight=False)

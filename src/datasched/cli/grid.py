@@ -21,6 +21,7 @@ from datasched.cli.common import (
     where_to_run,
 )
 from datasched.cli.options import (
+    QUICK_TITLE,
     JsonOpt,
     ProcessesOpt,
     ReportDirOpt,
@@ -67,12 +68,14 @@ def reproduce_grid(
     sensitivity table over the settings the paper leaves open. Writes Figs. 3-5 (CSV and PNG),
     runs.csv, claims.csv and a report with the paper's statement beside ours for every claim.
     `--json` prints `{"claims": [{"key", "paper", "ours", "agrees", ...}], "report",
-    "figures"}`."""
+    "figures", "quick"}`. A `--quick` run says so at the top of its report and under its
+    table."""
     from dataclasses import replace
 
     from datasched.gridsim.model import GridError
     from datasched.studies.grid.reproduce import run_grid_study, write_grid
     from datasched.studies.grid.runs import BASE, FULL, QUICK
+    from datasched.studies.report import quick_note
 
     check_out_dir(out_dir)
     try:
@@ -90,7 +93,7 @@ def reproduce_grid(
             progress=None if as_json else lambda m: status.update(m),
         )
     with user_errors():
-        md_path, figs = write_grid(outcome, out_dir)
+        md_path, figs = write_grid(outcome, out_dir, quick=quick)
     if as_json:
         print_json(
             {
@@ -108,15 +111,19 @@ def reproduce_grid(
                 ],
                 "report": str(md_path),
                 "figures": [str(f.png_path) for f in figs],
+                "quick": quick,
             }
         )
         return
-    table = Table(title="ranganathan-foster: paper vs datasched")
+    title = f"ranganathan-foster: paper vs datasched{QUICK_TITLE if quick else ''}"
+    table = Table(title=title)
     for col in ("claim", "paper", "ours", "agrees"):
         table.add_column(col)
     for c in outcome.claims:
         agrees = "-" if c.agrees is None else ("yes" if c.agrees else Text("no", style="yellow"))
         table.add_row(c.key, str(c.paper), str(c.ours), agrees)
     out.print(table)
+    if quick:
+        out.print(quick_note("datasched reproduce grid", markdown=False), highlight=False)
     out.print(f"report: {md_path}", highlight=False)
     out.print(f"figures: {out_dir / 'figures'}", highlight=False)

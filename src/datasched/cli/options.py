@@ -26,6 +26,7 @@ from datasched.sim.parallel import usable_cores
 from datasched.sim.workload import JobRecord, load_trace
 
 __all__ = [
+    "QUICK_TITLE",
     "check_named",
     "jobqueue_spec",
     "make_config",
@@ -149,6 +150,8 @@ TraceOpt = Annotated[
         "beside it. Default: generate the paper's workload.",
     ),
 ]
+QUICK_TITLE = " (quick run: reduced sizes)"
+"""Ends the title of a ``reproduce --quick`` command's table of claims."""
 ReportDirOpt = Annotated[
     Path,
     typer.Option("--out", metavar="DIR", help="Directory for report.md, claims.csv and figures/."),

@@ -16,7 +16,7 @@ from rich.text import Text
 
 from datasched.cli.app import app, reproduce_app
 from datasched.cli.common import check_out_dir, err, fail, out, print_json, user_errors
-from datasched.cli.options import ParamOpt, ReportDirOpt, policy_params_of
+from datasched.cli.options import QUICK_TITLE, ParamOpt, ReportDirOpt, policy_params_of
 
 if TYPE_CHECKING:
     from datasched.studies.claims import Measured
@@ -64,9 +64,11 @@ def reproduce_proof(
     Dask cluster (file servers as workers of no slot holding files in their caches), and so
     does the quota test (four groups' continuous analyses, shares from per-packet CPU time,
     10 minutes; 1 with `--quick`), unless `--no-runtime`. `--json` prints
-    `{"claims": [{"key", "paper", "ours", "agrees"}, ...]}` (ours null where not measured)."""
+    `{"claims": [{"key", "paper", "ours", "agrees"}, ...], "report", "quick"}` (ours null
+    where not measured). A `--quick` run says so at the top of its report and under its
+    table."""
     from datasched.studies.proof.reproduce import run_proof, write_proof_figures
-    from datasched.studies.report import write_report
+    from datasched.studies.report import quick_note, write_report
 
     check_out_dir(out_dir)
     with err.status("running the PROOF reproduction ...") as status:
@@ -84,6 +86,7 @@ def reproduce_proof(
             figures=figures,
             command="datasched reproduce proof",
             intro=PROOF_INTRO,
+            quick=quick,
         )
     claims = results.claims
     if as_json:
@@ -101,10 +104,11 @@ def reproduce_proof(
                     for c in claims
                 ],
                 "report": str(md_path),
+                "quick": quick,
             }
         )
         return
-    table = Table(title="ganis et al. (PROOF): paper vs datasched")
+    table = Table(title=f"ganis et al. (PROOF): paper vs datasched{QUICK_TITLE if quick else ''}")
     for col in ("claim", "paper", "ours", "agrees"):
         table.add_column(col)
     for c in claims:
@@ -117,6 +121,8 @@ def reproduce_proof(
             ("yes" if c.agrees else Text("no", style="yellow")) if measured else "not measured",
         )
     out.print(table)
+    if quick:
+        out.print(quick_note("datasched reproduce proof", markdown=False), highlight=False)
     out.print(f"report: {md_path}", highlight=False)
     out.print(f"figures: {out_dir / 'figures'}", highlight=False)
 

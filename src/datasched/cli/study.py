@@ -35,6 +35,7 @@ from datasched.cli.common import (
     where_to_run,
 )
 from datasched.cli.options import (
+    QUICK_TITLE,
     CacheOpt,
     JobsOpt,
     NodesOpt,
@@ -340,12 +341,14 @@ def reproduce_ponce(
     for every claim.
 
     Each run's result is kept in DIR/runs/ as it finishes, and a line says so on stderr (a
-    bar on a terminal). Interrupted (Ctrl-C, SIGTERM), the command keeps what finished;
+    bar on a terminal). A `--quick` run says so at the top of its report and under its
+    table. Interrupted (Ctrl-C, SIGTERM), the command keeps what finished;
     `--resume` goes on from there.
     """
     from datasched import __version__
     from datasched.studies.ponce.figures import write_figure
     from datasched.studies.ponce.reproduce import run_ponce, write_report
+    from datasched.studies.report import quick_note
     from datasched.studies.resume import RunStore
 
     check_out_dir(out_dir)
@@ -378,8 +381,9 @@ def reproduce_ponce(
             title="Reproduction of ponce-hersch",
             figures=shown,
             command="datasched reproduce ponce",
+            quick=quick,
         )
-    table = Table(title="ponce-hersch: paper vs datasched")
+    table = Table(title=f"ponce-hersch: paper vs datasched{QUICK_TITLE if quick else ''}")
     for col in ("claim", "paper", "ours", "agrees"):
         table.add_column(col)
     for c in claims:
@@ -391,6 +395,8 @@ def reproduce_ponce(
             "yes" if c.agrees else Text("no", style="yellow"),
         )
     out.print(table)
+    if quick:
+        out.print(quick_note("datasched reproduce ponce", markdown=False), highlight=False)
     out.print(f"report: {md_path}", highlight=False)
     out.print(f"figures: {out_dir / 'figures'}", highlight=False)
 

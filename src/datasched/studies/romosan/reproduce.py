@@ -86,9 +86,12 @@ def run_romosan(
     return RomosanOutcome(study, cluster, results, edges, claims)
 
 
-def write_romosan(outcome: RomosanOutcome, out_dir: Path) -> tuple[Path, list[RomosanFigure]]:
+def write_romosan(
+    outcome: RomosanOutcome, out_dir: Path, *, quick: bool = False
+) -> tuple[Path, list[RomosanFigure]]:
     """Write the figures (CSV and PNG) under ``out_dir/figures`` and ``report.md`` and
-    ``claims.csv`` in ``out_dir``; returns the report's path and the figures."""
+    ``claims.csv`` in ``out_dir``; returns the report's path and the figures. ``quick``:
+    the run was ``--quick``'s, which the report says first."""
     figs = [
         write_romosan_figure(f, out_dir / "figures")
         for f in romosan_figures(outcome.results, outcome.edges)
@@ -102,6 +105,7 @@ def write_romosan(outcome: RomosanOutcome, out_dir: Path) -> tuple[Path, list[Ro
         command="datasched reproduce romosan",
         intro="the simulator with the cluster below (the paper gives only its 20 GB caches).",
         sections=_sections(outcome),
+        quick=quick,
     )
     return md_path, figs
 
