@@ -127,7 +127,7 @@ def test_reproduce_romosan_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     assert top.startswith("**Quick run** (`datasched reproduce romosan --quick`): reduced")
 
 
-def test_a_quick_reproduction_says_so_in_its_summary(
+def test_a_quick_run_shows_its_progress_and_says_it_is_quick(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     tiny = replace(romosan.SMOKE, jobs=60, zipf_jobs=40, edge_files=(256,), edge_jobs=100)
@@ -135,6 +135,14 @@ def test_a_quick_reproduction_says_so_in_its_summary(
     args = ["reproduce", "romosan", "--quick", "--out", str(tmp_path / "out"), "-j", "1"]
     result = runner.invoke(app, args, env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
+    # Progress, as reproduce ponce gives it without a terminal: a line a finished run.
+    n = len(romosan.study_runs(tiny))
+    lines = result.stderr.splitlines()
+    assert lines[0] == f"{n} simulations in 1 processes, then 1 timed batches alone"
+    done = [line for line in lines if line.startswith("[")]
+    assert [line.split("]")[0] for line in done] == [f"[{k}/{n}" for k in range(1, n + 1)]
+    assert all(line.endswith(" s)") and " servers (" in line for line in done)
+    assert "one batch of the min-cost flow at 256 files" in result.stderr
     words = " ".join(result.stdout.split())  # the title wraps to the table's width
     assert "romosan: paper vs datasched (quick run: reduced sizes)" in words
     assert "quick run (--quick): reduced sizes" in result.stdout

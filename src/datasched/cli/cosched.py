@@ -17,10 +17,10 @@ from datasched.cli.app import app, reproduce_app
 from datasched.cli.common import (
     check_out_dir,
     cluster_errors,
-    err,
     fail,
     out,
     print_json,
+    run_progress,
     user_errors,
     where_to_run,
 )
@@ -127,7 +127,8 @@ def reproduce_romosan(
     one batch of the flow at 2 K to 64 K files x 32 servers; Zipf popularity with a small and
     an infinite cache; delays between batches. Writes the figures (CSV and PNG), and a report
     with the paper's statement beside our number for every claim and the cluster we chose
-    (the paper gives only its 20 GB caches). `--json` prints
+    (the paper gives only its 20 GB caches). While it runs, stderr shows each simulation as
+    it finishes (under a status line on a terminal, a line each otherwise). `--json` prints
     `{"claims": [{"key", "paper", "ours", "agrees", ...}], "report", "figures", "quick"}`.
     A `--quick` run says so at the top of its report and under its table."""
     from datasched.studies.report import quick_note
@@ -137,14 +138,8 @@ def reproduce_romosan(
     check_out_dir(out_dir)
     processes, target = where_to_run(processes, scheduler, tls_ca_file, tls_cert, tls_key)
     study = romosan.QUICK if quick else romosan.FULL
-    where = f"on {target}" if target else f"in {processes} processes"
-    with err.status(f"running the reproduction {where} ...") as status, cluster_errors():
-        outcome = run_romosan(
-            study,
-            processes=processes,
-            scheduler=target,
-            progress=None if as_json else lambda m: status.update(m),
-        )
+    with run_progress() as say, cluster_errors():
+        outcome = run_romosan(study, processes=processes, scheduler=target, progress=say)
     with user_errors():
         md_path, figs = write_romosan(outcome, out_dir, quick=quick)
     if as_json:

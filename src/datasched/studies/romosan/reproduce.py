@@ -52,19 +52,26 @@ def run_romosan(
 ) -> RomosanOutcome:
     """Run every experiment of ``study``: the simulations in ``processes`` processes (or on
     the Dask cluster at ``scheduler``), then the timed batches of the edges experiment here,
-    alone, with nothing else sharing the CPU."""
+    alone, with nothing else sharing the CPU.
+
+    ``progress`` gets a line as each step starts (what runs where, each timed batch) and as
+    each simulation finishes, ``[k/N] experiment: policy, servers (seconds)``, as
+    ``reproduce ponce``'s runs do (the command scrolls those under its status line on a
+    terminal, and prints every line otherwise)."""
     say = progress or (lambda _: None)
     runs = study_runs(study, cluster)
     # Longest first (10,000-job runs of the min-cost flow), so the processes finish together.
     order = sorted(range(len(runs)), key=lambda i: (-runs[i].jobs, runs[i].policy != LP))
     done = 0
+    where = f"on {scheduler}" if scheduler is not None else f"in {processes} processes"
+    say(f"{len(runs)} simulations {where}, then {len(study.edge_files)} timed batches alone")
 
     def finished(_: int, result: RunResult) -> None:
         nonlocal done
         done += 1
         say(
-            f"{done} of {len(runs)} simulations: {result.experiment}, {result.policy}, "
-            f"{result.servers} servers"
+            f"[{done}/{len(runs)}] {result.experiment}: {result.policy}, "
+            f"{result.servers} servers ({result.wall_s:.1f} s)"
         )
 
     out = map_in_processes(
