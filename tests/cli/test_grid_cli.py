@@ -53,6 +53,13 @@ def reproduce(tmp_path: Path, *extra: str) -> dict[str, Any]:
 
 def test_reproduce_grid_quick(tmp_path: Path) -> None:
     claims = reproduce(tmp_path, "--quick")
+    # progress reaches stderr without a terminal (a log, a batch job's output)
+    result = runner.invoke(
+        app, ["reproduce", "grid", "--quick", "--out", str(tmp_path / "again"), "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "running the reproduction" in result.stderr
+    assert " simulations: " in result.stderr
     # Results the model gives whatever the seed: JobDataPresent moves only replicas, the
     # others fetch most jobs' data (the quantity behind Fig. 3b), and replication is
     # needed for JobDataPresent's best (the paper's main finding).

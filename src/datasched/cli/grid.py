@@ -13,10 +13,10 @@ from datasched.cli.app import reproduce_app
 from datasched.cli.common import (
     check_out_dir,
     cluster_errors,
-    err,
     fail,
     out,
     print_json,
+    run_progress,
     user_errors,
     where_to_run,
 )
@@ -85,13 +85,9 @@ def reproduce_grid(
     processes, target = where_to_run(processes, scheduler, tls_ca_file, tls_cert, tls_key)
     study = replace(QUICK if quick else FULL, local=local)
     where = f"on {target}" if target else f"in {processes} processes"
-    with err.status(f"running the reproduction {where} ...") as status, cluster_errors():
-        outcome = run_grid_study(
-            study,
-            processes=processes,
-            scheduler=target,
-            progress=None if as_json else lambda m: status.update(m),
-        )
+    with run_progress() as say, cluster_errors():
+        say(f"running the reproduction {where} ...")
+        outcome = run_grid_study(study, processes=processes, scheduler=target, progress=say)
     with user_errors():
         md_path, figs = write_grid(outcome, out_dir, quick=quick)
     if as_json:

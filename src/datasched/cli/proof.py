@@ -15,7 +15,14 @@ from rich.table import Table
 from rich.text import Text
 
 from datasched.cli.app import app, reproduce_app
-from datasched.cli.common import check_out_dir, err, fail, out, print_json, user_errors
+from datasched.cli.common import (
+    check_out_dir,
+    fail,
+    out,
+    print_json,
+    run_progress,
+    user_errors,
+)
 from datasched.cli.options import QUICK_TITLE, ParamOpt, ReportDirOpt, policy_params_of
 
 if TYPE_CHECKING:
@@ -71,9 +78,10 @@ def reproduce_proof(
     from datasched.studies.report import quick_note, write_report
 
     check_out_dir(out_dir)
-    with err.status("running the PROOF reproduction ...") as status:
+    with run_progress() as say:
+        say("running the PROOF reproduction ...")
         runtime = None if no_runtime else _runtime_claims(out_dir / "figures")
-        results = run_proof(quick=quick, progress=lambda m: status.update(m), runtime=runtime)
+        results = run_proof(quick=quick, progress=say, runtime=runtime)
     with user_errors():
         figures = write_proof_figures(results, out_dir / "figures")
         if runtime is not None:
