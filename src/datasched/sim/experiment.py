@@ -585,12 +585,10 @@ def sweep(
     scheduler: SchedulerRef | None = None,
     on_done: Callable[[int, Summary], None] | None = None,
 ) -> list[Summary]:
-    """Simulate each config, in up to ``processes`` worker processes or on the Dask cluster
-    whose scheduler is at ``scheduler`` (see :func:`map_in_processes`); the summaries come back
-    in the order of ``configs`` and are the same for any number of processes and on any
-    cluster (``on_result`` sees each as it arrives and drives the CLI's progress bar;
-    ``on_done`` sees it with the index of its config, so that a caller stopped midway, by
-    KeyboardInterrupt, still has the runs that finished)."""
+    """Simulate each config in up to ``processes`` worker processes or on the Dask cluster at
+    ``scheduler`` (:func:`map_in_processes`): the summaries in the order of ``configs``, the
+    same for any number of processes or cluster. ``on_result(summary)`` and ``on_done(index,
+    summary)`` see each as it arrives (a progress bar; what finished, if the caller stops)."""
 
     def done(i: int, summary: Summary) -> None:
         if on_done is not None:
