@@ -585,10 +585,9 @@ def sweep(
     scheduler: SchedulerRef | None = None,
     on_done: Callable[[int, Summary], None] | None = None,
 ) -> list[Summary]:
-    """Simulate each config in up to ``processes`` worker processes or on the Dask cluster at
-    ``scheduler`` (:func:`map_in_processes`): the summaries in the order of ``configs``, the
-    same for any number of processes or cluster. ``on_result(summary)`` and ``on_done(index,
-    summary)`` see each as it arrives (a progress bar; what finished, if the caller stops)."""
+    """Simulate each config in up to ``processes`` processes or on the Dask cluster at
+    ``scheduler`` (:func:`map_in_processes`): the summaries in ``configs``' order, the same
+    however run, each seen by ``on_result(summary)`` and ``on_done(index, summary)`` on arrival."""
 
     def done(i: int, summary: Summary) -> None:
         if on_done is not None:
