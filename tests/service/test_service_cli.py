@@ -45,8 +45,8 @@ def test_users_add_prints_a_token_once_and_list_shows_the_users(tmp_path: Path) 
 def _group_of(db: str, name: str) -> str:
     r = cli.invoke(app, ["users", "list", "--db", db])
     assert r.exit_code == 0, r.output
-    row = next(line for line in r.stdout.splitlines() if f" {name} " in line)
-    return row.strip("│ ").split("│")[1].strip()
+    row = next(line for line in r.stdout.splitlines() if line.split()[:1] == [name])
+    return row.split()[1]
 
 
 def test_a_new_token_keeps_the_users_group_unless_one_is_named(tmp_path: Path) -> None:
@@ -377,3 +377,20 @@ def test_serve_confines_users_code_or_refuses_to_start(
     r = cli.invoke(app, [*base, "--no-sandbox", "--db", "mysql://h/d"])
     assert r.exit_code == 2
     assert "WARNING: --no-sandbox" in r.stderr
+
+
+def test_users_list_fits_80_columns_with_names_whole(tmp_path: Path) -> None:
+    db = str(tmp_path / "s.db")
+    name, group = "u" + "x" * 63, "g" + "y" * 63  # the longest names allowed
+    r = cli.invoke(app, ["users", "add", name, "--group", group, "--admin", "--db", db])
+    assert r.exit_code == 0, r.output
+    r = cli.invoke(app, ["users", "list", "--db", db], env={"COLUMNS": "80"})
+    assert r.exit_code == 0, r.output
+    assert "…" not in r.stdout
+    assert max(len(line) for line in r.stdout.splitlines()) <= 80
+    rows = [line.split() for line in r.stdout.splitlines()]
+    rule = next(i for i, row in enumerate(rows) if row and set(row[0]) == {"─"})
+    data = [row for row in rows[rule + 1 :] if row]
+    # wrapped over lines, column by column, never cut
+    assert "".join(row[0] for row in data) == name
+    assert "".join(row[1] for row in data) == group

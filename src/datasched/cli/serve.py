@@ -570,6 +570,20 @@ def users_remove(
     )
 
 
+def _names_table(*figures: str) -> Any:
+    """A table of users and groups that fits 80 columns: a light frame, the figures whole,
+    a name too long for the line wrapped rather than cut."""
+    from rich import box
+    from rich.table import Table
+
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for head in ("user", "group"):
+        table.add_column(head, overflow="fold")
+    for head in figures:
+        table.add_column(head, no_wrap=True)
+    return table
+
+
 @users_app.command("list")
 def users_list(
     removed: Annotated[
@@ -579,8 +593,6 @@ def users_list(
 ) -> None:
     """List the users: name, group, group priority, administrator or not. With --removed,
     the removed users: name, last group, when removed, the requests kept."""
-    from rich.table import Table
-
     from datasched.service.users import list_users, removed_users
 
     store = open_store(db)
@@ -589,12 +601,12 @@ def users_list(
         gone = removed_users(s) if removed else []
     store.close()
     if removed:
-        table = Table("user", "group", "removed", "requests")
+        table = _names_table("removed", "requests")
         for r in gone:
             table.add_row(r.name, r.group, f"{r.removed:%Y-%m-%d %H:%M}", str(r.requests))
         out.print(table)
         return
-    table = Table("user", "group", "priority", "admin")
+    table = _names_table("priority", "admin")
     for u in users:
         table.add_row(u.name, u.group, f"{u.priority:g}", "yes" if u.admin else "")
     out.print(table)

@@ -26,7 +26,7 @@ from datasched.service.contracts import (
 )
 from datasched.service.fairshare import targets
 from datasched.service.store.models import Group, Job, Packet, Request, User, utcnow
-from datasched.service.users import Caller
+from datasched.service.users import OPEN_STATES, Caller
 
 __all__ = [
     "HANDED_OVER",
@@ -57,8 +57,9 @@ __all__ = [
 HANDED_OVER = (JobState.SUBMITTED, JobState.QUEUED, JobState.RUNNING)
 """Job states in which the runner holds the job (requeued after a restart)."""
 
-OPEN = tuple(st.value for st in JobState if not st.final)
-"""States of a request not yet final (what the per-user cap on pending requests counts)."""
+OPEN = OPEN_STATES
+"""States of a request not yet final (what the per-user cap on pending requests counts; the
+same that keep a user from being removed)."""
 
 
 def new_request_id() -> str:
