@@ -232,17 +232,19 @@ def test_a_stopped_sweep_keeps_its_finished_runs_and_stops_its_workers(
     else:
         os.killpg(proc.pid, signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 130, stdout + stderr
-    assert "interrupted after 2 of 4 runs" in stderr
-    assert "Traceback" not in stderr, stderr
-    assert "PARTIAL" in stdout
+    said = f"stdout:\n{stdout}\nstderr:\n{stderr}"  # what a failure here shows
+    assert proc.returncode == 130, said
+    assert "interrupted after 2 of 4 runs" in stderr, said
+    assert "Traceback" not in stderr, said
+    assert "PARTIAL" in stdout, said
     rows = _rows(out / "sweep.partial.csv")
-    assert sorted(float(r["load_jobs_per_h"]) for r in rows) == [0.2, 0.3]
+    assert sorted(float(r["load_jobs_per_h"]) for r in rows) == [0.2, 0.3], said
     assert not (out / "sweep.csv").exists()
     deadline = time.monotonic() + 10
     while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not [pid for pid in workers if _alive(pid)]
+    left = {pid: _describe(pid) for pid in workers if _alive(pid)}
+    assert not left, f"workers still alive 10 s after the command ended: {left}; {said}"
 
 
 def test_scale_stopped_by_sigterm_prints_what_finished(tmp_path: Path) -> None:
@@ -267,6 +269,16 @@ def _children(pid: int) -> list[int]:
             if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
                 found.append(int(entry.name))
     return found
+
+
+def _describe(pid: int) -> str:
+    """A process's state and command line, for a failure's message."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:80]
+    except OSError:
+        return "gone"
+    return f"state {stat[0]}, parent {stat[1]}: {cmd}"
 
 
 def _alive(pid: int) -> bool:

@@ -29,6 +29,7 @@ import datasched.cli.client
 import datasched.cli.demo_service
 import datasched.cli.groups
 import datasched.cli.serve
+import datasched.cli.users
 import datasched.cli.whatif  # noqa: F401
 from datasched.cli.app import app
 
