@@ -23,6 +23,7 @@ from datasched.cli import sim as cli_sim
 from datasched.sim.experiment import SimConfig, summary_of
 from datasched.sim.metrics import Summary
 from datasched.studies.ponce import scale as ponce_scale
+from proc_support import alive, children, describe
 
 runner = CliRunner()
 SWEEP = ["sweep", "--policies", "farm", "--loads", "0.2,0.4,0.6", "--jobs", "20", "-j", "1"]
@@ -225,7 +226,7 @@ def test_a_stopped_sweep_keeps_its_finished_runs_and_stops_its_workers(
     out = tmp_path / "sweep"
     args = ["sweep", "--policies", "farm", "--loads", "0.2,0.3,0.6,0.7", "--jobs", "20"]
     proc = _run_until(_SWEEP_SCRIPT, tmp_path, [*args, "-j", "2", "--out", str(out)], 2)
-    workers = _children(proc.pid)
+    workers = children(proc.pid)
     assert workers
     if how == "sigterm":
         proc.send_signal(signal.SIGTERM)
@@ -241,9 +242,9 @@ def test_a_stopped_sweep_keeps_its_finished_runs_and_stops_its_workers(
     assert sorted(float(r["load_jobs_per_h"]) for r in rows) == [0.2, 0.3], said
     assert not (out / "sweep.csv").exists()
     deadline = time.monotonic() + 10
-    while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
+    while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
         time.sleep(0.1)
-    left = {pid: _describe(pid) for pid in workers if _alive(pid)}
+    left = {pid: describe(pid) for pid in workers if alive(pid)}
     assert not left, f"workers still alive 10 s after the command ended: {left}; {said}"
 
 
@@ -256,34 +257,3 @@ def test_scale_stopped_by_sigterm_prints_what_finished(tmp_path: Path) -> None:
     assert "Traceback" not in stderr, stderr
     points = json.loads(stdout)
     assert [(p["n_nodes"], p["partial"]) for p in points] == [(10, True)]
-
-
-def _children(pid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                found.append(int(entry.name))
-    return found
-
-
-def _describe(pid: int) -> str:
-    """A process's state and command line, for a failure's message."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:80]
-    except OSError:
-        return "gone"
-    return f"state {stat[0]}, parent {stat[1]}: {cmd}"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"

@@ -21,6 +21,7 @@ from datasched.studies.ponce import reproduce
 from datasched.studies.ponce.figures import Unit, figure_specs, figure_units
 from datasched.studies.ponce.reproduce import ponce_units
 from datasched.studies.resume import MISSING, RunStore, run_units
+from proc_support import alive, children
 
 runner = CliRunner()
 TAG = {"study": "t", "quick": True, "version": "1"}
@@ -143,7 +144,7 @@ def test_a_stop_keeps_finished_runs_and_stops_the_workers(tmp_path: Path, how: s
     assert proc.stdout is not None
     seen = [proc.stdout.readline(), proc.stdout.readline()]
     assert all(line.startswith(("[1/5]", "[2/5]")) for line in seen), seen
-    workers = _children(proc.pid)
+    workers = children(proc.pid)
     assert workers  # the two still asleep
     if how == "sigterm":
         proc.send_signal(signal.SIGTERM)
@@ -158,30 +159,9 @@ def test_a_stop_keeps_finished_runs_and_stops_the_workers(tmp_path: Path, how: s
         "u1",
     ]
     deadline = time.monotonic() + 10
-    while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
+    while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not [pid for pid in workers if _alive(pid)]
-
-
-def _children(pid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                found.append(int(entry.name))
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
+    assert not [pid for pid in workers if alive(pid)]
 
 
 def test_an_interrupted_reproduction_says_what_it_kept(
