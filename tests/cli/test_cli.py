@@ -662,6 +662,39 @@ def test_the_service_demos_table_keeps_each_state_whole_at_80_columns() -> None:
     assert max(len(line) for line in text.splitlines()) <= 80
 
 
+def test_the_run_summary_keeps_every_figure_whole_at_80_columns() -> None:
+    """`datasched run`'s table of jobs on an 80-column terminal: the events column was cut
+    to "60,000/60,…" under the full frame."""
+    from rich.console import Console
+
+    from datasched.cli.runtime import jobs_table
+    from datasched.runtime.reports import JobReport, RunReport
+
+    jobs = [
+        JobReport(
+            "dimuon-mass-of-the-whole-zmumu-dataset",
+            12_345_678,
+            12_345_678,
+            wall_s=1234.5,
+            wait_s=321.0,
+            cache_hit_ratio=0.77,
+            bytes_from_tertiary=987_654_321,
+            status="completed",
+        ),
+        JobReport("zpeak-2", 60_000, 1_234, status="failed"),
+    ]
+    report = RunReport("out-of-order", 1.2, jobs, [])
+    console = Console(width=80, record=True)
+    console.print(jobs_table(report, "out-of-order: 2 jobs"))
+    text = console.export_text()
+    assert "…" not in text
+    assert "12,345,678/12,345,678" in text
+    assert "1,234/60,000" in text
+    assert "1234.5 s" in text and "988 MB" in text
+    assert "completed" in text.split() and "failed" in text.split()
+    assert max(len(line) for line in text.splitlines()) <= 80
+
+
 def test_sweep_takes_policy_parameters_for_the_policies_that_have_them(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich import box
 from rich.table import Table
 from rich.text import Text
 
@@ -92,9 +93,15 @@ def show_traceback(text: str) -> None:
 
 
 def jobs_table(report: RunReport, title: str) -> Table:
-    table = Table(title=title)
-    for col in ("job", "status", "events", "wait", "wall", "cache hits", "from tertiary"):
-        table.add_column(col, justify="left" if col in ("job", "status") else "right")
+    """Each job's figures, fitting 80 columns: a light frame, figures whole (never cut
+    with an ellipsis), long job ids wrapped. ``cache`` is the share of its events read from
+    a cache, ``tertiary`` the bytes it read from tertiary storage (the line under the table
+    says the same for the run)."""
+    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    table.add_column("job", overflow="fold", min_width=8)
+    table.add_column("status", no_wrap=True)
+    for col in ("events", "wait", "wall", "cache", "tertiary"):
+        table.add_column(col, justify="right", no_wrap=True)
     for j in report.jobs:
         status = j.status if j.status == "completed" else Text(j.status, style="red")
         table.add_row(
