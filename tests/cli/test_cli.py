@@ -725,6 +725,32 @@ def test_sweep_takes_policy_parameters_for_the_policies_that_have_them(
     assert "fill_duplicates" in r.output
 
 
+def test_the_ponce_reproduction_prints_each_claim_as_its_report_writes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The console's table showed 32,000 s as "3.2e+04" beside the paper's "32000", without
+    units, and an unmeasured claim as "nan"; the report wrote "32,000 s" and "not
+    measured". Both now show the report's cells."""
+    from datasched.studies.claims import Claim
+    from datasched.studies.ponce import reproduce
+
+    claims = [
+        Claim("single", "§3.4", "single job time", 32000.0, 32012.0, "s", 0.01),
+        Claim("wait", "§5", "worst wait", 1.5, float("nan"), "days", 0.1, bound="at_most"),
+    ]
+    monkeypatch.setattr(reproduce, "run_ponce", lambda **kw: (claims, []))
+    out = tmp_path / "repro"
+    result = runner.invoke(app, ["reproduce", "ponce", "-j", "1", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    report = (out / "report.md").read_text()
+    assert "| 32,000 s | 32,012 s | yes |" in report
+    assert "| ≤ 1.5 days | not measured | - |" in report
+    rows = [" ".join(line.strip("│ ").split()) for line in result.stdout.splitlines()]
+    assert any("32,000 s │ 32,012 s │ yes" in r for r in rows), result.stdout
+    assert any("≤ 1.5 days │ not measured │ -" in r for r in rows), result.stdout
+    assert "e+0" not in result.stdout and "nan" not in result.stdout
+
+
 def test_a_quick_ponce_reproduction_says_so_in_its_report_and_summary(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -11,7 +11,6 @@ from typing import Annotated
 import typer
 from rich import box
 from rich.table import Table
-from rich.text import Text
 
 from datasched.cli.app import app, reproduce_app
 from datasched.cli.common import (
@@ -34,6 +33,7 @@ from datasched.cli.options import (
     TlsCertOpt,
     TlsKeyOpt,
 )
+from datasched.cli.tables import claims_table
 from datasched.policies.cosched.mincostflow import (
     NETWORKS,
     InstanceError,
@@ -152,17 +152,8 @@ def reproduce_romosan(
             }
         )
         return
-    table = Table(title=f"romosan: paper vs datasched{QUICK_TITLE if quick else ''}")
-    for col in ("claim", "paper", "ours", "agrees"):
-        table.add_column(col)
-    for c in outcome.claims:
-        bound = {"at_most": "<= ", "at_least": ">= ", "below": "< ", "above": "> "}
-        table.add_row(
-            c.key,
-            f"{bound.get(c.bound, '')}{c.paper:g}",
-            f"{c.ours:.3g}",
-            "yes" if c.agrees else Text("no", style="yellow"),
-        )
+    title = f"romosan: paper vs datasched{QUICK_TITLE if quick else ''}"
+    table = claims_table(title, outcome.claims, by_key=True)
     out.print(table)
     if quick:
         out.print(quick_note("datasched reproduce romosan", markdown=False), highlight=False)

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
-from rich.text import Text
 
 from datasched.cli.app import app, reproduce_app
 from datasched.cli.common import (
@@ -24,6 +23,7 @@ from datasched.cli.common import (
     user_errors,
 )
 from datasched.cli.options import QUICK_TITLE, ParamOpt, ReportDirOpt, policy_params_of
+from datasched.cli.tables import claims_table
 
 if TYPE_CHECKING:
     from datasched.studies.claims import Measured
@@ -116,18 +116,8 @@ def reproduce_proof(
             }
         )
         return
-    table = Table(title=f"ganis et al. (PROOF): paper vs datasched{QUICK_TITLE if quick else ''}")
-    for col in ("claim", "paper", "ours", "agrees"):
-        table.add_column(col)
-    for c in claims:
-        bound = {"at_most": "<= ", "at_least": ">= "}.get(c.bound, "")
-        measured = math.isfinite(c.ours)
-        table.add_row(
-            c.key,
-            f"{bound}{c.paper:g}",
-            f"{c.ours:.3g}" if measured else "-",
-            ("yes" if c.agrees else Text("no", style="yellow")) if measured else "not measured",
-        )
+    title = f"ganis et al. (PROOF): paper vs datasched{QUICK_TITLE if quick else ''}"
+    table = claims_table(title, claims, by_key=True)
     out.print(table)
     if quick:
         out.print(quick_note("datasched reproduce proof", markdown=False), highlight=False)

@@ -14,7 +14,6 @@ import typer
 from rich import box
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
-from rich.text import Text
 
 from datasched.cli.app import app, reproduce_app
 from datasched.cli.common import (
@@ -50,7 +49,7 @@ from datasched.cli.options import (
     make_config,
 )
 from datasched.cli.sim import run_all, write_sweep
-from datasched.cli.tables import summary_table
+from datasched.cli.tables import claims_table, summary_table
 from datasched.core.model import Pipelining
 from datasched.sim.experiment import ConfigError, SimConfig
 from datasched.studies.ponce.scale import ScalePoint
@@ -383,17 +382,7 @@ def reproduce_ponce(
             command="datasched reproduce ponce",
             quick=quick,
         )
-    table = Table(title=f"ponce-hersch: paper vs datasched{QUICK_TITLE if quick else ''}")
-    for col in ("claim", "paper", "ours", "agrees"):
-        table.add_column(col)
-    for c in claims:
-        bound = {"at_most": "<= ", "at_least": ">= "}.get(c.bound, "")
-        table.add_row(
-            c.claim,
-            f"{bound}{c.paper:g}",
-            f"{c.ours:.3g}",
-            "yes" if c.agrees else Text("no", style="yellow"),
-        )
+    table = claims_table(f"ponce-hersch: paper vs datasched{QUICK_TITLE if quick else ''}", claims)
     out.print(table)
     if quick:
         out.print(quick_note("datasched reproduce ponce", markdown=False), highlight=False)

@@ -12,9 +12,10 @@ from rich.text import Text
 from datasched.cli.common import hours, percent, size
 from datasched.sim.experiment import MaxLoadSearch
 from datasched.sim.metrics import Summary
+from datasched.studies.claims import Claim
 from datasched.studies.ponce.plots import uses_cache
 
-__all__ = ["max_load_table", "summary_detail", "summary_table"]
+__all__ = ["claims_table", "max_load_table", "summary_detail", "summary_table"]
 
 
 NOT_MEASURED = "not measured"
@@ -183,4 +184,20 @@ def max_load_table(found: MaxLoadSearch, policy: str, where: str) -> Table:
         "lowest overloaded", load(found.lowest_overloaded_jobs_per_h), "the limit lies below"
     )
     table.add_row("runs", f"{len(found.probes)}", f"of {found.n_jobs} jobs and longer")
+    return table
+
+
+def claims_table(title: str, claims: Sequence[Claim], *, by_key: bool = False) -> Table:
+    """A reproduction's claims, the paper's value beside ours, each cell as the report
+    writes it (:func:`datasched.studies.report.claim_cells`); a claim is named by its text,
+    or by its key (``by_key``) where the texts are long."""
+    from datasched.studies.report import claim_cells
+
+    table = Table(title=title)
+    for col in ("claim", "paper", "ours", "agrees"):
+        table.add_column(col)
+    for c in claims:
+        paper, ours, agrees = claim_cells(c)
+        verdict: str | Text = Text(agrees, style="yellow") if agrees == "no" else agrees
+        table.add_row(c.key if by_key else c.claim, paper, ours, verdict)
     return table

@@ -12,7 +12,7 @@ from typing import IO
 from datasched._files import atomic_write_text
 from datasched.studies.claims import BOUND_SIGNS, Claim
 
-__all__ = ["quick_note", "write_report"]
+__all__ = ["claim_cells", "quick_note", "write_report"]
 
 
 def quick_note(command: str, *, markdown: bool = True) -> str:
@@ -64,13 +64,8 @@ def write_report(
         "| --- | --- | ---: | ---: | :---: | --- |",
     ]
     for c in claims:
-        unit = f" {c.unit}" if c.unit else ""
-        paper = BOUND_SIGNS.get(c.bound, "") + _num(c.paper)
-        if math.isnan(c.ours):  # a claim the reproduction could not measure (its note says)
-            ours, agrees = "not measured", "-"
-        else:
-            ours, agrees = f"{_num(c.ours)}{unit}", "yes" if c.agrees else "no"
-        lines.append(f"| {c.claim} | {c.section} | {paper}{unit} | {ours} | {agrees} | {c.note} |")
+        paper, ours, agrees = claim_cells(c)
+        lines.append(f"| {c.claim} | {c.section} | {paper} | {ours} | {agrees} | {c.note} |")
     measured = [c for c in claims if not math.isnan(c.ours)]
     agree = sum(c.agrees for c in measured)
     lines += ["", f"{agree} of {len(measured)} claims agree within their tolerance."]
@@ -87,6 +82,17 @@ def write_report(
     text = "\n".join(lines) + "\n"
     atomic_write_text(md_path, lambda fh: fh.write(text))
     return csv_path, md_path
+
+
+def claim_cells(c: Claim) -> tuple[str, str, str]:
+    """A claim's paper value, ours and the verdict as the report and the console show them:
+    numbers without exponents, with the claim's unit; "not measured" where the reproduction
+    could not measure it (its note says why)."""
+    unit = f" {c.unit}" if c.unit else ""
+    paper = f"{BOUND_SIGNS.get(c.bound, '')}{_num(c.paper)}{unit}"
+    if math.isnan(c.ours):
+        return paper, "not measured", "-"
+    return paper, f"{_num(c.ours)}{unit}", "yes" if c.agrees else "no"
 
 
 def _num(x: float) -> str:
