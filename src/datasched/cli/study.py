@@ -215,12 +215,12 @@ def _scale_table(
     out.print(table)
     if served is not None:
         what = (
-            "far beyond 10 million (the master's load barely grows)"
+            f"far beyond 10 million {unit} (the master's load barely grows)"
             if served > 1e7
-            else f"about {served:,.0f}"
+            else f"about {served:,.0f} {unit}"
         )
         out.print(
-            f"one core serves as master up to {what} {unit}, extrapolated from the two "
+            f"one core serves as master up to {what}, extrapolated from the two "
             f"largest sizes{' measured' if stopped else ''}",
             highlight=False,
         )
