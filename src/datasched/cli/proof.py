@@ -190,7 +190,7 @@ def proof_sim(
             workers,
             setup.workers,
             report_dir / "packets.png",
-            title=f"{policy}, placement {seed}",
+            title=f"the uneven-data job, placement {seed}",
         )
     by_cat = dict.fromkeys(CATEGORIES, 0)
     for p in run.packets:
