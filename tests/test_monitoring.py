@@ -122,3 +122,28 @@ def test_the_live_view_draws_the_monitor_under_the_bars() -> None:
     # a: 200 events over [0, 2] of the 3 s seen so far; b: 200 over [1, 3].
     assert [r[1] for r in rows if len(r) > 5] == ["200", "200"]
     assert sink.monitor.rates("a").events_per_s == pytest.approx(200 / 3)
+
+
+def test_the_progress_plot_draws_every_bin_to_its_end_and_the_total_under_the_jobs() -> None:
+    """A short run's plot stopped at the last bin's start (a burst there showed as a bare
+    vertical line) and drew the total over the job it equalled, hiding it."""
+    from datasched.monitoring import Progress
+    from datasched.monitoring_plots import progress_figure
+
+    first = [Progress(0.0, 120_000, 2.8, 0.7), Progress(0.5, 0, 0, 0), Progress(1.0, 0, 0, 0)]
+    second = [Progress(0.0, 0, 0, 0), Progress(0.5, 0, 0, 0), Progress(1.0, 120_000, 2.1, 0.5)]
+    total = [
+        Progress(0.0, 120_000, 2.8, 0.7),
+        Progress(0.5, 0, 0, 0),
+        Progress(1.0, 120_000, 2.1, 0.5),
+    ]
+    fig = progress_figure({"a": first, "b": second}, title="t", bin_s=0.5, total=total)
+    events = fig.axes[0]
+    lines = {line.get_label(): line for line in events.get_lines()}
+    assert set(lines) == {"all jobs", "a", "b"}
+    for line in lines.values():
+        xs, _ = line.get_data()
+        assert list(xs)[-1] == 1.5  # the last bin drawn to its end
+    assert list(lines["b"].get_data()[1])[-2:] == [120_000, 120_000]
+    assert lines["all jobs"].get_zorder() < min(lines["a"].get_zorder(), lines["b"].get_zorder())
+    assert events.get_xlim() == (0.0, 1.5)

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from datasched._files import atomic_write_bytes
 from datasched.monitoring import PacketRow, Progress, active_workers
 
-__all__ = ["plot_packets", "plot_progress"]
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+__all__ = ["plot_packets", "plot_progress", "progress_figure"]
 
 STYLE: dict[str, dict[str, Any]] = {
     "local": {"color": "tab:green", "marker": "o", "ms": 5},
@@ -81,14 +84,44 @@ def plot_packets(
     return _save(fig, path)
 
 
-def plot_progress(by_job: Mapping[str, Sequence[Progress]], path: Path, *, title: str) -> Path:
-    """Each job's events/s, MB/s and active workers over time, one line a job."""
+def plot_progress(
+    by_job: Mapping[str, Sequence[Progress]],
+    path: Path,
+    *,
+    title: str,
+    bin_s: float,
+    total: Sequence[Progress] | None = None,
+) -> Path:
+    """Each job's events/s, MB/s and active workers over time (:func:`progress_figure`),
+    written to ``path``."""
+    fig = progress_figure(by_job, title=title, bin_s=bin_s, total=total)
+    return _save(fig, path)
+
+
+def progress_figure(
+    by_job: Mapping[str, Sequence[Progress]],
+    *,
+    title: str,
+    bin_s: float,
+    total: Sequence[Progress] | None = None,
+) -> Figure:
+    """Each job's events/s, MB/s and active workers over time, one line a job, each bin of
+    ``bin_s`` drawn to its end (the last one too); ``total`` (all jobs together), when
+    given, as a wide grey line under the jobs' so that a job alone in a bin stays seen."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(8, 8), layout="constrained")
     axes = fig.subplots(3, 1, sharex=True)
-    for job, rows in by_job.items():
-        xs = [r.start_s for r in rows]
+    lines: list[tuple[str, Sequence[Progress], dict[str, Any]]] = []
+    if total is not None:
+        lines.append(("all jobs", total, {"color": "0.7", "linewidth": 4, "zorder": 1}))
+    lines += [(job, rows, {"zorder": 2}) for job, rows in by_job.items()]
+    end = 0.0
+    for job, rows, style in lines:
+        if not rows:
+            continue
+        xs = [r.start_s for r in rows] + [rows[-1].start_s + bin_s]
+        end = max(end, xs[-1])
         for ax, ys in zip(
             axes,
             (
@@ -98,12 +131,14 @@ def plot_progress(by_job: Mapping[str, Sequence[Progress]], path: Path, *, title
             ),
             strict=True,
         ):
-            ax.step(xs, ys, where="post", label=job)
+            ax.step(xs, [*ys, ys[-1]], where="post", label=job, **style)
     for ax, label in zip(axes, ("events/s", "MB/s", "active workers"), strict=True):
         ax.set_ylabel(label)
         ax.set_ylim(bottom=0)
+        if end > 0:
+            ax.set_xlim(0, end)
     axes[-1].set_xlabel("time [s]")
-    if 1 < len(by_job) <= 12:
+    if 1 < len(lines) <= 13:
         axes[0].legend(fontsize="small")
     fig.suptitle(title)
-    return _save(fig, path)
+    return fig

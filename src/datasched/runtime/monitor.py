@@ -117,9 +117,11 @@ def write_monitor_report(report: RunReport, directory: Path, title: str) -> dict
     written["progress"] = directory / "progress.csv"
     atomic_write_text(written["progress"], buf.getvalue())
     written["progress_plot"] = plot_progress(
-        {**by_job, "all jobs": overall} if len(by_job) > 1 else by_job,
+        by_job,
         directory / "progress.png",
         title=f"{title}: progress",
+        bin_s=bin_s,
+        total=overall if len(by_job) > 1 else None,
     )
     n_workers = max(len(report.workers), len({r.worker for r in rows}), 1)
     written["packets_plot"] = plot_packets(
