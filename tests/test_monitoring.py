@@ -147,3 +147,21 @@ def test_the_progress_plot_draws_every_bin_to_its_end_and_the_total_under_the_jo
     assert list(lines["b"].get_data()[1])[-2:] == [120_000, 120_000]
     assert lines["all jobs"].get_zorder() < min(lines["a"].get_zorder(), lines["b"].get_zorder())
     assert events.get_xlim() == (0.0, 1.5)
+
+
+def test_the_packets_plot_holds_overlapping_packets_and_names_a_lone_run_once() -> None:
+    """The runtime's workers run several packets at once: the active-workers axis stopped at
+    the worker count + 1 and cut the peak off; a run's report titled the figure and its one
+    panel with the same words."""
+    from datasched.monitoring_plots import packets_figure
+
+    rows = [row("j", "w1", 0.0, 1.0), row("j", "w1", 0.1, 1.0), row("j", "w1", 0.2, 1.0)]
+    rows += [row("j", "w2", 0.3, 1.1), row("j", "w2", 0.4, 1.1)]
+    fig = packets_figure([("run", rows, 1.15)], 2, title="run")
+    top = fig.axes[0]
+    assert top.get_ylim()[1] >= 5  # five packets at once, two workers
+    assert top.get_title() == "run: 1.1 s"
+    assert fig.get_suptitle() == ""
+    two = packets_figure([("a", rows, 20.0), ("b", rows, 20.0)], 2, title="both")
+    assert two.get_suptitle() == "both"
+    assert two.axes[0].get_title() == "a: 20 s"

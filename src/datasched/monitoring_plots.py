@@ -14,7 +14,7 @@ from datasched.monitoring import PacketRow, Progress, active_workers
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["plot_packets", "plot_progress", "progress_figure"]
+__all__ = ["packets_figure", "plot_packets", "plot_progress", "progress_figure"]
 
 STYLE: dict[str, dict[str, Any]] = {
     "local": {"color": "tab:green", "marker": "o", "ms": 5},
@@ -39,9 +39,21 @@ def plot_packets(
     title: str,
     categories: Sequence[str] = (),
 ) -> Path:
+    """:func:`packets_figure`, written to ``path``."""
+    return _save(packets_figure(runs, n_workers, title=title, categories=categories), path)
+
+
+def packets_figure(
+    runs: Sequence[tuple[str, Sequence[PacketRow], float]],
+    n_workers: int,
+    *,
+    title: str,
+    categories: Sequence[str] = (),
+) -> Figure:
     """One column per run ``(label, rows, end_s)``: active workers over time (a), and every
     packet's processing rate at its end, by category (b); ``categories`` in legend order
-    (default: as they appear)."""
+    (default: as they appear). The title goes above the columns unless it is the one run's
+    own label."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(5.5 * len(runs), 7.5), layout="constrained")
@@ -55,8 +67,9 @@ def plot_packets(
         ys = [0] + [n for _, n in steps]
         top.step(xs, ys, where="post", color="k")
         top.axhline(n_workers / 2, ls=":", color="0.5")
-        top.set_ylim(0, n_workers + 1)
-        top.set_title(f"{label}: {end_s:,.0f} s")
+        # Packets may overlap on a worker of several threads: the axis holds the peak too.
+        top.set_ylim(0, max(n_workers, *ys) + 1)
+        top.set_title(f"{label}: {end_s:,.0f} s" if end_s >= 10 else f"{label}: {end_s:.1f} s")
         top.set_ylabel("active workers")
         cats = list(categories) or list(dict.fromkeys(p.category for p in rows))
         for cat in cats:
@@ -80,8 +93,9 @@ def plot_packets(
         bottom.legend(fontsize="small")
     for col in range(len(runs)):
         axes[1][col].set_ylim(0, rate_max * 1.1 or 1.0)
-    fig.suptitle(title)
-    return _save(fig, path)
+    if [label for label, _, _ in runs] != [title]:  # one run under its own name: said once
+        fig.suptitle(title)
+    return fig
 
 
 def plot_progress(
