@@ -257,3 +257,181 @@ def test_scale_stopped_by_sigterm_prints_what_finished(tmp_path: Path) -> None:
     assert "Traceback" not in stderr, stderr
     points = json.loads(stdout)
     assert [(p["n_nodes"], p["partial"]) for p in points] == [(10, True)]
+
+
+# -- demo-sim and perf-map, as sweep ---------------------------------------------------------
+
+
+def test_an_interrupted_demo_sim_keeps_its_finished_runs_beside_a_whole_sweep(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "demo"
+    out.mkdir()
+    (out / "sweep.csv").write_text("a whole sweep's\n")
+    monkeypatch.setattr(cli_sim, "run_sweep", _stopped_after(2))
+    result = runner.invoke(app, ["demo-sim", "-j", "1", "--out", str(out), "--json"])
+    assert result.exit_code == 130, result.output
+    doc = json.loads(result.stdout)
+    assert doc["partial"] is True
+    assert [(r["policy"], r["load_jobs_per_h"]) for r in doc["runs"]] == [
+        ("farm", 0.2),
+        ("farm", 0.5),
+    ]
+    assert doc["csv"] == str(out / "sweep.partial.csv")
+    assert len(_rows(out / "sweep.partial.csv")) == 2
+    assert (out / "sweep.csv").read_text() == "a whole sweep's\n"
+    assert "interrupted after 2 of 12 runs" in result.stderr
+    table = runner.invoke(app, ["demo-sim", "-j", "1", "--out", str(out)])
+    assert table.exit_code == 130, table.output
+    assert "PARTIAL (interrupted after 2 of 12 runs)" in table.stdout
+    assert "Traceback" not in table.output
+
+
+def test_a_demo_sim_interrupted_before_any_run_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cli_sim, "run_sweep", _stopped_after(0))
+    out = tmp_path / "demo"
+    result = runner.invoke(app, ["demo-sim", "-j", "1", "--out", str(out), "--json"])
+    assert result.exit_code == 130, result.output
+    doc = json.loads(result.stdout)
+    assert (doc["runs"], doc["csv"], doc["partial"]) == ([], None, True)
+    assert not out.exists()
+
+
+PERF_MAP = ["perf-map", "--periods-h", "0,24", "--stripes", "5000", "--caches-gb", "50,100"]
+PERF_MAP += ["--nodes", "3", "--jobs", "30", "-j", "1"]
+
+
+def _map_stopped_after(k: int) -> Callable[..., list[Any]]:
+    """A stand-in for the map's searches: the first ``k`` done, then Ctrl-C."""
+
+    def searches(
+        fn: Callable[[Any], Any],
+        items: Sequence[Any],
+        *,
+        on_done: Callable[[int, Any], None] | None = None,
+        **_: Any,
+    ) -> list[Any]:
+        for i, item in enumerate(items[:k]):
+            if on_done is not None:
+                on_done(i, fn(item))
+        raise KeyboardInterrupt
+
+    return searches
+
+
+def test_an_interrupted_perf_map_writes_the_points_found_beside_a_whole_map(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from datasched.policies.ponce.adaptive import load_map
+    from datasched.studies.ponce import perfmap
+
+    path = tmp_path / "m.json"
+    whole = runner.invoke(app, [*PERF_MAP, "--out", str(path)])
+    assert whole.exit_code == 0, whole.output
+    before = path.read_text()
+    with monkeypatch.context() as patch:
+        patch.setattr(perfmap, "map_in_processes", _map_stopped_after(3))
+        result = runner.invoke(app, [*PERF_MAP, "--out", str(path)])
+    assert result.exit_code == 130, result.output
+    assert "interrupted after 3 of 4 points" in result.stderr
+    assert "Traceback" not in result.output
+    assert path.read_text() == before  # the whole map is left alone
+    partial = tmp_path / "m.partial.json"
+    doc = json.loads(partial.read_text())
+    assert doc["meta"]["partial"] == "interrupted after 3 of 4 points"
+    assert doc["points"] == json.loads(before)["points"][:3]
+    assert len(load_map(partial).points) == 3  # adaptive delay can read it
+    again = runner.invoke(app, [*PERF_MAP, "--out", str(path)])
+    assert again.exit_code == 0, again.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.json"]
+
+
+def test_a_perf_map_interrupted_before_any_point_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from datasched.studies.ponce import perfmap
+
+    monkeypatch.setattr(perfmap, "map_in_processes", _map_stopped_after(0))
+    result = runner.invoke(app, [*PERF_MAP, "--out", str(tmp_path / "m.json")])
+    assert result.exit_code == 130, result.output
+    assert "interrupted after 0 of 4 points: nothing written" in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+_PERF_MAP_SCRIPT = """
+import sys, time
+from pathlib import Path
+import datasched.studies.ponce.perfmap as perfmap
+
+real_search, real_map = perfmap.find_max_load, perfmap.map_in_processes
+marks = Path(sys.argv[1])
+
+def slow(config, **kw):
+    if config.policy_params["period_h"] > 0:
+        time.sleep(60)  # far longer than the test waits: stopped by the signal
+    return real_search(config, **kw)
+
+def noted(fn, items, *, on_done, **kw):
+    def done(i, result):
+        on_done(i, result)
+        with marks.open("a") as fh:
+            fh.write(f"{i}\\n")
+    return real_map(fn, items, on_done=done, **kw)
+
+perfmap.find_max_load = slow  # the workers are forked: they run it too
+perfmap.map_in_processes = noted
+from datasched.cli import app
+app(sys.argv[2:], prog_name="datasched")
+"""
+
+
+def _stop_and_check_workers(proc: Any, how: str) -> tuple[str, str]:
+    """Stop ``proc`` (SIGTERM, or SIGINT to its group as a terminal's Ctrl-C); its output
+    once it ended, after checking that its worker processes ended with it."""
+    workers = children(proc.pid)
+    assert workers
+    if how == "sigterm":
+        proc.send_signal(signal.SIGTERM)
+    else:
+        os.killpg(proc.pid, signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=60)
+    said = f"stdout:\n{stdout}\nstderr:\n{stderr}"
+    deadline = time.monotonic() + 10
+    while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = {pid: describe(pid) for pid in workers if alive(pid)}
+    assert not left, f"workers still alive 10 s after the command ended: {left}; {said}"
+    assert proc.returncode == 130, said
+    assert "Traceback" not in stderr, said
+    return stdout, stderr
+
+
+@needs_proc
+def test_a_demo_sim_stopped_by_sigterm_keeps_its_finished_runs_and_stops_its_workers(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "demo"
+    proc = _run_until(_SWEEP_SCRIPT, tmp_path, ["demo-sim", "-j", "2", "--out", str(out)], 2)
+    stdout, stderr = _stop_and_check_workers(proc, "sigterm")
+    assert "interrupted after 2 of 12 runs" in stderr, stderr
+    assert "PARTIAL" in stdout
+    rows = _rows(out / "sweep.partial.csv")
+    assert sorted(float(r["load_jobs_per_h"]) for r in rows) == [0.2, 0.5]
+    assert not (out / "sweep.csv").exists()
+
+
+@needs_proc
+def test_a_perf_map_stopped_by_ctrl_c_keeps_its_points_and_stops_its_workers(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "m.json"
+    args = [*PERF_MAP[:-2], "-j", "2", "--out", str(path)]
+    args[args.index("50,100")] = "50,100,200"
+    proc = _run_until(_PERF_MAP_SCRIPT, tmp_path, args, 1)
+    _, stderr = _stop_and_check_workers(proc, "ctrl-c")
+    doc = json.loads((tmp_path / "m.partial.json").read_text())
+    assert "of 6 points" in doc["meta"]["partial"], stderr
+    assert {p["period_h"] for p in doc["points"]} == {0.0}
+    assert not path.exists()

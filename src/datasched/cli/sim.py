@@ -77,7 +77,7 @@ from datasched.sim.metrics import Summary
 from datasched.sim.parallel import SchedulerRef
 from datasched.studies.ponce.plots import plot_sweep, uses_cache
 
-__all__ = ["run_all", "write_sweep"]
+__all__ = ["keep_partial_sweep", "run_all", "write_sweep"]
 
 ConfirmOpt = Annotated[
     int,
@@ -529,14 +529,17 @@ def sweep(
     out.print(f"CSV:  {csv_path}\nplot: {png_path}", highlight=False)
 
 
-def _interrupted_sweep(results: list[Summary], total: int, out_dir: Path, title: str) -> NoReturn:
-    """A sweep stopped by Ctrl-C or SIGTERM (its workers already stopped): the runs that
-    finished, in the order of the sweep, printed and written marked partial; exit 130, as
-    ``reproduce`` does."""
+def keep_partial_sweep(
+    results: list[Summary], total: int, out_dir: Path
+) -> tuple[str, tuple[Path, Path] | None]:
+    """Runs of a sweep stopped by Ctrl-C or SIGTERM (its workers already stopped), in the
+    order of the sweep: written marked partial (:func:`write_sweep`), and a line on stderr
+    saying so. Returns what stopped it ("interrupted after 5 of 24 runs") and the CSV and
+    plot written (None when no run finished: nothing is written)."""
     what = f"interrupted after {len(results)} of {total} runs"
     if not results:
         err.print(f"{what}: nothing written", highlight=False, markup=False)
-        raise typer.Exit(130)
+        return what, None
     with user_errors():
         csv_path, png_path = write_sweep(results, out_dir, partial=what)
     err.print(
@@ -545,7 +548,15 @@ def _interrupted_sweep(results: list[Summary], total: int, out_dir: Path, title:
         highlight=False,
         markup=False,
     )
-    out.print(summary_table(results, title=f"PARTIAL ({what}): {title}"))
-    out.print(f"partial: {what}; the other runs were not made", highlight=False)
-    out.print(f"CSV:  {csv_path}\nplot: {png_path}", highlight=False)
+    return what, (csv_path, png_path)
+
+
+def _interrupted_sweep(results: list[Summary], total: int, out_dir: Path, title: str) -> NoReturn:
+    """A sweep stopped by Ctrl-C or SIGTERM: the runs that finished printed and written
+    marked partial; exit 130, as ``reproduce`` does."""
+    what, written = keep_partial_sweep(results, total, out_dir)
+    if written is not None:
+        out.print(summary_table(results, title=f"PARTIAL ({what}): {title}"))
+        out.print(f"partial: {what}; the other runs were not made", highlight=False)
+        out.print(f"CSV:  {written[0]}\nplot: {written[1]}", highlight=False)
     raise typer.Exit(130)  # as a shell reports a command ended by Ctrl-C

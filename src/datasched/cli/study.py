@@ -48,10 +48,11 @@ from datasched.cli.options import (
     TlsKeyOpt,
     make_config,
 )
-from datasched.cli.sim import run_all, write_sweep
+from datasched.cli.sim import keep_partial_sweep, run_all, write_sweep
 from datasched.cli.tables import claims_table, summary_table
 from datasched.core.model import Pipelining
 from datasched.sim.experiment import ConfigError, SimConfig
+from datasched.sim.metrics import Summary
 from datasched.studies.ponce.scale import ScalePoint
 
 __all__: list[str] = []
@@ -254,8 +255,13 @@ def perf_map(
 ) -> None:
     """Build the performance map of delayed scheduling (ponce-hersch Figure 9): its maximal
     sustainable load at every period, stripe size and cache size. Adaptive delay (§6) reads
-    it: `-P performance_map=FILE` (without it, the map shipped with datasched is used)."""
-    from datasched.policies.ponce.adaptive import MapPoint
+    it: `-P performance_map=FILE` (without it, the map shipped with datasched is used).
+
+    Interrupted (Ctrl-C, SIGTERM), it stops its worker processes, writes the points found so
+    far to FILE with `.partial` before its suffix (perfmap.partial.json; a whole map at FILE
+    is left alone, and a later whole map removes the partial one), says so and exits with
+    status 130."""
+    from datasched.policies.ponce.adaptive import MapPoint, PerformanceMap
     from datasched.studies.ponce.perfmap import build_map, save_map
 
     periods = parse_floats(periods_h, "--periods-h")
@@ -279,31 +285,60 @@ def perf_map(
         TimeElapsedColumn(),
         console=err,
     )
-    with progress:
-        task = progress.add_task("max-load searches", total=total)
-
-        def done(point: MapPoint) -> None:
-            progress.update(
-                task,
-                advance=1,
-                description=f"{point.cache_gb:g} GB, stripe {point.stripe_events}, "
-                f"{point.period_h:g} h: {point.max_load_jobs_per_h:.2f}/h",
-            )
-
-        with cluster_errors():
-            pmap = build_map(
-                base,
-                periods_h=periods,
-                stripes=stripe_list,
-                caches_gb=caches,
-                on_point=done,
-                processes=processes,
-                scheduler=target,
-            )
+    found: list[MapPoint] = []
     meta = {"nodes": nodes, "jobs": jobs, "seed": seed, "command": "datasched perf-map"}
+    partial_path = out_path.with_name(f"{out_path.stem}.partial{out_path.suffix}")
+    try:
+        with progress, sigterm_interrupts():
+            task = progress.add_task("max-load searches", total=total)
+
+            def done(point: MapPoint) -> None:
+                found.append(point)
+                progress.update(
+                    task,
+                    advance=1,
+                    description=f"{point.cache_gb:g} GB, stripe {point.stripe_events}, "
+                    f"{point.period_h:g} h: {point.max_load_jobs_per_h:.2f}/h",
+                )
+
+            with cluster_errors():
+                pmap = build_map(
+                    base,
+                    periods_h=periods,
+                    stripes=stripe_list,
+                    caches_gb=caches,
+                    on_point=done,
+                    processes=processes,
+                    scheduler=target,
+                )
+    except KeyboardInterrupt:
+        stopped = f"interrupted after {len(found)} of {total} points"
+        if not found:
+            err.print(f"{stopped}: nothing written", highlight=False, markup=False)
+            raise typer.Exit(130) from None
+        # In the grid's order (they arrive in the order they finish).
+        rank = {(c, s, p): i for i, (c, s, p) in enumerate(_grid(caches, stripe_list, periods))}
+        found.sort(key=lambda q: rank[(q.cache_gb, q.stripe_events, q.period_h)])
+        with user_errors():
+            save_map(PerformanceMap(tuple(found)), partial_path, meta={**meta, "partial": stopped})
+        err.print(
+            f"{stopped}: the points found are in {partial_path.name}, marked partial",
+            highlight=False,
+            markup=False,
+        )
+        out.print(f"partial map ({stopped}): {partial_path}", highlight=False)
+        raise typer.Exit(130) from None
     with user_errors():
         save_map(pmap, out_path, meta=meta)
+        partial_path.unlink(missing_ok=True)  # an earlier interrupted map's, now superseded
     out.print(f"map: {out_path}", highlight=False)
+
+
+def _grid(
+    caches: list[float], stripes: list[int], periods: list[float]
+) -> list[tuple[float, int, float]]:
+    """The map's points as (cache, stripe, period), in the order it lists them."""
+    return [(c, s, p) for c in caches for s in stripes for p in periods]
 
 
 @reproduce_app.command("ponce")
@@ -406,7 +441,8 @@ def demo_sim(
         typer.Option(
             "--json",
             metavar="",
-            help="Print one JSON object (every run, the CSV and plot paths) and nothing else.",
+            help="Print one JSON object (every run, the CSV and plot paths, and whether it "
+            "is partial) and nothing else.",
         ),
     ] = False,
     processes: ProcessesOpt = None,
@@ -417,7 +453,11 @@ def demo_sim(
 ) -> None:
     """A short tour (well under a minute): the three first-come-first-served policies of
     ponce-hersch (processing farm, job splitting, cache-oriented splitting with 100 GB caches)
-    at four loads on the paper's 10-node cluster, as a table, a CSV and a plot."""
+    at four loads on the paper's 10-node cluster, as a table, a CSV and a plot.
+
+    Interrupted (Ctrl-C, SIGTERM), it stops its worker processes, writes the runs that
+    finished to sweep.partial.csv and sweep.partial.png (as `sweep` does), prints them in a
+    table marked PARTIAL (`"partial": true` in `--json`) and exits with status 130."""
     check_out_dir(out_dir)
     processes, target = where_to_run(processes, scheduler, tls_ca_file, tls_cert, tls_key)
     configs = [
@@ -425,18 +465,37 @@ def demo_sim(
         for p in DEMO_POLICIES
         for load in DEMO_LOADS
     ]
-    results = run_all(configs, processes=processes, scheduler=target, quiet=as_json)
-    with user_errors():
-        csv_path, png_path = write_sweep(results, out_dir)
+    title = f"{DEMO_JOBS} jobs per run, 10 nodes, 100 GB caches"
+    finished: dict[int, Summary] = {}
+    stopped = ""
+    try:
+        with sigterm_interrupts():
+            results = run_all(
+                configs, processes=processes, scheduler=target, quiet=as_json, finished=finished
+            )
+        with user_errors():
+            written: tuple[Path, Path] | None = write_sweep(results, out_dir)
+    except KeyboardInterrupt:
+        results = [finished[i] for i in sorted(finished)]
+        stopped, written = keep_partial_sweep(results, len(configs), out_dir)
+        if written is None and not as_json:
+            raise typer.Exit(130) from None
     if as_json:
         print_json(
             {
                 "runs": [jsonable(r.to_dict()) for r in results],
-                "csv": str(csv_path),
-                "plot": str(png_path),
+                "csv": None if written is None else str(written[0]),
+                "plot": None if written is None else str(written[1]),
+                "partial": bool(stopped),
             }
         )
-        return
-    title = f"{DEMO_JOBS} jobs per run, 10 nodes, 100 GB caches"
-    out.print(summary_table(results, title=title))
-    out.print(f"plot: {png_path}", highlight=False)
+    else:
+        assert written is not None
+        if stopped:
+            title = f"PARTIAL ({stopped}): {title}"
+        out.print(summary_table(results, title=title))
+        if stopped:
+            out.print(f"partial: {stopped}; the other runs were not made", highlight=False)
+        out.print(f"plot: {written[1]}", highlight=False)
+    if stopped:
+        raise typer.Exit(130)  # as a shell reports a command ended by Ctrl-C
