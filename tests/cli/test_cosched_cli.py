@@ -140,9 +140,11 @@ def test_a_quick_run_shows_its_progress_and_says_it_is_quick(
     lines = result.stderr.splitlines()
     assert lines[0] == f"{n} simulations in 1 processes, then 1 timed batches alone"
     done = [line for line in lines if line.startswith("[")]
-    assert [line.split("]")[0] for line in done] == [f"[{k}/{n}" for k in range(1, n + 1)]
-    assert all(line.endswith(" s)") and " servers (" in line for line in done)
-    assert "one batch of the min-cost flow at 256 files" in result.stderr
+    assert [line.split("]")[0] for line in done[:n]] == [f"[{k}/{n}" for k in range(1, n + 1)]
+    assert all(line.endswith(" s)") and " servers (" in line for line in done[:n])
+    # then the timed batch, alone
+    assert done[n:] == [line for line in done[n:] if line.startswith("[1/1] one batch")]
+    assert "one batch of the min-cost flow at 256 files" in done[n]
     words = " ".join(result.stdout.split())  # the title wraps to the table's width
     assert "romosan: paper vs datasched (quick run: reduced sizes)" in words
     assert "quick run (--quick): reduced sizes" in result.stdout

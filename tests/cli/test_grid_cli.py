@@ -59,7 +59,7 @@ def test_reproduce_grid_quick(tmp_path: Path) -> None:
     )
     assert result.exit_code == 0, result.output
     assert "running the reproduction" in result.stderr
-    assert " simulations: " in result.stderr
+    assert "[1/30] JobRandom + DataDoNothing, pairs (" in result.stderr
     # Results the model gives whatever the seed: JobDataPresent moves only replicas, the
     # others fetch most jobs' data (the quantity behind Fig. 3b), and replication is
     # needed for JobDataPresent's best (the paper's main finding).

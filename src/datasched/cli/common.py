@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -39,6 +39,9 @@ from datasched.sim.parallel import (
 )
 from datasched.sim.workload import TraceError, WorkloadError
 
+if TYPE_CHECKING:
+    from datasched.studies.resume import RunStore
+
 __all__ = [
     "OPTION_OF",
     "check_out_dir",
@@ -49,6 +52,8 @@ __all__ = [
     "given",
     "hours",
     "jsonable",
+    "keeping_runs",
+    "kept_runs",
     "out",
     "parse_floats",
     "parse_ints",
@@ -331,6 +336,38 @@ def sigterm_interrupts() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def kept_runs(out_dir: Path, tag: dict[str, Any], *, resume: bool) -> RunStore:
+    """Where a reproduction keeps each run as it finishes: ``out_dir/runs/``, tagged with
+    ``tag`` (the study, its options) and datasched's version; emptied first unless
+    ``resume`` (:mod:`datasched.studies.resume`)."""
+    from datasched import __version__
+    from datasched.studies.resume import RunStore
+
+    store = RunStore(out_dir / "runs", {**tag, "version": __version__})
+    if not resume:
+        store.clear()
+    return store
+
+
+@contextmanager
+def keeping_runs(store: RunStore) -> Iterator[None]:
+    """A reproduction's runs under way: SIGTERM stops them as Ctrl-C does, and either
+    leaves the finished runs in ``store``, says so (``--resume`` goes on from them) and
+    exits with status 130."""
+    try:
+        with sigterm_interrupts():
+            yield
+    except KeyboardInterrupt:
+        err.print(
+            f"interrupted: {len(store)} finished runs are kept in {store.root}; the same "
+            "command with --resume goes on from there",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,  # a long path is not cut by line breaks
+        )
+        raise typer.Exit(130) from None
 
 
 # -- where simulations run ----------------------------------------------------------------

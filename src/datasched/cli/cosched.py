@@ -17,6 +17,8 @@ from datasched.cli.common import (
     check_out_dir,
     cluster_errors,
     fail,
+    keeping_runs,
+    kept_runs,
     out,
     print_json,
     run_progress,
@@ -28,6 +30,7 @@ from datasched.cli.options import (
     JsonOpt,
     ProcessesOpt,
     ReportDirOpt,
+    ResumeOpt,
     SchedulerOpt,
     TlsCaOpt,
     TlsCertOpt,
@@ -116,6 +119,7 @@ def reproduce_romosan(
         ),
     ] = False,
     as_json: JsonOpt = False,
+    resume: ResumeOpt = False,
     processes: ProcessesOpt = None,
     scheduler: SchedulerOpt = None,
     tls_ca_file: TlsCaOpt = None,
@@ -130,7 +134,9 @@ def reproduce_romosan(
     (the paper gives only its 20 GB caches). While it runs, stderr shows each simulation as
     it finishes (under a status line on a terminal, a line each otherwise). `--json` prints
     `{"claims": [{"key", "paper", "ours", "agrees", ...}], "report", "figures", "quick"}`.
-    A `--quick` run says so at the top of its report and under its table."""
+    A `--quick` run says so at the top of its report and under its table. Each run's result
+    is kept in DIR/runs/ as it finishes; interrupted (Ctrl-C, SIGTERM), the command keeps
+    what finished, says so and exits with status 130; `--resume` goes on from there."""
     from datasched.studies.report import quick_note
     from datasched.studies.romosan import runs as romosan
     from datasched.studies.romosan.reproduce import run_romosan, write_romosan
@@ -138,8 +144,12 @@ def reproduce_romosan(
     check_out_dir(out_dir)
     processes, target = where_to_run(processes, scheduler, tls_ca_file, tls_cert, tls_key)
     study = romosan.QUICK if quick else romosan.FULL
-    with run_progress() as say, cluster_errors():
-        outcome = run_romosan(study, processes=processes, scheduler=target, progress=say)
+    tag = {"study": "romosan", "quick": quick, "sizes": asdict(study)}
+    store = kept_runs(out_dir, tag, resume=resume)
+    with keeping_runs(store), run_progress() as say, cluster_errors():
+        outcome = run_romosan(
+            study, processes=processes, scheduler=target, progress=say, store=store
+        )
     with user_errors():
         md_path, figs = write_romosan(outcome, out_dir, quick=quick)
     if as_json:

@@ -14,6 +14,8 @@ from datasched.cli.common import (
     check_out_dir,
     cluster_errors,
     fail,
+    keeping_runs,
+    kept_runs,
     out,
     print_json,
     run_progress,
@@ -25,6 +27,7 @@ from datasched.cli.options import (
     JsonOpt,
     ProcessesOpt,
     ReportDirOpt,
+    ResumeOpt,
     SchedulerOpt,
     TlsCaOpt,
     TlsCertOpt,
@@ -56,6 +59,7 @@ def reproduce_grid(
         ),
     ] = "fifo",
     as_json: JsonOpt = False,
+    resume: ResumeOpt = False,
     processes: ProcessesOpt = None,
     scheduler: SchedulerOpt = None,
     tls_ca_file: TlsCaOpt = None,
@@ -69,8 +73,10 @@ def reproduce_grid(
     runs.csv, claims.csv and a report with the paper's statement beside ours for every claim.
     `--json` prints `{"claims": [{"key", "paper", "ours", "agrees", ...}], "report",
     "figures", "quick"}`. A `--quick` run says so at the top of its report and under its
-    table."""
-    from dataclasses import replace
+    table. Each run's result is kept in DIR/runs/ as it finishes; interrupted (Ctrl-C,
+    SIGTERM), the command keeps what finished, says so and exits with status 130; `--resume`
+    goes on from there."""
+    from dataclasses import asdict, replace
 
     from datasched.gridsim.model import GridError
     from datasched.studies.grid.reproduce import run_grid_study, write_grid
@@ -85,9 +91,13 @@ def reproduce_grid(
     processes, target = where_to_run(processes, scheduler, tls_ca_file, tls_cert, tls_key)
     study = replace(QUICK if quick else FULL, local=local)
     where = f"on {target}" if target else f"in {processes} processes"
-    with run_progress() as say, cluster_errors():
+    tag = {"study": "grid", "quick": quick, "sizes": asdict(study)}
+    store = kept_runs(out_dir, tag, resume=resume)
+    with keeping_runs(store), run_progress() as say, cluster_errors():
         say(f"running the reproduction {where} ...")
-        outcome = run_grid_study(study, processes=processes, scheduler=target, progress=say)
+        outcome = run_grid_study(
+            study, processes=processes, scheduler=target, progress=say, store=store
+        )
     with user_errors():
         md_path, figs = write_grid(outcome, out_dir, quick=quick)
     if as_json:

@@ -157,6 +157,16 @@ ReportDirOpt = Annotated[
     typer.Option("--out", metavar="DIR", help="Directory for report.md, claims.csv and figures/."),
 ]
 """``--out`` of every ``reproduce`` command."""
+ResumeOpt = Annotated[
+    bool,
+    typer.Option(
+        "--resume",
+        metavar="",
+        help="Go on from an interrupted run into the same --out: the runs it finished "
+        "(kept in DIR/runs/) are read back, not run again.",
+    ),
+]
+"""``--resume`` of every ``reproduce`` command (:func:`~datasched.cli.common.kept_runs`)."""
 JsonOpt = Annotated[
     bool,
     typer.Option(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -17,12 +18,20 @@ from datasched.cli.app import app, reproduce_app
 from datasched.cli.common import (
     check_out_dir,
     fail,
+    keeping_runs,
+    kept_runs,
     out,
     print_json,
     run_progress,
     user_errors,
 )
-from datasched.cli.options import QUICK_TITLE, ParamOpt, ReportDirOpt, policy_params_of
+from datasched.cli.options import (
+    QUICK_TITLE,
+    ParamOpt,
+    ReportDirOpt,
+    ResumeOpt,
+    policy_params_of,
+)
 from datasched.cli.tables import claims_table
 
 if TYPE_CHECKING:
@@ -63,6 +72,7 @@ def reproduce_proof(
         ),
     ] = False,
     as_json: JsonFlag = False,
+    resume: ResumeOpt = False,
 ) -> None:
     """Re-run the experiments of ganis et al. (PROOF) in the simulator: the uneven-data job
     under the basic and adaptive packetizers (§2.3, Figures 3-4) and a day of CPU quotas for
@@ -73,15 +83,19 @@ def reproduce_proof(
     10 minutes; 1 with `--quick`), unless `--no-runtime`. `--json` prints
     `{"claims": [{"key", "paper", "ours", "agrees"}, ...], "report", "quick"}` (ours null
     where not measured). A `--quick` run says so at the top of its report and under its
-    table."""
+    table. While it runs, stderr shows each run as it finishes (under a status line on a
+    terminal, a line each otherwise); each run's result is kept in DIR/runs/. Interrupted
+    (Ctrl-C, SIGTERM), the command keeps what finished, says so and exits with status 130;
+    `--resume` goes on from there."""
     from datasched.studies.proof.reproduce import run_proof, write_proof_figures
     from datasched.studies.report import quick_note, write_report
 
     check_out_dir(out_dir)
-    with run_progress() as say:
-        say("running the PROOF reproduction ...")
-        runtime = None if no_runtime else _runtime_claims(out_dir / "figures")
-        results = run_proof(quick=quick, progress=say, runtime=runtime)
+    tag = {"study": "proof", "quick": quick}
+    store = kept_runs(out_dir, tag, resume=resume)
+    runtime = None if no_runtime else _runtime_claims(quick, out_dir / "figures")
+    with keeping_runs(store), run_progress() as say:
+        results = run_proof(quick=quick, progress=say, runtime=runtime, store=store)
     with user_errors():
         figures = write_proof_figures(results, out_dir / "figures")
         if runtime is not None:
@@ -223,16 +237,13 @@ def proof_sim(
     out.print(f"packets: {packets_csv}\nprogress: {progress_csv}\nplot: {png}", highlight=False)
 
 
-def _runtime_claims(figures: Path) -> Callable[[bool], dict[str, Measured]]:
-    """The local-cluster measurements (compare/ may import the runtime; sim/ may not): the
-    uneven job, then the quotas (whose plot and CSV go into ``figures``)."""
+def _runtime_claims(quick: bool, figures: Path) -> dict[str, Callable[[], Measured]]:
+    """The local-cluster measurements by claim key (compare/ may import the runtime; sim/
+    may not): the uneven job, then the quotas (whose plot and CSV go into ``figures``)."""
     from datasched.studies.proof.runtime_quota import measure_quota_runtime
     from datasched.studies.proof.runtime_uneven import measure_runtime
 
-    def measure(quick: bool) -> dict[str, Measured]:
-        return {
-            "adaptive_over_basic_time_runtime": measure_runtime(quick),
-            "quota_max_error_pp_runtime": measure_quota_runtime(quick, figures),
-        }
-
-    return measure
+    return {
+        "adaptive_over_basic_time_runtime": partial(measure_runtime, quick),
+        "quota_max_error_pp_runtime": partial(measure_quota_runtime, quick, figures),
+    }

@@ -24,6 +24,8 @@ from datasched.cli.common import (
     fail,
     given,
     jsonable,
+    keeping_runs,
+    kept_runs,
     out,
     parse_floats,
     parse_ints,
@@ -41,6 +43,7 @@ from datasched.cli.options import (
     ParamOpt,
     ProcessesOpt,
     ReportDirOpt,
+    ResumeOpt,
     SchedulerOpt,
     SeedOpt,
     TlsCaOpt,
@@ -355,15 +358,7 @@ def reproduce_ponce(
             "measured).",
         ),
     ] = False,
-    resume: Annotated[
-        bool,
-        typer.Option(
-            "--resume",
-            metavar="",
-            help="Go on from an interrupted run into the same --out: the runs it finished "
-            "(kept in DIR/runs/) are read back, not run again.",
-        ),
-    ] = False,
+    resume: ResumeOpt = False,
     processes: ProcessesOpt = None,
     scheduler: SchedulerOpt = None,
     tls_ca_file: TlsCaOpt = None,
@@ -379,30 +374,17 @@ def reproduce_ponce(
     table. Interrupted (Ctrl-C, SIGTERM), the command keeps what finished;
     `--resume` goes on from there.
     """
-    from datasched import __version__
     from datasched.studies.ponce.figures import write_figure
     from datasched.studies.ponce.reproduce import run_ponce, write_report
     from datasched.studies.report import quick_note
-    from datasched.studies.resume import RunStore
 
     check_out_dir(out_dir)
     processes, target = where_to_run(processes, scheduler, tls_ca_file, tls_cert, tls_key)
-    store = RunStore(out_dir / "runs", {"study": "ponce", "quick": quick, "version": __version__})
-    if not resume:
-        store.clear()
-    try:
-        with run_progress() as say, cluster_errors(), sigterm_interrupts():
-            claims, results = run_ponce(
-                quick=quick, processes=processes, scheduler=target, progress=say, store=store
-            )
-    except KeyboardInterrupt:
-        err.print(
-            f"interrupted: {len(store)} finished runs are kept in {store.root}; the same "
-            "command with --resume goes on from there",
-            highlight=False,
-            markup=False,
+    store = kept_runs(out_dir, {"study": "ponce", "quick": quick}, resume=resume)
+    with keeping_runs(store), run_progress() as say, cluster_errors():
+        claims, results = run_ponce(
+            quick=quick, processes=processes, scheduler=target, progress=say, store=store
         )
-        raise typer.Exit(130) from None
     figs = {}
     for result in results:
         with user_errors():

@@ -1,13 +1,13 @@
 """A reproduction's runs, kept as they finish so that an interrupted one is not lost.
 
-A reproduction is many independent runs (:class:`~datasched.studies.ponce.figures.Unit`:
-one simulation, one maximal-load search). :func:`run_units` runs them, in worker processes
+A reproduction is many independent runs (:class:`Unit`: one simulation, one maximal-load
+search, one timed batch). :func:`run_units` runs them, in worker processes
 or on a Dask cluster, largest first so that the last to finish are short, and writes each
 result, as it arrives, to a :class:`RunStore`: one JSON file per run under ``DIR/runs/``. A
 later call with the same store reads back the runs it holds instead of running them again
-(``datasched reproduce ponce --resume``). A stored run counts only for the same study, the
-same options (``--quick`` or not) and the same datasched version: anything else is run
-afresh.
+(``datasched reproduce ponce --resume``, and ``romosan``, ``grid`` and ``proof`` likewise). A
+stored run counts only for the same study, the same options (``--quick`` or not, its sizes)
+and the same datasched version: anything else is run afresh.
 """
 
 from __future__ import annotations
@@ -18,17 +18,31 @@ import re
 import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from datasched._files import atomic_write_text
 from datasched.sim.parallel import SchedulerRef, map_in_processes
-from datasched.studies.ponce.figures import Unit
 
-__all__ = ["MISSING", "RunStore", "run_units"]
+__all__ = ["MISSING", "RunStore", "Unit", "run_units"]
 
 _MISSING = object()
 _UNSAFE = re.compile(r"[^A-Za-z0-9._@-]+")
+
+
+@dataclass(frozen=True, slots=True)
+class Unit:
+    """One independent piece of a reproduction's work: a stable ``key`` (what a resumed run
+    finds it by), a ``label`` for progress lines, and ``run``, which returns plain JSON data
+    (numbers, strings, lists, dicts) and pickles, so that it can run in another process.
+    ``cost`` estimates its CPU seconds (ponce's :func:`~datasched.studies.ponce.figures.cost_of`),
+    so that the largest start first (equal costs keep their order)."""
+
+    key: str
+    label: str
+    run: Callable[[], Any]
+    cost: float = 0.0
 
 
 class RunStore:
@@ -38,7 +52,7 @@ class RunStore:
 
     def __init__(self, root: Path, tag: Mapping[str, Any]) -> None:
         self.root = root
-        self.tag = dict(tag)
+        self.tag = _plain(dict(tag))  # as it reads back (a tuple of sizes becomes a list)
 
     def path(self, key: str) -> Path:
         """The file of run ``key``: its key made safe for a file name, and a hash of it

@@ -8,10 +8,12 @@ import csv
 import io
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, fields
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 from datasched._files import atomic_write_text
-from datasched.gridsim.engine import GridResult, run_grid
+from datasched.gridsim.engine import GridResult, GridRun, run_grid
 from datasched.policies.grid.schedulers import (
     DATA_DO_NOTHING,
     DATA_LEAST_LOADED,
@@ -19,7 +21,7 @@ from datasched.policies.grid.schedulers import (
     JOB_LOCAL,
     grid_schedulers,
 )
-from datasched.sim.parallel import SchedulerRef, map_in_processes
+from datasched.sim.parallel import SchedulerRef
 from datasched.studies.grid.claims import GridClaim, grid_claims
 from datasched.studies.grid.figures import GridFigure, grid_figures, write_grid_figure
 from datasched.studies.grid.runs import (
@@ -34,8 +36,9 @@ from datasched.studies.grid.runs import (
     variant_pairs,
 )
 from datasched.studies.report import quick_note
+from datasched.studies.resume import RunStore, Unit, run_units
 
-__all__ = ["GridOutcome", "run_grid_study", "write_grid"]
+__all__ = ["GridOutcome", "grid_units", "run_grid_study", "write_grid"]
 
 Progress = Callable[[str], None]
 
@@ -50,28 +53,42 @@ class GridOutcome:
     claims: list[GridClaim]
 
 
+def grid_units(study: GridStudy) -> tuple[list[GridRun], list[Unit]]:
+    """Every run of ``study`` and its unit (:mod:`datasched.studies.resume`), which returns
+    the run's measures as plain data."""
+    runs = study_runs(study)
+    units = [
+        Unit(
+            f"{r.label}/{r.cfg.bandwidth_mb_s:g}/{r.cfg.seed}/{r.external}/{r.dataset}"
+            f"/{r.threshold}",
+            f"{r.external} + {r.dataset}, {r.label}",
+            partial(_measures, r),
+        )
+        for r in runs
+    ]
+    return runs, units
+
+
+def _measures(run: GridRun) -> dict[str, Any]:
+    result = run_grid(run)
+    return {f.name: getattr(result, f.name) for f in fields(result) if f.name != "run"}
+
+
 def run_grid_study(
     study: GridStudy,
     *,
     processes: int = 1,
     scheduler: SchedulerRef | None = None,
     progress: Progress | None = None,
+    store: RunStore | None = None,
 ) -> GridOutcome:
     """Run every simulation of ``study`` in ``processes`` processes (or on the Dask cluster
-    at ``scheduler``) and fill the claims."""
-    say = progress or (lambda _: None)
-    runs = study_runs(study)
-    done = 0
-
-    def finished(_: int, result: GridResult) -> None:
-        nonlocal done
-        done += 1
-        r = result.run
-        say(f"{done} of {len(runs)} simulations: {r.external} + {r.dataset}, {r.label}")
-
-    results = map_in_processes(
-        run_grid, runs, processes=processes, scheduler=scheduler, on_done=finished
-    )
+    at ``scheduler``) and fill the claims. ``progress`` gets a line as each finishes
+    (``[k/N] external + dataset, label (seconds)``); with ``store``, each is kept as it
+    finishes and those it already holds are read back."""
+    runs, units = grid_units(study)
+    done = run_units(units, processes=processes, scheduler=scheduler, store=store, say=progress)
+    results = [GridResult(run, **measures) for run, measures in zip(runs, done, strict=True)]
     summaries = summarise(results)
     slow, fast = min(study.bandwidths_mb_s), max(study.bandwidths_mb_s)
     return GridOutcome(study, results, summaries, grid_claims(summaries, slow, fast))

@@ -23,6 +23,7 @@ from datasched.core.model import Pipelining
 from datasched.sim.experiment import SimConfig, find_max_load, simulate
 from datasched.sim.workload import theoretical_max_load_jobs_per_h
 from datasched.studies.ponce.perfmap import PERIODS_PER_RUN, jobs_for_period
+from datasched.studies.resume import Unit
 
 __all__ = [
     "MAX_LOAD_CONFIRM",
@@ -277,19 +278,6 @@ def figure_specs(*, quick: bool) -> list[FigureSpec]:
 
 
 Progress = Callable[[str], None]
-
-
-@dataclass(frozen=True, slots=True)
-class Unit:
-    """One independent piece of a reproduction's work: a stable ``key`` (what a resumed run
-    finds it by), a ``label`` for progress lines, and ``run``, which returns plain JSON data
-    (numbers, strings, lists, dicts) and pickles, so that it can run in another process.
-    ``cost`` estimates its CPU seconds (:func:`cost_of`), so that the largest start first."""
-
-    key: str
-    label: str
-    run: Callable[[], Any]
-    cost: float = 0.0
 
 
 MS_PER_JOB = {

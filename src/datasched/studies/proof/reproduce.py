@@ -2,8 +2,9 @@
 their claims beside the paper's, and the figures (PNG and CSV each).
 
 ``datasched reproduce proof`` calls :func:`run_proof`, then :func:`write_proof_figures` and
-:func:`~datasched.studies.report.write_report`. ``quick`` halves the data set and the placements
-and shortens the day of quotas to four hours on eight workers.
+:func:`~datasched.studies.report.write_report`. ``quick`` (:data:`QUICK`) halves the data set
+and the placements and shortens the day of quotas to four hours on eight workers. The runs are
+units of :mod:`datasched.studies.resume`, kept as they finish (``--resume``).
 """
 
 from __future__ import annotations
@@ -13,31 +14,70 @@ import io
 import math
 import statistics
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import astuple, dataclass, field, fields, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from datasched._files import atomic_write_bytes, atomic_write_text
 from datasched.sim.monitor import plot_packets, progress, write_packets_csv, write_progress_csv
+from datasched.sim.recorder import PacketRecord
 from datasched.studies.claims import Claim, Measured, fill_claims
 from datasched.studies.proof.claims import PROOF_CLAIMS
 from datasched.studies.proof.runs import (
     ADAPTIVE,
     BASIC,
-    QuotaRun,
     UnevenRun,
     run_quota,
     run_uneven,
     uneven_table,
 )
 from datasched.studies.proof.setup import QuotaSetup, UnevenSetup
+from datasched.studies.resume import RunStore, Unit, run_units
 
-__all__ = ["ProofResults", "run_proof", "write_proof_figures"]
+__all__ = [
+    "FULL",
+    "QUICK",
+    "ProofResults",
+    "ProofStudy",
+    "proof_units",
+    "run_proof",
+    "write_proof_figures",
+]
 
 Progress = Callable[[str], None]
 CPU_FACTORS = (0.5, 1.0, 2.0, 5.0)
 """CPU time per event, in units of the time to read it from a local disk, for the
 sensitivity of the packetizers' ratio (1: the I/O-intensive job of the main experiment)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProofStudy:
+    """The sizes of the reproduction: the uneven data set's files, its placements, and the
+    day of quotas with its control (equal priorities)."""
+
+    files: int
+    seeds: int
+    quota: QuotaSetup
+    control: QuotaSetup
+
+
+SHORT_DAY = QuotaSetup(nodes=8, hours=4.0)
+FULL = ProofStudy(files=300, seeds=8, quota=QuotaSetup(), control=SHORT_DAY)
+QUICK = ProofStudy(files=150, seeds=4, quota=SHORT_DAY, control=SHORT_DAY)
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaOutcome:
+    """What the report and Figure 6 read of a day of quotas (its packets are not kept)."""
+
+    setup: QuotaSetup
+    day: dict[str, float]
+    """Each group's share of the day's CPU."""
+    hourly: list[dict[str, float]]
+    """Shares per step (:func:`quota_step_s`), the day over time."""
+    max_error_pp: float
+    """The largest gap between a group's share and its target, in percentage points."""
 
 
 @dataclass(slots=True)
@@ -50,55 +90,141 @@ class ProofResults:
     uniform: tuple[UnevenRun, UnevenRun]
     sensitivity: list[tuple[float, float]]
     """(CPU ms an event, mean adaptive / basic)."""
-    quota: QuotaRun
-    control: QuotaRun
+    quota: QuotaOutcome
+    control: QuotaOutcome
     claims: list[Claim] = field(default_factory=list)
 
 
-def _pair(setup: UnevenSetup, seed: int) -> tuple[UnevenRun, UnevenRun]:
-    return run_uneven(setup, BASIC, seed), run_uneven(setup, ADAPTIVE, seed)
+def quota_step_s(setup: QuotaSetup) -> float:
+    """The step of Figure 6 over time: an hour, a quarter for a day shorter than 8 h."""
+    return 3600.0 if setup.hours >= 8 else 900.0
 
 
-def _ratio(pairs: list[tuple[UnevenRun, UnevenRun]]) -> float:
-    return statistics.fmean(a.end_s / b.end_s for b, a in pairs)
+def _pair(setup: UnevenSetup, seed: int) -> list[dict[str, Any]]:
+    return [_uneven_doc(run_uneven(setup, policy, seed)) for policy in (BASIC, ADAPTIVE)]
+
+
+def _uneven_doc(run: UnevenRun) -> dict[str, Any]:
+    doc = {f.name: getattr(run, f.name) for f in fields(run)}
+    doc["packets"] = [astuple(p) for p in run.packets]
+    doc["worker_nodes"] = sorted(run.worker_nodes)
+    return doc
+
+
+def _uneven_run(doc: dict[str, Any]) -> UnevenRun:
+    packets = tuple(PacketRecord(*row) for row in doc["packets"])
+    return UnevenRun(**{**doc, "packets": packets, "worker_nodes": frozenset(doc["worker_nodes"])})
+
+
+def _ratio(setup: UnevenSetup, seed: int) -> float:
+    """Adaptive over basic processing time on one placement."""
+    return run_uneven(setup, ADAPTIVE, seed).end_s / run_uneven(setup, BASIC, seed).end_s
+
+
+def _quota(setup: QuotaSetup, priorities: str | None = None) -> dict[str, Any]:
+    q = run_quota(setup, priorities=priorities)
+    return {
+        "day": q.day_shares(),
+        "hourly": q.hourly(quota_step_s(setup)),
+        "max_error_pp": q.max_error_pp(),
+    }
+
+
+def _measured(measure: Callable[[], Measured]) -> dict[str, Any]:
+    m = measure()
+    return {"ours": m.ours, "fields": dict(m.fields)}
+
+
+def proof_units(
+    study: ProofStudy, runtime: Mapping[str, Callable[[], Measured]] | None = None
+) -> list[Unit]:
+    """The reproduction's runs (:mod:`datasched.studies.resume`): both packetizers on each
+    placement, on uniform data, and at other CPU times per event; the day of quotas and its
+    control; and ``runtime``'s measurements, by claim key, on a local Dask cluster."""
+    setup = UnevenSetup(files=study.files)
+    seeds = range(study.seeds)
+    units = [
+        Unit(
+            f"uneven/{s}", f"uneven data, placement {s}: both packetizers", partial(_pair, setup, s)
+        )
+        for s in seeds
+    ]
+    units.append(
+        Unit(
+            "uniform",
+            "uniform data: both packetizers",
+            partial(_pair, replace(setup, uniform=True), 0),
+        )
+    )
+    io_s = setup.event_bytes / setup.disk_bytes_per_s
+    for factor in CPU_FACTORS:
+        if factor == 1.0:
+            continue  # the placements above
+        varied = replace(setup, cpu_s_per_event=factor * io_s)
+        units += [
+            Unit(
+                f"cpu/{factor:g}/{s}",
+                f"{factor * io_s * 1e3:.1f} ms of CPU an event, placement {s}: both packetizers",
+                partial(_ratio, varied, s),
+            )
+            for s in seeds
+        ]
+    q, c = study.quota, study.control
+    equal = ",".join(f"{g.name}=1" for g in c.groups)
+    units += [
+        Unit("quota", f"quotas: {q.hours:g} h on {q.nodes} workers", partial(_quota, q)),
+        Unit("quota/control", "quotas: the control, equal priorities", partial(_quota, c, equal)),
+    ]
+    units += [
+        Unit(f"runtime/{key}", f"on a local Dask cluster: {key}", partial(_measured, fn))
+        for key, fn in (runtime or {}).items()
+    ]
+    return units
 
 
 def run_proof(
     *,
     quick: bool = False,
     progress: Progress | None = None,
-    runtime: Callable[[bool], Mapping[str, Measured]] | None = None,
+    runtime: Mapping[str, Callable[[], Measured]] | None = None,
+    store: RunStore | None = None,
 ) -> ProofResults:
-    """Run every experiment and fill the claims. ``runtime(quick)`` measures the claims of
-    the local cluster (the simulator cannot: it never imports the runtime), by key; without
-    it those claims are not measured."""
+    """Run every experiment (:func:`proof_units`, one after the other, here) and fill the
+    claims. ``runtime`` measures the claims of the local cluster (the simulator cannot: it
+    never imports the runtime), by key; without it those claims are not measured.
+    ``progress`` gets a line as each run finishes (``[k/N] label (seconds)``); with
+    ``store``, each is kept as it finishes and those it already holds are read back."""
     say = progress or (lambda _: None)
-    setup = UnevenSetup(files=150 if quick else 300)
-    seeds = range(4 if quick else 8)
-    say(f"uneven data: {len(seeds)} placements, basic and adaptive packetizers ...")
-    pairs = [_pair(setup, s) for s in seeds]
+    study = QUICK if quick else FULL
+    units = proof_units(study, runtime)
+    say(f"{len(units)} runs, one after the other")
+    done = dict(zip((u.key for u in units), run_units(units, store=store, say=say), strict=True))
+    setup = UnevenSetup(files=study.files)
+    pairs = [
+        (_uneven_run(b), _uneven_run(a))
+        for b, a in (done[f"uneven/{s}"] for s in range(study.seeds))
+    ]
     shown = next((p for p in pairs if not p[0].busiest_is_worker), pairs[0])
-    say("uniform data ...")
-    uniform = _pair(replace(setup, uniform=True), 0)
-    say("CPU time per event ...")
+    ub, ua = done["uniform"]
     io_s = setup.event_bytes / setup.disk_bytes_per_s
     sensitivity = []
     for factor in CPU_FACTORS:
-        varied = replace(setup, cpu_s_per_event=factor * io_s)
-        runs = pairs if factor == 1.0 else [_pair(varied, s) for s in seeds]
-        sensitivity.append((round(factor * io_s * 1e3, 1), _ratio(runs)))
-    quota_setup = QuotaSetup(nodes=8, hours=4.0) if quick else QuotaSetup()
-    say(f"quotas: {quota_setup.hours:g} h on {quota_setup.nodes} workers ...")
-    quota = run_quota(quota_setup)
-    say("quotas: the control, equal priorities ...")
-    small = QuotaSetup(nodes=8, hours=4.0)
-    equal = ",".join(f"{g.name}=1" for g in small.groups)
-    control = run_quota(small, priorities=equal)
-    results = ProofResults(setup, pairs, shown, uniform, sensitivity, quota, control)
+        if factor == 1.0:
+            ratios = [a.end_s / b.end_s for b, a in pairs]
+        else:
+            ratios = [done[f"cpu/{factor:g}/{s}"] for s in range(study.seeds)]
+        sensitivity.append((round(factor * io_s * 1e3, 1), statistics.fmean(ratios)))
+    quota, control = (
+        QuotaOutcome(s, **done[key])
+        for s, key in ((study.quota, "quota"), (study.control, "quota/control"))
+    )
+    results = ProofResults(
+        setup, pairs, shown, (_uneven_run(ub), _uneven_run(ua)), sensitivity, quota, control
+    )
     measured = _measure(results)
-    if runtime is not None:
-        say("on a local Dask cluster: uneven data, then the quotas ...")
-        measured.update(runtime(quick))
+    for key in runtime or {}:
+        doc = done[f"runtime/{key}"]
+        measured[key] = Measured(doc["ours"], doc["fields"])
     results.claims = fill_claims(PROOF_CLAIMS, measured)
     return results
 
@@ -139,14 +265,14 @@ def _measure(r: ProofResults) -> dict[str, Measured]:
         ua.end_s / ub.end_s, {"basic": ub.end_s, "adaptive": ua.end_s, "bound": ub.bound_s}
     )
     q = r.quota
-    shares = q.day_shares()
+    shares = q.day
     out["quota_max_error_pp"] = Measured(
-        q.max_error_pp(),
+        q.max_error_pp,
         {
             "hours": q.setup.hours,
             "nodes": q.setup.nodes,
             "shares": [(g.name, 100 * shares[g.name]) for g in q.setup.groups],
-            "control": r.control.max_error_pp(),
+            "control": r.control.max_error_pp,
         },
     )
     return out
@@ -201,13 +327,13 @@ def write_proof_figures(r: ProofResults, out_dir: Path) -> list[tuple[str, Path]
     return figs
 
 
-def _plot_quota(q: QuotaRun, out_dir: Path) -> Path:
+def _plot_quota(q: QuotaOutcome, out_dir: Path) -> Path:
     from matplotlib.figure import Figure
 
-    step = 3600.0 if q.setup.hours >= 8 else 900.0
-    hourly = q.hourly(step)
+    step = quota_step_s(q.setup)
+    hourly = q.hourly
     _csv(out_dir / "quota_over_time.csv", [{k: round(v, 4) for k, v in h.items()} for h in hourly])
-    day = q.day_shares()
+    day = q.day
     total = sum(g.target_percent for g in q.setup.groups)
     rows = [
         {

@@ -5,18 +5,22 @@ experiment run (:mod:`datasched.studies.romosan.runs`), the claims filled
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
+from functools import partial
 from pathlib import Path
+from typing import Any
 
-from datasched.sim.parallel import SchedulerRef, map_in_processes
+from datasched.sim.parallel import SchedulerRef
 from datasched.studies.claims import Claim, fill_claims
 from datasched.studies.report import write_report
+from datasched.studies.resume import MISSING, RunStore, Unit, run_units
 from datasched.studies.romosan.claims import ROMOSAN_CLAIMS, measure_romosan
 from datasched.studies.romosan.figures import RomosanFigure, romosan_figures, write_romosan_figure
 from datasched.studies.romosan.runs import (
     CLUSTER,
     LP,
     POLICIES,
+    CoschedRun,
     EdgePoint,
     RomosanCluster,
     RomosanStudy,
@@ -26,7 +30,7 @@ from datasched.studies.romosan.runs import (
     study_runs,
 )
 
-__all__ = ["RomosanOutcome", "run_romosan", "write_romosan"]
+__all__ = ["RomosanOutcome", "romosan_units", "run_romosan", "write_romosan"]
 
 Progress = Callable[[str], None]
 
@@ -42,6 +46,41 @@ class RomosanOutcome:
     claims: list[Claim]
 
 
+def romosan_units(
+    study: RomosanStudy, cluster: RomosanCluster = CLUSTER
+) -> tuple[list[Unit], list[Unit]]:
+    """The reproduction's runs: the simulations (which may share the machine; in the order
+    of :func:`~datasched.studies.romosan.runs.study_runs`) and the timed batches of the
+    edges experiment (run alone). Each returns plain data (:func:`run_units` keeps it)."""
+    runs = [
+        Unit(
+            f"{r.experiment}/{r.policy}/{r.servers}/{r.cache_gb:g}/{r.lp_period_s:g}",
+            f"{r.experiment}: {r.policy}, {r.servers} servers",
+            partial(_simulated, r),
+            # Longest first (10,000-job runs of the min-cost flow): the processes end together.
+            cost=r.jobs + (0.5 if r.policy == LP else 0.0),
+        )
+        for r in study_runs(study, cluster)
+    ]
+    edges = [
+        Unit(
+            f"edges/{n}",
+            f"one batch of the min-cost flow at {n:,} files x {study.edge_servers} servers",
+            partial(_timed_batch, n, study, cluster),
+        )
+        for n in study.edge_files
+    ]
+    return runs, edges
+
+
+def _simulated(run: CoschedRun) -> dict[str, Any]:
+    return asdict(run_one(run))
+
+
+def _timed_batch(n: int, study: RomosanStudy, cluster: RomosanCluster) -> dict[str, Any]:
+    return asdict(edge_point(n, study, cluster))
+
+
 def run_romosan(
     study: RomosanStudy,
     *,
@@ -49,46 +88,28 @@ def run_romosan(
     processes: int = 1,
     scheduler: SchedulerRef | None = None,
     progress: Progress | None = None,
+    store: RunStore | None = None,
 ) -> RomosanOutcome:
     """Run every experiment of ``study``: the simulations in ``processes`` processes (or on
     the Dask cluster at ``scheduler``), then the timed batches of the edges experiment here,
     alone, with nothing else sharing the CPU.
 
-    ``progress`` gets a line as each step starts (what runs where, each timed batch) and as
-    each simulation finishes, ``[k/N] experiment: policy, servers (seconds)``, as
-    ``reproduce ponce``'s runs do (the command scrolls those under its status line on a
-    terminal, and prints every line otherwise)."""
+    ``progress`` gets a line as each step starts (what runs where) and as each run finishes,
+    ``[k/N] experiment: policy, servers (seconds)``, as ``reproduce ponce``'s runs do (the
+    command scrolls those under its status line on a terminal, and prints every line
+    otherwise). With ``store``, each run is kept as it finishes and the runs it already
+    holds are read back (:mod:`datasched.studies.resume`)."""
     say = progress or (lambda _: None)
-    runs = study_runs(study, cluster)
-    # Longest first (10,000-job runs of the min-cost flow), so the processes finish together.
-    order = sorted(range(len(runs)), key=lambda i: (-runs[i].jobs, runs[i].policy != LP))
-    done = 0
+    sims, batches = romosan_units(study, cluster)
     where = f"on {scheduler}" if scheduler is not None else f"in {processes} processes"
-    say(f"{len(runs)} simulations {where}, then {len(study.edge_files)} timed batches alone")
-
-    def finished(_: int, result: RunResult) -> None:
-        nonlocal done
-        done += 1
-        say(
-            f"[{done}/{len(runs)}] {result.experiment}: {result.policy}, "
-            f"{result.servers} servers ({result.wall_s:.1f} s)"
-        )
-
-    out = map_in_processes(
-        run_one,
-        [runs[i] for i in order],
-        processes=processes,
-        scheduler=scheduler,
-        on_done=finished,
-    )
-    results: list[RunResult] = [out[0]] * len(runs)
-    for k, i in enumerate(order):
-        results[i] = out[k]
-    edges = []
-    edge_point(64, replace(study, edge_jobs=64, edge_servers=4), cluster)  # imports, first calls
-    for n in study.edge_files:
-        say(f"one batch of the min-cost flow at {n:,} files x {study.edge_servers} servers")
-        edges.append(edge_point(n, study, cluster))
+    say(f"{len(sims)} simulations {where}, then {len(batches)} timed batches alone")
+    done = run_units(sims, processes=processes, scheduler=scheduler, store=store, say=say)
+    results = [RunResult(**r) for r in done]
+    if store is None or any(store.get(u.key) is MISSING for u in batches):
+        edge_point(
+            64, replace(study, edge_jobs=64, edge_servers=4), cluster
+        )  # imports, first calls
+    edges = [EdgePoint(**e) for e in run_units(batches, store=store, say=say)]
     claims = fill_claims(ROMOSAN_CLAIMS, measure_romosan(results, edges, study))
     return RomosanOutcome(study, cluster, results, edges, claims)
 
