@@ -32,6 +32,7 @@ runner = CliRunner()
 TINY_ROMOSAN = replace(romosan.SMOKE, jobs=60, zipf_jobs=40, edge_files=(256,), edge_jobs=100)
 TINY_DAY = QuotaSetup(nodes=4, hours=0.25)
 TINY_PROOF = proof.ProofStudy(files=12, seeds=1, quota=TINY_DAY, control=TINY_DAY)
+TINY_PROOF_RUNS = 7  # one placement, uniform data, three other CPU times, two days of quotas
 
 
 @pytest.fixture
@@ -123,6 +124,23 @@ def test_runs_of_other_sizes_are_not_read_back(
     again = runner.invoke(app, [*args, "--resume"])
     assert again.exit_code == 0, again.output
     assert "read back" not in again.stderr
+
+
+@pytest.mark.usefixtures("tiny")
+def test_the_proof_reproduction_prints_a_line_a_finished_run_without_a_terminal(
+    tmp_path: Path,
+) -> None:
+    args = [*COMMANDS["proof"], "--out", str(tmp_path / "out"), "--json"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    lines = result.stderr.splitlines()
+    n = TINY_PROOF_RUNS
+    assert lines[0] == f"{n} runs, one after the other"
+    done = [line for line in lines if line.startswith("[")]
+    assert [line.split("]")[0] for line in done] == [f"[{k}/{n}" for k in range(1, n + 1)]
+    assert all(line.endswith(" s)") for line in done)
+    assert "uneven data, placement 0: both packetizers" in done[0]
+    assert json.loads(result.stdout)["quick"] is True
 
 
 _ROMOSAN_SCRIPT = """
