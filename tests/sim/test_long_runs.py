@@ -7,6 +7,7 @@ import io
 import json
 import math
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import pytest
@@ -17,8 +18,10 @@ from datasched.cli import app
 from datasched.cli.simprogress import SimProgressView, parse_sim_time
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import Job
+from datasched.sim import experiment
 from datasched.sim.engine import SimEngine
 from datasched.sim.experiment import ConfigError, SimConfig, SimProgress, simulate
+from datasched.sim.recorder import PacketRecord
 
 runner = CliRunner()
 CONFIG = SimConfig(policy="splitting", n_jobs=200, load_jobs_per_h=0.8)
@@ -158,11 +161,10 @@ MEASURED_FIGURES = (
 )
 
 
-@pytest.mark.parametrize("bound", [["--until", "1s"], ["--max-jobs", "1"]])
-def test_a_partial_run_with_nothing_measured_says_so(bound: list[str]) -> None:
+def test_a_partial_run_with_nothing_measured_says_so() -> None:
     """Stopped before a measured job read anything, the figures of the measured jobs are
     null in --json and "not measured" in the table: not 0 %, which reads as measured."""
-    args = ["sim", "--policy", "farm", "--jobs", "100", *bound]
+    args = ["sim", "--policy", "farm", "--jobs", "100", "--until", "1s"]
     result = runner.invoke(app, [*args, "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
@@ -177,6 +179,56 @@ def test_a_partial_run_with_nothing_measured_says_so(bound: list[str]) -> None:
         assert "not measured" in rows[row], rows[row]
     assert "nan" not in table.stdout
     assert "0.0%" not in table.stdout
+
+
+def test_a_partial_run_counts_the_work_under_way_at_the_stop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Stopped at T, a run's utilisation is its slots' busy time in the measured window up
+    to T, the subjobs running at T included up to T, as the same run's subjobs (it run to
+    its end) give it; its events read count the work under way too. Counting only the
+    subjobs that had left their slots, both read low."""
+    monkeypatch.setattr(experiment, "SimEngine", partial(SimEngine, record_packets=True))
+    _, whole = simulate(CONFIG)
+    summary, run = simulate(CONFIG, until=whole.end_s / 3)
+    assert whole.packets is not None
+    t = run.end_s
+    w0, w1 = run.window
+    assert w0 < w1 <= t
+
+    def busy(packets: list[PacketRecord]) -> float:
+        return sum(max(0.0, min(p.end_s, w1) - max(p.start_s, w0)) for p in packets)
+
+    ended = [p for p in whole.packets if p.end_s <= t]
+    under_way = [p for p in whole.packets if p.start_s < t < p.end_s]
+    assert under_way  # the stop found subjobs in their slots
+    span = (w1 - w0) * run.n_slots
+    assert summary.utilization == pytest.approx(busy([*ended, *under_way]) / span, rel=1e-9)
+    assert summary.utilization > busy(ended) / span
+    done = sum(p.events for p in ended)
+    assert done < run.events_processed < done + sum(p.events for p in under_way)
+    assert summary.events_processed == run.events_processed
+    # The reads of the measured jobs, by source: the ratios' terms, the work under way in.
+    assert sum(run.measured_events_by_source) > 0
+    assert summary.cache_hit_ratio == pytest.approx(
+        run.measured_events_by_source[0] / sum(run.measured_events_by_source)
+    )
+
+
+def test_a_run_stopped_while_its_measured_job_runs_measures_its_reads() -> None:
+    """--max-jobs 1: the first job to end is not the measured one (the first submitted),
+    which is still reading at the stop: its reads so far and the window's busy slots are
+    measured (one job on one of ten nodes), where they read "not measured" before."""
+    args = ["sim", "--policy", "farm", "--jobs", "100", "--max-jobs", "1", "--json"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["partial"] is True
+    assert data["jobs_measured"] == 0  # no measured job ended: no wait, no speedup
+    assert data["mean_speedup"] is None
+    assert data["utilization"] == pytest.approx(0.1)
+    assert data["cache_hit_ratio"] == 0.0  # a cold cache: all read from tertiary storage
+    assert data["tertiary_bytes"] > 0
 
 
 def test_the_sweep_table_marks_what_was_not_measured() -> None:

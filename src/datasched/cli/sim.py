@@ -125,7 +125,8 @@ def sim(
             "--until",
             metavar="TIME",
             help="Stop at this simulated time (36h, 90d, 2w, 5000s; a bare number is hours): "
-            "the figures are then partial, of the measured jobs ended by then.",
+            "the figures are then partial (waits and speedups of the measured jobs ended by "
+            "then; utilization and reads with the work under way).",
         ),
     ] = None,
     max_jobs: Annotated[
@@ -134,7 +135,7 @@ def sim(
             "--max-jobs",
             metavar="N",
             help="Stop once N jobs have ended: the figures are then partial, of the measured "
-            "jobs among the first N.",
+            "jobs among the first N (as --until).",
         ),
     ] = None,
     as_json: JsonOpt = False,

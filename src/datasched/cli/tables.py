@@ -54,7 +54,8 @@ def summary_detail(s: Summary) -> Table:
                 Text("partial run", style="yellow"),
                 f"{s.end_s / 3600:.1f} h",
                 f"stopped by {bound}: {s.jobs_completed + s.jobs_failed} jobs ended; "
-                "figures of the measured jobs ended by then",
+                "waits and speedups of the measured jobs ended by then, utilization and "
+                "reads with the work under way up to the stop",
             )
         )
     rows += [

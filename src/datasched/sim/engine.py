@@ -314,13 +314,35 @@ class SimEngine(SubjobRuns, DataMoves):
         """Jobs of the run that completed or failed so far."""
         return self.rec.ended
 
-    def close(self) -> SimRun:
+    def close(self, *, partial: bool = False) -> SimRun:
         """End the run where it stands (all done, or stopped by :meth:`proceed`'s bounds)
-        and return what it measured."""
+        and return what it measured. ``partial``: the caller stopped it with subjobs under
+        way (``--until``, ``--max-jobs``, Ctrl-C), whose work up to now is booked
+        (:meth:`book_running`)."""
+        if partial:
+            self.book_running()
         pump = self._pump
         handled = pump.handled - self._handled_before
         self.result = self.rec.close(self.now, handled, pump.scheduling_s)
         return self.result
+
+    def book_running(self) -> None:
+        """Book what each subjob still in its slot has done by now, as if it left now (its
+        slot time, events by source, tertiary bytes), so that a partial run's utilisation
+        and read ratios count the work under way, not only the subjobs that ended. Nothing
+        else changes: the subjobs stay where they are, no packet is logged. A run that
+        ended has none; one stopped by its backlog's bound does not call this."""
+        for run in self._runs:
+            if run is not None:
+                processed, _, by_source, _ = self._progress(run, finished=False)
+                self.rec.ran(
+                    run.subjob.job_id,
+                    run.start_s,
+                    self.now,
+                    by_source,
+                    processed,
+                    self._sized(run, processed),
+                )
 
     def peek(self) -> float:
         """The time of the next heap entry (math.inf when there is none), as SimPy's

@@ -280,11 +280,11 @@ def simulate(
     (events, transitions, actions: :mod:`datasched.core.trace`).
 
     ``until`` (simulated seconds) and ``max_jobs`` (jobs ended) stop the run early; its
-    summary is then marked ``partial`` (and says which bound stopped it), measured over the
-    jobs that would have been measured in a run of the jobs submitted before the bound (or
-    of the first ``max_jobs``), those of them that ended; a partial run is judged
-    overloaded only on its backlog, not on the jobs it left unfinished. ``on_progress``
-    sees where the run stands every ``progress_every_s`` of wall-clock time.
+    summary is then ``partial`` (and says which bound stopped it), over the jobs a run of
+    the jobs submitted before the bound (or of the first ``max_jobs``) measures, those that
+    ended (utilisation and reads: with the work under way up to the stop); judged
+    overloaded on its backlog only. ``on_progress`` sees where the run stands every
+    ``progress_every_s`` of wall-clock time.
 
     ``stop`` is asked between two slices of the run (a few milliseconds apart): once it
     answers true, the run stops there as at a bound, ``stopped_by`` "interrupt" (Ctrl-C in
@@ -332,7 +332,7 @@ def simulate(
         stopped_by = _advance(
             engine, until, max_jobs, len(jobs), on_progress, progress_every_s, t0, stop
         )
-        run = engine.close()
+        run = engine.close(partial=bool(stopped_by))  # the work under way counts
     wall = time.perf_counter() - t0
     if sched.validating:
         sched.validate()  # the whole books once more, at the end

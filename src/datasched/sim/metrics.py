@@ -28,8 +28,7 @@ class Summary:
     A figure with nothing to measure is NaN (null in JSON, "not measured" in the tables):
     the waits, processing time and speedup without a measured job that ended, the read
     ratios and tertiary bytes without an event of a measured job read, the utilisation
-    without a measured window (or, in a partial run, before a measured job read anything),
-    the backlog without an arrival in it. A run stopped early
+    without a measured window, the backlog without an arrival in it. A run stopped early
     (``--until``, ``--max-jobs``) may have none of these."""
 
     policy: str
@@ -68,7 +67,9 @@ class Summary:
     """Hot files copied between node caches beside the policy (``--replicate-hot``)."""
     partial: bool = False
     """The run was stopped before its jobs ended (``--until``, ``--max-jobs``, Ctrl-C): the
-    figures are of the measured jobs that ended by then."""
+    waits, processing times and speedups are of the measured jobs that ended by then; the
+    utilisation, read ratios, tertiary bytes and events processed count all work done up
+    to the stop, the subjobs still running then included (up to the stop)."""
     stopped_by: str = ""
     """What stopped a partial run: ``until`` (simulated time), ``max_jobs`` or
     ``interrupt`` (Ctrl-C or SIGTERM in ``datasched sim``)."""
@@ -247,11 +248,9 @@ def summarise(
     counts = run.measured_events_by_source
     total = sum(counts)
     w0, w1 = run.window
+    # A partial run's busy time includes the subjobs running at the stop, up to it
+    # (SimEngine.book_running): its utilisation is that of the window up to the stop.
     span = (w1 - w0) * (run.n_slots or run.n_nodes) if lo < hi else 0.0
-    if stopped_by and not total:
-        # Stopped before a measured job read anything: the window's work is still in the
-        # slots (a subjob's time counts when it leaves), so its utilisation is unknown.
-        span = 0.0
     backlog = run.backlog[lo:hi]
     return Summary(
         policy=policy,
