@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from datasched.monitoring import LiveMonitor, PacketRow, progress, tail_fraction
@@ -142,9 +143,9 @@ def test_the_progress_plot_draws_every_bin_to_its_end_and_the_total_under_the_jo
     lines = {line.get_label(): line for line in events.get_lines()}
     assert set(lines) == {"all jobs", "a", "b"}
     for line in lines.values():
-        xs, _ = line.get_data()
-        assert list(xs)[-1] == 1.5  # the last bin drawn to its end
-    assert list(lines["b"].get_data()[1])[-2:] == [120_000, 120_000]
+        xs = np.asarray(line.get_xdata())
+        assert xs[-1] == 1.5  # the last bin drawn to its end
+    assert np.asarray(lines["b"].get_ydata())[-2:].tolist() == [120_000, 120_000]
     assert lines["all jobs"].get_zorder() < min(lines["a"].get_zorder(), lines["b"].get_zorder())
     assert events.get_xlim() == (0.0, 1.5)
 

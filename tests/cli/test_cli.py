@@ -690,8 +690,10 @@ def test_the_run_summary_keeps_every_figure_whole_at_80_columns() -> None:
     assert "…" not in text
     assert "12,345,678/12,345,678" in text
     assert "1,234/60,000" in text
-    assert "1234.5 s" in text and "988 MB" in text
-    assert "completed" in text.split() and "failed" in text.split()
+    assert "1234.5 s" in text
+    assert "988 MB" in text
+    assert "completed" in text.split()
+    assert "failed" in text.split()
     assert max(len(line) for line in text.splitlines()) <= 80
 
 
@@ -748,7 +750,8 @@ def test_the_ponce_reproduction_prints_each_claim_as_its_report_writes_it(
     rows = [" ".join(line.strip("│ ").split()) for line in result.stdout.splitlines()]
     assert any("32,000 s │ 32,012 s │ yes" in r for r in rows), result.stdout
     assert any("≤ 1.5 days │ not measured │ -" in r for r in rows), result.stdout
-    assert "e+0" not in result.stdout and "nan" not in result.stdout
+    assert "e+0" not in result.stdout
+    assert "nan" not in result.stdout
 
 
 def test_a_quick_ponce_reproduction_says_so_in_its_report_and_summary(
