@@ -217,6 +217,9 @@ EXAMPLES: dict[str, str] = {
         "tests/service/test_whatif_cli.py::test_whatif_table_names_every_request"
     ),
     "datasched whatif -p out-of-order --server http://daemon:8000 --token T --json": WHATIF,
+    "datasched whatif -p farm -p mincostflow -P lp_period_s=60 --snapshot state.json": (
+        "tests/service/test_whatif_cli.py::test_whatif_sets_policy_parameters_as_sweep_does"
+    ),
     "datasched whatif -p farm -p out-of-order --server http://127.0.0.1:8765 --token "
     "$DATASCHED_TOKEN": WHATIF,
     'curl -s -X POST http://127.0.0.1:8765/api/v1/requests -H "Authorization: Bearer $TOKEN" '

@@ -26,10 +26,26 @@ TIMEOUT_S = 60.0
 """How long to wait for the server's answer."""
 
 
-def _from_snapshot(path: Path, policies: list[str]) -> dict[str, Any]:
+def _params(policies: list[str], items: list[str], *, files: bool) -> dict[str, dict[str, Any]]:
+    """``-P NAME=VALUE`` for a snapshot here, checked as the daemon checks its ``param``:
+    each to every policy that takes it."""
+    from datasched.policies.registry import UnknownPolicyError
+    from datasched.service.whatif import ParamsError, params_from_text
+
+    try:
+        return params_from_text(policies, items, files=files)
+    except UnknownPolicyError as exc:
+        fail(f"--policy: {exc}")
+    except ParamsError as exc:
+        fail(f"-P {exc}")
+
+
+def _from_snapshot(path: Path, policies: list[str], items: list[str]) -> dict[str, Any]:
     from datasched.policies.registry import UnknownPolicyError
     from datasched.service.contracts import ClusterSnapshot, SnapshotError
     from datasched.service.whatif import compare
+
+    params = _params(policies, items, files=True)  # the user's own files, on their machine
 
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -39,16 +55,22 @@ def _from_snapshot(path: Path, policies: list[str]) -> dict[str, Any]:
         fail(f"--snapshot: {path} is not JSON: {exc}")
     try:
         snapshot = ClusterSnapshot.from_dict(data)
-        return compare(snapshot, policies).as_dict()
+        return compare(snapshot, policies, params).as_dict()
     except SnapshotError as exc:
         fail(f"--snapshot: {path}: {exc}")
     except UnknownPolicyError as exc:
         fail(f"--policy: {exc}")
 
 
-def _from_server(server: str, token: str | None, policies: list[str]) -> dict[str, Any]:
+def _from_server(
+    server: str, token: str | None, policies: list[str], items: list[str]
+) -> dict[str, Any]:
     server = server_root(server)
-    query = urllib.parse.urlencode([("policy", p) for p in policies])
+    # The server checks the policies and parameters (it may know policies this client
+    # does not) and answers a refused one by field.
+    query = urllib.parse.urlencode(
+        [*(("policy", p) for p in policies), *(("param", i.strip()) for i in items)]
+    )
     url = f"{server}/api/v1/whatif?{query}"
     headers = {"Accept": "application/json"}
     if token:
@@ -82,9 +104,16 @@ def _seconds(value: float | None) -> str:
     return f"{value / 3600:.2f} h"
 
 
-def _table(result: dict[str, Any]) -> Table:
+def _table(result: dict[str, Any], items: list[str]) -> Table:
     policies: list[str] = result["policies"]
-    table = Table(title="ETA from now", box=box.SIMPLE_HEAD, title_justify="left")
+    caption = f"with {', '.join(i.strip() for i in items)}" if items else None
+    table = Table(
+        title="ETA from now",
+        caption=caption,
+        box=box.SIMPLE_HEAD,
+        title_justify="left",
+        caption_justify="left",
+    )
     table.add_column("request")
     for p in policies:
         table.add_column(p, justify="right")
@@ -130,12 +159,23 @@ def whatif(
         str | None,
         typer.Option("--token", metavar="TOKEN", help="The API token for --server."),
     ] = None,
+    param: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--param",
+            "-P",
+            metavar="NAME=VALUE",
+            help="A policy parameter, repeatable: it goes to every --policy that takes it "
+            "(e.g. -P replication=false for out-of-order); `datasched policies` lists them. "
+            "With --server, a parameter naming a file (a performance map) is refused.",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """How the current queue would finish under each policy: per request, its predicted
     finish (seconds from the snapshot's time), and when the last job ends. The simulator
     runs what is left of every job from the cluster's live state: its caches, the rates
-    measured on each node."""
+    measured on each node. -P sets a policy's parameters, as in datasched sweep."""
     if snapshot is not None and server is not None:
         fail("--snapshot, --server: give one of them, not both")
     if snapshot is None and server is None:
@@ -148,11 +188,11 @@ def whatif(
     if token is not None and server is None:
         fail("--token: only with --server")
     if server is not None:
-        result = _from_server(server, token, policies)
+        result = _from_server(server, token, policies, param or [])
     else:
         assert snapshot is not None
-        result = _from_snapshot(snapshot, policies)
+        result = _from_snapshot(snapshot, policies, param or [])
     if as_json:
         print_json(result)
     else:
-        out.print(_table(result))
+        out.print(_table(result, param or []))

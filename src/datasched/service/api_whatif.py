@@ -1,5 +1,6 @@
-"""``GET /api/v1/whatif?policy=P[&policy=Q...]``: how the current queue would finish under
-each policy, predicted by the simulator from the daemon's live snapshot.
+"""``GET /api/v1/whatif?policy=P[&policy=Q...][&param=NAME=VALUE...]``: how the current
+queue would finish under each policy (each ``param`` going to every policy that takes it),
+predicted by the simulator from the daemon's live snapshot.
 
 The route needs the snapshot: it depends on :func:`get_snapshot`, which the application
 overrides (``app.dependency_overrides[get_snapshot] = ...``) with its own; left alone, the
@@ -20,12 +21,14 @@ from datasched.policies.registry import UnknownPolicyError
 from datasched.service.api.errors import error_responses
 from datasched.service.contracts import ClusterSnapshot, SnapshotError
 from datasched.service.visibility import EVERYTHING, Scope, whatif_view
-from datasched.service.whatif import compare
+from datasched.service.whatif import ParamsError, compare, params_from_text
 
 __all__ = ["get_scope", "get_snapshot", "router"]
 
 MAX_POLICIES = 8
 """Policies one request may ask for (each is a simulation of the whole queue)."""
+MAX_PARAMS = 32
+"""Policy parameters one request may give."""
 
 router = APIRouter()
 
@@ -49,17 +52,28 @@ def whatif(
     snapshot: Annotated[ClusterSnapshot, Depends(get_snapshot)],
     scope: Annotated[Scope, Depends(get_scope)],
     policy: Annotated[list[str], Query(min_length=1)],
+    param: Annotated[list[str] | None, Query()] = None,
 ) -> dict[str, Any]:
     """Each request's ETA (seconds from the snapshot's time) and the makespan, per policy.
-    An ordinary user gets the ETAs of their own requests and jobs only, and how many others
-    were predicted (``others``); an administrator everyone's."""
+    ``param`` (``NAME=VALUE``, repeatable) goes to every policy asked for that takes it, as
+    ``datasched sweep`` does; one naming a file (a performance map) is refused: the daemon
+    reads no path of the caller's choosing. An ordinary user gets the ETAs of their own
+    requests and jobs only, and how many others were predicted (``others``); an
+    administrator everyone's."""
     if len(policy) > MAX_POLICIES:
         raise HTTPException(
             400, {"field": "policy", "reason": f"at most {MAX_POLICIES} policies at once"}
         )
+    if param is not None and len(param) > MAX_PARAMS:
+        raise HTTPException(
+            400, {"field": "param", "reason": f"at most {MAX_PARAMS} parameters at once"}
+        )
     try:
-        return whatif_view(compare(snapshot, policy).as_dict(), scope)
+        params = params_from_text(policy, param or [], files=False)
+        return whatif_view(compare(snapshot, policy, params).as_dict(), scope)
     except UnknownPolicyError as exc:
         raise HTTPException(400, {"field": "policy", "reason": str(exc)}) from exc
+    except ParamsError as exc:
+        raise HTTPException(400, {"field": "param", "reason": str(exc)}) from exc
     except SnapshotError as exc:
         raise HTTPException(500, {"field": f"snapshot.{exc.field}", "reason": exc.reason}) from exc

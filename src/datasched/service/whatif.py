@@ -35,8 +35,9 @@ from typing import Any
 from datasched.core.data import CacheGrain, DataSpace, FileSpec
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import CostModel, Job, Node, Pipelining, Topology
+from datasched.core.params import ParamError
 from datasched.core.scheduler import Scheduler
-from datasched.policies import build_policy
+from datasched.policies import build_policy, get_policy
 from datasched.sandbox.confine import KEEP
 from datasched.service.contracts import (
     ClusterSnapshot,
@@ -52,8 +53,10 @@ __all__ = [
     "DEFAULT_TERTIARY_BYTES_PER_S",
     "Admission",
     "Comparison",
+    "ParamsError",
     "Prediction",
     "compare",
+    "params_from_text",
     "predict",
     "under_way_s",
 ]
@@ -396,3 +399,57 @@ def compare(
     """:func:`predict` under each of ``policies`` (``policy_params``: by policy name)."""
     params = policy_params or {}
     return Comparison(tuple(predict(snapshot, p, params.get(p)) for p in policies))
+
+
+class ParamsError(ValueError):
+    """A what-if's policy parameter (``-P NAME=VALUE``, the API's ``param``) refused:
+    ``name`` is the parameter as given (or the whole item where it has none), ``reason``
+    says why."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        super().__init__(f"{name}: {reason}")
+        self.name = name
+        self.reason = reason
+
+
+def params_from_text(
+    policies: Sequence[str], items: Sequence[str], *, files: bool
+) -> dict[str, dict[str, Any]]:
+    """Policy parameters given as ``NAME=VALUE`` for a what-if across ``policies``: each goes
+    to every policy that declares it (as ``datasched sweep`` does), parsed and checked by its
+    declaration, and each policy is built once to check the rules across its parameters.
+    ``files``: whether a parameter whose value names a file (a performance map) may be read;
+    the daemon passes False, for a what-if must not make it read a path of the caller's
+    choosing. Raises :class:`ParamsError`; an unknown policy raises the registry's error."""
+    declared = {p: {q.name: q for q in get_policy(p).params} for p in dict.fromkeys(policies)}
+    out: dict[str, dict[str, Any]] = {p: {} for p in declared}
+    seen: set[str] = set()
+    for item in items:
+        raw, sep, text = item.partition("=")
+        name = raw.strip().replace("-", "_")
+        if not sep or not name:
+            raise ParamsError(item.strip() or repr(item), "expected NAME=VALUE")
+        if name in seen:
+            raise ParamsError(name, "given twice (give it once)")
+        seen.add(name)
+        takers = [p for p, params in declared.items() if name in params]
+        if not takers:
+            raise ParamsError(
+                name, f"none of the policies ({', '.join(declared)}) takes such a parameter"
+            )
+        for policy in takers:
+            param = declared[policy][name]
+            off = param.none_ok and text.strip().lower() in ("none", "off", "null")
+            if param.parse is not None and not files and not off:
+                raise ParamsError(name, "names a file on the server, which a what-if does not read")
+            try:
+                out[policy][name] = param.from_text(policy, text)
+            except ParamError as exc:
+                raise ParamsError(name, exc.reason) from None
+    for policy, params in out.items():
+        if params:
+            try:
+                build_policy(policy, **params)
+            except ParamError as exc:
+                raise ParamsError(exc.param, exc.reason) from None
+    return {p: params for p, params in out.items() if params}
