@@ -16,28 +16,60 @@ from datasched.cli.runtime import PolicyOption, WorkersOption, runtime_errors
 __all__: list[str] = []
 
 
-ETA_CAPTION = "ETA error: the first ETA less the real finish (+: ended sooner than predicted)"
-"""The ETA column: seconds left while a request runs; once it ended, its first ETA's error
-with the sign of ``error_at_submission_s`` in the JSON (``datasched.service.eta.eta_error``:
-predicted minus actual, positive when it ended sooner than predicted)."""
+ETA_CAPTION = (
+    "events: done/to do (one figure once all are done; -: a command, which reads none). "
+    "ETA: seconds left while a request runs; once it ended, its first ETA less the real "
+    "finish (+: it ended sooner than predicted)."
+)
+"""The caption: the units and signs the cells leave out, so that the table fits 80 columns.
+Once a request ended, its ETA cell is its first ETA's error with the sign of
+``error_at_submission_s`` in the JSON (``datasched.service.eta.eta_error``: predicted minus
+actual, positive when it ended sooner than predicted)."""
+
+
+def _events(r: dict[str, Any]) -> str:
+    """A request's events: ``done/to do``, the one figure once all are done, a dash for a
+    command's (its progress counts none)."""
+    done, total = r.get("events"), r.get("events_total")
+    if r.get("kind") == "command" or done is None or total is None:
+        return "-"
+    return f"{total:,}" if done == total else f"{done:,}/{total:,}"
+
+
+def _eta(r: dict[str, Any]) -> str:
+    eta = r.get("eta") or {}
+    left, error = eta.get("seconds_left"), eta.get("error_at_submission_s")
+    if left is not None:
+        return f"{left:.0f} s"
+    if error is not None:  # ended: how wrong the first prediction was, signed as stored
+        return f"{error:+.1f} s"
+    return "-"
 
 
 def _table(rows: list[dict[str, Any]]) -> Any:
+    """The requests, one row each, fitting 80 columns: a light frame, short headers (the
+    units in the caption), every figure whole; only a long title wraps."""
+    from rich import box
     from rich.table import Table
 
-    table = Table(caption=ETA_CAPTION)
+    table = Table(
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
+        caption=ETA_CAPTION,
+        caption_justify="left",
+    )
     for name in ("user", "group", "form", "request", "state", "jobs", "events", "ETA"):
-        # A state is one word (completed, running): whole, the request's title wraps instead.
-        table.add_column(name, no_wrap=name in {"state", "jobs"})
+        # Figures and one-word states whole: the request's title wraps instead.
+        right = name in {"jobs", "events", "ETA"}
+        table.add_column(
+            name,
+            no_wrap=name != "request",
+            overflow="fold",
+            justify="right" if right else "left",
+            min_width=12 if name == "request" else None,
+        )
     for r in rows:
-        eta = r.get("eta") or {}
-        left, error = eta.get("seconds_left"), eta.get("error_at_submission_s")
-        if left is not None:
-            eta_text = f"{left:.0f} s left"
-        elif error is not None:  # ended: how wrong the first prediction was, signed as stored
-            eta_text = f"error {error:+.1f} s"
-        else:
-            eta_text = "-"
         table.add_row(
             r["user"],
             r["group"],
@@ -45,8 +77,8 @@ def _table(rows: list[dict[str, Any]]) -> Any:
             r["title"] or r["id"],
             r["state"],
             str(r["jobs"]),
-            f"{r['events']:,} / {r['events_total']:,}",
-            eta_text,
+            _events(r),
+            _eta(r),
         )
     return table
 
