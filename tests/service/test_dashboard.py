@@ -314,3 +314,90 @@ def test_the_status_table_shows_a_dash_for_a_commands_events() -> None:
     text = console.export_text()
     assert "a command, no events" in text
     assert "0/0" not in text
+
+
+COMMAND = (
+    "title: count files\ncommand: count $FILELIST\nfiles_per_job: 2\n"
+    "input:\n  - catalog: year=2004\n"
+)
+"""A command over both files, in one elementary job."""
+
+
+def test_a_commands_request_shows_its_run_not_packet_statistics(dash: Dash) -> None:
+    """A command reads no events in packets: its page showed "events per packet 0 / 0.0 /
+    0" and the like. It shows the command's state, start, end and exit status instead, and
+    no packet figures; the API's JSON and `datasched status ID` say the same."""
+    from datetime import UTC, datetime
+
+    from rich.console import Console
+    from sqlalchemy import update
+
+    from datasched.cli.client import _request_table
+    from datasched.service.store.models import Job, Packet
+
+    rid = dash.submit("ann", COMMAND)["id"]
+    dash.wait("ann", rid, "completed")
+    began = datetime(2024, 5, 6, 7, 8, 9, tzinfo=UTC)
+    with dash.svc.store.session() as s:  # as the runner reports a command: when it began
+        s.execute(update(Packet).where(Packet.job_id == f"{rid}.0").values(started=began))
+    text = dash.get("ann", f"requests/{rid}").text
+    for gone in ("Packet statistics", "data-stat=", "per packet", "packets", "Packets"):
+        assert gone not in text, gone
+    assert '<dd data-run="started">2024-05-06 07:08:09 UTC</dd>' in text
+    assert '<dd data-run="exit">0</dd>' in text
+    assert '<dd data-run="ended">—</dd>' not in text  # it ended: when
+    assert "a command, no events (completed)" in text
+    assert "80 events" not in text
+    assert "%" not in text
+    listing = dash.get("ann", "requests").text  # the list's bar says the same
+    assert "a command, no events (completed)" in listing
+    got = dash.client.get(f"/api/v1/requests/{rid}", headers=dash.h("ann")).json()
+    assert got["kind"] == "command"
+    assert got["progress"] is None
+    (job,) = got["jobs"]
+    assert job["kind"] == "command"
+    assert job["progress"] is None
+    assert job["command"]["started"] == "2024-05-06T07:08:09+00:00"
+    assert job["command"]["ended"] is not None
+    assert job["command"]["exit_code"] == 0
+    console = Console(width=100, record=True)
+    console.print(_request_table(got))
+    shown = console.export_text()
+    assert f"{rid} (ann) completed: a command" in shown
+    assert "2024-05-06 07:08:09" in shown
+    assert "packets" not in shown
+    assert "events" not in shown
+    # Failed with an exit code: the code, from what its log recorded.
+    with dash.svc.store.session() as s:
+        s.execute(
+            update(Job)
+            .where(Job.id == f"{rid}.0")
+            .values(state="failed", log="command count: exited with code 3 on node-0\n")
+        )
+    text = dash.get("ann", f"requests/{rid}").text
+    assert '<dd data-run="exit">3</dd>' in text
+    job = dash.client.get(f"/api/v1/requests/{rid}", headers=dash.h("ann")).json()["jobs"][0]
+    assert job["command"]["exit_code"] == 3
+    # A processor's request keeps its packet figures.
+    other = dash.submit("ann")["id"]
+    dash.wait("ann", other, "completed")
+    text = dash.get("ann", f"requests/{other}").text
+    assert "Packet statistics" in text
+    assert 'data-run="' not in text
+    assert dash.client.get(f"/api/v1/requests/{other}", headers=dash.h("ann")).json()["kind"] == (
+        "processor"
+    )
+
+
+def test_a_running_command_shows_when_it_started_and_no_end_yet(dash: Dash) -> None:
+    rid = dash.submit("bob", COMMAND)["id"]  # bob's jobs are held running
+    dash.wait("bob", rid, "running")
+    text = dash.get("bob", f"requests/{rid}").text
+    assert '<dd data-run="started">—</dd>' not in text  # reported running: then
+    assert '<dd data-run="ended">—</dd>' in text
+    assert '<dd data-run="exit">—</dd>' in text
+    assert "Packet statistics" not in text
+    job = dash.client.get(f"/api/v1/requests/{rid}", headers=dash.h("bob")).json()["jobs"][0]
+    assert job["command"]["started"] is not None
+    assert job["command"]["ended"] is None
+    assert job["command"]["exit_code"] is None

@@ -138,7 +138,42 @@ def _events(p: dict[str, Any]) -> str:
     return f"{p['events']}/{p['events_total']}" if p["events_total"] else "—"
 
 
+def _when(at: str | None) -> str:
+    """An API time (ISO 8601, UTC) to the second, or a dash."""
+    return "—" if not at else at[:19].replace("T", " ")
+
+
+def _command_table(req: dict[str, Any]) -> Table:
+    """A command's request: each job's state, node, start, end and exit status (a command
+    reads no events in packets: none of their figures)."""
+    table = Table(
+        "job",
+        "state",
+        "node",
+        "started (UTC)",
+        "ended (UTC)",
+        "exit",
+        "files",
+        title=f"{req['id']} ({req['owner']}) {req['state']}: a command",
+    )
+    for j in req["jobs"]:
+        run = j.get("command") or {}
+        code = run.get("exit_code")
+        table.add_row(
+            j["id"],
+            j["state"],
+            j["node"] or "",
+            _when(run.get("started")),
+            _when(run.get("ended")),
+            "—" if code is None else str(code),
+            str(len(j["files"])),
+        )
+    return table
+
+
 def _request_table(req: dict[str, Any]) -> Table:
+    if req.get("kind") == "command" or req.get("progress") is None:
+        return _command_table(req)
     p = req["progress"]
     said = f"{_events(p)} events" if p["events_total"] else "a command, no events"
     table = Table(

@@ -87,6 +87,9 @@ def demo_requests(data_dir: Path, tools_dir: Path) -> list[DemoRequest]:
     ]
 
 
+_COUNTED = ("events", "bytes", "packets", "events_total")
+"""A request's progress as the API gives it (null for a command's)."""
+
 DEMO_ACCOUNT = "nobody"
 """The account the demo's jobs run as when it runs as root."""
 
@@ -250,7 +253,9 @@ def run_service_demo(
                             "title": got.get("title", ""),
                             "state": got["state"],
                             "jobs": len(got["jobs"]),
-                            **got["progress"],
+                            "kind": got.get("kind", "processor"),
+                            # A command's request counts no events (null): it reads none.
+                            **(got["progress"] or dict.fromkeys(_COUNTED)),
                             "eta": got.get("eta"),
                         }
                     )

@@ -7,6 +7,7 @@ import logging
 import math
 import pickle
 from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import APIRouter, HTTPException, Response
@@ -64,6 +65,19 @@ def summary(req: Request) -> dict[str, Any]:
         "created": req.created.isoformat(),
         "updated": req.updated.isoformat(),
     }
+
+
+def _when(at: datetime | None) -> str | None:
+    """A stored time in ISO 8601, UTC (SQLite gives it back naive: it was UTC)."""
+    if at is None:
+        return None
+    return (at if at.tzinfo is not None else at.replace(tzinfo=UTC)).isoformat()
+
+
+def _command_json(run: ops.CommandRun) -> dict[str, Any]:
+    """A command job's run: when it started and ended, its exit status (each null when
+    not known)."""
+    return {"started": _when(run.started), "ended": _when(run.ended), "exit_code": run.exit_code}
 
 
 class PendingFull(Exception):
@@ -259,32 +273,40 @@ def get_request(request_id: str, svc: StateDep, caller: CallerDep) -> dict[str, 
             raise not_found(request_id)
         done = ops.progress(s, [j.id for j in req.jobs])
         ran_on = ops.packet_nodes(s, [j.id for j in req.jobs])
+        runs = ops.command_runs(s, req.jobs)
         jobs: list[dict[str, Any]] = []
         for j in req.jobs:
             total = sum(int(f["n_events"]) for f in j.files)
             node, preferred = ops.job_node(j, ran_on[j.id])
+            run = runs.get(j.id)
             jobs.append(
                 {
                     "id": j.id,
                     "index": j.index,
+                    "kind": "processor" if run is None else "command",
                     "node": node,
                     "preferred_node": preferred,
                     "nodes": ran_on[j.id],
                     "state": j.state,
                     "files": [f["url"] for f in j.files],
                     "failed_file": j.failed_file,
-                    "progress": {**done[j.id], "events_total": total},
+                    # A command reads no events in packets: what it did instead.
+                    "progress": {**done[j.id], "events_total": total} if run is None else None,
+                    "command": None if run is None else _command_json(run),
                 }
             )
+        counted = [job["progress"] for job in jobs if job["progress"] is not None]
         keys = ("events", "bytes", "packets", "events_total")
-        total_progress = {k: sum(job["progress"][k] for job in jobs) for k in keys}
+        total_progress = {k: sum(p[k] for p in counted) for k in keys}
+        command = bool(jobs) and not counted
         return {
             **summary(req),
+            "kind": "command" if command else "processor",
             "policy": req.policy,
             "split": req.split,
             "errors": req.errors,
             "jobs": jobs,
-            "progress": total_progress,
+            "progress": None if command else total_progress,
             "eta": svc.eta.eta(req.id) if svc.eta is not None else None,
         }
 

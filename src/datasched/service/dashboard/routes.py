@@ -21,6 +21,7 @@ from datasched.service.api.deps import CallerDep, StateDep, not_found
 from datasched.service.contracts import JobState
 from datasched.service.dashboard.plot import progress_plot
 from datasched.service.dashboard.views import (
+    command_run,
     eta_text,
     job_rows,
     node_rows,
@@ -64,6 +65,7 @@ _env = Environment(
     lstrip_blocks=True,
 )
 _env.filters["bytes"] = lambda n: _human_bytes(float(n))
+_env.filters["when"] = lambda at: "—" if at is None else f"{at:%Y-%m-%d %H:%M:%S} UTC"
 
 
 def _human_bytes(n: float) -> str:
@@ -151,18 +153,22 @@ def requests(svc: StateDep, caller: CallerDep) -> HTMLResponse:
 @router.get("/dashboard/fragments/requests/{request_id}")
 def request(request_id: str, svc: StateDep, caller: CallerDep) -> HTMLResponse:
     """A request: its state, progress, errors, elementary jobs, its packets' statistics,
-    the newest packets and the plot of events done over time."""
+    the newest packets and the plot of events done over time; a command's request, its
+    run instead (started, ended, exit status), no packets."""
     with svc.store.reading() as s:
         req = ops.find_request(s, caller, request_id)
         if req is None:
             raise not_found(request_id)
         jobs = job_rows(s, req)
-        packets = packet_rows(s, req)
         progress = request_progress(jobs)
+        # A command's request reads no events in packets: its run instead of their figures.
+        run = command_run(jobs)
+        packets = packet_rows(s, req) if run is None else []
         context = {
             "req": req,
             "final": JobState(req.state).final,
             "jobs": jobs,
+            "run": run,
             "progress": progress,
             "stats": packet_stats(packets),
             "packets": packets[-PACKETS_SHOWN:],

@@ -25,6 +25,7 @@ __all__ = [
     "PacketStats",
     "Progress",
     "RequestRow",
+    "command_run",
     "eta_text",
     "job_rows",
     "node_rows",
@@ -48,6 +49,8 @@ class Progress:
     packets: int = 0
     n_bytes: int = 0
     cpu_s: float = 0.0
+    command: bool = False
+    """A command's (STAR's): no events in packets to count; its bar says its state."""
 
     @property
     def percent(self) -> float:
@@ -98,6 +101,8 @@ class JobRow:
     n_files: int
     failed_file: str | None
     progress: Progress
+    run: ops.CommandRun | None = None
+    """A command's job: when it started and ended, its exit status (None: a processor's)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +197,7 @@ def _events_total(job: Job) -> int:
 def _job_rows(s: Session, jobs: Sequence[Job]) -> list[JobRow]:
     done = ops.progress(s, [j.id for j in jobs])
     ran_on = ops.packet_nodes(s, [j.id for j in jobs])
+    runs = ops.command_runs(s, jobs)
     return [
         JobRow(
             id=j.id,
@@ -206,7 +212,9 @@ def _job_rows(s: Session, jobs: Sequence[Job]) -> list[JobRow]:
                 packets=int(done[j.id]["packets"]),
                 n_bytes=int(done[j.id]["bytes"]),
                 cpu_s=float(done[j.id]["cpu_s"]),
+                command=j.id in runs,
             ),
+            run=runs.get(j.id),
         )
         for j in jobs
     ]
@@ -225,6 +233,25 @@ def request_progress(jobs: Sequence[JobRow]) -> Progress:
         packets=sum(j.progress.packets for j in jobs),
         n_bytes=sum(j.progress.n_bytes for j in jobs),
         cpu_s=sum(j.progress.cpu_s for j in jobs),
+        command=bool(jobs) and all(j.progress.command for j in jobs),
+    )
+
+
+def command_run(jobs: Sequence[JobRow]) -> ops.CommandRun | None:
+    """A command's request as one run: its jobs' first start, their last end once all
+    ended, and the exit status when they all say one (the worst: a failure's); None for a
+    processor's request."""
+    runs = [j.run for j in jobs if j.run is not None]
+    if not jobs or len(runs) < len(jobs):
+        return None
+    starts = [r.started for r in runs if r.started is not None]
+    ends = [r.ended for r in runs if r.ended is not None]
+    codes = [r.exit_code for r in runs if r.exit_code is not None]
+    failed = [c for c in codes if c != 0]
+    return ops.CommandRun(
+        min(starts) if starts else None,
+        max(ends) if len(ends) == len(runs) else None,
+        failed[0] if failed else 0 if len(codes) == len(runs) else None,
     )
 
 

@@ -8,9 +8,11 @@ Each function works in the caller's session (one transaction); none commits.
 
 from __future__ import annotations
 
+import re
 import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import func, select, update
@@ -31,13 +33,16 @@ from datasched.service.users import OPEN_STATES, Caller
 __all__ = [
     "HANDED_OVER",
     "OPEN",
+    "CommandRun",
     "GroupQueue",
     "UserRemoved",
     "cancel_request",
+    "command_runs",
     "done_ranges",
     "elementary_job",
     "find_request",
     "group_queues",
+    "is_command",
     "job_node",
     "list_requests",
     "lock_request",
@@ -257,6 +262,59 @@ def progress(s: Session, job_ids: Sequence[str]) -> dict[str, dict[str, float]]:
             "packets": int(count),
             "cpu_s": float(cpu or 0.0),
         }
+    return out
+
+
+def is_command(job: Job) -> bool:
+    """Whether the job runs a command (STAR's), not a processor over events: it reads no
+    events in packets, so its packets' figures mean nothing; :func:`command_runs` says what
+    does."""
+    return bool(job.work.get("kind") == "command")
+
+
+@dataclass(frozen=True, slots=True)
+class CommandRun:
+    """What a command's job did: when it started (on its worker; None: not yet, or not
+    reported), when it ended (None: not yet), and its exit status where the store has it
+    (0 once completed: a command completes only on exit 0; a failed one's log says its code
+    when it exited with one; None otherwise: killed, stopped by a limit, never run)."""
+
+    started: datetime | None
+    ended: datetime | None
+    exit_code: int | None
+
+
+_EXITED = re.compile(r"exited with code (-?\d+)")
+"""How a failed command's log says its exit code (:mod:`datasched.runtime.commands`)."""
+
+
+def command_runs(s: Session, jobs: Sequence[Job]) -> dict[str, CommandRun]:
+    """Per command job of ``jobs`` (the others left out): its :class:`CommandRun`. Its start
+    is its packets' earliest start on the worker; while it runs with none yet, when it was
+    reported running (the job's last change); its end, the job's last change once final."""
+    ids = [j.id for j in jobs if is_command(j)]
+    if not ids:
+        return {}
+    started = dict(
+        s.execute(
+            select(Packet.job_id, func.min(Packet.started))
+            .where(Packet.job_id.in_(ids))
+            .group_by(Packet.job_id)
+        ).all()
+    )
+    out = {}
+    for job in jobs:
+        if job.id not in ids:
+            continue
+        state = JobState(job.state)
+        began = started.get(job.id) or (job.updated if state == JobState.RUNNING else None)
+        code = None
+        if state == JobState.COMPLETED:
+            code = 0
+        elif state == JobState.FAILED:
+            said = _EXITED.findall(job.log or "")
+            code = int(said[-1]) if said else None
+        out[job.id] = CommandRun(began, job.updated if state.final else None, code)
     return out
 
 
