@@ -187,6 +187,8 @@ EXAMPLES: dict[str, str] = {
     "datasched users set ann --admin": SERVICE_USERS_ADMIN,
     "datasched users set bob --group heavy-ion": SERVICE_USERS_ADMIN,
     "datasched users remove bob": SERVICE_USERS_ADMIN,
+    "datasched users remove eve --cancel": "tests/service/test_service_cli.py::"
+    "test_users_remove_cancel_shuts_a_hostile_user_out_in_one_step",
     "datasched users list --removed": SERVICE_USERS_ADMIN,
     "export DATASCHED_TOKEN=ds_...": SERVICE_CLI,
     "export TOKEN=ds_5f0c...": API,

@@ -164,6 +164,43 @@ def test_a_removed_users_token_is_refused_at_once_and_nothing_is_stored_for_them
     assert [q["owner"] for q in everyone] == []
 
 
+@pytest.mark.parametrize("stored_first", [False, True])
+def test_a_submission_racing_users_remove_cancel_leaves_nothing_open(
+    api: Api, sqlite_store: Store, monkeypatch: pytest.MonkeyPatch, stored_first: bool
+) -> None:
+    """`users remove NAME --cancel` racing the user's submission, either way round: a
+    submission past the token check when the removal commits is refused (401) and stores
+    nothing; one stored before the removal is cancelled with the rest. The user's row is
+    the lock both take."""
+    from datasched.service.store.ops import remove_user_cancelling
+
+    svc = api.client.app.state.service  # type: ignore[attr-defined]
+    body = "processor: p\ninput: [/star/pp/0.root]\n"
+    if stored_first:
+        api.runner.hold_users = frozenset({"bob"})  # running until cancelled
+        rid = api.submit("bob", body).json()["id"]
+        with sqlite_store.session() as s:
+            removal = remove_user_cancelling(s, "bob")
+        assert removal.cancelled == (rid,)
+        assert api.client.get("/api/v1/requests", headers=api.h("bob")).status_code == 401
+    else:
+        checked = svc.language.check
+
+        def check_then_remove(*args: Any) -> Any:
+            found = checked(*args)
+            with sqlite_store.session() as s:
+                assert remove_user_cancelling(s, "bob").cancelled == ()
+            return found
+
+        monkeypatch.setattr(svc.language, "check", check_then_remove)
+        r = api.submit("bob", body)
+        assert r.status_code == 401, r.text
+    everyone = api.client.get("/api/v1/requests", headers=api.h("root")).json()["requests"]
+    assert [q["state"] for q in everyone if q["owner"] == "bob"] == (
+        ["aborted"] if stored_first else []
+    )
+
+
 def test_another_users_request_is_404_and_an_admin_sees_all(api: Api) -> None:
     rid = api.submit("ann", "processor: p\ninput: [/star/pp/0.root]\n").json()["id"]
     for path in ("", "/logs", "/result"):

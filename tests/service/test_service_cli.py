@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -193,7 +194,7 @@ def test_users_remove_and_set_against_a_daemon(
     assert r.exit_code == 2
     assert r.stderr.strip() == (
         f"error: NAME: user 'bob' has a request not yet final ({rid}); cancel it first "
-        "(datasched cancel ID, with an administrator's token)"
+        "(datasched cancel ID, with an administrator's token), or give --cancel"
     )
     assert cli.invoke(app, ["status", "--token", tokens["bob"]]).exit_code == 0  # unchanged
     assert cli.invoke(app, ["cancel", rid, "--token", root]).exit_code == 0
@@ -394,3 +395,107 @@ def test_users_list_fits_80_columns_with_names_whole(tmp_path: Path) -> None:
     # wrapped over lines, column by column, never cut
     assert "".join(row[0] for row in data) == name
     assert "".join(row[1] for row in data) == group
+
+
+def test_users_remove_cancel_shuts_a_hostile_user_out_in_one_step(
+    sqlite_store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`users remove NAME --cancel`, from another process on the daemon's store, while the
+    user's command and analysis run and they keep submitting: their token is refused at
+    once, the submissions racing the removal leave no open request, every request of theirs
+    ends aborted, and the daemon cancels their running jobs in the runner (the path
+    `datasched cancel` takes, which kills a command in its sandbox). It took three steps
+    (new token, cancel each request, remove), the removal refused while one was open. The
+    last administrator stays protected."""
+    import threading
+
+    import httpx
+
+    db = str(tmp_path / "store.db")  # the daemon's store
+    with sqlite_store.session() as s:
+        root = add_user(s, "root", "admins", admin=True)
+        eve = add_user(s, "eve", "g")
+    Catalog(sqlite_store).put(
+        "d", [FileRef(f"/d/{i}.root", 20, 200) for i in range(2)], {"year": 2004}
+    )
+    runner = FakeRunner(packet=5, hold_users=frozenset({"eve"}))  # eve's jobs run until cancelled
+    state = build_state(sqlite_store, FakeLanguage(), runner=runner, period_s=0.05)
+    command = (
+        "title: spin\ncommand: spin $FILELIST\nfiles_per_job: 2\ninput: [{catalog: year=2004}]\n"
+    )
+    analysis = "title: hog\nprocessor: p.py:P\ninput: [{catalog: year=2004}]\n"
+    with serving_on_loopback(state) as url:
+        monkeypatch.setenv("DATASCHED_SERVER", url)
+        as_eve = {"Authorization": f"Bearer {eve}", "Content-Type": "application/yaml"}
+
+        def submit(body: str) -> httpx.Response:
+            return httpx.post(f"{url}/api/v1/requests", content=body, headers=as_eve)
+
+        ids = [submit(command).json()["id"], submit(analysis).json()["id"]]
+        deadline = time.monotonic() + 10
+        while len(runner.submitted) < 3:  # the command's job and the analysis's two
+            assert time.monotonic() < deadline, runner.submitted
+            time.sleep(0.02)
+        # eve keeps submitting while she is removed.
+        answers: list[int] = []
+        stop = threading.Event()
+
+        def flood() -> None:
+            while not stop.is_set():
+                answers.append(submit(analysis).status_code)
+
+        flooding = threading.Thread(target=flood)
+        flooding.start()
+        try:
+            while len(answers) < 3:
+                time.sleep(0.01)
+            r = cli.invoke(app, ["users", "remove", "eve", "--cancel", "--db", db])
+            removed_after = len(answers)
+            assert r.exit_code == 0, r.output
+            r2 = cli.invoke(app, ["status", "--token", eve])  # refused at once
+            time.sleep(0.3)
+        finally:
+            stop.set()
+            flooding.join(timeout=10)
+        assert r2.exit_code == 1
+        assert r2.stderr.strip() == "Authorization: a valid token is needed"
+        said = r.stdout.strip()
+        assert said.startswith("eve: removed; their token no longer works; ")
+        n = int(said.split("; ")[2].split()[0])  # "N requests cancelled (ids)"
+        assert n >= 2
+        assert all(rid in said for rid in ids)
+        assert said.endswith(f"; {n} requests kept")  # every one of hers, none left open
+        assert 401 in answers[removed_after:]  # the flood was refused from then on
+        assert set(answers[removed_after + 1 :]) <= {401}
+        everyone = httpx.get(
+            f"{url}/api/v1/requests", headers={"Authorization": f"Bearer {root}"}
+        ).json()["requests"]
+        hers = [q for q in everyone if q["owner"] == "eve"]
+        assert len(hers) == n
+        assert {q["state"] for q in hers} == {"aborted"}
+        # The daemon stopped each job the runner held (the command's among them).
+        held = {job_id for job_id, _ in runner.submitted}
+        deadline = time.monotonic() + 10
+        while not held <= set(runner.cancelled):
+            assert time.monotonic() < deadline, (held, runner.cancelled)
+            time.sleep(0.02)
+        assert f"{ids[0]}.0" in runner.cancelled
+        runner.wait()
+        assert all(not th.is_alive() for th in runner._threads)  # nothing of hers runs
+        # The last administrator, and an unknown user: one line naming the field.
+        r = cli.invoke(app, ["users", "remove", "root", "--cancel", "--db", db])
+        assert r.exit_code == 2
+        assert r.stderr.strip() == (
+            "error: NAME: 'root' is the last administrator; make another one first "
+            "(datasched users set NAME --admin)"
+        )
+        for who, why in (("nobody", "no user 'nobody'"), ("eve", "user 'eve' was removed already")):
+            r = cli.invoke(app, ["users", "remove", who, "--cancel", "--db", db])
+            assert r.exit_code == 2
+            assert r.stderr.strip() == f"error: NAME: {why}"
+        assert (
+            httpx.get(
+                f"{url}/api/v1/requests", headers={"Authorization": f"Bearer {root}"}
+            ).status_code
+            == 200
+        )

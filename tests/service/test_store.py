@@ -38,6 +38,7 @@ from datasched.service.users import (
     removed_users,
     set_user,
 )
+from svc_support import one_running_job
 
 
 def test_the_migrations_build_exactly_the_orm_schema_and_run_once(empty_db_url: str) -> None:
@@ -172,7 +173,7 @@ def test_a_removed_user_s_token_stops_and_their_requests_stay(store: Store) -> N
         remove_user(s, "ann")  # one of her requests is still open: nothing changes
     assert str(refused_open.value) == (
         f"NAME: user 'ann' has a request not yet final ({rid}); cancel it first "
-        "(datasched cancel ID, with an administrator's token)"
+        "(datasched cancel ID, with an administrator's token), or give --cancel"
     )
     with store.session() as s:
         assert authenticate(s, token) is not None
@@ -206,6 +207,45 @@ def test_a_removed_user_s_token_stops_and_their_requests_stay(store: Store) -> N
         assert ann is not None
         assert not ann.admin
         assert ops.find_request(s, ann, rid) is not None
+
+
+def test_remove_cancelling_revokes_cancels_and_removes_in_one_transaction(
+    store: Store,
+) -> None:
+    """`users remove NAME --cancel`'s operation: the token refused, every open request
+    aborted (the jobs the runner held named, for the daemon to cancel there), the user
+    removed; for the last administrator, nothing changes at all."""
+    rid, job_id = one_running_job(store)
+    waiting = _request(store, "ann")
+    with store.session() as s:
+        root = add_user(s, "root", "admins", admin=True)
+        token = add_user(s, "ann", new_token=True)
+    with store.session() as s:
+        removal = ops.remove_user_cancelling(s, "ann")
+    assert set(removal.cancelled) == {rid, waiting}
+    assert removal.handed == (job_id,)  # running: the runner holds it
+    assert (removal.removed.name, removal.removed.requests) == ("ann", 2)
+    with store.session() as s:
+        assert authenticate(s, token) is None
+        admin = authenticate(s, root)
+        assert admin is not None
+        for r in (rid, waiting):
+            req = ops.find_request(s, admin, r)
+            assert req is not None
+            assert req.state == "aborted"
+            assert {j.state for j in req.jobs} == {"aborted"}
+            assert ops.open_requests(s, req.owner_id) == 0
+    with store.session() as s:
+        admin = authenticate(s, root)
+    mine = _request(store, "root", caller=admin)
+    with store.session() as s, pytest.raises(UserError, match="'root' is the last admin"):
+        ops.remove_user_cancelling(s, "root")
+    with store.session() as s:  # refused: the token works, the request still open
+        admin = authenticate(s, root)
+        assert admin is not None
+        req = ops.find_request(s, admin, mine)
+        assert req is not None
+        assert req.state == "pending"
 
 
 def test_the_last_administrator_is_never_removed_or_demoted(store: Store) -> None:

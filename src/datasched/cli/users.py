@@ -106,27 +106,44 @@ def users_set(
 @users_app.command("remove")
 def users_remove(
     name: Annotated[str, typer.Argument(metavar="NAME", help="The user's name.")],
+    cancel: Annotated[
+        bool,
+        typer.Option(
+            "--cancel",
+            help="Cancel every request of theirs not yet final, in the same step (their "
+            "running jobs stopped by the daemon).",
+        ),
+    ] = False,
     db: DbOpt = None,
 ) -> None:
     """Remove a user: their token stops working at once; their requests are kept, under their
     name (which no one else may take; --new-token brings them back). Refused while one of
-    their requests is not yet final (cancel it first), and for the last administrator."""
+    their requests is not yet final, unless --cancel: then, in one transaction, their token
+    is revoked, each such request cancelled and the user removed (the daemon stops their
+    running jobs at its next round). Refused for the last administrator."""
+    from datasched.service.store.ops import remove_user_cancelling
     from datasched.service.users import UserError, remove_user
 
     store = open_store(db)
+    cancelled: tuple[str, ...] = ()
     try:
         with store.session() as s:
-            gone = remove_user(s, name)
+            if cancel:
+                removal = remove_user_cancelling(s, name)
+                gone, cancelled = removal.removed, removal.cancelled
+            else:
+                gone = remove_user(s, name)
     except UserError as exc:
         fail(str(exc))
     finally:
         store.close()
-    out.print(
-        f"{name}: removed; their token no longer works; "
-        f"{gone.requests} request{'' if gone.requests == 1 else 's'} kept",
-        highlight=False,
-        soft_wrap=True,
-    )
+    said = f"{name}: removed; their token no longer works; "
+    if cancel:
+        n = len(cancelled)
+        said += f"{n} request{'' if n == 1 else 's'} cancelled"
+        said += f" ({', '.join(cancelled)}); " if cancelled else "; "
+    said += f"{gone.requests} request{'' if gone.requests == 1 else 's'} kept"
+    out.print(said, highlight=False, soft_wrap=True)
 
 
 def _names_table(*figures: str) -> Any:

@@ -13,6 +13,11 @@ Admission (the groups' priorities and quotas): the dispatcher keeps at most
 hands the next job by fair share (:mod:`datasched.service.fairshare`): the group furthest
 below its target share first, its users in turn, each user's oldest first. Usage is read
 back from the stored packets on start, so a restart forgets none of it.
+
+Cancels: the API's ``cancel`` stops the request's jobs in the runner at once; a request
+aborted in the store by another process (``users remove NAME --cancel``) has the jobs the
+runner holds cancelled the same way at the dispatcher's next round
+(:meth:`Dispatcher.stop_aborted`).
 """
 
 from __future__ import annotations
@@ -95,6 +100,9 @@ class StoreListener:
         """Called with each packet stored (not with replays): the dispatcher's usage."""
         self.on_final: Callable[[], None] | None = None
         """Called when a job ends: the runner has room again."""
+        self.on_released: Callable[[str], None] | None = None
+        """Called with a job's id whenever the runner reports it final (even a job the
+        store had made final already): the runner no longer holds it."""
 
     def job_state(
         self,
@@ -105,6 +113,8 @@ class StoreListener:
         log: str = "",
         failed_file: str | None = None,
     ) -> None:
+        if JobState(state).final and self.on_released is not None:
+            self.on_released(job_id)
         with self.store.session() as s:
             job = s.get(Job, job_id)
             if job is None:
@@ -206,9 +216,12 @@ class Dispatcher(Periodic):
         self.listener = StoreListener(store)
         self.listener.on_packet = self._used
         self.listener.on_final = self.wake
+        self.listener.on_released = self._released
         self.merger = Merger(store, runner)
         """Merges each completed request's results on a worker."""
         self._owners: dict[str, tuple[str, str]] = {}
+        self._held_ids: set[str] = set()
+        """The jobs handed to the runner and not reported final since (under ``_lock``)."""
         self._lock = threading.Lock()
         self._capacity: int | None = max_held
 
@@ -391,10 +404,13 @@ class Dispatcher(Periodic):
         n = 0
         for job, done in handed:
             try:
+                with self._lock:
+                    self._held_ids.add(job.id)
                 self.runner.submit(job, done)
                 n += 1
             except Exception:  # the runner refused it: back to the queue, tried again later
                 log.exception("the runner refused elementary job %s", job.id)
+                self._released(job.id)
                 with self.store.session() as s:
                     row = s.get(Job, job.id)
                     if row is not None and row.state == JobState.SUBMITTED.value:
@@ -412,8 +428,37 @@ class Dispatcher(Periodic):
                     )
                 ]
             for job_id in aborted:
-                self.runner.cancel(job_id)
+                self.cancel(job_id)
         return n
+
+    def _released(self, job_id: str) -> None:
+        with self._lock:
+            self._held_ids.discard(job_id)
+
+    def cancel(self, job_id: str) -> None:
+        """Stop a job in the runner (an aborted request's): the one way a job is cancelled
+        there, for ``DELETE /requests/{id}`` as for :meth:`stop_aborted`."""
+        self._released(job_id)
+        self.runner.cancel(job_id)
+
+    def stop_aborted(self) -> int:
+        """Cancel in the runner every job it holds that the store shows aborted: a request
+        cancelled by another process on the store (``users remove NAME --cancel``) reaches
+        the runner at the dispatcher's next round. How many."""
+        with self._lock:
+            held = sorted(self._held_ids)
+        if not held:
+            return 0
+        with self.store.reading() as s:
+            aborted = list(
+                s.scalars(
+                    select(Job.id).where(Job.id.in_(held), Job.state == JobState.ABORTED.value)
+                )
+            )
+        for job_id in aborted:
+            log.info("elementary job %s was aborted in the store: cancelled", job_id)
+            self.cancel(job_id)
+        return len(aborted)
 
     def shares(self) -> dict[str, float]:
         """Each group's achieved share of the decayed CPU used."""
@@ -435,6 +480,7 @@ class Dispatcher(Periodic):
         self.merger.start()
 
     def round(self) -> int:
+        self.stop_aborted()
         return self.dispatch_once()
 
     def stop(self) -> None:

@@ -8,12 +8,14 @@ guessing a low-entropy password expensive, and no amount of guessing finds a 256
 secret; a fast hash also keeps checking a token on every API call cheap. The token is shown
 once, when made; a lost token is replaced (``users add NAME --new-token``), never recovered.
 
-A user is removed (:func:`remove_user`) only once none of their requests is still open: the
-store cannot stop the runner's jobs (the daemon does, on ``cancel``), so an administrator
-cancels them first. The row stays, marked removed, so that the requests keep their owner's
-name (history, results, the groups' past usage); no token is theirs any more, and their name
-is not given to anyone else (``--new-token`` brings the same user back). Neither removing nor
-demoting (:func:`set_user`) leaves the store without an administrator.
+A user is removed (:func:`remove_user`) only once none of their requests is still open, or
+(``users remove NAME --cancel``, :func:`datasched.service.store.ops.remove_user_cancelling`)
+with their open requests cancelled in the same transaction: the daemon stops the runner's
+jobs of requests aborted in its store, whoever aborted them. The row stays, marked removed,
+so that the requests keep their owner's name (history, results, the groups' past usage); no
+token is theirs any more, and their name is not given to anyone else (``--new-token``
+brings the same user back). Neither removing nor demoting (:func:`set_user`) leaves the
+store without an administrator.
 """
 
 from __future__ import annotations
@@ -44,8 +46,11 @@ __all__ = [
     "issue_token",
     "list_groups",
     "list_users",
+    "mark_removed",
+    "removable_user",
     "remove_user",
     "removed_users",
+    "revoke_token",
     "set_group",
     "set_user",
 ]
@@ -239,16 +244,43 @@ def _last_admin(field: str, user: User, admins: list[int]) -> None:
         )
 
 
-def remove_user(s: Session, name: str) -> Removed:
-    """Remove user ``name``: their token stops working at once, their requests stay (with
-    their results) under their name, which no one else may take. Refused, changing nothing,
-    for a user with requests still open (cancel them first: the daemon stops their jobs),
-    an unknown or removed user, and the last administrator."""
+def removable_user(s: Session, name: str) -> User:
+    """User ``name``, locked for their removal (after the administrators' rows, in that
+    order): one line naming the field for an unknown or removed user and for the last
+    administrator."""
     admins = _lock_admins(s)
     user = _user(s, name)
     if user.removed is not None:
         raise UserError(f"NAME: user {name!r} was removed already")
     _last_admin("NAME", user, admins)
+    return user
+
+
+def revoke_token(user: User) -> None:
+    """No token is the user's any more: a fresh id nobody was given, and a hash no secret
+    has (the daemon reads the caller from the store on every call: refused at the next)."""
+    user.token_id, user.token_salt, user.token_hash = secrets.token_hex(8), "", ""
+
+
+def mark_removed(s: Session, user: User) -> Removed:
+    """Mark ``user`` (from :func:`removable_user`, none of their requests open) removed:
+    their token revoked, no longer an administrator, their requests kept."""
+    mine = select(Request.id).where(Request.owner_id == user.id)
+    kept = s.scalar(select(func.count()).select_from(mine.subquery())) or 0
+    user.removed = utcnow()
+    user.admin = False
+    revoke_token(user)
+    s.flush()
+    return Removed(user.name, user.group.name, user.removed, int(kept))
+
+
+def remove_user(s: Session, name: str) -> Removed:
+    """Remove user ``name``: their token stops working at once, their requests stay (with
+    their results) under their name, which no one else may take. Refused, changing nothing,
+    for a user with requests still open (cancel them first, or remove them with
+    :func:`datasched.service.store.ops.remove_user_cancelling`, which cancels them in the
+    same transaction), an unknown or removed user, and the last administrator."""
+    user = removable_user(s, name)
     mine = select(Request.id).where(Request.owner_id == user.id)
     still = list(s.scalars(mine.where(Request.state.in_(OPEN_STATES)).order_by(Request.created)))
     if still:
@@ -257,15 +289,9 @@ def remove_user(s: Session, name: str) -> Removed:
         raise UserError(
             f"NAME: user {name!r} has {some} not yet final ({shown}); cancel "
             f"{'them' if len(still) > 1 else 'it'} first (datasched cancel ID, with an "
-            "administrator's token)"
+            "administrator's token), or give --cancel"
         )
-    kept = s.scalar(select(func.count()).select_from(mine.subquery())) or 0
-    user.removed = utcnow()
-    user.admin = False
-    # No token is theirs: a fresh id nobody was given, and a hash no secret has.
-    user.token_id, user.token_salt, user.token_hash = secrets.token_hex(8), "", ""
-    s.flush()
-    return Removed(user.name, user.group.name, user.removed, int(kept))
+    return mark_removed(s, user)
 
 
 def removed_users(s: Session) -> list[Removed]:

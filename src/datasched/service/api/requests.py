@@ -320,8 +320,10 @@ def cancel(request_id: str, svc: StateDep, caller: CallerDep) -> dict[str, Any]:
             raise not_found(request_id)
         handed = ops.cancel_request(s, req)
         state = req.state
-    if svc.runner is not None:
-        for job_id in handed:
+    for job_id in handed:
+        if svc.dispatcher is not None:
+            svc.dispatcher.cancel(job_id)
+        elif svc.runner is not None:
             svc.runner.cancel(job_id)
     return {"id": request_id, "state": state}
 

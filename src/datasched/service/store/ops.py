@@ -28,13 +28,21 @@ from datasched.service.contracts import (
 )
 from datasched.service.fairshare import targets
 from datasched.service.store.models import Group, Job, Packet, Request, User, utcnow
-from datasched.service.users import OPEN_STATES, Caller
+from datasched.service.users import (
+    OPEN_STATES,
+    Caller,
+    Removed,
+    mark_removed,
+    removable_user,
+    revoke_token,
+)
 
 __all__ = [
     "HANDED_OVER",
     "OPEN",
     "CommandRun",
     "GroupQueue",
+    "Removal",
     "UserRemoved",
     "cancel_request",
     "command_runs",
@@ -53,6 +61,7 @@ __all__ = [
     "pending_jobs",
     "progress",
     "refresh_request_state",
+    "remove_user_cancelling",
     "requeue_unfinished",
     "store_accepted",
     "work_from_json",
@@ -209,6 +218,37 @@ def cancel_request(s: Session, req: Request) -> list[str]:
         req.state = JobState.ABORTED.value
         req.updated = utcnow()
     return handed
+
+
+@dataclass(frozen=True, slots=True)
+class Removal:
+    """A user removed with their open requests cancelled (:func:`remove_user_cancelling`):
+    the user as removed, the requests cancelled (oldest first), and the jobs of theirs the
+    runner held, to cancel there."""
+
+    removed: Removed
+    cancelled: tuple[str, ...]
+    handed: tuple[str, ...]
+
+
+def remove_user_cancelling(s: Session, name: str) -> Removal:
+    """Shut user ``name`` out in one transaction: their token revoked, every request of
+    theirs not yet final cancelled as ``cancel`` does (:func:`cancel_request`), then the user
+    marked removed. The user's row is locked first, as a submission locks it
+    (:func:`lock_user`): a submission that committed before is cancelled here, one after
+    finds the user removed and stores nothing. The runner's jobs of the requests cancelled
+    are stopped by the daemon (here: ``handed``; a daemon serving the store from another
+    process cancels the jobs it holds that its store shows aborted). Refused, changing
+    nothing, for an unknown or removed user and for the last administrator
+    (:class:`~datasched.service.users.UserError`)."""
+    user = removable_user(s, name)
+    revoke_token(user)
+    q = select(Request).where(Request.owner_id == user.id, Request.state.in_(OPEN))
+    cancelled, handed = [], []
+    for req in s.scalars(q.order_by(Request.created, Request.id)).all():
+        handed += cancel_request(s, req)
+        cancelled.append(req.id)
+    return Removal(mark_removed(s, user), tuple(cancelled), tuple(handed))
 
 
 def refresh_request_state(s: Session, request_id: str) -> None:
