@@ -14,6 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from datasched.cli import app
+from datasched.service.api.deps import Limits
 from datasched.service.app import build_state
 from datasched.service.catalog import Catalog
 from datasched.service.contracts import FileRef
@@ -419,7 +420,9 @@ def test_users_remove_cancel_shuts_a_hostile_user_out_in_one_step(
         "d", [FileRef(f"/d/{i}.root", 20, 200) for i in range(2)], {"year": 2004}
     )
     runner = FakeRunner(packet=5, hold_users=frozenset({"eve"}))  # eve's jobs run until cancelled
-    state = build_state(sqlite_store, FakeLanguage(), runner=runner, period_s=0.05)
+    # No rate limit in the way: every answer to the flood says whether its token held.
+    limits = Limits(rate_per_s=10_000, burst=10_000, max_pending=10_000)
+    state = build_state(sqlite_store, FakeLanguage(), runner=runner, period_s=0.05, limits=limits)
     command = (
         "title: spin\ncommand: spin $FILELIST\nfiles_per_job: 2\ninput: [{catalog: year=2004}]\n"
     )
