@@ -658,7 +658,7 @@ def test_the_service_demos_table_keeps_each_state_whole_at_80_columns() -> None:
     console.print(_table([row]))
     text = console.export_text()
     assert "completed" in text.split()
-    assert "-9.8 s" in text.split()  # the first ETA less the real finish
+    assert "-9.8 s" in text  # the first ETA less the real finish
     assert "first ETA less" in " ".join(text.split())
     assert max(len(line) for line in text.splitlines()) <= 80
 
