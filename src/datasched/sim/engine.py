@@ -598,9 +598,7 @@ class SimEngine(SubjobRuns, DataMoves):
                 self.now,
                 by_source,
                 processed,
-                None
-                if self.space.uniform_bytes_per_event is not None
-                else self._tertiary_bytes(run, processed),
+                self._sized(run, processed),
             )
             for peer_cache, token in run.peer_pins:
                 peer_cache.unpin(token)

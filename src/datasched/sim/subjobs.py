@@ -502,9 +502,7 @@ class SubjobRuns(SharedDisks, SharedFetches, MasterTurns):
             now,
             by_source,
             processed,
-            None
-            if self.space.uniform_bytes_per_event is not None
-            else self._tertiary_bytes(run, processed),
+            self._sized(run, processed),
         )
         if self._record_packets:
             self._log_packet(run, slot, processed, by_source)
