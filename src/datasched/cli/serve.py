@@ -181,6 +181,14 @@ def serve(
             min=0, help="kB of a refused request's body kept; the rest is cut (and said so)."
         ),
     ] = 16,
+    whatif_budget_s: Annotated[
+        float,
+        typer.Option(
+            min=0.1,
+            help="Seconds of simulation one what-if call may take (its policies together); "
+            "past it the call is refused (400, field 'policy').",
+        ),
+    ] = 10.0,
     max_held: Annotated[
         int | None,
         typer.Option(
@@ -350,6 +358,7 @@ def serve(
                 refused_keep=refused_keep,
                 refused_days=refused_days,
                 refused_body_bytes=refused_body_kb * 1000,
+                whatif_budget_s=whatif_budget_s,
             ),
             policy=policy,
             max_held=max_held,

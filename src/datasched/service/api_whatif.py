@@ -2,13 +2,15 @@
 queue would finish under each policy (each ``param`` going to every policy that takes it),
 predicted by the simulator from the daemon's live snapshot.
 
-The route needs the snapshot: it depends on :func:`get_snapshot`, which the application
-overrides (``app.dependency_overrides[get_snapshot] = ...``) with its own; left alone, the
-route answers 503. What the caller may see by id comes from :func:`get_scope`, which the
-application overrides with the caller's scope (an ordinary user: their own requests and
-jobs; :mod:`datasched.service.visibility`); left alone, everything (the router on its own
-has no callers). Errors are ``{"field", "reason"}`` details, which the application answers
-as ``{"errors": [{"field", "reason"}]}``.
+Each call's simulations together get :func:`get_budget`'s seconds (the application's limit;
+left alone, none): past it the call is refused (400, field ``policy``) and the daemon's time
+is spent no further. The route needs the snapshot: it depends on :func:`get_snapshot`,
+which the application overrides (``app.dependency_overrides[get_snapshot] = ...``) with its
+own; left alone, the route answers 503. What the caller may see by id comes from
+:func:`get_scope`, which the application overrides with the caller's scope (an ordinary
+user: their own requests and jobs; :mod:`datasched.service.visibility`); left alone,
+everything (the router on its own has no callers). Errors are ``{"field", "reason"}``
+details, which the application answers as ``{"errors": [{"field", "reason"}]}``.
 """
 
 from __future__ import annotations
@@ -21,9 +23,9 @@ from datasched.policies.registry import UnknownPolicyError
 from datasched.service.api.errors import error_responses
 from datasched.service.contracts import ClusterSnapshot, SnapshotError
 from datasched.service.visibility import EVERYTHING, Scope, whatif_view
-from datasched.service.whatif import ParamsError, compare, params_from_text
+from datasched.service.whatif import BudgetSpent, ParamsError, compare, params_from_text
 
-__all__ = ["get_scope", "get_snapshot", "router"]
+__all__ = ["get_budget", "get_scope", "get_snapshot", "router"]
 
 MAX_POLICIES = 8
 """Policies one request may ask for (each is a simulation of the whole queue)."""
@@ -36,6 +38,12 @@ router = APIRouter()
 def get_snapshot() -> ClusterSnapshot:
     """The daemon's live snapshot; the application overrides this dependency."""
     raise HTTPException(503, {"field": "snapshot", "reason": "no live cluster state here"})
+
+
+def get_budget() -> float | None:
+    """Seconds of simulation one call may take, its policies together; the application
+    overrides this dependency with its limit (None: no limit)."""
+    return None
 
 
 def get_scope() -> Scope:
@@ -52,6 +60,7 @@ def whatif(
     snapshot: Annotated[ClusterSnapshot, Depends(get_snapshot)],
     scope: Annotated[Scope, Depends(get_scope)],
     policy: Annotated[list[str], Query(min_length=1)],
+    budget: Annotated[float | None, Depends(get_budget)],
     param: Annotated[list[str] | None, Query()] = None,
 ) -> dict[str, Any]:
     """Each request's ETA (seconds from the snapshot's time) and the makespan, per policy.
@@ -70,7 +79,10 @@ def whatif(
         )
     try:
         params = params_from_text(policy, param or [], files=False)
-        return whatif_view(compare(snapshot, policy, params).as_dict(), scope)
+        return whatif_view(compare(snapshot, policy, params, budget_s=budget).as_dict(), scope)
+    except BudgetSpent as exc:
+        reason = f"{exc}; ask for fewer policies, or parameters that cut fewer packets"
+        raise HTTPException(400, {"field": "policy", "reason": reason}) from exc
     except UnknownPolicyError as exc:
         raise HTTPException(400, {"field": "policy", "reason": str(exc)}) from exc
     except ParamsError as exc:

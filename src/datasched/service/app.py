@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
+import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI
+from fastapi import Depends, FastAPI, HTTPException
 from fastapi import Request as HttpRequest
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
@@ -44,6 +46,7 @@ from datasched.service.ports import RequestLanguage
 from datasched.service.store import refused
 from datasched.service.store.db import Store
 from datasched.service.store.models import Job, Packet
+from datasched.service.users import Caller
 from datasched.service.visibility import Scope, scope_of
 
 __all__ = ["API_PREFIX", "build_state", "create_app", "sweep_refused"]
@@ -189,6 +192,35 @@ def _store_counts(svc: ServiceState) -> Callable[[], dict[str, dict[str, float]]
     return read
 
 
+def _one_whatif_a_user(svc: ServiceState) -> Callable[[Caller], Iterator[None]]:
+    """A dependency that lets each user have one what-if under way at a time: another at
+    once is refused (429, field ``whatif``). Each simulates for up to the limit's seconds
+    (``Limits.whatif_budget_s``), so calls at once would multiply what one user costs the
+    daemon by their burst of calls."""
+    under_way: set[str] = set()
+    lock = threading.Lock()
+
+    def turn(caller: CallerDep) -> Iterator[None]:
+        with lock:
+            if caller.name in under_way:
+                wait = max(1, math.ceil(svc.limits.whatif_budget_s))
+                svc.metrics.rate_limited.inc()
+                reason = "one what-if at a time: yours before this one is still running"
+                raise HTTPException(
+                    429,
+                    detail={"errors": [{"field": "whatif", "reason": reason}]},
+                    headers={"Retry-After": str(wait)},
+                )
+            under_way.add(caller.name)
+        try:
+            yield
+        finally:
+            with lock:
+                under_way.discard(caller.name)
+
+    return turn
+
+
 def create_app(svc: ServiceState) -> FastAPI:
     """The application serving ``svc``; its lifespan starts and stops the dispatcher."""
 
@@ -227,9 +259,10 @@ def create_app(svc: ServiceState) -> FastAPI:
     # ETAs of their own requests only (an administrator: everyone's).
     app.include_router(
         api_whatif.router,
-        dependencies=[Depends(current_caller)],
+        dependencies=[Depends(current_caller), Depends(_one_whatif_a_user(svc))],
         responses=error_responses(401, 429),
     )
+    app.dependency_overrides[api_whatif.get_budget] = lambda: svc.limits.whatif_budget_s
     if svc.runner is not None:
         runner = svc.runner
         app.dependency_overrides[api_whatif.get_snapshot] = lambda: live_snapshot(

@@ -52,6 +52,7 @@ __all__ = [
     "DEFAULT_CPU_S_PER_EVENT",
     "DEFAULT_TERTIARY_BYTES_PER_S",
     "Admission",
+    "BudgetSpent",
     "Comparison",
     "ParamsError",
     "Prediction",
@@ -69,6 +70,20 @@ DEFAULT_NETWORK_BYTES_PER_S = 125e6
 """A node's network when its peer rate was not measured (a Gigabit link)."""
 _FREE = 1e15
 """A rate so high that its time vanishes beside the others (bytes per second)."""
+STEPS = 2000
+"""Engine steps between two looks at the clock when a prediction has a deadline (a step is
+a few to a hundred microseconds: a look every few milliseconds to tenths of a second)."""
+
+
+class BudgetSpent(RuntimeError):
+    """A prediction ran past its deadline (:func:`predict`'s ``deadline``, :func:`compare`'s
+    ``budget_s``): ``policy`` is the one being simulated then, ``budget_s`` the time given
+    (None where the caller gave a deadline, not a budget)."""
+
+    def __init__(self, policy: str, budget_s: float | None = None) -> None:
+        self.policy, self.budget_s = policy, budget_s
+        given = "its deadline" if budget_s is None else f"its limit of {budget_s:g} s"
+        super().__init__(f"the simulation under {policy!r} ran past {given}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,6 +269,7 @@ def predict(
     rate_factor: float = 1.0,
     admission: Admission | None = None,
     master_s_per_packet: float = 0.0,
+    deadline: float | None = None,
 ) -> Prediction:
     """The finish of every job and request of ``snapshot`` under ``policy`` (built from its
     declared ``policy_params``), predicted by the simulator, with every rate (measured or
@@ -269,8 +285,13 @@ def predict(
     hands them over, and every other job is in the core from the start. None: every job is
     in the core from the start (what-if across policies).
 
+    ``deadline``: a :func:`time.monotonic` time past which the simulation is given up
+    (:class:`BudgetSpent`); a what-if's parameters are the caller's, and some make a queue's
+    simulation take minutes (packets of one event). None: no deadline.
+
     Raises :class:`~datasched.service.contracts.SnapshotError` for an inconsistent snapshot,
-    and the registry's errors for an unknown policy or a bad parameter."""
+    :class:`BudgetSpent` past ``deadline``, and the registry's errors for an unknown policy
+    or a bad parameter."""
     import time
 
     started = time.perf_counter()
@@ -322,7 +343,7 @@ def predict(
     ready = {i: n.warm_users for i, n in enumerate(snapshot.nodes) if n.warm_users}
     engine = SimEngine(sched, warm=warm, warm_users=ready)
     if admission is None:
-        run = engine.run(jobs)
+        engine.begin(jobs)
     else:
         first, rest = admission.split([ids[job.job_id] for job in jobs])
         waiting = iter(jobs[first:])
@@ -332,7 +353,14 @@ def predict(
             nxt = next(waiting, None)
             return None if nxt is None else replace(nxt, submit_s=now)
 
-        run = engine.run(jobs[:first], follow_up=hand_over if rest else None)
+        engine.begin(jobs[:first], follow_up=hand_over if rest else None)
+    if deadline is None:
+        engine.proceed()
+    else:
+        while not engine.proceed(max_steps=STEPS):
+            if time.monotonic() > deadline:
+                raise BudgetSpent(policy)
+    run = engine.close()
     for rec in run.jobs:
         eta[ids[rec.job_id]] = None if rec.failed or rec.end_s < 0 else rec.end_s
     for job_id in ids:
@@ -395,10 +423,23 @@ def compare(
     snapshot: ClusterSnapshot,
     policies: Sequence[str],
     policy_params: Mapping[str, Mapping[str, Any]] | None = None,
+    *,
+    budget_s: float | None = None,
 ) -> Comparison:
-    """:func:`predict` under each of ``policies`` (``policy_params``: by policy name)."""
+    """:func:`predict` under each of ``policies`` (``policy_params``: by policy name), all
+    of them within ``budget_s`` seconds of the wall clock (None: no limit), else
+    :class:`BudgetSpent` naming the policy under way when the time ran out."""
+    import time
+
     params = policy_params or {}
-    return Comparison(tuple(predict(snapshot, p, params.get(p)) for p in policies))
+    deadline = None if budget_s is None else time.monotonic() + budget_s
+    out = []
+    for p in policies:
+        try:
+            out.append(predict(snapshot, p, params.get(p), deadline=deadline))
+        except BudgetSpent as exc:
+            raise BudgetSpent(p, budget_s) from exc
+    return Comparison(tuple(out))
 
 
 class ParamsError(ValueError):

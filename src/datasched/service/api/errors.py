@@ -43,8 +43,9 @@ ERROR_STATUSES: dict[int, str] = {
     413: "the body is larger than the limit (the connection is closed)",
     415: "the Content-Type is neither XML nor YAML",
     422: "invalid: every field found wrong, with the reason",
-    429: "too many calls (field `rate`) or too many requests not yet final (field "
-    "`pending`); answered with `Retry-After` (seconds)",
+    429: "too many calls (field `rate`), too many requests not yet final (field "
+    "`pending`), or a what-if while the caller's last is under way (field `whatif`); "
+    "answered with `Retry-After` (seconds)",
     500: "the daemon's own state is inconsistent (the field says where)",
     503: "the part needed is not there (the request language, the live cluster state)",
 }
