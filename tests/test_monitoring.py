@@ -150,19 +150,36 @@ def test_the_progress_plot_draws_every_bin_to_its_end_and_the_total_under_the_jo
     assert events.get_xlim() == (0.0, 1.5)
 
 
-def test_the_packets_plot_holds_overlapping_packets_and_names_a_lone_run_once() -> None:
-    """The runtime's workers run several packets at once: the active-workers axis stopped at
-    the worker count + 1 and cut the peak off; a run's report titled the figure and its one
-    panel with the same words."""
+def test_the_packets_plot_counts_a_worker_once_and_names_a_lone_run_once() -> None:
+    """The runtime's workers run several packets at once: each counts once among the active
+    workers (it counted its packets, past the worker count and the half-workers line's
+    meaning); a run's report titled the figure and its one panel with the same words."""
     from datasched.monitoring_plots import packets_figure
 
     rows = [row("j", "w1", 0.0, 1.0), row("j", "w1", 0.1, 1.0), row("j", "w1", 0.2, 1.0)]
     rows += [row("j", "w2", 0.3, 1.1), row("j", "w2", 0.4, 1.1)]
     fig = packets_figure([("run", rows, 1.15)], 2, title="run")
     top = fig.axes[0]
-    assert top.get_ylim()[1] >= 5  # five packets at once, two workers
+    step, half = top.get_lines()
+    assert max(step.get_ydata()) == 2  # five packets at once, on two workers
+    assert list(half.get_ydata()) == [1, 1]  # half the workers
+    assert top.get_ylim()[1] >= 2
     assert top.get_title() == "run: 1.1 s"
     assert fig.get_suptitle() == ""
     two = packets_figure([("a", rows, 20.0), ("b", rows, 20.0)], 2, title="both")
     assert two.get_suptitle() == "both"
     assert two.axes[0].get_title() == "a: 20 s"
+
+
+def test_a_worker_with_packets_side_by_side_is_one_active_worker_in_progress() -> None:
+    """w1 runs two packets at once over 0-10 s and w2 one over 0-5 s: a mean of 1.5 active
+    workers in the bin (it was 2.5: the packets' busy seconds), while the events and bytes
+    are every packet's."""
+    rows = [row("a", "w1", 0, 10), row("a", "w1", 0, 10), row("a", "w2", 0, 5)]
+    (got,) = progress(rows, 10.0, 10.0)
+    assert got.active_workers == pytest.approx(1.5)
+    assert got.events_per_s == pytest.approx(30.0)
+    live = LiveMonitor(window_s=10.0)
+    for r in rows:
+        live.add(r)
+    assert live.rates().active_workers == pytest.approx(1.5)

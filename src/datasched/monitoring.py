@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -66,15 +67,27 @@ class PacketRow:
 
 
 def active_workers(rows: Sequence[PacketRow]) -> list[tuple[float, int]]:
-    """The number of packets being processed, as steps ``(time, count from then on)``."""
-    changes: dict[float, int] = {}
+    """The number of workers processing at least one packet, as steps ``(time, count from
+    then on)``. A runtime worker runs several packets at once (a slot's threads, its
+    slots): it counts once, as PROOF's active workers do (Figs. 3-4), so the count is
+    measured against the number of workers (half of them: :func:`tail_fraction`)."""
+    changes: dict[float, dict[str, int]] = {}
     for p in rows:
-        changes[p.start_s] = changes.get(p.start_s, 0) + 1
-        changes[p.end_s] = changes.get(p.end_s, 0) - 1
+        at = changes.setdefault(p.start_s, {})
+        at[p.worker] = at.get(p.worker, 0) + 1
+        at = changes.setdefault(p.end_s, {})
+        at[p.worker] = at.get(p.worker, 0) - 1
+    busy: dict[str, int] = {}
     steps: list[tuple[float, int]] = []
     n = 0
     for t in sorted(changes):
-        n += changes[t]
+        for worker, delta in changes[t].items():
+            if not delta:
+                continue
+            was = busy.get(worker, 0)
+            now = was + delta
+            busy[worker] = now
+            n += (now > 0) - (was > 0)
         steps.append((t, n))
     return steps
 
@@ -106,19 +119,31 @@ class Progress:
     active_workers: float
 
 
-def _spread(
-    rows: Sequence[PacketRow], lo: float, hi: float
-) -> tuple[float, float, float]:  # events, MB, busy seconds of the packets within [lo, hi)
-    events = mbytes = busy = 0.0
+def _spread(rows: Sequence[PacketRow], lo: float, hi: float) -> tuple[float, float, float]:
+    """Events, MB and the workers' busy seconds of the packets within ``[lo, hi)``: each
+    packet's events and bytes in proportion to its processing time there, and each worker's
+    time with at least one packet in process (a worker running packets side by side counts
+    its time once, as :func:`active_workers` counts it once)."""
+    events = mbytes = 0.0
+    spans: dict[str, list[tuple[float, float]]] = {}
     for p in rows:
-        overlap = min(p.end_s, hi) - max(p.start_s, lo)
+        a, b = max(p.start_s, lo), min(p.end_s, hi)
+        overlap = b - a
         if overlap <= 0 and not (p.start_s == p.end_s and lo <= p.start_s < hi):
             continue
         span = p.end_s - p.start_s
         share = overlap / span if span > 0 else 1.0
         events += p.events * share
         mbytes += p.n_bytes * share / 1e6
-        busy += max(overlap, 0.0)
+        if overlap > 0:
+            spans.setdefault(p.worker, []).append((a, b))
+    busy = 0.0
+    for mine in spans.values():
+        mine.sort()
+        end = -math.inf
+        for a, b in mine:
+            busy += max(b - max(a, end), 0.0)
+            end = max(end, b)
     return events, mbytes, busy
 
 

@@ -67,7 +67,6 @@ def packets_figure(
         ys = [0] + [n for _, n in steps]
         top.step(xs, ys, where="post", color="k")
         top.axhline(n_workers / 2, ls=":", color="0.5")
-        # Packets may overlap on a worker of several threads: the axis holds the peak too.
         top.set_ylim(0, max(n_workers, *ys) + 1)
         top.set_title(f"{label}: {end_s:,.0f} s" if end_s >= 10 else f"{label}: {end_s:.1f} s")
         top.set_ylabel("active workers")

@@ -16,14 +16,14 @@ from datasched.studies.proof.setup import QuotaSetup, UnevenSetup
 SMALL = UnevenSetup(files=60)
 
 
-def packet(start: float, end: float, events: int = 10) -> PacketRecord:
-    return PacketRecord(0, 0, 0, start, end, events, 0, 0, -1, events * 1e6, 1.0, True)
+def packet(start: float, end: float, events: int = 10, slot: int = 0) -> PacketRecord:
+    return PacketRecord(0, slot, 0, start, end, events, 0, 0, -1, events * 1e6, 1.0, True)
 
 
 def test_tail_and_progress_by_hand() -> None:
     """Four workers: all busy for 10 s, one alone for 10 s more: below half for half the
     time. Progress: 40 events in the first 10 s, 10 in the next."""
-    packets = [packet(0, 10) for _ in range(3)] + [packet(0, 20, 20)]
+    packets = [packet(0, 10, slot=i) for i in range(3)] + [packet(0, 20, 20, slot=3)]
     assert active_workers(packets) == [(0, 4), (10, 1), (20, 0)]
     assert tail_fraction(packets, 4, 0.0, 20.0) == pytest.approx(0.5)
     rows = progress(packets, 10.0, 20.0)

@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 
 from datasched.core.intervals import IntervalSet
+from datasched.monitoring import active_workers
+from datasched.runtime.monitor import packet_rows
 from datasched.runtime.reports import PacketStat
 from datasched.studies.proof.runtime_uneven import (
     RuntimeUneven,
@@ -46,6 +48,19 @@ def test_tail_fraction_and_idle_time_on_hand_made_packets() -> None:
     # [5, 5.5): three active (not fewer than two); [6, 10): one active.
     assert run.tail_fraction == pytest.approx(4.0 / 10.0)
     assert run.idle_between_s == pytest.approx(0.5)
+
+
+def test_a_worker_running_two_packets_at_once_is_one_active_worker() -> None:
+    """A runtime worker runs a slot's threads side by side: worker 0's two packets at once
+    make it one active worker, not two, against half of the four workers."""
+    packets = (
+        packet("0", 0, 0.0, 10.0),
+        packet("0", 10, 0.0, 10.0),
+        packet("1", 20, 0.0, 4.0),
+    )
+    assert active_workers(packet_rows(packets)) == [(0.0, 2), (4.0, 1), (10.0, 0)]
+    # [0, 4): two of four active, not fewer than half; [4, 10): one.
+    assert RuntimeUnevenRun("p", 10.0, packets, workers=4).tail_fraction == pytest.approx(0.6)
 
 
 def test_bad_setups_name_their_field() -> None:
