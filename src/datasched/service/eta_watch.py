@@ -11,6 +11,13 @@ taken as log-normal, at least :data:`SPREAD_FLOOR`; :data:`COLD_SPREAD` while no
 measured a rate), its P10 and P90: three simulations a refresh. A submission predicts at
 once (:meth:`EtaWatch.submitted`), so a request has an ETA from the start.
 
+The refreshes keep to a share of the daemon's time: a refresh is three simulations of the
+whole queue, seconds for a queue of thousands of jobs, run in the daemon's process beside
+the API. Once one takes :data:`CHEAP_S` or more, the next waits until the refreshes have
+taken at most ``max_share`` of the time since (:func:`next_refresh_at`), and a submission
+in between is answered with the ETA known so far (None for a new request: it gets one at
+the next refresh) instead of waiting for three more simulations.
+
 Records live in the daemon's memory: a restarted daemon predicts again from its restart.
 Times are the daemon's wall clock (seconds since the epoch).
 """
@@ -35,7 +42,16 @@ from datasched.service.store.db import Store
 from datasched.service.store.models import Job, Request
 from datasched.service.whatif import Admission, predict
 
-__all__ = ["COLD_SPREAD", "SPREAD_FLOOR", "Z90", "EtaWatch", "interval_factors"]
+__all__ = [
+    "CHEAP_S",
+    "COLD_SPREAD",
+    "MAX_SHARE",
+    "SPREAD_FLOOR",
+    "Z90",
+    "EtaWatch",
+    "interval_factors",
+    "next_refresh_at",
+]
 
 Z90 = 1.2816
 """The standard normal's 90th percentile: P10 and P90 lie this many spreads either side."""
@@ -46,6 +62,22 @@ dispatch, other programs starting), measured in docs/service-whatif.md."""
 COLD_SPREAD = 1.0
 """The spread while no node has measured a rate: the rates are the predictor's defaults,
 which may be off by a factor of several."""
+
+
+CHEAP_S = 0.25
+"""A refresh taking less (wall-clock seconds) is never held back: its cost is below what a
+user of the API notices, and submissions get their ETA at once."""
+MAX_SHARE = 0.25
+"""The share of the daemon's time the refreshes may take once they are not cheap."""
+
+
+def next_refresh_at(ended: float, cost_s: float, share: float = MAX_SHARE) -> float:
+    """The soonest time (the clock ``ended`` is on) the next refresh may begin, after one
+    that took ``cost_s`` seconds and ended at ``ended``: at once for a cheap one
+    (:data:`CHEAP_S`), else once the refreshes have taken at most ``share`` of the time."""
+    if cost_s < CHEAP_S:
+        return ended
+    return ended + cost_s * (1.0 - share) / share
 
 
 def interval_factors(spread: float | None, measured: bool) -> tuple[float, float]:
@@ -78,7 +110,11 @@ class EtaWatch:
         period_s: float = 5.0,
         clock: Callable[[], float] = time.time,
         admission: Callable[[], Admission] | None = None,
+        max_share: float = MAX_SHARE,
+        timer: Callable[[], float] = time.monotonic,
     ) -> None:
+        if not 0 < max_share <= 1:
+            raise ValueError(f"max_share: must be in (0, 1], got {max_share!r}")
         self.store = store
         self.cluster = cluster
         self.policy = policy
@@ -92,6 +128,14 @@ class EtaWatch:
         self._refreshing = threading.Lock()
         self.cost_s: list[float] = []
         """Wall-clock seconds of each refresh's simulations (the point and its interval)."""
+        self.max_share = max_share
+        self.timer = timer
+        """What a refresh's cost is measured with (seconds; monotonic)."""
+        self._next_at = -math.inf
+        """When the next refresh may begin (on ``timer``): :func:`next_refresh_at` of the
+        last one."""
+        self.held_back = 0
+        """Submissions answered without a refresh, the refreshes being over their share."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.pace: DaemonPace | None = None
@@ -103,15 +147,29 @@ class EtaWatch:
     def refresh(self) -> int:
         """Predict now; how many open requests got a new ETA. One refresh at a time."""
         with self._refreshing:
-            return self._refresh()
+            return self._paced()
 
     def submitted(self, request_id: str) -> dict[str, Any] | None:
         """The ETA of a request just stored: a refresh unless one that began after it was
-        stored has predicted it already (a burst of submissions shares refreshes)."""
+        stored has predicted it already (a burst of submissions shares refreshes), or the
+        refreshes are over their share of the daemon's time (then None: the request gets
+        its ETA at the next refresh)."""
         with self._refreshing:
             if self.eta(request_id) is None:
-                self._refresh()
+                if self.timer() < self._next_at:
+                    self.held_back += 1
+                else:
+                    self._paced()
         return self.eta(request_id)
+
+    def _paced(self) -> int:
+        """:meth:`_refresh`, timed: the next may begin at :func:`next_refresh_at`."""
+        began = self.timer()
+        try:
+            return self._refresh()
+        finally:
+            ended = self.timer()
+            self._next_at = next_refresh_at(ended, ended - began, self.max_share)
 
     def _refresh(self) -> int:
         snapshot = live_snapshot(self.store, self.cluster())
@@ -223,6 +281,10 @@ class EtaWatch:
 
     def _loop(self) -> None:
         while not self._stop.wait(self.period_s):
+            # Past its share, a refresh waits the rest of the time it must (the period
+            # counted in it).
+            if self._stop.wait(max(self._next_at - self.timer(), 0.0)):
+                return
             try:
                 self.refresh()
             except Exception:  # a prediction that fails must not stop the daemon

@@ -1,0 +1,108 @@
+"""The ETA refreshes keep to a share of the daemon's time: a refresh of a large queue takes
+seconds (three simulations of it, in the daemon's process beside the API), so once one is
+not cheap the next waits, and a submission in between is answered with no new prediction
+rather than with three more simulations. Cheap refreshes (small queues) are never held."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from datasched.service import whatif
+from datasched.service.contracts import (
+    ElementaryJob,
+    FileRef,
+    JobState,
+    MetaJobRequest,
+    PacketDone,
+    ProcessorWork,
+)
+from datasched.service.daemon import StoreListener
+from datasched.service.eta_watch import CHEAP_S, EtaWatch, next_refresh_at
+from datasched.service.store import ops
+from datasched.service.store.db import Store
+from datasched.service.users import add_user, authenticate
+
+CLUSTER = {"nodes": [{"name": "w1", "up": True, "slots_total": 1, "cache_capacity_bytes": 10**9}]}
+
+
+def test_a_refresh_past_cheap_holds_the_next_back_to_keep_its_share() -> None:
+    assert next_refresh_at(100.0, CHEAP_S / 2) == 100.0  # cheap: at once
+    assert next_refresh_at(100.0, 1.0, share=0.25) == pytest.approx(103.0)  # 1 s of every 4
+    assert next_refresh_at(100.0, 2.0, share=0.5) == pytest.approx(102.0)
+    assert next_refresh_at(100.0, 2.0, share=1.0) == 100.0
+    with pytest.raises(ValueError, match="max_share"):
+        EtaWatch(None, dict, max_share=0.0)  # type: ignore[arg-type]
+
+
+def _request(store: Store, name: str) -> str:
+    """A request of one job over one file of 1,000 events, running on w1 with a packet of
+    50 done (so the rates are measured)."""
+    with store.session() as s:
+        caller = authenticate(s, add_user(s, name, "g"))
+        assert caller is not None
+        rid = ops.new_request_id()
+        work = ProcessorWork("p.py:P")
+        jobs = [ElementaryJob(rid, 0, (FileRef(f"/d/{name}.root", 1000, 10**4),), work)]
+        ops.store_accepted(
+            s, caller, rid, "raw", "application/yaml", MetaJobRequest(name, work, ()), jobs
+        )
+    listener = StoreListener(store)
+    listener.job_state(jobs[0].id, JobState.RUNNING, node="w1")
+    listener.packet_done(PacketDone(jobs[0].id, f"/d/{name}.root", 0, 50, "w1", 10, 1.0, None))
+    return rid
+
+
+class Timer:
+    """A monotonic clock that moves only when a prediction runs."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_submissions_are_not_predicted_while_expensive_refreshes_are_over_their_share(
+    sqlite_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = whatif.predict
+    timer = Timer()
+    calls: list[float] = []
+
+    def slow(*args: Any, **kwargs: Any) -> Any:
+        """A prediction as a queue of thousands of jobs takes it: 0.4 s by the timer."""
+        calls.append(timer.now)
+        timer.now += 0.4
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr("datasched.service.eta_watch.predict", slow)
+    watch = EtaWatch(
+        sqlite_store, lambda: CLUSTER, policy="farm", clock=lambda: 1000.0, timer=timer
+    )
+    first = _request(sqlite_store, "ann")
+    assert watch.submitted(first) is not None  # nothing before it: predicted at once
+    assert len(calls) == 3  # the point and its interval: 1.2 s
+    assert watch.held_back == 0
+    second = _request(sqlite_store, "bob")
+    timer.now += 3.0  # within the 3.6 s that keep the refreshes to a quarter
+    assert watch.submitted(second) is None  # not predicted now
+    assert len(calls) == 3
+    assert watch.held_back == 1
+    timer.now += 0.7
+    third = _request(sqlite_store, "cid")
+    assert watch.submitted(third) is not None  # past the wait: predicted, the others too
+    assert len(calls) == 6
+    assert watch.eta(second) is not None
+
+
+def test_cheap_refreshes_predict_every_submission_at_once(sqlite_store: Store) -> None:
+    timer = Timer()  # no time passes: every refresh is cheap
+    watch = EtaWatch(
+        sqlite_store, lambda: CLUSTER, policy="farm", clock=lambda: 1000.0, timer=timer
+    )
+    for name in ("ann", "bob", "cid"):
+        assert watch.submitted(_request(sqlite_store, name)) is not None
+    assert watch.held_back == 0
+    assert len(watch.cost_s) == 3  # a refresh for each
