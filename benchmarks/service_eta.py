@@ -239,6 +239,7 @@ def run(
             with eta._lock:
                 records = [r for r in eta.records.values() if r.request_id in ids]
                 cost = list(eta.cost_s)
+                held_back = eta.held_back
             median = median_abs_relative_error(records)
             with_eta = {r.request_id for r in records if r.predictions}
             rows = _detail(d.service.store, records, started_at) if detail else []
@@ -271,6 +272,7 @@ def run(
         **({"rounds": per_round} if rounds > 1 else {}),
         "refreshes": len(cost),
         "refresh_cost_s_median": _median(cost),
+        "submissions_held_back": held_back,
         "load_before": load_before,
         "load_after": os.getloadavg(),
         **(
@@ -676,6 +678,7 @@ def main() -> None:
             f", last {_fmt(report['coverage_last'])}, all ETAs {_fmt(report['coverage_all'])}"
             f"; {report['refreshes']} predictions, median {_fmt(report['refresh_cost_s_median'])}"
             " s each (the point and its interval)"
+            f"; {report['submissions_held_back']} submissions answered without one"
         )
         for state, got in report.get("last_by_state", {}).items():
             print(

@@ -72,14 +72,19 @@ def test_submissions_are_not_predicted_while_expensive_refreshes_are_over_their_
     calls: list[float] = []
 
     def slow(*args: Any, **kwargs: Any) -> Any:
-        """A prediction as a queue of thousands of jobs takes it: 0.4 s by the timer."""
+        """A prediction as a queue of thousands of jobs takes it: 0.4 s of CPU."""
         calls.append(timer.now)
         timer.now += 0.4
         return real(*args, **kwargs)
 
     monkeypatch.setattr("datasched.service.eta_watch.predict", slow)
     watch = EtaWatch(
-        sqlite_store, lambda: CLUSTER, policy="farm", clock=lambda: 1000.0, timer=timer
+        sqlite_store,
+        lambda: CLUSTER,
+        policy="farm",
+        clock=lambda: 1000.0,
+        timer=timer,
+        cpu_timer=timer,
     )
     first = _request(sqlite_store, "ann")
     assert watch.submitted(first) is not None  # nothing before it: predicted at once
@@ -100,7 +105,12 @@ def test_submissions_are_not_predicted_while_expensive_refreshes_are_over_their_
 def test_cheap_refreshes_predict_every_submission_at_once(sqlite_store: Store) -> None:
     timer = Timer()  # no time passes: every refresh is cheap
     watch = EtaWatch(
-        sqlite_store, lambda: CLUSTER, policy="farm", clock=lambda: 1000.0, timer=timer
+        sqlite_store,
+        lambda: CLUSTER,
+        policy="farm",
+        clock=lambda: 1000.0,
+        timer=timer,
+        cpu_timer=timer,
     )
     for name in ("ann", "bob", "cid"):
         assert watch.submitted(_request(sqlite_store, name)) is not None

@@ -13,7 +13,7 @@ once (:meth:`EtaWatch.submitted`), so a request has an ETA from the start.
 
 The refreshes keep to a share of the daemon's time: a refresh is three simulations of the
 whole queue, seconds for a queue of thousands of jobs, run in the daemon's process beside
-the API. Once one takes :data:`CHEAP_S` or more, the next waits until the refreshes have
+the API. Once one takes :data:`CHEAP_S` or more of CPU time, the next waits until the refreshes have
 taken at most ``max_share`` of the time since (:func:`next_refresh_at`), and a submission
 in between is answered with the ETA known so far (None for a new request: it gets one at
 the next refresh) instead of waiting for three more simulations.
@@ -112,6 +112,7 @@ class EtaWatch:
         admission: Callable[[], Admission] | None = None,
         max_share: float = MAX_SHARE,
         timer: Callable[[], float] = time.monotonic,
+        cpu_timer: Callable[[], float] = time.thread_time,
     ) -> None:
         if not 0 < max_share <= 1:
             raise ValueError(f"max_share: must be in (0, 1], got {max_share!r}")
@@ -130,7 +131,11 @@ class EtaWatch:
         """Wall-clock seconds of each refresh's simulations (the point and its interval)."""
         self.max_share = max_share
         self.timer = timer
-        """What a refresh's cost is measured with (seconds; monotonic)."""
+        """The clock the next refresh is held back on (seconds; monotonic)."""
+        self.cpu_timer = cpu_timer
+        """What a refresh's cost is measured with: the CPU time of the thread running it,
+        so that a refresh slowed by the API's threads, holding the interpreter, is not
+        taken for an expensive one."""
         self._next_at = -math.inf
         """When the next refresh may begin (on ``timer``): :func:`next_refresh_at` of the
         last one."""
@@ -163,13 +168,14 @@ class EtaWatch:
         return self.eta(request_id)
 
     def _paced(self) -> int:
-        """:meth:`_refresh`, timed: the next may begin at :func:`next_refresh_at`."""
-        began = self.timer()
+        """:meth:`_refresh`, its CPU time measured: the next may begin at
+        :func:`next_refresh_at`."""
+        began = self.cpu_timer()
         try:
             return self._refresh()
         finally:
-            ended = self.timer()
-            self._next_at = next_refresh_at(ended, ended - began, self.max_share)
+            cost = self.cpu_timer() - began
+            self._next_at = next_refresh_at(self.timer(), cost, self.max_share)
 
     def _refresh(self) -> int:
         snapshot = live_snapshot(self.store, self.cluster())
