@@ -17,7 +17,7 @@ from datasched.service.api.deps import ServiceState
 from datasched.service.app import build_state, create_app
 from datasched.service.dashboard.plot import progress_plot
 from datasched.service.dashboard.routes import render
-from datasched.service.dashboard.views import PacketRow, eta_text, node_rows
+from datasched.service.dashboard.views import eta_text, node_rows
 from datasched.service.store.db import Store
 from datasched.service.users import add_user
 from service.dash_support import REQUEST, dashboard_service
@@ -194,8 +194,7 @@ def test_nodes_are_read_from_the_runtimes_view_and_from_a_plain_one() -> None:
 
 
 def test_the_plot_steps_up_to_the_events_done() -> None:
-    packets = [PacketRow(0, "f", a, a + 10, "n", 0, 0.0, at_s=t) for a, t in ((0, 0.0), (10, 2.0))]
-    plot = progress_plot(packets, events_total=40)
+    plot = progress_plot([(0.0, 10), (2.0, 20)], events_total=40, packets=2)
     points = [tuple(map(float, p.split(","))) for p in plot.points.split()]
     ys = [y for _, y in points]
     assert ys == sorted(ys, reverse=True)  # never down (SVG's y grows downwards)

@@ -1,14 +1,14 @@
 """The request page's plot, drawn on the server as SVG geometry (no chart library): the
-events done against the time since the request's first packet, one step per packet, with
-the events to do as a dashed line. The template turns the geometry into ``<svg>``."""
+events done against the time since the request's first packet, one step per sample of the
+progress (a packet, or past :data:`~datasched.service.dashboard.views.PLOT_POINTS` of them a
+run of packets stored one after another), with the events to do as a dashed line. The
+template turns the geometry into ``<svg>``."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-from datasched.service.dashboard.views import PacketRow
 
 __all__ = ["Plot", "Tick", "progress_plot"]
 
@@ -55,11 +55,14 @@ def _label(value: float) -> str:
     return f"{value:g}" if abs(value) < 1e6 else f"{value:.3g}"
 
 
-def progress_plot(packets: Sequence[PacketRow], events_total: int) -> Plot:
-    """The events done over time; ``packets`` in the order they were stored."""
+def progress_plot(samples: Sequence[tuple[float, int]], events_total: int, packets: int) -> Plot:
+    """The events done over time; ``samples``: ``(seconds after the first packet, events
+    done by then)`` in time order (:func:`~datasched.service.dashboard.views.request_packets`
+    gives them), of ``packets`` packets in all."""
     right, bottom = WIDTH - RIGHT, HEIGHT - BOTTOM
-    t_max = max([p.at_s for p in packets], default=0.0) or 1.0
-    y_max = float(max(events_total, sum(p.events for p in packets), 1))
+    t_max = max([t for t, _ in samples], default=0.0) or 1.0
+    done = samples[-1][1] if samples else 0
+    y_max = float(max(events_total, done, 1))
 
     def x(t: float) -> float:
         return LEFT + (right - LEFT) * t / t_max
@@ -68,11 +71,11 @@ def progress_plot(packets: Sequence[PacketRow], events_total: int) -> Plot:
         return bottom - (bottom - TOP) * events / y_max
 
     points = [(x(0.0), y(0.0))]
-    done = 0
-    for p in packets:
-        points.append((x(p.at_s), y(done)))
-        done += p.events
-        points.append((x(p.at_s), y(done)))
+    before = 0
+    for t, after in samples:
+        points.append((x(t), y(before)))
+        points.append((x(t), y(after)))
+        before = after
     x_step, y_step = _nice_step(t_max), _nice_step(y_max)
     x_ticks = tuple(
         Tick(round(x(k * x_step), 1), _label(k * x_step)) for k in range(int(t_max / x_step) + 1)
@@ -92,7 +95,7 @@ def progress_plot(packets: Sequence[PacketRow], events_total: int) -> Plot:
         x_ticks=x_ticks,
         y_ticks=y_ticks,
         description=(
-            f"{done} of {events_total} events done in {len(packets)} packets "
-            f"over {max([p.at_s for p in packets], default=0.0):.1f} s"
+            f"{done} of {events_total} events done in {packets} packets "
+            f"over {max([t for t, _ in samples], default=0.0):.1f} s"
         ),
     )

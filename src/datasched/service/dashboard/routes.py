@@ -25,9 +25,8 @@ from datasched.service.dashboard.views import (
     eta_text,
     job_rows,
     node_rows,
-    packet_rows,
-    packet_stats,
     queue_counts,
+    request_packets,
     request_progress,
     request_rows,
 )
@@ -41,7 +40,8 @@ router = APIRouter(include_in_schema=False)
 REQUESTS_SHOWN = 50
 """The newest requests the list shows."""
 PACKETS_SHOWN = 200
-"""The newest packets a request's table shows (its statistics and plot take them all)."""
+"""The newest packets a request's table shows (its statistics and plot take them all, read
+as aggregates and samples: docs/service.md)."""
 
 _STATIC = {
     "dashboard.js": "text/javascript",
@@ -163,17 +163,21 @@ def request(request_id: str, svc: StateDep, caller: CallerDep) -> HTMLResponse:
         progress = request_progress(jobs)
         # A command's request reads no events in packets: its run instead of their figures.
         run = command_run(jobs)
-        packets = packet_rows(s, req) if run is None else []
+        packets = request_packets(s, req, shown=PACKETS_SHOWN) if run is None else None
         context = {
             "req": req,
             "final": JobState(req.state).final,
             "jobs": jobs,
             "run": run,
             "progress": progress,
-            "stats": packet_stats(packets),
-            "packets": packets[-PACKETS_SHOWN:],
-            "packets_hidden": max(0, len(packets) - PACKETS_SHOWN),
-            "plot": progress_plot(packets, progress.events_total) if packets else None,
+            "stats": None if packets is None else packets.stats,
+            "packets": [] if packets is None else packets.newest,
+            "packets_hidden": 0 if packets is None else packets.stats.count - len(packets.newest),
+            "plot": (
+                None
+                if packets is None
+                else progress_plot(packets.progress, progress.events_total, packets.stats.count)
+            ),
             "eta": eta_text(svc.eta.eta(req.id)) if svc.eta is not None else "—",
             "eta_policy": svc.eta.policy if svc.eta is not None else None,
         }

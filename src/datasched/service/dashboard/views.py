@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import func, select
@@ -18,20 +18,21 @@ from datasched.service.store import ops
 from datasched.service.store.models import Job, Packet, Request
 
 __all__ = [
+    "PLOT_POINTS",
     "EtaLookup",
     "JobRow",
     "NodeRow",
     "PacketRow",
     "PacketStats",
     "Progress",
+    "RequestPackets",
     "RequestRow",
     "command_run",
     "eta_text",
     "job_rows",
     "node_rows",
-    "packet_rows",
-    "packet_stats",
     "queue_counts",
+    "request_packets",
     "request_progress",
     "request_rows",
 ]
@@ -298,12 +299,65 @@ def request_rows(
     ]
 
 
-def packet_rows(s: Session, req: Request) -> list[PacketRow]:
-    """The request's packets in the order they were stored."""
+@dataclass(frozen=True, slots=True)
+class RequestPackets:
+    """What the request page shows of a request's packets, read in bounded size whatever
+    their number (a request over thousands of files has hundreds of thousands, and the page
+    is read again every second while it is open): their statistics (aggregates in the
+    store), the newest ``shown`` of them, and at most ``points`` samples of the events done
+    over time, each ``(seconds after the first packet, events done by then)``: the curve
+    at the last packet of each of at most ``points`` runs of packets stored one after
+    another."""
+
+    stats: PacketStats
+    newest: list[PacketRow]
+    progress: list[tuple[float, int]]
+
+
+PLOT_POINTS = 400
+"""The most samples of a request's progress the plot draws (a step a packet up to it)."""
+
+
+def request_packets(
+    s: Session, req: Request, *, shown: int, points: int = PLOT_POINTS
+) -> RequestPackets | None:
+    """The request's packets as :class:`RequestPackets` (None: no packet yet)."""
     index = {j.id: j.index for j in req.jobs}
     if not index:
-        return []
-    rows = s.execute(
+        return None
+    mine = Packet.job_id.in_(list(index))
+    events = Packet.stop - Packet.start
+    count, e_min, e_sum, e_max, n_bytes, cpu, first, last, lo, hi = s.execute(
+        select(
+            func.count(),
+            func.min(events),
+            func.sum(events),
+            func.max(events),
+            func.sum(Packet.n_bytes),
+            func.sum(Packet.cpu_s),
+            func.min(Packet.created),
+            func.max(Packet.created),
+            func.min(Packet.id),
+            func.max(Packet.id),
+        ).where(mine)
+    ).one()
+    if not count:
+        return None
+    first = _as_datetime(first)
+    cpu = float(cpu or 0.0)
+    stats = PacketStats(
+        count=int(count),
+        events_min=int(e_min),
+        events_mean=int(e_sum) / int(count),
+        events_max=int(e_max),
+        n_bytes=int(n_bytes or 0),
+        cpu_s=cpu,
+        events_per_cpu_s=int(e_sum) / cpu if cpu > 0 else None,
+        span_s=(_as_datetime(last) - first).total_seconds(),
+    )
+    # In the order they were stored: by id, which the store gives in that order (the key's
+    # index serves the newest at once, where ordering by time sorted them all).
+    newest = s.execute(
         select(
             Packet.job_id,
             Packet.url,
@@ -314,13 +368,11 @@ def packet_rows(s: Session, req: Request) -> list[PacketRow]:
             Packet.cpu_s,
             Packet.created,
         )
-        .where(Packet.job_id.in_(list(index)))
-        .order_by(Packet.created, Packet.id)
+        .where(mine)
+        .order_by(Packet.id.desc())
+        .limit(shown)
     ).all()
-    if not rows:
-        return []
-    first = rows[0].created
-    return [
+    rows = [
         PacketRow(
             job_index=index[r.job_id],
             url=r.url,
@@ -329,25 +381,30 @@ def packet_rows(s: Session, req: Request) -> list[PacketRow]:
             node=r.node,
             n_bytes=int(r.n_bytes),
             cpu_s=float(r.cpu_s),
-            at_s=(r.created - first).total_seconds(),
+            at_s=(_as_datetime(r.created) - first).total_seconds(),
         )
-        for r in rows
+        for r in reversed(newest)
     ]
+    # The events done over time: the packets in at most ``points`` runs of consecutive ids,
+    # summed in the store (one pass, no sort), each run ending at its last packet's time.
+    width = max(1, -(-(int(hi) - int(lo) + 1) // points))
+    run = (Packet.id - int(lo)) // width
+    runs = s.execute(
+        select(run, func.max(Packet.created), func.sum(events))
+        .where(mine)
+        .group_by(run)
+        .order_by(run)
+    ).all()
+    progress: list[tuple[float, int]] = []
+    done = 0
+    for _, at, n in runs:
+        done += int(n)
+        progress.append(((_as_datetime(at) - first).total_seconds(), done))
+    return RequestPackets(stats, rows, progress)
 
 
-def packet_stats(packets: Sequence[PacketRow]) -> PacketStats | None:
-    """The packets' statistics; None for no packet."""
-    if not packets:
-        return None
-    sizes = [p.events for p in packets]
-    cpu = sum(p.cpu_s for p in packets)
-    return PacketStats(
-        count=len(packets),
-        events_min=min(sizes),
-        events_mean=sum(sizes) / len(sizes),
-        events_max=max(sizes),
-        n_bytes=sum(p.n_bytes for p in packets),
-        cpu_s=cpu,
-        events_per_cpu_s=sum(sizes) / cpu if cpu > 0 else None,
-        span_s=max(p.at_s for p in packets),
-    )
+def _as_datetime(value: Any) -> datetime:
+    """A time the store gave back, aware: a datetime, or SQLite's text of one from an
+    aggregate (naive ones are UTC)."""
+    at = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
