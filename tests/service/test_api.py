@@ -8,7 +8,7 @@ from __future__ import annotations
 import pickle
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +94,33 @@ def test_a_request_runs_to_completion_with_its_progress_and_merged_result(api: A
     assert sorted(pickle.loads(b)["events"] for b in pickle.loads(raw.content)) == [10] * 9
     logs = api.client.get(f"/api/v1/requests/{rid}/logs", headers=api.h("ann")).json()
     assert [j["log"] for j in logs["jobs"]] == ["done\n"] * 3
+
+
+def test_the_packets_results_are_served_only_up_to_the_limit(api: Api) -> None:
+    """`?packets=true` holds every packet's result in the daemon's memory: past the limit
+    the call is refused (409, field `packets`) before any is read, and the merged result is
+    still served."""
+    r = api.submit("ann", "title: zz\nprocessor: p.py:P\ninput: [{catalog: year=2004}]\n")
+    rid = r.json()["id"]
+    assert api.wait("ann", rid, "completed")["state"] == "completed"
+    url = f"/api/v1/requests/{rid}/result?packets=true"
+    whole = api.client.get(url, headers=api.h("ann"))
+    assert whole.status_code == 200
+    size = sum(len(b) for b in pickle.loads(whole.content))  # nine packets' pickles
+    limits = api.client.app.state.service.limits  # type: ignore[attr-defined]
+    api.client.app.state.service.limits = replace(  # type: ignore[attr-defined]
+        limits, max_packets_result_bytes=size - 1
+    )
+    refused = api.client.get(url, headers=api.h("ann"))
+    assert refused.status_code == 409
+    error = refused.json()["errors"][0]
+    assert error["field"] == "packets"
+    assert "fetch the merged result" in error["reason"]
+    assert api.result("ann", rid).status_code == 200
+    api.client.app.state.service.limits = replace(  # type: ignore[attr-defined]
+        limits, max_packets_result_bytes=size
+    )
+    assert api.client.get(url, headers=api.h("ann")).status_code == 200  # at the limit
 
 
 def test_an_invalid_request_is_refused_with_every_error_and_kept(api: Api) -> None:

@@ -181,6 +181,14 @@ def serve(
             min=0, help="kB of a refused request's body kept; the rest is cut (and said so)."
         ),
     ] = 16,
+    max_packets_result_mb: Annotated[
+        float,
+        typer.Option(
+            min=0.001,
+            help="Most MB of packets' results one call of 'result?packets=true' is served "
+            "(they are held in the daemon's memory); past it 409 (field 'packets').",
+        ),
+    ] = 256.0,
     whatif_budget_s: Annotated[
         float,
         typer.Option(
@@ -359,6 +367,7 @@ def serve(
                 refused_days=refused_days,
                 refused_body_bytes=refused_body_kb * 1000,
                 whatif_budget_s=whatif_budget_s,
+                max_packets_result_bytes=round(max_packets_result_mb * 1e6),
             ),
             policy=policy,
             max_held=max_held,

@@ -41,7 +41,8 @@ class Limits:
     largest request body and the largest body of any other call, each user's rate (calls a
     second, sustained) and burst (calls at once), each user's requests not yet final, what
     is kept of refused requests: how many per user, for how many days, and the first bytes
-    of each body, and the time a what-if may simulate."""
+    of each body, the packets' results served at once, and the time a what-if may
+    simulate."""
 
     max_request_bytes: int = 1_000_000
     rate_per_s: float = 20.0
@@ -56,6 +57,10 @@ class Limits:
     """Days a refused request is kept."""
     refused_body_bytes: int = 16_000
     """Bytes of a refused request's body kept (the rest is cut, and the cut said)."""
+    max_packets_result_bytes: int = 256_000_000
+    """The most bytes of packets' results ``GET /requests/{id}/result?packets=true`` serves
+    at once (it holds them, and their pickled list, in the daemon's memory); past it 409,
+    field ``packets``."""
     whatif_budget_s: float = 10.0
     """Seconds of simulation one what-if call may take, its policies together; past it the
     call is refused (400, field ``policy``). A user may have one what-if under way at a time

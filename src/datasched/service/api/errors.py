@@ -39,7 +39,7 @@ ERROR_STATUSES: dict[int, str] = {
     403: "administrators only",
     404: "no such request, or another user's (the same answer)",
     409: "the state does not allow it (a result of a request not completed, or of classes "
-    "the daemon does not unpickle)",
+    "the daemon does not unpickle, or packets' results past the daemon's limit)",
     413: "the body is larger than the limit (the connection is closed)",
     415: "the Content-Type is neither XML nor YAML",
     422: "invalid: every field found wrong, with the reason",

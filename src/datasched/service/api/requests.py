@@ -14,7 +14,7 @@ from fastapi import APIRouter, HTTPException, Response
 from fastapi import Request as HttpRequest
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from datasched.service.api.bodies import too_large
 from datasched.service.api.deps import CallerDep, ServiceState, StateDep, not_found
@@ -381,6 +381,25 @@ def result(request_id: str, svc: StateDep, caller: CallerDep, packets: bool = Fa
         job_ids = [j.id for j in req.jobs]
         commands = bool(req.jobs) and all(j.work.get("kind") == "command" for j in req.jobs)
         if packets:
+            # Their size first: a request of many packets, each with a large result, would
+            # otherwise be read whole into the daemon's memory, twice (the list and its
+            # pickle), for one call of its owner's.
+            size = int(
+                s.scalar(
+                    select(func.coalesce(func.sum(func.length(Packet.result)), 0)).where(
+                        Packet.job_id.in_(job_ids), Packet.result.is_not(None)
+                    )
+                )
+                or 0
+            )
+            limit = svc.limits.max_packets_result_bytes
+            if size > limit:
+                raise _conflict(
+                    "packets",
+                    f"the packets' results are {size / 1e6:,.1f} MB, more than this "
+                    f"daemon serves at once ({limit / 1e6:,.1f} MB: --max-packets-result-mb); "
+                    "fetch the merged result",
+                )
             blobs = [
                 b
                 for b in s.scalars(
