@@ -181,7 +181,7 @@ def serve(
             min=0, help="kB of a refused request's body kept; the rest is cut (and said so)."
         ),
     ] = 16,
-    max_packets_result_mb: Annotated[
+    packets_mb: Annotated[
         float,
         typer.Option(
             min=0.001,
@@ -367,7 +367,7 @@ def serve(
                 refused_days=refused_days,
                 refused_body_bytes=refused_body_kb * 1000,
                 whatif_budget_s=whatif_budget_s,
-                max_packets_result_bytes=round(max_packets_result_mb * 1e6),
+                max_packets_result_bytes=round(packets_mb * 1e6),
             ),
             policy=policy,
             max_held=max_held,

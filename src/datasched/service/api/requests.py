@@ -397,7 +397,7 @@ def result(request_id: str, svc: StateDep, caller: CallerDep, packets: bool = Fa
                 raise _conflict(
                     "packets",
                     f"the packets' results are {size / 1e6:,.1f} MB, more than this "
-                    f"daemon serves at once ({limit / 1e6:,.1f} MB: --max-packets-result-mb); "
+                    f"daemon serves at once ({limit / 1e6:,.1f} MB: --packets-mb); "
                     "fetch the merged result",
                 )
             blobs = [
