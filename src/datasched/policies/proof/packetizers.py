@@ -18,7 +18,7 @@ its own path in the cluster model.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from datasched.core.intervals import IntervalSet
 from datasched.policies.proof.nodes import FileNode, Locate, Piece, Worker
@@ -30,8 +30,71 @@ __all__ = [
     "Locate",
     "Packetizer",
     "Piece",
+    "Roster",
     "Worker",
 ]
+
+
+class Roster:
+    """Every slot of the cluster as a worker of a query (PROOF without resource scheduling:
+    every query gets every worker), built once per cluster and shared by the jobs'
+    packetizers: a packetizer given it (:meth:`Packetizer.add_roster`) counts its slots
+    registered as :meth:`Packetizer.add_worker` one by one would, but makes a slot's
+    :class:`Worker` only when the slot first asks, so that a job handed out in fewer packets
+    than the cluster has slots costs no pass over them (docs/performance.md). Not changed
+    once built: a node joining or lost makes a new one."""
+
+    __slots__ = ("host", "per_host", "perf", "perfs")
+
+    def __init__(self, workers: Iterable[tuple[int, int, float]]) -> None:
+        """``workers``: ``(slot, host, perf)``, each slot once."""
+        self.host: dict[int, int] = {}
+        """Slot -> its node."""
+        self.perf: dict[int, float] = {}
+        """Slot -> its performance index."""
+        self.per_host: dict[int, int] = {}
+        """Node -> its slots in the roster."""
+        self.perfs: dict[float, int] = {}
+        """Performance index -> slots with it."""
+        for slot, host, perf in workers:
+            if slot in self.host:
+                raise ValueError(f"slot {slot} is in the roster twice")
+            self.host[slot] = host
+            self.perf[slot] = perf
+            self.per_host[host] = self.per_host.get(host, 0) + 1
+            self.perfs[perf] = self.perfs.get(perf, 0) + 1
+
+    def __len__(self) -> int:
+        return len(self.host)
+
+
+class Workers(Mapping[int, Worker]):
+    """A packetizer's workers by slot, those of its roster made as they are looked up. In no
+    particular order: the roster's slots not made yet, then the others."""
+
+    __slots__ = ("_pk",)
+
+    def __init__(self, pk: Packetizer) -> None:
+        self._pk = pk
+
+    def __getitem__(self, slot: int) -> Worker:
+        w = self._pk.worker(slot)
+        if w is None:
+            raise KeyError(slot)
+        return w
+
+    def __contains__(self, slot: object) -> bool:
+        return isinstance(slot, int) and self._pk.has_worker(slot)
+
+    def __len__(self) -> int:
+        return self._pk.n_workers
+
+    def __iter__(self) -> Iterator[int]:
+        pk = self._pk
+        roster = pk._roster
+        if roster is not None:
+            yield from [s for s in roster.host if s not in pk._out]
+        yield from list(pk._made)
 
 
 class Packetizer:
@@ -51,10 +114,23 @@ class Packetizer:
         self.nodes: dict[int, FileNode] = {}
         self.pieces: dict[int, list[Piece]] = {}
         """File index -> its pieces."""
-        self.workers: dict[int, Worker] = {}
+        self._made: dict[int, Worker] = {}
+        """Slot -> its worker, for the workers made: registered one by one, or of the roster
+        and asked (or looked up) once."""
+        self._roster: Roster | None = None
+        """The slots registered at once (:meth:`add_roster`), made as they ask."""
+        self._roster_nodes: dict[int, FileNode] = {}
+        """The file nodes when the roster was registered: a roster slot's home, while there."""
+        self._out: set[int] = set()
+        """The roster's slots no longer waiting to be made: made, removed or registered
+        again one by one."""
+        self.n_workers = 0
+        """The workers registered, made or not."""
         self._perfs: dict[float, int] = {}
         """Performance index -> workers with it: the best of them sizes packets
         (:meth:`best_perf`) without a pass over every worker at every packet."""
+        self._perfs_shared = False
+        """Whether ``_perfs`` is still the roster's (copied before it changes)."""
         self._best: float | None = None
         """The highest index in ``_perfs``; None: to find again (its last worker left)."""
         self.processed = 0
@@ -83,33 +159,126 @@ class Packetizer:
         fn.events += events.length
         self.pieces.setdefault(index, []).append(piece)
 
+    @property
+    def workers(self) -> Workers:
+        """The registered workers by slot (a roster's made as they are looked up)."""
+        return Workers(self)
+
     def add_worker(self, slot: int, host: int, perf: float = 100.0) -> None:
         home = self.nodes.get(host)
         if home is not None:
             home.my += 1
-        old = self.workers.get(slot)
+        old = self._made.get(slot)
         if old is not None:
             self._forget_perf(old.perf)
-        self.workers[slot] = Worker(slot, host, home, home, perf)
-        self._perfs[perf] = self._perfs.get(perf, 0) + 1
+        elif self._waiting(slot):
+            # Registered again over its roster registration: replaced, as a worker is.
+            assert self._roster is not None
+            self._out.add(slot)
+            self._forget_perf(self._roster.perf[slot])
+        else:
+            self.n_workers += 1
+        self._made[slot] = Worker(slot, host, home, home, perf)
+        perfs = self._own_perfs()
+        perfs[perf] = perfs.get(perf, 0) + 1
         if self._best is not None and perf > self._best:
             self._best = perf
 
+    def add_roster(self, roster: Roster) -> None:
+        """Register every slot of ``roster`` (as :meth:`add_worker` for each would) in time
+        independent of its size: the node counters from its count per node, the performance
+        histogram shared until it changes; a slot's :class:`Worker` is made when it is first
+        looked up (:meth:`worker`). Only a packetizer with no worker takes a roster."""
+        if self.n_workers:
+            raise ValueError("a roster is registered only with no worker registered")
+        self._roster = roster
+        self._out = set()
+        self._made = {}
+        self._roster_nodes = dict(self.nodes)
+        per_host = roster.per_host
+        for fn in self.nodes.values():
+            if fn.node is not None:
+                fn.my += per_host.get(fn.node, 0)
+        self.n_workers = len(roster)
+        self._perfs = roster.perfs
+        self._perfs_shared = True
+        self._best = None
+
+    def _waiting(self, slot: int) -> bool:
+        """Whether ``slot`` is registered by the roster and not made yet."""
+        roster = self._roster
+        return roster is not None and slot in roster.host and slot not in self._out
+
+    def _roster_home(self, host: int) -> FileNode | None:
+        """The home a roster worker on ``host`` has: its node's file node when the roster was
+        registered, while that is still the job's (:meth:`relocate` detaches the workers
+        of a node lost; a file node made later is no worker's home, as with
+        :meth:`add_worker`)."""
+        fn = self._roster_nodes.get(host)
+        return fn if fn is not None and self.nodes.get(host) is fn else None
+
+    def has_worker(self, slot: int) -> bool:
+        """Whether ``slot`` is a registered worker (made or not)."""
+        return slot in self._made or self._waiting(slot)
+
+    def worker(self, slot: int) -> Worker | None:
+        """The worker on ``slot`` (made now if it is the roster's), or None."""
+        w = self._made.get(slot)
+        if w is not None or not self._waiting(slot):
+            return w
+        roster = self._roster
+        assert roster is not None
+        host = roster.host[slot]
+        home = self._roster_home(host)
+        self._out.add(slot)
+        w = self._made[slot] = Worker(slot, host, home, home, roster.perf[slot])
+        return w
+
+    def worker_made(self, slot: int) -> bool:
+        """Whether the :class:`Worker` of ``slot`` exists: registered one by one, or of the
+        roster and looked up since."""
+        return slot in self._made
+
+    def may_ask(self, slot: int, force: bool = False) -> bool:
+        """Whether ``slot`` is a worker that asks for packets: registered and not done with
+        the query (``force``: even if it is), without making it."""
+        w = self._made.get(slot)
+        if w is not None:
+            return force or not w.finished
+        return self._waiting(slot)  # a worker not made yet never asked
+
     def remove_worker(self, slot: int) -> None:
-        w = self.workers.pop(slot, None)
+        w = self._made.pop(slot, None)
         if w is None:
+            if not self._waiting(slot):
+                return
+            assert self._roster is not None
+            self._out.add(slot)
+            self.n_workers -= 1
+            self._forget_perf(self._roster.perf[slot])
+            home = self._roster_home(self._roster.host[slot])
+            if home is not None:
+                home.my -= 1
             return
+        self.n_workers -= 1
         self._forget_perf(w.perf)
         self._drop_current(w)
         if w.home is not None:
             w.home.my -= 1
 
+    def _own_perfs(self) -> dict[float, int]:
+        if self._perfs_shared:
+            self._perfs = dict(self._perfs)
+            self._perfs_shared = False
+        return self._perfs
+
     def _forget_perf(self, perf: float) -> None:
-        left = self._perfs[perf] - 1
+        perfs = self._own_perfs()
+        left = perfs[perf] - 1
         if left:
-            self._perfs[perf] = left
+            perfs[perf] = left
         else:
-            del self._perfs[perf]
+            del perfs[perf]
             if perf == self._best:
                 self._best = None
 
@@ -137,7 +306,7 @@ class Packetizer:
 
     def revive(self) -> None:
         """Workers that found nothing ask again (work came back, or nothing runs)."""
-        for w in self.workers.values():
+        for w in self._made.values():  # one not made yet never asked
             w.finished = False
 
     def relocate(self, node: int, locate: Locate) -> None:
@@ -172,13 +341,13 @@ class Packetizer:
                     fn.events += piece.todo.length
                     if piece.todo:
                         self._list(piece)
-        for w in self.workers.values():
+        for w in self._made.values():  # one not made yet finds its home gone when made
             if w.home is lost:
                 w.home = w.local = None
 
     def _move_readers(self, piece: Piece, fn: FileNode) -> None:
         """The workers whose current piece moved to ``fn`` now count there."""
-        for w in self.workers.values():
+        for w in self._made.values():  # one not made yet has no current piece
             if w.current is piece:
                 w.current_node = fn
                 fn.run += 1
@@ -216,7 +385,7 @@ class Packetizer:
         self.processed += events
         self.cum_busy_s += seconds
         piece.node.processed += events
-        w = self.workers.get(slot)
+        w = self.worker(slot)
         if w is None:
             return
         w.processed += events
@@ -231,7 +400,9 @@ class Packetizer:
         """The packet for the worker on ``slot``, or None (it is then done with the job).
         ``force`` ignores the limit on workers per node (used only when nothing of the job
         runs any more: a limit must not strand it)."""
-        w = self.workers[slot]
+        w = self.worker(slot)
+        if w is None:
+            raise KeyError(slot)
         if w.current is not None and not w.current.todo:
             self._drop_current(w)
         if w.current is None:
@@ -326,7 +497,7 @@ class BasicPacketizer(Packetizer):
         if self.packet_events is not None:
             base = self.packet_events
         else:
-            base = max(self.total // (self.fraction * max(len(self.workers), 1)), 1)
+            base = max(self.total // (self.fraction * max(self.n_workers, 1)), 1)
         best = self.best_perf(w.perf)
         n = max(int(base * w.perf / best), 1)
         return min(n, piece.todo.length)
@@ -406,7 +577,7 @@ class AdaptivePacketizer(Packetizer):
         if own.run > own.my - 1:
             return True  # workers from other hosts already help on its node
         left = max(self.remaining, 1)
-        avg_left = left / max(len(self.workers), 1)
+        avg_left = left / max(self.n_workers, 1)
         pref = self.local_preference - self.events_on_remote / (0.4 * left)
         local_left = own.events_left_per_worker()
         if w.rate == 0.0:
@@ -427,7 +598,7 @@ class AdaptivePacketizer(Packetizer):
             n = self.calibration_events
         else:
             # The cluster's throughput, the job's time left at it, a fraction of that.
-            cluster_rate = self.processed / (self.cum_busy_s / max(len(self.workers), 1))
+            cluster_rate = self.processed / (self.cum_busy_s / max(self.n_workers, 1))
             packet_s = self.remaining / cluster_rate / self.fraction
             packet_s = min(max(packet_s, self.min_packet_s), self.max_packet_s)
             n = max(int(rate * packet_s), 1)

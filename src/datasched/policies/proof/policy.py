@@ -41,6 +41,7 @@ from datasched.policies.proof.packetizers import (
     Locate,
     Packetizer,
     Piece,
+    Roster,
 )
 from datasched.policies.proof.sessions import GroupScheduler
 from datasched.policies.registry import register
@@ -71,6 +72,13 @@ class ProofPolicy(Policy):
         self._running: dict[int, int] = {}
         """Job -> its packets in flight."""
         self._perf: dict[int, float] = {}
+        self._todo: dict[int, None] = {}
+        """The jobs with events to hand out (``has_todo``), in arrival order: a free slot
+        asks those only, the others refusing every slot (docs/performance.md)."""
+        self._roster: Roster | None = None
+        """Every slot of the cluster with its node and performance index, for the next query
+        (without resource scheduling every query gets them all); None: to build again (a
+        node joined or was lost)."""
         self.forced = 0
 
     # -- what a subclass gives ---------------------------------------------------------------
@@ -100,8 +108,9 @@ class ProofPolicy(Policy):
         self._jobs[js.job_id] = pk
         self.groups.add(js.job_id, js.job.group, js.job.user)
         self._running[js.job_id] = 0
-        for slot in self._workers_for(sched, js.job_id):
-            self._add_worker(sched, pk, slot)
+        self._add_workers(sched, pk, js.job_id)
+        if pk.has_todo():
+            self._todo[js.job_id] = None
         self._offer_idle(sched)
 
     def work_requested(self, sched: SchedulerView, slot: int, ended: JobView | None) -> None:
@@ -122,11 +131,15 @@ class ProofPolicy(Policy):
                     break
         sched.discard(sj)
         pk.give_back(sj.data)
+        if sj.job_id not in self._todo and pk.has_todo():
+            # Back in the jobs with work, at its place in arrival order.
+            self._todo = {j: None for j in self._jobs if j in self._todo or j == sj.job_id}
         pk.revive()
         self._offer_idle(sched)
         self._unstick(sched)
 
     def node_lost(self, sched: SchedulerView, node: int) -> None:
+        self._roster = None
         slots = set(sched.slots_of(node))
         for slot in slots:
             pkt = self._inflight.pop(slot, None)
@@ -139,6 +152,7 @@ class ProofPolicy(Policy):
             pk.relocate(node, locator(sched))
 
     def node_joined(self, sched: SchedulerView, node: int) -> None:
+        self._roster = None
         if self.groups.on:
             return  # new slots serve the next queries
         for pk in self._jobs.values():
@@ -182,12 +196,13 @@ class ProofPolicy(Policy):
 
     def _try(self, sched: SchedulerView, slot: int, job_id: int, force: bool = False) -> bool:
         pk = self._jobs[job_id]
-        w = pk.workers.get(slot)
-        if w is None or (w.finished and not force) or not pk.has_todo():
+        if not pk.has_todo() or not pk.may_ask(slot, force):
             return False
         got = pk.next_packet(slot, force=force)
         if got is None:
             return False
+        if not pk.has_todo():
+            del self._todo[job_id]
         self._assign(sched, slot, job_id, *got)
         return True
 
@@ -195,13 +210,10 @@ class ProofPolicy(Policy):
         """Give the free ``slot`` a packet: first come first served, or by CPU weight."""
         for job_id in [j for j in self._jobs if j not in sched.jobs]:
             self._drop(job_id)
+        # A job with nothing to hand out refuses every slot: only those with work are asked.
         if not self.groups.on:
-            return any(self._try(sched, slot, job_id) for job_id in list(self._jobs))
-        waiting = [
-            job_id
-            for job_id, pk in self._jobs.items()
-            if (w := pk.workers.get(slot)) is not None and not w.finished and pk.has_todo()
-        ]
+            return any(self._try(sched, slot, job_id) for job_id in list(self._todo))
+        waiting = [job_id for job_id in self._todo if self._jobs[job_id].may_ask(slot)]
         for entity, jobs in self.groups.order(slot, waiting):
             for job_id in jobs:
                 if self._try(sched, slot, job_id):
@@ -211,7 +223,7 @@ class ProofPolicy(Policy):
 
     def _offer_idle(self, sched: SchedulerView) -> None:
         for slot in list(sched.idle_slots):
-            if not self.groups.on and not any(pk.has_todo() for pk in self._jobs.values()):
+            if not self.groups.on and not self._todo:
                 # Nothing left to hand out: every further slot would be refused by every
                 # job. Stopping here spares a pass over the cluster's idle slots at each
                 # query, once its packets are out (docs/scale.md); with resource scheduling
@@ -227,15 +239,15 @@ class ProofPolicy(Policy):
         workers still reading; here none is)."""
         if not sched.idle_slots:
             return  # every slot will ask again
-        for job_id, pk in list(self._jobs.items()):
+        for job_id in list(self._todo):  # the others have nothing to hand out
+            pk = self._jobs[job_id]
             if self._running.get(job_id, 0) or not pk.has_todo() or job_id not in sched.jobs:
                 continue
             pk.revive()
-            if not pk.workers:
-                for slot in self._workers_for(sched, job_id):
-                    self._add_worker(sched, pk, slot)
+            if not pk.n_workers:
+                self._add_workers(sched, pk, job_id)
             for slot in list(sched.idle_slots):
-                if slot not in pk.workers:
+                if not pk.has_worker(slot):
                     continue
                 if self._try(sched, slot, job_id):
                     break
@@ -252,18 +264,38 @@ class ProofPolicy(Policy):
     def _drop(self, job_id: int) -> None:
         self._jobs.pop(job_id, None)
         self._running.pop(job_id, None)
+        self._todo.pop(job_id, None)
         self.groups.remove(job_id)
 
     # -- workers --------------------------------------------------------------------------------
 
+    def _add_workers(self, sched: SchedulerView, pk: Packetizer, job_id: int) -> None:
+        """Give the query ``job_id`` its workers: without resource scheduling the cluster's
+        roster (every slot, kept between queries, each worker made as it asks), else the
+        central scheduler's choice, one by one."""
+        if self.groups.on:
+            for slot in self._workers_for(sched, job_id):
+                self._add_worker(sched, pk, slot)
+            return
+        if self._roster is None:
+            slots = self._workers_for(sched, job_id)
+            self._roster = Roster(
+                (slot, sched.slot_node[slot], self._perf_of(sched, sched.slot_node[slot]))
+                for slot in slots
+            )
+        pk.add_roster(self._roster)
+
     def _add_worker(self, sched: SchedulerView, pk: Packetizer, slot: int) -> None:
         node = sched.slot_node[slot]
+        pk.add_worker(slot, node, self._perf_of(sched, node))
+
+    def _perf_of(self, sched: SchedulerView, node: int) -> float:
         perf = self._perf.get(node)
         if perf is None:
             # PROOF's performance index: 100 for the fastest node, less for slower ones.
             rates = sched.topology.rates(node, sched.cost, sched.space.bytes_per_event)
             perf = self._perf[node] = 100.0 * sched.fastest_s_per_event / rates[0]
-        pk.add_worker(slot, node, perf)
+        return perf
 
     def _workers_for(self, sched: SchedulerView, job_id: int) -> list[int]:
         """The slots a query gets: all of them, or the central scheduler's N least loaded."""
