@@ -544,8 +544,16 @@ class AdaptivePacketizer(Packetizer):
         return (fn.run, fn.processed - fn.events, fn.key)
 
     def _first(self, has: Callable[[FileNode], bool]) -> FileNode | None:
-        candidates = [fn for fn in self.nodes.values() if has(fn)]
-        return min(candidates, key=self._order) if candidates else None
+        """The first node by :meth:`_order` of those ``has`` holds for (a worker's first
+        request asks twice: one pass, no list)."""
+        first: FileNode | None = None
+        best: tuple[int, int, int] | None = None
+        for fn in self.nodes.values():
+            if has(fn):
+                order = self._order(fn)
+                if best is None or order < best:
+                    first, best = fn, order
+        return first
 
     def _choose(self, w: Worker, force: bool) -> Piece | None:
         if self.events_on_remote < 0:
