@@ -1,17 +1,17 @@
 """What a PROOF packetizer keeps track of (see :mod:`datasched.policies.proof.packetizers`): a
 job's *pieces* (its part in one file, cut where a different node holds it), the *file nodes*
-that hold them with ROOT's counters, and the *workers* (slots) with their measured rates.
-Pure bookkeeping."""
+that hold them with ROOT's counters, the *workers* (slots) with their measured rates, and the
+*roster* of a cluster's slots that a query gets at once. Pure bookkeeping."""
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from datasched.core.intervals import IntervalSet
 
-__all__ = ["FileNode", "Locate", "Piece", "Worker"]
+__all__ = ["FileNode", "Locate", "Piece", "Roster", "Worker"]
 
 _EMPTY = IntervalSet()
 
@@ -107,6 +107,39 @@ class Worker:
     @property
     def file_rate(self) -> float:
         return self.file_events / self.file_s if self.file_s > 0 else 0.0
+
+
+class Roster:
+    """Every slot of the cluster as a worker of a query (PROOF without resource scheduling:
+    every query gets every worker), built once per cluster and shared by the jobs'
+    packetizers. A packetizer given it (``Packetizer.add_roster``) counts its slots
+    registered as ``Packetizer.add_worker`` one by one would, but makes a slot's
+    :class:`Worker` only when the slot first asks, so that a job handed out in fewer packets
+    than the cluster has slots costs no pass over them (docs/performance.md). Not changed
+    once built: a node joining or lost makes a new one."""
+
+    __slots__ = ("host", "per_host", "perf", "perfs")
+
+    def __init__(self, workers: Iterable[tuple[int, int, float]]) -> None:
+        """``workers``: ``(slot, host, perf)``, each slot once."""
+        self.host: dict[int, int] = {}
+        """Slot -> its node."""
+        self.perf: dict[int, float] = {}
+        """Slot -> its performance index."""
+        self.per_host: dict[int, int] = {}
+        """Node -> its slots in the roster."""
+        self.perfs: dict[float, int] = {}
+        """Performance index -> slots with it."""
+        for slot, host, perf in workers:
+            if slot in self.host:
+                raise ValueError(f"slot {slot} is in the roster twice")
+            self.host[slot] = host
+            self.perf[slot] = perf
+            self.per_host[host] = self.per_host.get(host, 0) + 1
+            self.perfs[perf] = self.perfs.get(perf, 0) + 1
+
+    def __len__(self) -> int:
+        return len(self.host)
 
 
 _Run = tuple[int, int, int | None]

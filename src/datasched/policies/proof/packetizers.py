@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from datasched.core.intervals import IntervalSet
-from datasched.policies.proof.nodes import FileNode, Locate, Piece, Worker
+from datasched.policies.proof.nodes import FileNode, Locate, Piece, Roster, Worker
 
 __all__ = [
     "AdaptivePacketizer",
@@ -33,39 +33,6 @@ __all__ = [
     "Roster",
     "Worker",
 ]
-
-
-class Roster:
-    """Every slot of the cluster as a worker of a query (PROOF without resource scheduling:
-    every query gets every worker), built once per cluster and shared by the jobs'
-    packetizers: a packetizer given it (:meth:`Packetizer.add_roster`) counts its slots
-    registered as :meth:`Packetizer.add_worker` one by one would, but makes a slot's
-    :class:`Worker` only when the slot first asks, so that a job handed out in fewer packets
-    than the cluster has slots costs no pass over them (docs/performance.md). Not changed
-    once built: a node joining or lost makes a new one."""
-
-    __slots__ = ("host", "per_host", "perf", "perfs")
-
-    def __init__(self, workers: Iterable[tuple[int, int, float]]) -> None:
-        """``workers``: ``(slot, host, perf)``, each slot once."""
-        self.host: dict[int, int] = {}
-        """Slot -> its node."""
-        self.perf: dict[int, float] = {}
-        """Slot -> its performance index."""
-        self.per_host: dict[int, int] = {}
-        """Node -> its slots in the roster."""
-        self.perfs: dict[float, int] = {}
-        """Performance index -> slots with it."""
-        for slot, host, perf in workers:
-            if slot in self.host:
-                raise ValueError(f"slot {slot} is in the roster twice")
-            self.host[slot] = host
-            self.perf[slot] = perf
-            self.per_host[host] = self.per_host.get(host, 0) + 1
-            self.perfs[perf] = self.perfs.get(perf, 0) + 1
-
-    def __len__(self) -> int:
-        return len(self.host)
 
 
 class Workers(Mapping[int, Worker]):
