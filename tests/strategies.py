@@ -3,6 +3,8 @@ simulated scenarios (jobs over it), and batches of romosan's file-to-server netw
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 from hypothesis import strategies as st
 
@@ -14,6 +16,7 @@ __all__ = [
     "dense_event_sets",
     "event_sets",
     "flow_batches",
+    "grouped_flow_batches",
     "interval_sets",
     "job_lists",
     "multi_file_jobs",
@@ -125,6 +128,18 @@ def flow_batches(
         local_cost=local,
         remote_cost=remote,
     )
+
+
+@st.composite
+def grouped_flow_batches(
+    draw: st.DrawFn, max_files: int = 4, max_servers: int = 3, max_units: int = 4
+) -> Batch:
+    """A batch of :func:`flow_batches` whose servers holding none of its files may each
+    stand for a group of one to four servers of the same free slots (``Batch.count``)."""
+    batch = draw(flow_batches(max_files, max_servers, max_units))
+    holding = set(batch.zero_idx.tolist())
+    count = [1 if s in holding else draw(st.integers(1, 4)) for s in range(batch.n_servers)]
+    return replace(batch, count=np.array(count, dtype=np.int64))
 
 
 @st.composite

@@ -21,7 +21,7 @@ from datasched.policies.cosched.mincostflow import (
     solve_instance,
     solve_lp,
 )
-from strategies import flow_batches
+from strategies import flow_batches, grouped_flow_batches
 
 
 def exact_cost(batch: Batch, f: int, s: int) -> Fraction:
@@ -115,6 +115,63 @@ def random_batch(n_files: int, n_servers: int, seed: int, max_free: int = 3) -> 
         local_cost=1.0,
         remote_cost=10.0,
     )
+
+
+def check_grouped_feasible(batch: Batch, result: BatchFlow) -> None:
+    """Like :func:`check_feasible`, a group offering its servers' slots together."""
+    assert result.total_flow == min(batch.popularity.sum(), batch.slots.sum())
+    assert int(result.units.sum()) == result.total_flow
+    per_file = np.bincount(result.files, weights=result.units, minlength=batch.n_files)
+    per_server = np.bincount(result.servers, weights=result.units, minlength=batch.n_servers)
+    assert (per_file <= batch.popularity).all()
+    assert (per_server <= batch.slots).all()
+
+
+@pytest.mark.parametrize("network", NETWORKS)
+@settings(max_examples=120, deadline=None)
+@given(batch=grouped_flow_batches(max_files=3, max_servers=3, max_units=3))
+def test_a_grouped_batch_costs_what_its_servers_one_by_one_cost(network: Any, batch: Batch) -> None:
+    """Servers holding none of the files, as groups of equal free slots: the optimum is
+    that of the same servers one by one (a brute force on tiny instances, both networks)."""
+    one_by_one, origin = batch.expanded()
+    assert one_by_one.n_servers == batch.n_machines
+    assert (one_by_one.free == batch.free[origin]).all()
+    result = solve(batch, network)
+    check_grouped_feasible(batch, result)
+    assert result.total_flow == one_by_one.total_flow
+    if one_by_one.n_servers <= 4:
+        assert result.objective == pytest.approx(float(brute_force(one_by_one)), abs=1e-9)
+    assert result.objective == pytest.approx(solve(one_by_one, network).objective, abs=1e-9)
+
+
+@settings(max_examples=60, deadline=None)
+@given(batch=grouped_flow_batches(max_files=8, max_servers=6, max_units=6))
+def test_a_grouped_batch_reaches_the_highs_lp_optimum(batch: Batch) -> None:
+    """HiGHS solves the batch with its groups written out server by server."""
+    lp_objective, lp_flow = solve_lp(batch)
+    assert lp_flow.shape == (batch.n_files, batch.n_machines)
+    for network in NETWORKS:
+        result = solve(batch, network)
+        check_grouped_feasible(batch, result)
+        assert result.objective == pytest.approx(lp_objective, rel=1e-9, abs=1e-9)
+
+
+def test_a_group_of_empty_servers_takes_what_they_would() -> None:
+    """Two files of 3 and 1 queued jobs, nothing cached: 10 empty servers of 2 free slots
+    as one group take the 4 jobs at the cost they would one by one, each file's units at
+    r / min(N(f), 2)."""
+    batch = Batch(
+        popularity=np.array([3, 1], dtype=np.int64),
+        free=np.array([2], dtype=np.int64),
+        zero_ptr=np.array([0, 0, 0], dtype=np.int64),
+        zero_idx=np.zeros(0, dtype=np.int64),
+        has_copy=np.array([False, False]),
+        count=np.array([10], dtype=np.int64),
+    )
+    result = solve(batch)
+    assert result.total_flow == 4
+    assert result.units.tolist() == [3, 1]
+    assert result.objective == pytest.approx(3 * 10.0 / 2 + 1 * 10.0 / 1)
 
 
 @pytest.mark.parametrize("max_free", [3, 40])

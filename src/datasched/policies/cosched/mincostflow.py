@@ -25,6 +25,14 @@ networks give the same optimum:
   room whenever that flow can exist), so the optimum is the paper's; tests check it against
   the full network, a brute force and HiGHS (:func:`solve_lp`).
 
+A batch's server may also stand for a *group* (``Batch.count``): that many servers of the
+same free slots, none of them holding a file of the batch (nor any on its way there), which
+every file reaches at the same cost. The units a group receives are the group's to share
+among its servers, in any way that gives none more than its free slots: the cost is the same
+whichever way (:meth:`Batch.expanded` is the batch with each group written out server by
+server, for the checks). The policy sends its servers holding none of the queued files as
+one group per free-slot count, so that a batch's network does not grow with the cluster.
+
 Pure: no clock, no I/O. :mod:`datasched.policies.cosched.model` builds a :class:`Batch` from the
 scheduler's state; ``datasched cosched solve`` reads one from JSON (:func:`parse_instance`).
 """
@@ -68,7 +76,9 @@ class Batch:
 
     ``zero_ptr``/``zero_idx``: per file, the servers where it costs nothing (they hold it,
     or it is on its way there), in compressed rows. ``has_copy``: whether some server holds
-    the file, so that elsewhere it costs ``local_cost`` (else ``remote_cost``).
+    the file, so that elsewhere it costs ``local_cost`` (else ``remote_cost``). ``count``:
+    per server, how many servers of ``free`` free slots it stands for (None: one each; see
+    the module docstring on groups).
     """
 
     popularity: IntArray
@@ -78,6 +88,7 @@ class Batch:
     has_copy: npt.NDArray[np.bool_]
     local_cost: float = 1.0
     remote_cost: float = 10.0
+    count: IntArray | None = None
 
     @property
     def n_files(self) -> int:
@@ -85,12 +96,48 @@ class Batch:
 
     @property
     def n_servers(self) -> int:
+        """Servers of the batch, a group counting as one."""
         return len(self.free)
+
+    @property
+    def n_machines(self) -> int:
+        """Servers of the paper's network: a group counts as its servers."""
+        return self.n_servers if self.count is None else int(self.count.sum())
+
+    @property
+    def slots(self) -> IntArray:
+        """Per server, the slots it offers: its free slots, times its servers for a group."""
+        return self.free if self.count is None else self.free * self.count
 
     @property
     def total_flow(self) -> int:
         """min(queued jobs, free slots): the flow the paper requires."""
-        return int(min(self.popularity.sum(), self.free.sum()))
+        return int(min(self.popularity.sum(), self.slots.sum()))
+
+    def expanded(self) -> tuple[Batch, IntArray]:
+        """The batch with every group written out as its servers, and for each of those
+        servers the index of the batch's server it comes from."""
+        if self.count is None:
+            return self, np.arange(self.n_servers, dtype=np.int64)
+        count = self.count
+        origin = np.repeat(np.arange(self.n_servers, dtype=np.int64), count)
+        first = np.concatenate([[0], np.cumsum(count)[:-1]]).astype(np.int64)
+        ptr = [0]
+        idx: list[int] = []
+        for f in range(self.n_files):
+            for s in self.zero_idx[self.zero_ptr[f] : self.zero_ptr[f + 1]].tolist():
+                idx += range(int(first[s]), int(first[s] + count[s]))
+            ptr.append(len(idx))
+        batch = Batch(
+            popularity=self.popularity,
+            free=self.free[origin],
+            zero_ptr=np.array(ptr, dtype=np.int64),
+            zero_idx=np.array(idx, dtype=np.int64),
+            has_copy=self.has_copy,
+            local_cost=self.local_cost,
+            remote_cost=self.remote_cost,
+        )
+        return batch, origin
 
     def zero_pairs(self) -> tuple[IntArray, IntArray]:
         """(file, server) index pairs of cost 0."""
@@ -123,6 +170,7 @@ def solve(batch: Batch, network: Network = "grouped") -> BatchFlow:
         empty = np.zeros(0, dtype=np.int64)
         return BatchFlow(0, 0.0, empty, empty, empty)
     pop, free = batch.popularity, batch.free
+    room = batch.slots
     n_f, n_s = batch.n_files, batch.n_servers
     files_at, servers_at = 2, 2 + n_f
     zf, zs = batch.zero_pairs()
@@ -147,7 +195,7 @@ def solve(batch: Batch, network: Network = "grouped") -> BatchFlow:
     zeros_f = np.zeros(n_f, dtype=np.int64)
     zeros_s = np.zeros(n_s, dtype=np.int64)
     arcs(zeros_f, files + files_at, pop, zeros_f)
-    arcs(servers + servers_at, zeros_s + 1, free, zeros_s)
+    arcs(servers + servers_at, zeros_s + 1, room, zeros_s)
     n_nodes = 2 + n_f + n_s
     classes: IntArray = np.zeros(0, dtype=np.int64)
     if network == "full":
@@ -155,9 +203,9 @@ def solve(batch: Batch, network: Network = "grouped") -> BatchFlow:
         s = np.tile(servers, n_f)
         c = np.repeat(code, n_s)
         c[zf * n_s + zs] = 0
-        edges = arcs(f + files_at, s + servers_at, np.minimum(pop[f], free[s]), c)
+        edges = arcs(f + files_at, s + servers_at, np.minimum(pop[f], room[s]), c)
     elif network == "grouped":
-        zero = arcs(zf + files_at, zs + servers_at, np.minimum(pop[zf], free[zs]), zs * 0)
+        zero = arcs(zf + files_at, zs + servers_at, np.minimum(pop[zf], room[zs]), zs * 0)
         classes = np.unique(free[free > 0])
         class_at = n_nodes
         n_nodes += len(classes)
@@ -170,7 +218,7 @@ def solve(batch: Batch, network: Network = "grouped") -> BatchFlow:
         from_class = arcs(
             s_cls[up] + class_at,
             servers[up] + servers_at,
-            free[up],
+            room[up],
             np.zeros(int(up.sum()), np.int64),
         )
     else:
@@ -180,11 +228,15 @@ def solve(batch: Batch, network: Network = "grouped") -> BatchFlow:
     cap = np.concatenate(caps)
     arc_code = np.concatenate(codes)
     # The capacity an arc's cost is scaled by: the paper's min(N(f), S(s)) on file-to-server
-    # edges; min(N(f), count) on a file's edge to the node of servers with ``count`` free.
+    # edges (S(s) a server's free slots, one of a group's for a group); min(N(f), count) on a
+    # file's edge to the node of servers with ``count`` free.
     scale_cap = cap.copy()
     if network == "grouped":
         lo, hi = to_class
         scale_cap[lo:hi] = np.minimum(pop[f], classes[cls])
+    else:
+        lo, hi = edges
+        scale_cap[lo:hi] = np.minimum(pop[f], free[s])
     unit = _unit_costs(arc_code, scale_cap, batch.local_cost, batch.remote_cost)
     mcf = min_cost_flow.SimpleMinCostFlow()
     mcf.add_arcs_with_capacity_and_unit_cost(
@@ -301,11 +353,13 @@ def _unit_costs(code: IntArray, cap: IntArray, local: float, remote: float) -> I
 
 def solve_lp(batch: Batch) -> tuple[float, npt.NDArray[np.float64]]:
     """The same batch as the paper's linear program on the full network, solved with HiGHS
-    (the cross-check of :func:`solve`): its optimal objective and the flow, files x servers.
+    (the cross-check of :func:`solve`): its optimal objective and the flow, files x servers
+    (a group's servers one by one: :meth:`Batch.expanded`).
 
     Needs ``highspy`` (the ``dev`` extra); meant for tests and benchmarks."""
     import highspy
 
+    batch, _ = batch.expanded()
     pop, free = batch.popularity, batch.free
     n_f, n_s = batch.n_files, batch.n_servers
     total = batch.total_flow
