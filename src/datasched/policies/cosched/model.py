@@ -34,10 +34,12 @@ import heapq
 from bisect import bisect_left, insort
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import Subjob
 from datasched.core.policy import JobView, Param, Policy, ReadMode, Returned, SchedulerView
+from datasched.policies.cosched.freeslots import FreeSlots
 
 __all__ = ["LOCAL_COST", "REMOTE_COST", "CoScheduling", "Item"]
 
@@ -98,6 +100,9 @@ class CoScheduling(Policy):
     queued job goes to which server in :meth:`_dispatch`."""
 
     reads = ReadMode(cache_fill=True)
+    keeps_free_slots: ClassVar[bool] = False
+    """Whether the policy keeps :class:`FreeSlots`, every server's free slots as they change
+    (:meth:`free_slots`); the policies that only look for one server at a time do not."""
 
     def __init__(self) -> None:
         self._items: dict[int, Item] = {}
@@ -132,6 +137,10 @@ class CoScheduling(Policy):
         top (see :meth:`widest_open`)."""
         self._rescan = True
         """The next look at the free servers starts from every server (see :meth:`_free`)."""
+        self._slots = FreeSlots()
+        """Every server's free slots (only with ``keeps_free_slots``; see :meth:`free_slots`)."""
+        self._slots_stale = True
+        """:attr:`_slots` is to be counted again from every server before it is read."""
         self._chained: dict[tuple[int, int], list[int]] = {}
         """(server, file) -> servers whose copy of the file waits for it to land there."""
         self._running: dict[int, tuple[int, Item]] = {}
@@ -170,6 +179,7 @@ class CoScheduling(Policy):
     def work_returned(self, sched: SchedulerView, sj: Subjob, cause: Returned) -> None:
         self._reap(sched)
         self._rescan = True  # its slot is free, but which one is not said
+        self._slots_stale = True
         seq = self._job_seq.get(sj.job_id, -1)
         files = tuple(sched.space.files_in(sj.data))
         self._enqueue(Item(seq, sj.job_id, sj.data, files, subjob=sj))
@@ -180,6 +190,7 @@ class CoScheduling(Policy):
 
     def node_lost(self, sched: SchedulerView, node: int) -> None:
         self._reap(sched)
+        self._recount(sched, node)
         for f, move in self._inflight.pop(node, {}).items():
             self._moved(node, f, move)
         self._staged.pop(node, None)
@@ -323,12 +334,29 @@ class CoScheduling(Policy):
 
     def _opened(self, sched: SchedulerView, node: int) -> None:
         """``node`` may have gained free slots: into the index."""
+        self._recount(sched, node)
         if node not in self._open_set:
             self._open_set.add(node)
             insort(self._open, node)
         free = self._free(sched, node)
         if free > 0:
             heapq.heappush(self._roomy, (-free, node))
+
+    def _recount(self, sched: SchedulerView, node: int) -> None:
+        """``node``'s free slots may have changed: into :attr:`_slots`."""
+        if self.keeps_free_slots and not self._slots_stale:
+            self._slots.set(node, self._free(sched, node))
+
+    def free_slots(self, sched: SchedulerView) -> FreeSlots:
+        """The servers with free slots not held by placed items, by count: what
+        :meth:`capacities` says, kept up to date instead of a pass over every server (for
+        policies with ``keeps_free_slots``). Counts change where :meth:`_free` says the index
+        of free servers learns of it, and as items are placed and started; work coming back
+        does not say whose slot it left, so the next read counts every server again."""
+        if self._slots_stale:
+            self._slots_stale = False
+            self._slots = FreeSlots((n, self._free(sched, n)) for n in sched.nodes)
+        return self._slots
 
     def _refresh(self, sched: SchedulerView) -> None:
         """Start the index again from every server when told to, or when corrections have
@@ -440,6 +468,7 @@ class CoScheduling(Policy):
         item.node = node
         self._placed[item.seq] = item
         self._staged[node] = self._staged.get(node, 0) + 1
+        self._recount(sched, node)
         files = sched.space.files
         held = self._held.setdefault(node, {})
         room = sched.topology.nodes[node].cache_bytes
@@ -565,6 +594,7 @@ class CoScheduling(Policy):
         self._running[slot] = (sj.subjob_id, item)
         self._fill[sj.subjob_id] = not item.remote
         sched.start(sj, slot)
+        self._recount(sched, node)
 
     def _release(self, sched: SchedulerView, item: Item) -> None:
         """Unpin the item's files and give back the room it held."""
