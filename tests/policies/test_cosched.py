@@ -419,3 +419,121 @@ def test_a_cancelled_placed_job_frees_its_server_at_once(policy: str) -> None:
     fetched = [a.data for a in out if isinstance(a, Fetch)]
     assert fetched == [files(2)], out
     assert checked
+
+
+# -- the min-cost flow's servers by free slots (CoScheduling.free_slots) and its groups -------
+
+
+def _checked_batches(mp: pytest.MonkeyPatch) -> list[int]:
+    """Make every batch of the min-cost flow check the index of servers by free slots
+    against a pass over every server (capacities()), and its network of groups against the
+    paper's network of every server at the same moment (the same optimum); the free slots of
+    each batch checked."""
+    run_batch = cosched_flow.MinCostFlow.run_batch
+    checked: list[int] = []
+
+    def checked_run(self: cosched_flow.MinCostFlow, sched: SchedulerView) -> None:
+        caps = self.capacities(sched)
+        index = self.free_slots(sched)
+        assert index.as_dict() == caps, f"index {index.as_dict()}, a pass says {caps}"
+        if caps and self._items:
+            grouped, _, servers = self.grouped_batch(sched, index)
+            full, _, nodes = self.batch(sched, caps)
+            assert grouped.n_machines == full.n_servers == len(caps)
+            holding = sorted({nodes[s] for s in full.zero_idx.tolist()})
+            assert [n for n in servers if n >= 0] == holding
+            assert solve(grouped).objective == pytest.approx(solve(full).objective, abs=1e-9)
+            checked.append(len(caps))
+        run_batch(self, sched)
+        assert self.free_slots(sched).as_dict() == self.capacities(sched)
+
+    mp.setattr(cosched_flow.MinCostFlow, "run_batch", checked_run)
+    return checked
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    jobs=multi_file_jobs(n_files=8, file_events=FILE, max_jobs=12, max_files=3),
+    nodes=st.integers(1, 6),
+    slots=st.integers(1, 3),
+    period_s=st.sampled_from([0.0, 30.0]),
+    mtbf_s=st.sampled_from([None, 60.0, 600.0]),
+    seed=st.integers(0, 3),
+)
+def test_the_servers_by_free_slots_stay_what_a_pass_over_every_server_says(
+    jobs: list[Job],
+    nodes: int,
+    slots: int,
+    period_s: float,
+    mtbf_s: float | None,
+    seed: int,
+) -> None:
+    """Servers failing and coming back (their slots freed, their work returned), jobs of
+    one to three files placed and started as slots fill and free: after every event the
+    index is what a pass over every server counts, and every batch of groups has the
+    optimum of the paper's network over the same servers."""
+    from datasched.sim.faults import NodeFaults
+
+    faults = None if mtbf_s is None else NodeFaults(mtbf_s / 3600, 30.0 / 3600, seed=seed)
+    with pytest.MonkeyPatch.context() as mp:
+        checked = _checked_batches(mp)
+        sched = cosched_scheduler(
+            "mincostflow",
+            nodes,
+            slots=slots,
+            cache_files=6,
+            n_files=8,
+            params={"lp_period_s": period_s},
+        )
+        policy = sched.policy
+        assert isinstance(policy, cosched_flow.MinCostFlow)
+        handle = sched.handle
+        events: list[int] = []
+
+        def watched(event: Event) -> list[Action]:
+            out = handle(event)
+            if not policy._slots_stale:
+                assert policy._slots.as_dict() == policy.capacities(sched), event
+                events.append(1)
+            return out
+
+        sched.handle = watched  # type: ignore[method-assign]  # wrapped: checked each event
+        run = SimEngine(sched, faults=faults).run(jobs)
+    assert run.jobs_completed == len(jobs)
+    assert checked
+    assert events
+
+
+def test_a_groups_jobs_go_to_its_lowest_servers_first() -> None:
+    """Five empty servers of two slots, three jobs of files cached nowhere, one batch at
+    100 s: the five servers are one group of the network, and its three units go to the
+    lowest servers, each filled before the next (jobs 0 and 1 on server 0, job 2 on 1)."""
+    sched = cosched_scheduler("mincostflow", 5, slots=2, params={"lp_period_s": 100.0})
+    engine = CheckingEngine(sched)
+    jobs = [Job(i, 10.0 * i, files(i)) for i in range(3)]
+    run = engine.run(jobs)
+    fetched = [(a.data, a.node) for _, a in engine.actions if isinstance(a, Fetch)]
+    assert fetched == [(files(0), 0), (files(1), 0), (files(2), 1)]
+    assert run.policy_counters["batches"] == 1
+
+
+def test_the_full_network_places_as_the_paper_builds_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``network=full`` builds each batch over every free server one by one (the paper's
+    network, no groups), and the run completes."""
+    seen: list[tuple[bool, int]] = []
+
+    def recorded(batch: Batch, network: Network = "grouped") -> BatchFlow:
+        assert network == "full"
+        seen.append((batch.count is None, batch.n_servers))
+        return solve(batch, network)
+
+    monkeypatch.setattr(cosched_flow, "solve", recorded)
+    sched = cosched_scheduler(
+        "mincostflow", 3, slots=2, cache_files=3, params={"network": "full", "lp_period_s": 30.0}
+    )
+    jobs = [Job(i, 7.0 * i, files(i % 7, (3 * i) % 10)) for i in range(20)]
+    run = CheckingEngine(sched).run(jobs)
+    assert run.jobs_completed == 20
+    assert len(seen) == run.policy_counters["batches"]
+    assert all(ungrouped for ungrouped, _ in seen)
+    assert max(n for _, n in seen) == 3

@@ -12,6 +12,14 @@ counts in each file's popularity; a unit finding no job left for its file, and f
 over that way, are given to the earliest queued jobs in server order (never with single-file
 jobs).
 
+The servers holding none of the queued files (nor any on its way there) cost the same to every
+file, so they enter the network as one group per free-slot count (:mod:`datasched.policies.
+cosched.mincostflow`); the units a group gets go to its servers from the lowest id up, each
+filled to its free slots before the next. The servers with free slots are kept by count as
+slots fill and free (:meth:`CoScheduling.free_slots`), so that a batch costs what its files,
+their holders and the distinct counts cost, not a pass over the cluster. With ``network=full``
+the batch is the paper's network, every free server apart.
+
 Batches run every ``lp_period_s`` (the paper's delays between successive LPs): an event that
 could place a job (an arrival, a freed slot, work given back) asks for a batch, which runs at
 once with a period of 0 and otherwise that many seconds later, whatever else is asked
@@ -20,12 +28,14 @@ meanwhile.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import ClassVar
 
 import numpy as np
 
 from datasched.core.policy import DEFAULT, Param, ParamError, SchedulerView
-from datasched.policies.cosched.mincostflow import NETWORKS, Batch, Network, solve
+from datasched.policies.cosched.freeslots import FreeSlots
+from datasched.policies.cosched.mincostflow import NETWORKS, Batch, BatchFlow, Network, solve
 from datasched.policies.cosched.model import LOCAL_COST, REMOTE_COST, CoScheduling
 from datasched.policies.registry import register
 
@@ -38,6 +48,7 @@ class MinCostFlow(CoScheduling):
     "Linear Programming"; see the module docstring)."""
 
     name = "mincostflow"
+    keeps_free_slots = True
     section = "romosan, Linear Programming"
     summary = "batches of queued jobs placed by a min-cost flow on the file-to-server network"
     params: ClassVar[tuple[Param, ...]] = (
@@ -142,33 +153,109 @@ class MinCostFlow(CoScheduling):
         )
         return batch, files, nodes
 
+    def grouped_batch(
+        self, sched: SchedulerView, free: FreeSlots
+    ) -> tuple[Batch, list[int], list[int]]:
+        """The network of the queued jobs and the servers of ``free``, its servers holding
+        none of the queued files (nor any on its way there) one group per free-slot count:
+        the batch, its files and its servers (a node id, or -1 for a group), in the batch's
+        order: the servers holding some file ascending, then the groups by count. Its size
+        is that of the queued files, their holders and the distinct counts, not the
+        cluster's."""
+        files = sorted(self._popularity)
+        rows: list[list[int]] = []
+        has_copy: list[bool] = []
+        special: set[int] = set()
+        for f, held in zip(files, self.holders_of(sched, files), strict=True):
+            zero = [n for n in held if free.free(n) > 0]
+            moving = self.on_its_way(f)
+            if moving:
+                zero += [n for n in self.coming_to(f) if free.free(n) > 0]
+            rows.append(zero)
+            special.update(zero)
+            has_copy.append(moving or bool(held))
+        singles = sorted(special)
+        column = {n: i for i, n in enumerate(singles)}
+        ptr = [0]
+        idx: list[int] = []
+        for zero in rows:
+            idx += sorted({column[n] for n in zero})
+            ptr.append(len(idx))
+        taken = Counter(free.free(n) for n in singles)
+        groups = [(c, len(free.servers(c)) - taken[c]) for c in free.counts()]
+        groups = [(c, m) for c, m in groups if m > 0]
+        popularity = self._popularity
+        batch = Batch(
+            popularity=np.array([popularity[f] for f in files], dtype=np.int64),
+            free=np.array([free.free(n) for n in singles] + [c for c, _ in groups], np.int64),
+            zero_ptr=np.array(ptr, dtype=np.int64),
+            zero_idx=np.array(idx, dtype=np.int64),
+            has_copy=np.array(has_copy, dtype=np.bool_),
+            local_cost=self.local_cost,
+            remote_cost=self.remote_cost,
+            count=np.array([1] * len(singles) + [m for _, m in groups], dtype=np.int64),
+        )
+        return batch, files, singles + [-1] * len(groups)
+
     def run_batch(self, sched: SchedulerView) -> None:
         """Solve one batch now and place its jobs."""
-        caps = self.capacities(sched)
-        if not caps or not self._items:
+        free = self.free_slots(sched)
+        if not len(free) or not self._items:
             return
-        batch, files, nodes = self.batch(sched, caps)
+        if self.network == "full":
+            batch, files, nodes = self.batch(sched, free.as_dict())
+        else:
+            batch, files, nodes = self.grouped_batch(sched, free)
         self.batches += 1
-        self.batch_edges = max(self.batch_edges, batch.n_files * batch.n_servers)
+        self.batch_edges = max(self.batch_edges, batch.n_files * batch.n_machines)
         result = solve(batch, self.network)
-        for f, s, units in zip(
-            result.files.tolist(), result.servers.tolist(), result.units.tolist(), strict=True
-        ):
-            node = nodes[s]
+        for f, node, units in _handed_out(result, batch, nodes, free):
             for _ in range(units):
                 item = self._first_needing(files[f])
-                if item is None or caps.get(node, 0) <= 0:
+                if item is None or free.free(node) <= 0:
                     break
                 self._take(item)
                 self._place(sched, item, node)
-                caps[node] -= 1
-        # Multi-file jobs may leave units without a job: the earliest jobs take the rest.
-        for node in sorted(caps):
-            while caps[node] > 0:
-                item = self._head()
-                if item is None:
-                    return
-                self.leftover += 1
-                self._take(item)
-                self._place(sched, item, node)
-                caps[node] -= 1
+        # Multi-file jobs may leave units without a job: the earliest jobs take the rest, on
+        # the lowest servers with free slots.
+        while (lowest := self.free_slots(sched).lowest()) is not None:
+            item = self._head()
+            if item is None:
+                return
+            self.leftover += 1
+            self._take(item)
+            self._place(sched, item, lowest)
+
+
+def _handed_out(
+    result: BatchFlow, batch: Batch, nodes: list[int], free: FreeSlots
+) -> list[tuple[int, int, int]]:
+    """(file, node, units) of a batch's flow, by file then node: a group's units go to its
+    servers from the lowest id up, each filled to its free slots before the next, the
+    files' units in file order (any way is as cheap: see ``mincostflow``'s docstring)."""
+    out: list[tuple[int, int, int]] = []
+    to_group: dict[int, list[tuple[int, int]]] = {}
+    for f, s, units in zip(
+        result.files.tolist(), result.servers.tolist(), result.units.tolist(), strict=True
+    ):
+        node = nodes[s]
+        if node >= 0:
+            out.append((f, node, units))
+        else:
+            to_group.setdefault(s, []).append((f, units))
+    if to_group:
+        singles = {n for n in nodes if n >= 0}
+        for s, wanted in to_group.items():
+            count = int(batch.free[s])
+            members = (n for n in free.servers(count) if n not in singles)
+            node, room = -1, 0
+            for f, units in wanted:
+                while units:
+                    if not room:
+                        node, room = next(members), count
+                    q = min(units, room)
+                    out.append((f, node, q))
+                    units -= q
+                    room -= q
+        out.sort()
+    return out
