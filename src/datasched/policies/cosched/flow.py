@@ -166,20 +166,27 @@ class MinCostFlow(CoScheduling):
         rows: list[list[int]] = []
         has_copy: list[bool] = []
         special: set[int] = set()
+        free_of = free.free
+        nowhere: list[int] = []
         for f, held in zip(files, self.holders_of(sched, files), strict=True):
-            zero = [n for n in held if free.free(n) > 0]
             moving = self.on_its_way(f)
-            if moving:
-                zero += [n for n in self.coming_to(f) if free.free(n) > 0]
-            rows.append(zero)
-            special.update(zero)
-            has_copy.append(moving or bool(held))
+            if held or moving:
+                zero = [n for n in held if free_of(n) > 0]
+                if moving:
+                    zero += [n for n in self.coming_to(f) if free_of(n) > 0]
+                special.update(zero)
+                rows.append(zero)
+                has_copy.append(True)
+            else:
+                rows.append(nowhere)
+                has_copy.append(False)
         singles = sorted(special)
         column = {n: i for i, n in enumerate(singles)}
         ptr = [0]
         idx: list[int] = []
         for zero in rows:
-            idx += sorted({column[n] for n in zero})
+            if zero:
+                idx += sorted({column[n] for n in zero})
             ptr.append(len(idx))
         taken = Counter(free.free(n) for n in singles)
         groups = [(c, len(free.servers(c)) - taken[c]) for c in free.counts()]
