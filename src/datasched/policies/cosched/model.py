@@ -351,8 +351,9 @@ class CoScheduling(Policy):
         """The servers with free slots not held by placed items, by count: what
         :meth:`capacities` says, kept up to date instead of a pass over every server (for
         policies with ``keeps_free_slots``). Counts change where :meth:`_free` says the index
-        of free servers learns of it, and as items are placed and started; work coming back
-        does not say whose slot it left, so the next read counts every server again."""
+        of free servers learns of it, and as items are placed (a start takes the slot its item
+        held: the count stays); work coming back does not say whose slot it left, so the next
+        read counts every server again."""
         if self._slots_stale:
             self._slots_stale = False
             self._slots = FreeSlots((n, self._free(sched, n)) for n in sched.nodes)
@@ -593,8 +594,7 @@ class CoScheduling(Policy):
             self._release(sched, old[1])
         self._running[slot] = (sj.subjob_id, item)
         self._fill[sj.subjob_id] = not item.remote
-        sched.start(sj, slot)
-        self._recount(sched, node)
+        sched.start(sj, slot)  # one slot busier, one fewer held: its free slots stay
 
     def _release(self, sched: SchedulerView, item: Item) -> None:
         """Unpin the item's files and give back the room it held."""
