@@ -26,6 +26,11 @@ Where the paper is silent:
   before any job that arrived after it; a lost server's placed jobs go back to the queue;
 * a local copy comes from the holder with the fewest copies going out, then the lowest id;
   the same rule picks the server to copy from once a file on its way has landed.
+
+Length: one set of books. Every hook changes several of them at once (the queue, the placed
+jobs, the servers' free slots, the transfers, the pins), and each policy reads them all; the
+index of servers by free slots is a module of its own
+(:mod:`datasched.policies.cosched.freeslots`), this file only says when a count changes.
 """
 
 from __future__ import annotations
