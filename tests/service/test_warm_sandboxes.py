@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import pickle
 import time
+from datetime import UTC, datetime
 
 import pytest
+from sqlalchemy import update
 
 from datasched.sandbox.confine import IDLE_S, KEEP
 from datasched.service.contracts import (
@@ -19,6 +21,7 @@ from datasched.service.contracts import (
 from datasched.service.daemon import StoreListener
 from datasched.service.live import live_snapshot
 from datasched.service.store.db import Store
+from datasched.service.store.models import Packet
 from datasched.service.warm_sandboxes import (
     LATER,
     cold_flags,
@@ -84,14 +87,22 @@ def test_only_the_next_warm_packets_count() -> None:
 
 def _a_start_measured_on_w1(store: Store) -> tuple[str, float]:
     """ann's job running on w1 with two packets stored now: the first got its slot 2 s
-    before (her sandbox started), the second 0.5 s before: a start of about 1.5 s. (The
-    job's id, and now.)"""
+    before (her sandbox started), the second 0.5 s before: a start of 1.5 s. (The job's
+    id, and now.) Both are stored at ``now`` exactly, whenever the store wrote them: on a
+    busy machine the second write came a few tenths of a second after the first, and the
+    start measured that much shorter."""
     _, job = one_running_job(store)
     listener = StoreListener(store)
     now = time.time()
     for (a, b), slotted in (((0, 30), now - 2.0), ((30, 60), now - 0.5)):
         listener.packet_done(
             PacketDone(job, "/d/0.root", a, b, "w1", 10, 0.1, pickle.dumps(1), slotted, slotted)
+        )
+    with store.session() as s:
+        s.execute(
+            update(Packet)
+            .where(Packet.job_id == job)
+            .values(created=datetime.fromtimestamp(now, UTC))
         )
     return job, now
 
@@ -100,7 +111,7 @@ def test_the_snapshot_names_the_warm_users_and_the_start_cost(sqlite_store: Stor
     job, _ = _a_start_measured_on_w1(sqlite_store)
     warm = warm_sandboxes(sqlite_store)
     assert warm.users == {"w1": ("ann",)}
-    assert warm.setup_s == pytest.approx(1.5, abs=0.2)
+    assert warm.setup_s == pytest.approx(1.5)
     assert warm.starts == (warm.setup_s,)  # the one start measured, kept for start_left
     assert warm.cold == {(job, "/d/0.root")}  # the run that held the start
     cluster = {"nodes": [{"name": n, "up": True, "slots": 1} for n in ("w0", "w1")]}
@@ -160,16 +171,18 @@ def test_what_is_left_of_a_start_is_the_median_of_the_longer_starts_rest() -> No
 def test_a_job_whose_next_packets_went_to_a_cold_node_pays_its_start_there(
     sqlite_store: Store,
 ) -> None:
-    job, now = _a_start_measured_on_w1(sqlite_store)
+    job, _ = _a_start_measured_on_w1(sqlite_store)
 
     def cluster(node: str) -> dict[str, object]:
-        """The runner's view: ``node``'s slot runs the job, for half a second now."""
+        """The runner's view: ``node``'s slot runs the job, for half a second now (counted
+        when the view is asked for, not from when the packets were stored)."""
+        since = time.time() - 0.5
         return {
             "nodes": [
                 {
                     "name": n,
                     "up": True,
-                    "slots": [{"slot": 0, "job": job if n == node else None, "since": now - 0.5}],
+                    "slots": [{"slot": 0, "job": job if n == node else None, "since": since}],
                 }
                 for n in ("w0", "w1")
             ]
