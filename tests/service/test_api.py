@@ -123,6 +123,38 @@ def test_the_packets_results_are_served_only_up_to_the_limit(api: Api) -> None:
     assert api.client.get(url, headers=api.h("ann")).status_code == 200  # at the limit
 
 
+def test_the_list_of_requests_comes_in_pages_that_miss_none(api: Api) -> None:
+    """`GET /requests?limit=N&after=ID`: pages of the same newest-first order, each
+    request once (refused ones too), `next` None on the last page; another user's id is as
+    unknown as one that does not exist."""
+    bodies = ["title: ok\nprocessor: p.py:P\ninput: [/star/pp/0.root]\n", "title: bad\n"]
+    for k in range(5):
+        assert api.submit("ann", bodies[k % 2]).status_code in (201, 422)
+    bob = api.submit("bob", bodies[0]).json()["id"]
+    url = "/api/v1/requests"
+    whole = api.client.get(url, headers=api.h("ann")).json()
+    assert whole["next"] is None
+    assert len(whole["requests"]) == 5
+    pages, after = [], None
+    while True:
+        params: dict[str, str | int] = {"limit": 2, **({"after": after} if after else {})}
+        got = api.client.get(url, headers=api.h("ann"), params=params)
+        assert got.status_code == 200, got.text
+        pages.append([r["id"] for r in got.json()["requests"]])
+        after = got.json()["next"]
+        if after is None:
+            break
+    assert [len(p) for p in pages] == [2, 2, 1]
+    assert [i for p in pages for i in p] == [r["id"] for r in whole["requests"]]
+    for unknown in (bob, "nope"):
+        r = api.client.get(url, headers=api.h("ann"), params={"after": unknown})
+        assert r.status_code == 422
+        assert r.json()["errors"][0]["field"] == "after"
+    assert api.client.get(url, headers=api.h("ann"), params={"limit": 0}).status_code == 422
+    everyone = api.client.get(url, headers=api.h("root"), params={"limit": 6}).json()
+    assert {r["id"] for r in everyone["requests"]} == {bob, *pages[0], *pages[1], *pages[2]}
+
+
 def test_an_invalid_request_is_refused_with_every_error_and_kept(api: Api) -> None:
     r = api.submit("ann", "title: bad\ninput: [/nowhere.root, 7]\n")
     assert r.status_code == 422

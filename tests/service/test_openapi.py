@@ -18,7 +18,7 @@ from svc_support import FakeLanguage, seed
 
 P = "/api/v1"
 EXPECTED = {
-    ("get", f"{P}/requests"): {401, 429},
+    ("get", f"{P}/requests"): {401, 422, 429},
     ("post", f"{P}/requests"): {401, 413, 415, 422, 429, 503},
     ("get", f"{P}/requests/{{request_id}}"): {401, 404, 429},
     ("delete", f"{P}/requests/{{request_id}}"): {401, 404, 429},

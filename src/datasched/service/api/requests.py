@@ -8,9 +8,9 @@ import math
 import pickle
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Response
+from fastapi import APIRouter, HTTPException, Query, Response
 from fastapi import Request as HttpRequest
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
@@ -256,11 +256,33 @@ def _accept(svc: ServiceState, caller: Caller, text: str, ctype: str) -> tuple[i
         return 201, {"id": req.id, "state": req.state, "jobs": len(jobs)}
 
 
-@router.get("", responses=error_responses(401, 429))
-def list_requests(svc: StateDep, caller: CallerDep) -> dict[str, Any]:
-    """The caller's requests (an administrator's: everyone's), newest first."""
+MAX_LISTED = 1000
+"""The most requests one page of ``GET /requests`` lists."""
+
+
+@router.get("", responses=error_responses(401, 422, 429))
+def list_requests(
+    svc: StateDep,
+    caller: CallerDep,
+    limit: Annotated[int, Query(ge=1, le=MAX_LISTED)] = MAX_LISTED,
+    after: str | None = None,
+) -> dict[str, Any]:
+    """The caller's requests (an administrator's: everyone's), newest first, at most
+    ``limit``; ``after`` (a request id of the caller's, the ``next`` of the page before)
+    starts after that request. ``next``: the id to pass as ``after`` for the next page,
+    None on the last."""
     with svc.store.reading() as s:
-        return {"requests": [summary(r) for r in ops.list_requests(s, caller)]}
+        start = None
+        if after is not None:
+            start = ops.find_request(s, caller, after)
+            if start is None:  # another user's is as unknown as one that does not exist
+                raise HTTPException(
+                    422, detail={"errors": [{"field": "after", "reason": f"no request {after!r}"}]}
+                )
+        found = ops.list_requests(s, caller, limit=limit + 1, after=start)
+        page = found[:limit]
+        more = len(found) > limit
+        return {"requests": [summary(r) for r in page], "next": page[-1].id if more else None}
 
 
 @router.get("/{request_id}", responses=error_responses(401, 404, 429))

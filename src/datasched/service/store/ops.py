@@ -180,11 +180,19 @@ def find_request(s: Session, caller: Caller, request_id: str) -> Request | None:
     return req
 
 
-def list_requests(s: Session, caller: Caller, *, limit: int = 1000) -> list[Request]:
-    """The caller's requests (an administrator's: everyone's), newest first."""
+def list_requests(
+    s: Session, caller: Caller, *, limit: int = 1000, after: Request | None = None
+) -> list[Request]:
+    """The caller's requests (an administrator's: everyone's), newest first, at most
+    ``limit``; with ``after``, those that come after it in that order (the next page)."""
     q = select(Request).order_by(Request.created.desc(), Request.id).limit(limit)
     if not caller.admin:
         q = q.where(Request.owner_id == caller.id)
+    if after is not None:
+        q = q.where(
+            (Request.created < after.created)
+            | ((Request.created == after.created) & (Request.id > after.id))
+        )
     return list(s.scalars(q))
 
 
