@@ -65,14 +65,19 @@ def brute_force(batch: Batch) -> Fraction:
     return best[0]
 
 
-def check_feasible(batch: Batch, result: BatchFlow) -> None:
-    assert result.total_flow == min(batch.popularity.sum(), batch.free.sum())
+def _check_within(batch: Batch, result: BatchFlow, slots: Any) -> None:
+    """As many units as the files want or ``slots`` (per server) offer, none past either."""
+    assert result.total_flow == min(batch.popularity.sum(), slots.sum())
     assert int(result.units.sum()) == result.total_flow
-    assert (result.units > 0).all()
     per_file = np.bincount(result.files, weights=result.units, minlength=batch.n_files)
     per_server = np.bincount(result.servers, weights=result.units, minlength=batch.n_servers)
     assert (per_file <= batch.popularity).all()
-    assert (per_server <= batch.free).all()
+    assert (per_server <= slots).all()
+
+
+def check_feasible(batch: Batch, result: BatchFlow) -> None:
+    _check_within(batch, result, batch.free)
+    assert (result.units > 0).all()
 
 
 @pytest.mark.parametrize("network", NETWORKS)
@@ -119,12 +124,7 @@ def random_batch(n_files: int, n_servers: int, seed: int, max_free: int = 3) -> 
 
 def check_grouped_feasible(batch: Batch, result: BatchFlow) -> None:
     """Like :func:`check_feasible`, a group offering its servers' slots together."""
-    assert result.total_flow == min(batch.popularity.sum(), batch.slots.sum())
-    assert int(result.units.sum()) == result.total_flow
-    per_file = np.bincount(result.files, weights=result.units, minlength=batch.n_files)
-    per_server = np.bincount(result.servers, weights=result.units, minlength=batch.n_servers)
-    assert (per_file <= batch.popularity).all()
-    assert (per_server <= batch.slots).all()
+    _check_within(batch, result, batch.slots)
 
 
 @pytest.mark.parametrize("network", NETWORKS)

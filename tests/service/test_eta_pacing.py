@@ -64,6 +64,13 @@ class Timer:
         return self.now
 
 
+def _watch(store: Store, timer: Timer) -> EtaWatch:
+    """A watch whose refreshes' cost and wait are both read on ``timer``."""
+    return EtaWatch(
+        store, lambda: CLUSTER, policy="farm", clock=lambda: 1000.0, timer=timer, cpu_timer=timer
+    )
+
+
 def test_submissions_are_not_predicted_while_expensive_refreshes_are_over_their_share(
     sqlite_store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -78,14 +85,7 @@ def test_submissions_are_not_predicted_while_expensive_refreshes_are_over_their_
         return real(*args, **kwargs)
 
     monkeypatch.setattr("datasched.service.eta_watch.predict", slow)
-    watch = EtaWatch(
-        sqlite_store,
-        lambda: CLUSTER,
-        policy="farm",
-        clock=lambda: 1000.0,
-        timer=timer,
-        cpu_timer=timer,
-    )
+    watch = _watch(sqlite_store, timer)
     first = _request(sqlite_store, "ann")
     assert watch.submitted(first) is not None  # nothing before it: predicted at once
     assert len(calls) == 3  # the point and its interval: 1.2 s
@@ -104,14 +104,7 @@ def test_submissions_are_not_predicted_while_expensive_refreshes_are_over_their_
 
 def test_cheap_refreshes_predict_every_submission_at_once(sqlite_store: Store) -> None:
     timer = Timer()  # no time passes: every refresh is cheap
-    watch = EtaWatch(
-        sqlite_store,
-        lambda: CLUSTER,
-        policy="farm",
-        clock=lambda: 1000.0,
-        timer=timer,
-        cpu_timer=timer,
-    )
+    watch = _watch(sqlite_store, timer)
     for name in ("ann", "bob", "cid"):
         assert watch.submitted(_request(sqlite_store, name)) is not None
     assert watch.held_back == 0
