@@ -13,8 +13,8 @@ once (:meth:`EtaWatch.submitted`), so a request has an ETA from the start.
 
 The refreshes keep to a share of the daemon's time: a refresh is three simulations of the
 whole queue, seconds for a queue of thousands of jobs, run in the daemon's process beside
-the API. Once one takes :data:`CHEAP_S` or more of CPU time, the next waits until the refreshes have
-taken at most ``max_share`` of the time since (:func:`next_refresh_at`), and a submission
+the API. Once one takes :data:`CHEAP_S` or more of CPU time, the next waits until the
+refreshes have taken at most ``max_share`` of the time since (:func:`next_refresh_at`), and a submission
 in between is answered with the ETA known so far (None for a new request: it gets one at
 the next refresh) instead of waiting for three more simulations.
 
@@ -65,7 +65,7 @@ which may be off by a factor of several."""
 
 
 CHEAP_S = 0.25
-"""A refresh taking less (wall-clock seconds) is never held back: its cost is below what a
+"""A refresh taking less (CPU seconds of its thread) is never held back: its cost is below what a
 user of the API notices, and submissions get their ETA at once."""
 MAX_SHARE = 0.25
 """The share of the daemon's time the refreshes may take once they are not cheap."""
