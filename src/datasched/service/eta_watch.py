@@ -14,9 +14,9 @@ once (:meth:`EtaWatch.submitted`), so a request has an ETA from the start.
 The refreshes keep to a share of the daemon's time: a refresh is three simulations of the
 whole queue, seconds for a queue of thousands of jobs, run in the daemon's process beside
 the API. Once one takes :data:`CHEAP_S` or more of CPU time, the next waits until the
-refreshes have taken at most ``max_share`` of the time since (:func:`next_refresh_at`), and a submission
-in between is answered with the ETA known so far (None for a new request: it gets one at
-the next refresh) instead of waiting for three more simulations.
+refreshes have taken at most ``max_share`` of the time since (:func:`next_refresh_at`),
+and a submission in between is answered with the ETA known so far (None for a new
+request: it gets one at the next refresh) instead of waiting for three more simulations.
 
 Records live in the daemon's memory: a restarted daemon predicts again from its restart.
 Times are the daemon's wall clock (seconds since the epoch).
