@@ -60,7 +60,9 @@ def _port() -> int:
 def _wait_up(port: int, token: str, proc: subprocess.Popen[str]) -> None:
     deadline = time.monotonic() + 60
     while True:
-        assert proc.poll() is None, "the daemon exited"
+        if proc.poll() is not None:
+            _, err = proc.communicate()
+            raise AssertionError(f"the daemon exited: {err}")
         try:
             httpx.get(
                 f"http://127.0.0.1:{port}/api/v1/requests",
@@ -86,6 +88,24 @@ def _serve(db: Path, port: int) -> subprocess.Popen[str]:
     )  # fmt: skip
 
 
+def _serve_on_a_free_port(db: Path, token: str) -> tuple[subprocess.Popen[str], int]:
+    """A daemon serving ``db``, up. A port found free can be taken before the daemon binds
+    it (by another test run's daemon, or as a connection's source port): then another."""
+    for _ in range(5):
+        port = _port()
+        daemon = _serve(db, port)
+        try:
+            _wait_up(port, token, daemon)
+            return daemon, port
+        except AssertionError as e:
+            if daemon.poll() is None:
+                daemon.kill()
+                daemon.communicate()
+            if "cannot listen on" not in str(e):
+                raise
+    raise AssertionError("no free port in five tries")
+
+
 def _refused(proc: subprocess.Popen[str]) -> list[str]:
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 2, err
@@ -100,12 +120,13 @@ def test_a_second_daemon_on_a_store_or_a_port_refuses_before_touching_anything(
     with store.session() as s:
         token = add_user(s, "ann", "g")
     store.close()
-    port = _port()
-    daemon = _serve(db, port)
+    daemon, port = _serve_on_a_free_port(db, token)
     try:
-        _wait_up(port, token, daemon)
         # The same store, another port.
-        lines = _refused(_serve(db, _port()))
+        for _ in range(5):  # a port taken meanwhile is refused first: then another
+            lines = _refused(_serve(db, _port()))
+            if "cannot listen on" not in lines[0]:
+                break
         assert len(lines) == 1, lines
         assert lines[0].startswith("error: --db: another daemon serves the store"), lines
         assert f"(process {daemon.pid})" in lines[0]
@@ -120,10 +141,6 @@ def test_a_second_daemon_on_a_store_or_a_port_refuses_before_touching_anything(
         daemon.send_signal(signal.SIGTERM)
         daemon.communicate(timeout=60)
     # Once it has stopped, the store is free for the next.
-    port = _port()
-    again = _serve(db, port)
-    try:
-        _wait_up(port, token, again)
-    finally:
-        again.send_signal(signal.SIGTERM)
-        again.communicate(timeout=60)
+    again, _ = _serve_on_a_free_port(db, token)  # up: the store was free
+    again.send_signal(signal.SIGTERM)
+    again.communicate(timeout=60)
