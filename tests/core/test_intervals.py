@@ -240,6 +240,18 @@ def test_binary_operations_fragmented_against_a_dozen_ranges(
     check_binary_operations(small, big)
 
 
+@given(
+    st.one_of(interval_sets(MAX_EVENT), dense_event_sets(MAX_EVENT).map(IntervalSet.from_events)),
+    st.lists(interval_sets(MAX_EVENT), max_size=8),
+)
+def test_overlaps_each_is_overlaps_of_each(big: IntervalSet, small: list[IntervalSet]) -> None:
+    """One call for many sets (the split choice's test of every running subjob against a
+    node's cache) answers what ``overlaps`` answers of each, and what the model does."""
+    model = events(big)
+    assert big.overlaps_each(small) == [s.overlaps(big) for s in small]
+    assert big.overlaps_each(small) == [bool(model & events(s)) for s in small]
+
+
 def test_overlaps_and_issubset_examples() -> None:
     comb = IntervalSet([(0, 2), (4, 6), (8, 10)])
     gaps = IntervalSet([(2, 4), (6, 8)])

@@ -20,6 +20,8 @@ from datasched.core.state import SchedulerError
 from datasched.policies.ponce import fcfs
 from datasched.sim.experiment import SimConfig, simulate
 
+_CANDIDATES = estimates.Estimates.split_candidates
+
 
 def _config() -> SimConfig:
     # Enough nodes and jobs that splits of running subjobs happen, warm caches included.
@@ -41,6 +43,8 @@ def _summary(monkeypatch: pytest.MonkeyPatch, *, check: bool) -> dict[str, objec
 
 
 def test_fast_choice_agrees_with_the_full_scan(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The index's path: every choice asks the split index (20 nodes would scan otherwise).
+    monkeypatch.setattr(fcfs, "SCAN_AT_MOST", 0)
     calls = {"n": 0}
     scan = fcfs._best_split_by_scan
 
@@ -70,6 +74,37 @@ def test_fast_choice_agrees_with_the_full_scan(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(
         fcfs.CacheOrientedSplitting, "_best_split", lambda self, sched, t: scan(sched, t)
     )
+    assert _summary(monkeypatch, check=False) == checked
+
+
+def test_few_slots_scan_agrees_with_the_full_scan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Up to ``SCAN_AT_MOST`` running subjobs, every one is costed with the arithmetic
+    written out (``_best_split_few``): the same choices as the rule's scan, checked at each
+    decision, without the index."""
+    assert _config().n_nodes <= fcfs.SCAN_AT_MOST  # this run takes the scan's path
+    calls = {"few": 0, "index": 0, "cached": 0}
+    few = fcfs._best_split_few
+
+    def counted(sched: SchedulerView, target: int, content: IntervalSet) -> int | None:
+        calls["few"] += 1
+        calls["cached"] += sum(
+            content.overlaps_each([r.subjob.data for r in sched.running.values()])
+        )
+        return few(sched, target, content)
+
+    def no_index(sched: estimates.Estimates, content: IntervalSet) -> tuple[list[int], list[int]]:
+        calls["index"] += 1
+        raise AssertionError("the index is not asked with this few slots")
+
+    monkeypatch.setattr(fcfs, "_best_split_few", counted)
+    monkeypatch.setattr(estimates.Estimates, "split_candidates", no_index)
+    checked = _summary(monkeypatch, check=True)  # raises on the first disagreement
+    assert calls["few"] > 50, calls
+    assert calls["index"] == 0, calls
+    assert calls["cached"] > 10, calls  # subjobs whose data the freed node caches, costed in full
+    # The same run as with the index's path.
+    monkeypatch.setattr(estimates.Estimates, "split_candidates", _CANDIDATES)
+    monkeypatch.setattr(fcfs, "SCAN_AT_MOST", 0)
     assert _summary(monkeypatch, check=False) == checked
 
 
