@@ -16,6 +16,8 @@ from datasched.policies.registry import register
 
 __all__ = ["CacheOrientedSplitting", "JobSplitting", "ProcessingFarm", "cut_by_cache"]
 
+_EMPTY = IntervalSet()
+
 
 @register
 class ProcessingFarm(Policy):
@@ -491,8 +493,14 @@ class CacheOrientedSplitting(Policy):
         holder = sched.node_of(best)
         here = sched.node_of(slot)
         directory = sched.directory
+        minimum = sched.min_subjob_events
 
         def pick(remaining: IntervalSet) -> IntervalSet:
-            return (remaining & directory.content(here)) - directory.content(holder)
+            content = directory.content(here)
+            if remaining.overlap_length(content) < minimum:
+                # What the cut below gives is no longer: split_running moves a balanced tail
+                # for it as for nothing. Counted without building it (most splits).
+                return _EMPTY
+            return (remaining & content) - directory.content(holder)
 
         sched.split_running(best, slot, pick)
