@@ -81,7 +81,7 @@ def test_few_slots_scan_agrees_with_the_full_scan(monkeypatch: pytest.MonkeyPatc
     """Up to ``SCAN_AT_MOST`` running subjobs, every one is costed with the arithmetic
     written out (``_best_split_few``): the same choices as the rule's scan, checked at each
     decision, without the index."""
-    assert _config().n_nodes <= fcfs.SCAN_AT_MOST  # this run takes the scan's path
+    assert _config().n_nodes <= fcfs.SCAN_AT_MOST  # one slot a node: the scan's path
     calls = {"few": 0, "index": 0, "cached": 0}
     few = fcfs._best_split_few
 

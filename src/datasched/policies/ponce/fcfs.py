@@ -173,10 +173,12 @@ def _best_split_by_scan(sched: SchedulerView, target: int) -> int | None:
 
 
 SCAN_AT_MOST = 24
-"""Up to this many running subjobs, :meth:`CacheOrientedSplitting._best_split` costs each
-of them (:func:`_best_split_few`) instead of asking the split index. Timed decision by
-decision on the same states (benchmarks/run.py's configuration): the scan took 0.63 of
-the index's time at 10 nodes, 0.8 at 15 and 20, 1.2 at 30 and 2.5 at 60."""
+"""On a cluster of up to this many slots, :meth:`CacheOrientedSplitting._best_split` costs
+every running subjob (:func:`_best_split_few`) instead of asking the split index (which is
+then never built). Timed decision by decision on the same states (benchmarks/run.py's
+configuration): the scan took 0.63 of the index's time at 10 nodes, 0.8 at 15 and 20, 1.2
+at 30 and 2.5 at 60. By slots, not by what runs: on a large cluster a moment with few
+running subjobs has fragmented data, which the scan costs in full where the index need not."""
 
 
 def _best_split_few(sched: SchedulerView, target: int, content: IntervalSet) -> int | None:
@@ -437,7 +439,7 @@ class CacheOrientedSplitting(Policy):
         minimum = 2 * sched.min_subjob_events
         content = sched.directory.content(sched.node_of(target))
         s_tertiary = sched.read_rates(target)[2]
-        if len(running) <= SCAN_AT_MOST:
+        if len(sched.slot_node) <= SCAN_AT_MOST:
             return _best_split_few(sched, target, content)
         cached, leaders = sched.split_candidates(content)
         best: int | None = None
