@@ -332,6 +332,10 @@ def test_head(s: IntervalSet, data: st.DataObject) -> None:
     assert events(first) == set(ordered[:k])
     assert events(rest) == set(ordered[k:])
     assert s.ranges == before
+    dropped = s.drop(n)  # the rest alone
+    check_invariant(dropped)
+    assert dropped == rest
+    assert dropped.length == rest.length
 
 
 @given(interval_sets(MAX_EVENT), st.integers(1, 40), st.integers(1, 60))

@@ -375,8 +375,18 @@ class SubjobRuns(SharedDisks, SharedFetches, MasterTurns):
             # Segments are in ascending event order: everything after the event in progress
             # is untouched.
             in_progress = segments[k][0] + part
-            released = (action.release & run.subjob.data).split_at(in_progress + 1)[1]
-        if not released:
+            release, data = action.release, run.subjob.data
+            if len(release._starts) == 1 and len(data._starts) == 1:
+                # One range asked of one range (job splitting's every shrink): the same
+                # set as below without its three temporaries (docs/performance.md, "Job
+                # splitting at 1,000 nodes").
+                lo = max(release._starts[0], data._starts[0], in_progress + 1)
+                hi = min(release._stops[0], data._stops[0])
+                if lo < hi:
+                    released = IntervalSet._make([lo], [hi], hi - lo)
+            else:
+                released = (release & data).split_at(in_progress + 1)[1]
+        if not released.length:
             return SubjobShrunk(self.now, action.subjob_id, slot, _EMPTY)
         kept = segments[:k]
         ends = run.ends[:k]
@@ -495,14 +505,28 @@ class SubjobRuns(SharedDisks, SharedFetches, MasterTurns):
         if self._readers is not None:
             self._disk_leave(slot)
         now = self.now
-        processed, remaining, by_source, fetched_files = self._progress(run, finished)
+        subjob = run.subjob
+        if finished and not self._file_grain:
+            # ``_progress`` of a run that read all of its data from range caches, written
+            # out (a subjob's end is half of job splitting's events): every segment done,
+            # no whole-file fetch among them.
+            processed, remaining, fetched_files = subjob.data, _EMPTY, _EMPTY
+            counts = [0, 0, 0]
+            for a, b, _, src, _ in run.segments:
+                counts[src] += b - a
+            by_source = (counts[0], counts[1], counts[2])
+        else:
+            processed, remaining, by_source, fetched_files = self._progress(run, finished)
         self.rec.ran(
-            run.subjob.job_id,
+            subjob.job_id,
             run.start_s,
             now,
             by_source,
             processed,
-            self._sized(run, processed),
+            # ``_sized`` written out: None when events are of one size.
+            None
+            if self.space.uniform_bytes_per_event is not None
+            else self._tertiary_bytes(run, processed),
         )
         if self._record_packets:
             self._log_packet(run, slot, processed, by_source)
@@ -528,11 +552,11 @@ class SubjobRuns(SharedDisks, SharedFetches, MasterTurns):
                 self._world.remove(node, evicted)
                 self._world.add(node, added)
         # The model's CPU time: the job's CPU seconds an event, for each event processed.
-        cpu = self._jobs[run.subjob.job_id].cpu_s_per_event
+        cpu = self._jobs[subjob.job_id].cpu_s_per_event
         cpu_s = processed.length * (self.cost.cpu_s_per_event if cpu is None else cpu)
         if finished:
-            return SubjobFinished(now, run.subjob.subjob_id, slot, added, evicted, cpu_s)
-        return SubjobStopped(now, run.subjob.subjob_id, slot, remaining, added, evicted, cpu_s)
+            return SubjobFinished(now, subjob.subjob_id, slot, added, evicted, cpu_s)
+        return SubjobStopped(now, subjob.subjob_id, slot, remaining, added, evicted, cpu_s)
 
     def _sized(self, run: _Run, processed: IntervalSet) -> float | None:
         """Bytes ``run`` read from tertiary storage when events differ in size (None: the
