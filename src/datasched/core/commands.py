@@ -50,6 +50,7 @@ _QUEUED = SubjobState.QUEUED
 _PARKED = SubjobState.PARKED
 _RUNNING = SubjobState.RUNNING
 _DONE = SubjobState.DONE
+_RUNNING_BIT: int = _RUNNING.bit  # type: ignore[attr-defined]
 
 
 class Commands(Estimates):
@@ -171,9 +172,16 @@ class Commands(Estimates):
     ) -> Subjob:
         """A new live subjob of ``js``, unchecked: its events come from a subjob that has
         just left the books (a stopped rest, a released part, a re-cut)."""
-        sj = Subjob(next(self._subjob_ids), js.job_id, data, cached_on, preemptible)
-        js.live[sj.subjob_id] = sj
-        self._transition(sj, _QUEUED)
+        sid = next(self._subjob_ids)
+        sj = Subjob(sid, js.job_id, data, cached_on, preemptible)
+        js.live[sid] = sj
+        states = self._states
+        if self._changes is None and sid not in states:
+            # ``_transition`` written out where nobody listens (a subjob made at every
+            # start of a split part): "not created yet" may only become QUEUED.
+            states[sid] = _QUEUED
+        else:
+            self._transition(sj, _QUEUED)
         return sj
 
     def new_subjob(
@@ -274,15 +282,23 @@ class Commands(Estimates):
 
     def _launch(self, sj: Subjob, slot: int) -> JobState:
         js = self.jobs[sj.job_id]
-        live = js.live.get(sj.subjob_id)
+        sid = sj.subjob_id
+        live = js.live.get(sid)
         if live is not sj and live != sj:
-            raise SchedulerError(f"subjob {sj.subjob_id} is not waiting to run")
-        if sj.subjob_id in self._parked:
+            raise SchedulerError(f"subjob {sid} is not waiting to run")
+        if sid in self._parked:
             self._unpark(js, sj)
         if js.first_start_s is None:
             js.first_start_s = self.now
         r = Running(sj, slot, self.now, self.s_per_event_on(slot, sj.data, js.job.cpu_s_per_event))
-        self._transition(sj, _RUNNING, r)
+        states = self._states
+        was = states.get(sid)
+        if self._changes is None and was is not None and was.allowed & _RUNNING_BIT:
+            # ``_transition`` written out where nobody listens (every start), the same
+            # check of the table; ``r`` is new, RUNNING already.
+            states[sid] = _RUNNING
+        else:
+            self._transition(sj, _RUNNING, r)
         js.running_slots.add(slot)
         self.node_running[self.slot_node[slot]] += 1
         self.running[slot] = r
@@ -428,19 +444,24 @@ class Commands(Estimates):
         the engine releases starts on ``target`` as a new, preemptible subjob.
         """
         r = self.running[slot]
-        if not r.settled:
+        if r.state is not _RUNNING:  # (``r.settled``, a property: a call)
             return False
         minimum = self.min_subjob_events
-        done = r.estimated_done(self.now)
-        left = r.subjob.data.length - done
+        data = r.subjob.data
+        # ``r.estimated_done(self.now)`` written out: job splitting asks at every freed slot.
+        spe = r.s_per_event
+        done = 0 if spe <= 0 else min(data.length, int((self.now - r.start_s) / spe))
+        left = data.length - done
         if left < 2 * minimum:
             return False  # (before cutting: a third of the calls end here)
-        _, rest = r.subjob.data.head(done)
+        rest = data.drop(done)
         give = pick(rest) if pick is not None else _EMPTY
         if give.length < minimum or left - give.length < minimum:
             # A split leaves work on both slots; moving everything could ping-pong.
             share = self.balanced_share(slot, target, rest)
-            give = self.cut(rest, left - round(left * share))[1]
+            n = left - round(left * share)
+            # ``cut`` is ``head`` without file boundaries (range caches): only its rest built.
+            give = self.cut(rest, n)[1] if self.space.boundaries else rest.drop(n)
         if give.length < minimum or left - give.length < minimum:
             return False
         self._reserve(target)

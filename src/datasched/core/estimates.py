@@ -16,9 +16,11 @@ from datasched.core.intervals import IntervalSet
 from datasched.core.model import CostModel, Topology
 from datasched.core.policy import ReadMode
 from datasched.core.splitindex import SplitIndex
-from datasched.core.state import JobState, Running, SchedulerError
+from datasched.core.state import JobState, Running, SchedulerError, SubjobState
 
 __all__ = ["Estimates"]
+
+_RUNNING = SubjobState.RUNNING
 
 
 class Estimates:
@@ -92,11 +94,21 @@ class Estimates:
         slot on ties; None if every one is due. Reads the tail of a list sorted by
         estimated end, whose stale entries are dropped when they reach the tail
         (ponce-hersch Table 5 has job splitting scan all nodes here)."""
-        order = self._end_heap()
-        current = self._current
+        order = self._by_end
+        if order is None:
+            order = self._end_heap()
+        running = self.running
         while order:
             end, neg_slot, neg_id = order[-1]
-            if current(end, neg_slot, neg_id):
+            # ``_current`` written out (job splitting asks this at every freed slot, and
+            # reads two to three entries each time).
+            r = running.get(-neg_slot)
+            if (
+                r is not None
+                and r.subjob.subjob_id == -neg_id
+                and r.state is _RUNNING
+                and r.end_s == end
+            ):
                 return -neg_slot if end > self.now else None
             order.pop()
         return None

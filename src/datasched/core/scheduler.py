@@ -96,6 +96,9 @@ _EMPTY = IntervalSet()
 _DONE = SubjobState.DONE
 _RUNNING = SubjobState.RUNNING
 _PARKED = SubjobState.PARKED
+_STOPPING = SubjobState.STOPPING
+_DONE_BIT: int = _DONE.bit  # type: ignore[attr-defined]
+_SHRINKING = SubjobState.SHRINKING
 VALIDATE_ENV = datasched.VALIDATE_ENV
 """Set to 1 (read once, when a scheduler is built) to validate after the events."""
 
@@ -557,8 +560,13 @@ class Scheduler(Commands):
         self.policy.job_arrived(self, js)
 
     def _on_finished(self, ev: SubjobFinished) -> None:
-        self._left_cpu(ev.slot, ev.cpu_s)
-        self._subjob_left(ev.slot, ev.subjob_id, None, ev.cache_added, ev.cache_evicted)
+        slot, cpu_s = ev.slot, ev.cpu_s
+        # ``_left_cpu`` written out: a subjob's end is half of a job splitting run's events.
+        if cpu_s is None:
+            self.left_cpu_s.pop(slot, None)
+        else:
+            self.left_cpu_s[slot] = cpu_s
+        self._subjob_left(slot, ev.subjob_id, None, ev.cache_added, ev.cache_evicted)
 
     def _on_stopped(self, ev: SubjobStopped) -> None:
         self._left_cpu(ev.slot, ev.cpu_s)
@@ -587,8 +595,16 @@ class Scheduler(Commands):
             remaining = _EMPTY
         elif not remaining.issubset(sj.data):
             raise SchedulerError(f"subjob {subjob_id}: remainder is not part of its data")
-        was_stopping = r.stopping
-        self._transition(sj, _DONE, r)
+        was_stopping = r.state is _STOPPING
+        states = self._states
+        was = states.get(subjob_id)
+        if self._changes is None and was is not None and was.allowed & _DONE_BIT:
+            # ``_transition`` written out where nobody listens (every subjob that leaves),
+            # the same check of the table.
+            del states[subjob_id]
+            r.state = _DONE
+        else:
+            self._transition(sj, _DONE, r)
         del self.running[slot]
         js = self.jobs[sj.job_id]
         del js.live[subjob_id]
@@ -596,22 +612,29 @@ class Scheduler(Commands):
         js.done_events += sj.data.length - remaining.length
         node = self.slot_node[slot]
         self.node_running[node] -= 1
-        if evicted:
+        # The sets' lengths, not their truth: ``IntervalSet.__bool__`` is a Python call, and
+        # this runs for every subjob that leaves (docs/performance.md, "Job splitting at
+        # 1,000 nodes").
+        if evicted.length:
             self.directory.remove(node, evicted)
-        if added:
+        if added.length:
             self.directory.add(node, added)
         insort(self._idle, slot)
         # A Preempt that crossed a finish still gets its replacement started.
         replacement = self._replacements.pop(subjob_id, None) if self._replacements else None
-        if remaining and not js.cancelled:
+        rest_returned = remaining.length and not js.cancelled
+        if rest_returned:
             rest = self._make_subjob(js, remaining, sj.cached_on, sj.preemptible)
             self.policy.work_returned(
                 self, rest, Returned.PREEMPTED if was_stopping else Returned.STOPPED
             )
         if replacement is not None:
             self._start_replacement(replacement, slot)
-        self._after_subjob(js)
-        if self.is_idle(slot):
+        if js.cancelled or not js.live or js.done_events > js.job.data.length:
+            self._after_subjob(js)  # (else it would do nothing: a job that goes on)
+        # Nothing but a returned rest or a replacement can have taken the slot since it
+        # was freed above.
+        if (replacement is None and not rest_returned) or self.is_idle(slot):
             self._freed.append((slot, js))
 
     def _return(self, sj: Subjob, cause: Returned) -> None:
@@ -635,7 +658,7 @@ class Scheduler(Commands):
             if ev.released:
                 raise SchedulerError(f"subjob {ev.subjob_id} released events after it left")
             return
-        if not r.shrinking:
+        if r.state is not _SHRINKING:
             raise SchedulerError(f"subjob {ev.subjob_id} on slot {ev.slot} was not being shrunk")
         sj = r.subjob
         released = ev.released
@@ -643,13 +666,13 @@ class Scheduler(Commands):
             raise SchedulerError(f"subjob {ev.subjob_id}: released events are not part of its data")
         self._transition(sj, _RUNNING, r)
         js = self.jobs[sj.job_id]
-        if released:
+        if released.length:  # (not its truth, a Python call: see ``_subjob_left``)
             r.subjob = sj.shrunk(released)
             js.live[sj.subjob_id] = r.subjob
             r.end_s = r.start_s + r.subjob.data.length * r.s_per_event
         self._push_end(r)
         target = self._splits.pop(sj.subjob_id)
-        if not released:
+        if not released.length:
             # The estimate was off (it had been processed): no split. Not offering the
             # target again now keeps the policy from asking for the same split in a loop.
             self._release_slot(target, offer=False)
@@ -841,11 +864,13 @@ class Scheduler(Commands):
     def _offer_freed(self) -> None:
         # Slots freed while handling this event are offered to the policy one by one, after
         # the books are straight; offering may free more (a preemption answered at once).
-        while self._freed:
-            slot, ended = self._freed.pop(0)
-            if not self.is_idle(slot):
+        freed, idle, work_requested = self._freed, self._idle, self.policy.work_requested
+        while freed:
+            slot, ended = freed.pop(0)
+            i = bisect_left(idle, slot)  # ``is_idle`` written out: once per freed slot
+            if i == len(idle) or idle[i] != slot:
                 continue
-            self.policy.work_requested(self, slot, ended)
+            work_requested(self, slot, ended)
             if self._parked and self.is_idle(slot):
                 # The policy left it idle: parked work (returned, suspended) must not wait
                 # for ever for a policy that does not look at it.

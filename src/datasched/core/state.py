@@ -120,7 +120,7 @@ class JobState:
         return self.job.n_events - self.done_events
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, init=False)
 class Running:
     """A subjob running on a slot, with the master's estimate of its pace."""
 
@@ -128,13 +128,27 @@ class Running:
     slot: int
     start_s: float
     s_per_event: float
-    state: SubjobState = SubjobState.RUNNING
+    state: SubjobState
     """RUNNING, STOPPING or SHRINKING; only the scheduler's ``_transition`` sets it."""
-    end_s: float = 0.0
+    end_s: float
     """Estimated end: ``start_s`` plus its events at ``s_per_event``."""
 
-    def __post_init__(self) -> None:
-        self.end_s = self.start_s + self.subjob.data.length * self.s_per_event
+    def __init__(
+        self,
+        subjob: Subjob,
+        slot: int,
+        start_s: float,
+        s_per_event: float,
+        state: SubjobState = SubjobState.RUNNING,
+    ) -> None:
+        # Written out, with the end computed here: a dataclass's ``__init__`` calling
+        # ``__post_init__`` is two calls for each subjob started.
+        self.subjob = subjob
+        self.slot = slot
+        self.start_s = start_s
+        self.s_per_event = s_per_event
+        self.state = state
+        self.end_s = start_s + subjob.data.length * s_per_event
 
     @property
     def stopping(self) -> bool:
