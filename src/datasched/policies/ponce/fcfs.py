@@ -249,10 +249,11 @@ class JobSplitting(Policy):
         if ended is not None and ended.job_id in sched.jobs and ended.suspended:
             sched.start(ended.suspended[0], slot)
             return
-        queued = sched.pop_queued_job()
-        if queued is not None:
-            sched.start(sched.new_subjob(queued, queued.job.data), slot)
-            return
+        if sched.job_queue:  # (asked first: the queue is empty at nearly every freed slot)
+            queued = sched.pop_queued_job()
+            if queued is not None:
+                sched.start(sched.new_subjob(queued, queued.job.data), slot)
+                return
         for js in sched.jobs.values():
             if js.suspended:
                 sched.start(js.suspended[0], slot)
