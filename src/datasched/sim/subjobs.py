@@ -216,19 +216,21 @@ class SubjobRuns(SharedDisks, SharedFetches, MasterTurns):
     ) -> None:
         """:meth:`_start` over a range cache without peer reads or a cost per packet: the
         subjob's segments are its cached ranges and the rest, in event order, each at its
-        source's time per event; with ``cache_fill`` the rest is fetched into the cache."""
+        source's time per event; with ``cache_fill`` the rest is fetched into the cache.
+        (Emptiness is read from the sets' lengths here: ``IntervalSet.__bool__`` is a Python
+        call, and this runs for every start.)"""
         slot = action.slot
         spe = self._default_rates[node] if cpu is None else self._range_rates(node, cpu)
         segments: list[tuple[int, int, float, Source, int]] = []
         ends: list[float] = []
         total = 0.0
-        if not local:
+        if not local.length:
             per = spe[_TERTIARY]
             for a, b in zip(other._starts, other._stops, strict=True):
                 segments.append((a, b, per, _TERTIARY, -1))
                 total += (b - a) * per
                 ends.append(total)
-        elif not other:
+        elif not other.length:
             # All cached (delayed scheduling's subjobs, mostly): the cached ranges in order,
             # as the sort of the general case below would leave them.
             per = spe[_CACHE]
@@ -248,13 +250,13 @@ class SubjobRuns(SharedDisks, SharedFetches, MasterTurns):
         cache = self.caches[node]
         fetched = _EMPTY
         fetch = None
-        if action.cache_fill and other:
+        if action.cache_fill and other.length:
             fetched = other
             if not action.fill_duplicates:
                 fetched = fetched - self._held_elsewhere(node, fetched)
             if fetched:
                 fetch = cache.begin_fetch(fetched)
-        pin = cache.pin(local) if local else None
+        pin = cache.pin(local) if local.length else None
         version = next(self._versions)
         run = _Run(action.subjob, self.now, segments, ends, local, fetched, pin, [], fetch, version)
         run.fill_duplicates = action.fill_duplicates
@@ -451,7 +453,8 @@ class SubjobRuns(SharedDisks, SharedFetches, MasterTurns):
             self._disk_reshaped(slot, k)
         if master:
             self._master_due(slot, run)
-        self._fetches_dropped(slot, run, stopping=False)
+        if run.fetched.length:  # (range caches fetch no whole files: nothing to hand over)
+            self._fetches_dropped(slot, run, stopping=False)
         return SubjobShrunk(self.now, action.subjob_id, slot, released)
 
     def _held_elsewhere(self, node: int, data: IntervalSet) -> IntervalSet:
@@ -537,7 +540,7 @@ class SubjobRuns(SharedDisks, SharedFetches, MasterTurns):
         for peer_cache, token in run.peer_pins:
             peer_cache.unpin(token)
             peer_cache.touch(processed, now)
-        if run.local:
+        if run.local.length:  # (not its truth, a Python call: a subjob's end is hot)
             # Pinned since the start, so cached; a finished subjob read all of it (no
             # intersection to build: both sets are often fragmented).
             cache.refresh(run.local if finished else processed & run.local, now)
