@@ -293,7 +293,8 @@ class Commands(Estimates):
         r = Running(sj, slot, self.now, self.s_per_event_on(slot, sj.data, js.job.cpu_s_per_event))
         states = self._states
         was = states.get(sid)
-        if self._changes is None and was is not None and was.allowed & _RUNNING_BIT:
+        allowed: int = 0 if was is None else was.allowed  # type: ignore[attr-defined]
+        if self._changes is None and allowed & _RUNNING_BIT:
             # ``_transition`` written out where nobody listens (every start), the same
             # check of the table; ``r`` is new, RUNNING already.
             states[sid] = _RUNNING

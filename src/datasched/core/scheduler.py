@@ -598,7 +598,8 @@ class Scheduler(Commands):
         was_stopping = r.state is _STOPPING
         states = self._states
         was = states.get(subjob_id)
-        if self._changes is None and was is not None and was.allowed & _DONE_BIT:
+        allowed: int = 0 if was is None else was.allowed  # type: ignore[attr-defined]
+        if self._changes is None and allowed & _DONE_BIT:
             # ``_transition`` written out where nobody listens (every subjob that leaves),
             # the same check of the table.
             del states[subjob_id]
