@@ -58,6 +58,10 @@ class Commands(Estimates):
 
     # Provided by the scheduler.
     policy: Policy
+    _started_hook: Callable[[Commands, Subjob, int], None] | None
+    """``policy.started``, or None where the policy keeps the default (which does nothing)."""
+    _reads_fixed: bool
+    """Whether the policy keeps the default ``read_mode`` (its ``reads`` for every subjob)."""
     jobs: dict[int, JobState]
     job_queue: deque[int]
     _idle: list[int]
@@ -263,7 +267,9 @@ class Commands(Estimates):
         parked list."""
         self._take_slot(slot)
         self._launch(sj, slot)
-        self._out.append(Start(sj, slot, *self.policy.read_mode(self, sj, slot), self.stimulus_id))
+        policy = self.policy
+        mode = policy.reads if self._reads_fixed else policy.read_mode(self, sj, slot)
+        self._out.append(Start(sj, slot, *mode, self.stimulus_id))
 
     def assign(self, sj: Subjob, slot: int) -> None:
         """Answer a pull: run exactly ``sj`` on ``slot`` as one packet."""
@@ -304,7 +310,8 @@ class Commands(Estimates):
         self.node_running[self.slot_node[slot]] += 1
         self.running[slot] = r
         self._push_end(r)
-        self.policy.started(self, sj, slot)
+        if self._started_hook is not None:
+            self._started_hook(self, sj, slot)
         return js
 
     def preempt(self, slot: int, replacement: Subjob | None = None) -> None:

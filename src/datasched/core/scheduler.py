@@ -227,6 +227,11 @@ class Scheduler(Commands):
             Tick: self._on_tick,
             ArrivalsClosed: self._on_arrivals_closed,
         }
+        # The policy's hooks at each start, looked up once: a policy that keeps the defaults
+        # (no notice of starts; its ``reads`` for every subjob) costs no call per start.
+        kind = type(policy)
+        self._started_hook = None if kind.started is Policy.started else policy.started
+        self._reads_fixed = kind.read_mode is Policy.read_mode
         policy.bind(self)
 
     def _new_slots(self, node: int, n: int) -> list[int]:
