@@ -18,10 +18,11 @@ from datasched.core.actions import Preempt, Start
 from datasched.core.events import Event, JobArrived, SubjobFinished, SubjobStopped, Tick
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import Job, Part, Subjob, Topology
-from datasched.core.policy import JobView, Policy, SchedulerView
+from datasched.core.policy import JobView, Policy, ReadMode, SchedulerView
 from datasched.core.scheduler import Scheduler, SchedulerError, SubjobState
 from datasched.core.trace import json_lines_sink, read_json_lines, story
 from datasched.policies import build_policy
+from datasched.policies.ponce.fcfs import ProcessingFarm
 from datasched.sim.engine import SimEngine
 
 R = IntervalSet.range
@@ -370,3 +371,41 @@ def test_read_json_lines_names_a_bad_line() -> None:
         read_json_lines(io.StringIO('{"kind": "event"}\n{oops\n'))
     with pytest.raises(ValueError, match="line 1: not a trace record"):
         read_json_lines(io.StringIO("[1, 2]\n"))
+
+
+@pytest.mark.parametrize("validate", [True, False])
+def test_starts_check_the_transition_whether_or_not_anyone_listens(validate: bool) -> None:
+    """Without validation or a trace a start checks the table of legal transitions on a path
+    of its own (``_transition`` written out in ``_launch``): the same refusal."""
+    sched = Scheduler(
+        Topology.uniform(1, 0, slots=2), space(), build_policy("farm"), validate=validate
+    )
+    sched.handle(JobArrived(0.0, Job(0, 0.0, R(0, 50))))
+    (r,) = sched.running.values()
+    with pytest.raises(SchedulerError, match="running -> running is not a legal transition"):
+        sched.start(r.subjob, sched.idle_slots[0])
+
+
+def test_a_policy_that_overrides_the_start_hooks_is_asked() -> None:
+    """The scheduler skips ``started`` and ``read_mode`` only where a policy keeps the
+    defaults: one that overrides them hears of every start and chooses its reads."""
+
+    class Noting(ProcessingFarm):
+        def __init__(self) -> None:
+            super().__init__()
+            self.seen: list[tuple[int, int]] = []
+
+        def started(self, sched: SchedulerView, sj: Subjob, slot: int) -> None:
+            self.seen.append((sj.subjob_id, slot))
+
+        def read_mode(self, sched: SchedulerView, sj: Subjob, slot: int) -> ReadMode:
+            return ReadMode(cache_fill=True)
+
+    policy = Noting()
+    sched = Scheduler(Topology.uniform(1, 0, slots=2), space(), policy, validate=False)
+    out = sched.handle(JobArrived(0.0, Job(0, 0.0, R(0, 50))))
+    out += sched.handle(JobArrived(0.0, Job(1, 0.0, R(100, 150))))
+    starts = [a for a in out if isinstance(a, Start)]
+    assert [(a.subjob.subjob_id, a.slot) for a in starts] == policy.seen
+    assert len(starts) == 2
+    assert all(a.cache_fill for a in starts)
