@@ -4,7 +4,11 @@ tertiary storage), each with its time per event, so its end, and how far it got 
 stopped or shrunk, follow without an event per collision event. Where caches hold whole
 files, a file read from tertiary storage is first fetched whole (a segment of no events
 lasting its transfer), then read from the local disk, as the runtime does. A base of
-:class:`~datasched.sim.engine.SimEngine`."""
+:class:`~datasched.sim.engine.SimEngine`.
+
+Length: one concept, a run's segments: how a start builds them, a shrink cuts them and an
+end reads them, with the common cases of job splitting written out beside the general
+paths (docs/performance.md, "Job splitting at 1,000 nodes")."""
 
 from __future__ import annotations
 
@@ -217,8 +221,7 @@ class SubjobRuns(SharedDisks, SharedFetches, MasterTurns):
         """:meth:`_start` over a range cache without peer reads or a cost per packet: the
         subjob's segments are its cached ranges and the rest, in event order, each at its
         source's time per event; with ``cache_fill`` the rest is fetched into the cache.
-        (Emptiness is read from the sets' lengths here: ``IntervalSet.__bool__`` is a Python
-        call, and this runs for every start.)"""
+        (Emptiness read from lengths: ``IntervalSet.__bool__`` is a call, this is hot.)"""
         slot = action.slot
         spe = self._default_rates[node] if cpu is None else self._range_rates(node, cpu)
         segments: list[tuple[int, int, float, Source, int]] = []
@@ -380,8 +383,7 @@ class SubjobRuns(SharedDisks, SharedFetches, MasterTurns):
             release, data = action.release, run.subjob.data
             if len(release._starts) == 1 and len(data._starts) == 1:
                 # One range asked of one range (job splitting's every shrink): the same
-                # set as below without its three temporaries (docs/performance.md, "Job
-                # splitting at 1,000 nodes").
+                # set as below without its three temporaries.
                 lo = max(release._starts[0], data._starts[0], in_progress + 1)
                 hi = min(release._stops[0], data._stops[0])
                 if lo < hi:
@@ -510,9 +512,8 @@ class SubjobRuns(SharedDisks, SharedFetches, MasterTurns):
         now = self.now
         subjob = run.subjob
         if finished and not self._file_grain:
-            # ``_progress`` of a run that read all of its data from range caches, written
-            # out (a subjob's end is half of job splitting's events): every segment done,
-            # no whole-file fetch among them.
+            # ``_progress`` written out for a finished run over range caches (every
+            # segment done, no whole-file fetch): half of job splitting's events.
             processed, remaining, fetched_files = subjob.data, _EMPTY, _EMPTY
             counts = [0, 0, 0]
             for a, b, _, src, _ in run.segments:
