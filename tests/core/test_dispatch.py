@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any, cast, get_args
 
 import pytest
 
@@ -127,3 +127,22 @@ def test_a_late_external_event_is_restamped_only_when_asked() -> None:
         else:
             with pytest.raises(AssertionError, match=r"event at 30\.0 after 50\.0"):
                 pump.pump()
+
+
+def test_the_pump_sends_every_action_where_apply_does() -> None:
+    """The pump looks each action's method up by its class (a table beside ``apply``'s
+    match, for speed): the two must agree for every action, and the table must hold them
+    all."""
+    actions = [action for action, _ in ONE_OF_EACH]
+    sched = Script({1.0: actions})
+    through_pump = Recorder()
+    pump = EventPump(cast(Scheduler, sched), cast(Any, through_pump))
+    pump.emit(Tick(1.0))
+    pump.pump()
+    through_apply = Recorder()
+    for action in actions:
+        apply(action, cast(Any, through_apply))
+    assert through_pump.calls == through_apply.calls
+    assert [name for name, _ in through_pump.calls] == [method for _, method in ONE_OF_EACH]
+    assert {type(action) for action in actions} == set(get_args(Action))
+    assert all(type(action) in pump._on for action in actions)
