@@ -54,15 +54,17 @@ def test_two_groups_move_towards_their_targets(tmp_path: Path) -> None:
     first come, first served or a plain fair share gives) would give the high group half.
     The first packets go out before any usage is known (both workers' first to the job listed
     first, here the low group's); the controller then serves the high group until its
-    weighted usage catches up. Asserted: the high group's share is above half in the run's
-    second half, once usage is known. Not asserted: that it grows from the first half to
-    the second. It does when the first packets are slow (a loaded machine: the low group's
-    first packets fill the first half); on an idle machine the controller reaches the
-    target within the first half (the high group's share 0.81 to 0.82 there, then 0.63 to
-    0.79 in the second, measured), so the share settles from above. Nor the share of the
-    whole run, which in 10 s is a handful of packets a slot on cores shared with whatever
-    else runs, nor the few points a long run reaches (the slow test, and docs/proof.md's
-    measured run)."""
+    weighted usage catches up. Asserted: the high group's share is above half in the packets
+    that began once usage was known (after the first packet's end). Not asserted: the
+    share in the run's second half by the clock. On an idle machine it is 0.63 to 0.79
+    (measured), but how much of that half the low group's first packets fill depends on
+    the machine's speed: with the suite and other work beside it (load average 12) a run
+    of this test once left the high group at most half there. Nor that the share grows from
+    the first half to the second (on an idle machine the controller reaches the target
+    within the first half, 0.81 to 0.82, so the share settles from above), nor the share of
+    the whole run, which in 10 s is a handful of packets a slot on cores shared with
+    whatever else runs, nor the few points a long run reaches (the slow test, and
+    docs/proof.md's measured run)."""
     setup = RuntimeQuota(
         workers=2,
         duration_s=10.0,
@@ -78,9 +80,13 @@ def test_two_groups_move_towards_their_targets(tmp_path: Path) -> None:
     result = run_quota_runtime(setup, tmp_path)
     assert len(result.rows) >= 4
     assert result.cpu_s > 0
-    half = setup.duration_s / 2
-    early, late = result.shares(0, half), result.shares(half)
-    assert late["high"] > 0.5, (early, late, result.shares())
+    known = min(r.end_s for r in result.rows)
+    cpu = {"low": 0.0, "high": 0.0}
+    for r in result.rows:
+        if r.start_s >= known:
+            cpu[result.group_of[r.job]] += r.cpu_s
+    assert cpu["high"] + cpu["low"] > 0, result.rows
+    assert cpu["high"] / (cpu["high"] + cpu["low"]) > 0.5, (cpu, result.shares())
 
 
 @pytest.mark.slow
