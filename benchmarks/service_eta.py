@@ -29,11 +29,14 @@ ETA's error by what the request's jobs were doing at its last refresh (``last_by
 running, between files, not sent; printed as well without ``--json``).
 ``--eta-per-packet`` prices the ETAs per packet (:mod:`datasched.service.packet_pace`: the
 nodes at the packets' CPU, the daemon as the simulator's master queue), which the daemon
-does not by default.
+does not by default. ``--repeat N`` runs the whole load test N times, a fresh daemon each,
+and adds the figures of all their ended requests pooled (``pooled`` in the JSON, beside
+``runs``): one run's thirty requests give a coverage that moves by 10 to 30 points from run
+to run, too little to tell two rules apart.
 
     python benchmarks/service_eta.py [--users 10] [--requests 3] [--workers 4] [--files 2]
         [--policy out-of-order] [--tertiary-mb-s MB] [--eta-period-s 2] [--warmup N]
-        [--rounds R] [--eta-per-packet] [--json [--detail]]
+        [--rounds R] [--eta-per-packet] [--repeat N] [--json [--detail]]
 """
 
 from __future__ import annotations
@@ -98,6 +101,11 @@ def eta_figures(records: list[Any]) -> dict[str, Any]:
                 "predictions": len(r.predictions),
                 "first_relative_error": f,
                 "last_relative_error": g,
+                # whether the finish fell inside the first's, the last's and each
+                # prediction's interval (None: none given): what --repeat pools
+                "first_inside": r.covered(0),
+                "last_inside": r.covered(-1),
+                "inside": [r.covered(i) for i in range(len(r.predictions))],
             }
             for r, f, g in zip(ended, first, last, strict=True)
         ],
@@ -108,6 +116,32 @@ def eta_figures(records: list[Any]) -> dict[str, Any]:
         "coverage_first": interval_coverage(ended, 0),
         "coverage_last": interval_coverage(ended, -1),
         "coverage_all": interval_coverage(ended),
+    }
+
+
+def _share(hits: list[bool | None]) -> float | None:
+    """The share of True among the known (not None) ``hits``; None if none is known."""
+    known = [h for h in hits if h is not None]
+    return sum(known) / len(known) if known else None
+
+
+def pooled(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """The figures of :func:`eta_figures` over the ended requests of several runs together
+    (``--repeat``): one run's thirty requests give a coverage that moves by 10 to 30 points
+    from run to run (docs/service-whatif.md), so a comparison pools several."""
+    rows = [row for r in reports for row in r["per_request"]]
+    first = [row["first_relative_error"] for row in rows]
+    last = [row["last_relative_error"] for row in rows]
+    return {
+        "runs": len(reports),
+        "with_eta": len(rows),
+        "median_abs_first": _median([abs(x) for x in first]),
+        "median_abs_last": _median([abs(x) for x in last]),
+        "median_first": _median(first),
+        "median_last": _median(last),
+        "coverage_first": _share([row["first_inside"] for row in rows]),
+        "coverage_last": _share([row["last_inside"] for row in rows]),
+        "coverage_all": _share([h for row in rows for h in row["inside"]]),
     }
 
 
@@ -626,6 +660,13 @@ def main() -> None:
         help="the ETAs priced per packet: the nodes at the packets' CPU, the daemon as the "
         "simulator's master queue at its CPU a stored packet",
     )
+    p.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="run the whole load test this many times, a fresh daemon each, and give the "
+        "figures of every run's ended requests pooled as well as each run's",
+    )
     p.add_argument("--json", action="store_true")
     p.add_argument(
         "--detail",
@@ -634,63 +675,81 @@ def main() -> None:
         "refresh predicted from (its snapshot and the daemon's queue)",
     )
     args = p.parse_args()
-    for name in ("users", "requests", "workers", "files", "rounds"):
+    for name in ("users", "requests", "workers", "files", "rounds", "repeat"):
         if getattr(args, name) < 1:
             p.error(f"--{name}: expected an integer >= 1")
     if args.files > N_FILES:
         p.error(f"--files: at most {N_FILES} (the demo dataset's files)")
     if args.eta_period_s <= 0:
         p.error("--eta-period-s: expected a number > 0")
-    report = run(
-        args.users,
-        args.requests,
-        workers=args.workers,
-        files=args.files,
-        policy=args.policy,
-        tertiary_mb_s=args.tertiary_mb_s,
-        eta_period_s=args.eta_period_s,
-        warmup=args.warmup,
-        detail=args.detail,
-        rounds=args.rounds,
-        per_packet=args.eta_per_packet,
-    )
+    reports = [
+        run(
+            args.users,
+            args.requests,
+            workers=args.workers,
+            files=args.files,
+            policy=args.policy,
+            tertiary_mb_s=args.tertiary_mb_s,
+            eta_period_s=args.eta_period_s,
+            warmup=args.warmup,
+            detail=args.detail,
+            rounds=args.rounds,
+            per_packet=args.eta_per_packet,
+        )
+        for _ in range(args.repeat)
+    ]
     if args.json:
-        print(json.dumps(report, indent=2))
+        out = reports[0] if args.repeat == 1 else {"runs": reports, "pooled": pooled(reports)}
+        print(json.dumps(out, indent=2))
     else:
-        n = report["users"] * report["requests_each"]
-        print(
-            f"{report['users']} users x {report['requests_each']} requests on "
-            f"{report['workers']} workers ({report['policy']}): {report['accepted']}/{n} "
-            f"accepted, {report['completed']} completed, {report['ended']} ended in "
-            f"{report['elapsed_s']:.0f} s"
-        )
-        print(
-            f"  submit p50 {report['submit_p50_ms']:.0f} ms  p99 {report['submit_p99_ms']:.0f} ms"
-        )
-        print(
-            f"  ETA relative error over {report['with_eta']} ended requests with an ETA: "
-            f"median |first| {_fmt(report['median_abs_first'])} (signed "
-            f"{_fmt(report['median_first'])}), median |last| "
-            f"{_fmt(report['median_abs_last'])} (signed {_fmt(report['median_last'])})"
-        )
-        print(
-            f"  finishes inside their P10-P90 interval: first {_fmt(report['coverage_first'])}"
-            f", last {_fmt(report['coverage_last'])}, all ETAs {_fmt(report['coverage_all'])}"
-            f"; {report['refreshes']} predictions, median {_fmt(report['refresh_cost_s_median'])}"
-            " s each (the point and its interval)"
-            f"; {report['submissions_held_back']} submissions answered without one"
-        )
-        for state, got in report.get("last_by_state", {}).items():
+        for report in reports:
+            _print(report)
+        if args.repeat > 1:
+            got = pooled(reports)
             print(
-                f"  last ETA, {state} at its refresh: {got['requests']} requests, median "
-                f"|relative| {_fmt(got['median_abs'])} (signed {_fmt(got['median'])}), "
-                f"{_fmt(got['median_left_s'])} s left"
+                f"pooled over {got['runs']} runs, {got['with_eta']} ended requests with an ETA: "
+                f"median |first| {_fmt(got['median_abs_first'])} (signed "
+                f"{_fmt(got['median_first'])}), median |last| {_fmt(got['median_abs_last'])} "
+                f"(signed {_fmt(got['median_last'])}); inside P10-P90: first "
+                f"{_fmt(got['coverage_first'])}, last {_fmt(got['coverage_last'])}, all ETAs "
+                f"{_fmt(got['coverage_all'])}"
             )
-        before = " ".join(f"{x:.1f}" for x in report["load_before"])
-        after = " ".join(f"{x:.1f}" for x in report["load_after"])
-        print(f"  load average before {before}, after {after}")
-    if report["ended"] != report["users"] * report["requests_each"]:
+    if any(r["ended"] != r["users"] * r["requests_each"] for r in reports):
         sys.exit(1)
+
+
+def _print(report: dict[str, Any]) -> None:
+    """One run's figures, as text."""
+    n = report["users"] * report["requests_each"]
+    print(
+        f"{report['users']} users x {report['requests_each']} requests on "
+        f"{report['workers']} workers ({report['policy']}): {report['accepted']}/{n} "
+        f"accepted, {report['completed']} completed, {report['ended']} ended in "
+        f"{report['elapsed_s']:.0f} s"
+    )
+    print(f"  submit p50 {report['submit_p50_ms']:.0f} ms  p99 {report['submit_p99_ms']:.0f} ms")
+    print(
+        f"  ETA relative error over {report['with_eta']} ended requests with an ETA: "
+        f"median |first| {_fmt(report['median_abs_first'])} (signed "
+        f"{_fmt(report['median_first'])}), median |last| "
+        f"{_fmt(report['median_abs_last'])} (signed {_fmt(report['median_last'])})"
+    )
+    print(
+        f"  finishes inside their P10-P90 interval: first {_fmt(report['coverage_first'])}"
+        f", last {_fmt(report['coverage_last'])}, all ETAs {_fmt(report['coverage_all'])}"
+        f"; {report['refreshes']} predictions, median {_fmt(report['refresh_cost_s_median'])}"
+        " s each (the point and its interval)"
+        f"; {report['submissions_held_back']} submissions answered without one"
+    )
+    for state, got in report.get("last_by_state", {}).items():
+        print(
+            f"  last ETA, {state} at its refresh: {got['requests']} requests, median "
+            f"|relative| {_fmt(got['median_abs'])} (signed {_fmt(got['median'])}), "
+            f"{_fmt(got['median_left_s'])} s left"
+        )
+    before = " ".join(f"{x:.1f}" for x in report["load_before"])
+    after = " ".join(f"{x:.1f}" for x in report["load_after"])
+    print(f"  load average before {before}, after {after}")
 
 
 if __name__ == "__main__":

@@ -39,6 +39,27 @@ def test_the_figures_are_the_first_and_last_eta_of_each_ended_request() -> None:
     assert [r["predictions"] for r in figures["per_request"]] == [2, 1]
 
 
+def test_repeated_runs_pool_their_requests_errors_and_intervals() -> None:
+    bench = _bench()
+    # a: ended inside its first interval, outside its last; b: no interval; c: inside both.
+    a = EtaRecord("a", [(0.0, 10.0), (5.0, 14.0)], 15.0, [(9.0, 16.0), (13.0, 14.5)])
+    b = EtaRecord("b", [(0.0, 30.0)], 20.0, [None])
+    c = EtaRecord("c", [(0.0, 8.0), (4.0, 9.0)], 10.0, [(7.0, 11.0), (8.0, 12.0)])
+    runs = [bench.eta_figures([a, b]), bench.eta_figures([c])]
+    got = bench.pooled(runs)
+    assert got["runs"] == 2
+    assert got["with_eta"] == 3
+    assert got["coverage_first"] == pytest.approx(2 / 2)  # b gave none
+    assert got["coverage_last"] == pytest.approx(1 / 2)
+    assert got["coverage_all"] == pytest.approx(3 / 4)
+    # first errors: a -5/15, b +10/20, c -2/10; the median of their sizes is 1/3
+    assert got["median_abs_first"] == pytest.approx(5 / 15)
+    assert got["median_first"] == pytest.approx(-2 / 10)
+    # pooled, not the median of the runs' medians
+    assert got["median_abs_last"] == bench.eta_figures([a, b, c])["median_abs_last"]
+    assert got["coverage_all"] == bench.eta_figures([a, b, c])["coverage_all"]
+
+
 def test_the_last_eta_is_told_apart_by_what_the_request_was_doing_at_its_refresh() -> None:
     bench = _bench()
     t0 = 1000.0
@@ -87,6 +108,15 @@ def test_requests_overlap_and_bad_options_are_refused(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert "--files: at most 20" in done.stderr.splitlines()[-1]
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--repeat", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+    )
+    assert done.returncode == 2
+    assert "--repeat: expected an integer >= 1" in done.stderr.splitlines()[-1]
 
 
 @pytest.mark.slow
