@@ -99,24 +99,19 @@ def test_requests_overlap_and_bad_options_are_refused(tmp_path: Path) -> None:
     assert [line.strip()[2:] for line in body.splitlines() if line.startswith("  - ")] == [
         str(tmp_path / f"part-{i:03d}.root") for i in (13, 14, 15)
     ]
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--files", "21"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
-    )
-    assert done.returncode == 2
-    assert "--files: at most 20" in done.stderr.splitlines()[-1]
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--repeat", "0"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
-    )
-    assert done.returncode == 2
-    assert "--repeat: expected an integer >= 1" in done.stderr.splitlines()[-1]
+    for args, message in (
+        (["--files", "21"], "--files: at most 20"),
+        (["--repeat", "0"], "--repeat: expected an integer >= 1"),
+    ):
+        done = subprocess.run(
+            [sys.executable, str(SCRIPT), *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+        )
+        assert done.returncode == 2, args
+        assert message in done.stderr.splitlines()[-1], done.stderr
 
 
 @pytest.mark.slow
