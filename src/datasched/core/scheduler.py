@@ -839,6 +839,9 @@ class Scheduler(Commands):
     # -- completion ---------------------------------------------------------------------------
 
     def _after_subjob(self, js: JobState) -> None:
+        """A cancelled job fails once nothing of it runs; a job whose events are all done
+        completes. :meth:`_subjob_left` calls this only when one of these cases (or the
+        error below) can apply: a change here changes its test too."""
         if js.cancelled:
             if not js.running_slots and js.job_id in self.jobs:
                 del self.jobs[js.job_id]

@@ -203,7 +203,7 @@ def _best_split_few(sched: SchedulerView, target: int, content: IntervalSet) -> 
         n = length - done
         if n < minimum or n == 0:
             continue  # no saving (``_split_saving``'s zero never wins)
-        local = content.overlap_length(data.head(done)[1]) if is_cached else 0
+        local = content.overlap_length(data.drop(done)) if is_cached else 0
         b = (local * s_cache + 0 * s_peer + (n - local) * s_tertiary) / n
         saving = n * a * a / (a + b)
         if saving > 0.0:
