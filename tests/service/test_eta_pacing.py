@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from sqlalchemy import delete
 
 from datasched.service import whatif
 from datasched.service.contracts import (
@@ -19,9 +20,17 @@ from datasched.service.contracts import (
     ProcessorWork,
 )
 from datasched.service.daemon import StoreListener
-from datasched.service.eta_watch import CHEAP_S, EtaWatch, next_refresh_at
+from datasched.service.eta_watch import (
+    CHEAP_S,
+    NEAR_FRACTION,
+    NEAR_MIN_S,
+    EtaWatch,
+    next_refresh_at,
+    next_wait,
+)
 from datasched.service.store import ops
 from datasched.service.store.db import Store
+from datasched.service.store.models import Job, Packet, Request
 from datasched.service.users import add_user, authenticate
 
 CLUSTER = {"nodes": [{"name": "w1", "up": True, "slots_total": 1, "cache_capacity_bytes": 10**9}]}
@@ -109,3 +118,33 @@ def test_cheap_refreshes_predict_every_submission_at_once(sqlite_store: Store) -
         assert watch.submitted(_request(sqlite_store, name)) is not None
     assert watch.held_back == 0
     assert len(watch.cost_s) == 3  # a refresh for each
+
+
+def test_refreshes_close_in_on_a_predicted_end() -> None:
+    assert next_wait(2.0, None, 0.01) == 2.0  # nothing predicted: the period
+    assert next_wait(2.0, 10.0, 0.01) == 2.0  # the soonest end past the period
+    assert next_wait(2.0, 1.6, 0.01) == pytest.approx(NEAR_FRACTION * 1.6)
+    assert next_wait(2.0, 0.0, 0.01) == NEAR_MIN_S  # due or overdue: the least wait
+    # a cheap refresh near an end keeps to the share too: 0.2 s of every 0.8 s at most
+    assert next_wait(2.0, 0.0, 0.2, share=0.25) == pytest.approx(0.6)
+    assert next_wait(2.0, 0.0, 5.0, share=0.25) == 2.0  # never longer than the period
+
+
+def test_the_soonest_end_is_the_last_refreshs_and_counts_down(sqlite_store: Store) -> None:
+    now = [1000.0]
+    watch = EtaWatch(sqlite_store, lambda: CLUSTER, policy="farm", clock=lambda: now[0])
+    assert watch.soonest_left() is None  # no refresh yet
+    ann, bob = _request(sqlite_store, "ann"), _request(sqlite_store, "bob")
+    assert watch.refresh() == 2
+    finishes = [watch.eta(r)["predicted_finish"] for r in (ann, bob)]  # type: ignore[index]
+    assert watch.soonest_left() == pytest.approx(min(finishes) - 1000.0)
+    now[0] += 1.0
+    assert watch.soonest_left() == pytest.approx(max(min(finishes) - 1001.0, 0.0))
+    now[0] += 10**6  # long past: due, not negative
+    assert watch.soonest_left() == 0.0
+    # a request the refreshes no longer predict (gone from the store) holds nothing
+    with sqlite_store.session() as s:
+        for model in (Packet, Job, Request):
+            s.execute(delete(model))
+    watch.refresh()
+    assert watch.soonest_left() is None

@@ -18,6 +18,12 @@ refreshes have taken at most ``max_share`` of the time since (:func:`next_refres
 and a submission in between is answered with the ETA known so far (None for a new
 request: it gets one at the next refresh) instead of waiting for three more simulations.
 
+Near a predicted end the refreshes come sooner than ``period_s``: the next waits
+:data:`NEAR_FRACTION` of the soonest time an open request is predicted to have left (at
+least :data:`NEAR_MIN_S`; :func:`next_wait`), so a request's ETA is refreshed while it
+has its last seconds to go, not once every period whatever it has left. Such a refresh
+keeps to ``max_share`` of the daemon's time even when it is cheap.
+
 Records live in the daemon's memory: a restarted daemon predicts again from its restart.
 Times are the daemon's wall clock (seconds since the epoch).
 """
@@ -28,6 +34,7 @@ import logging
 import math
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -45,12 +52,16 @@ from datasched.service.whatif import Admission, predict
 __all__ = [
     "CHEAP_S",
     "COLD_SPREAD",
+    "COSTS_KEPT",
     "MAX_SHARE",
+    "NEAR_FRACTION",
+    "NEAR_MIN_S",
     "SPREAD_FLOOR",
     "Z90",
     "EtaWatch",
     "interval_factors",
     "next_refresh_at",
+    "next_wait",
 ]
 
 Z90 = 1.2816
@@ -78,6 +89,29 @@ def next_refresh_at(ended: float, cost_s: float, share: float = MAX_SHARE) -> fl
     if cost_s < CHEAP_S:
         return ended
     return ended + cost_s * (1.0 - share) / share
+
+
+COSTS_KEPT = 10_000
+"""How many refreshes' costs :attr:`EtaWatch.cost_s` keeps."""
+NEAR_FRACTION = 0.5
+"""Near a predicted end, the next refresh comes after this share of the soonest time an
+open request has left: the refreshes close in on an end as the time left halves."""
+NEAR_MIN_S = 0.2
+"""The least wait between refreshes near an end (seconds)."""
+
+
+def next_wait(
+    period_s: float, soonest_left_s: float | None, cost_s: float, share: float = MAX_SHARE
+) -> float:
+    """Seconds until the next refresh: ``period_s``, or sooner while an open request is
+    predicted to end within it (``soonest_left_s``: the least time left of the open
+    requests' latest ETAs, None if none has one) — :data:`NEAR_FRACTION` of that time,
+    at least :data:`NEAR_MIN_S`, and at least what keeps a refresh that took ``cost_s``
+    to ``share`` of the time (:func:`next_refresh_at`'s rule, for cheap refreshes too)."""
+    if soonest_left_s is None:
+        return period_s
+    near = max(NEAR_FRACTION * soonest_left_s, NEAR_MIN_S, cost_s * (1.0 - share) / share)
+    return min(period_s, near)
 
 
 def interval_factors(spread: float | None, measured: bool) -> tuple[float, float]:
@@ -127,8 +161,9 @@ class EtaWatch:
         self.records: dict[str, EtaRecord] = {}
         self._lock = threading.Lock()
         self._refreshing = threading.Lock()
-        self.cost_s: list[float] = []
-        """Wall-clock seconds of each refresh's simulations (the point and its interval)."""
+        self.cost_s: deque[float] = deque(maxlen=COSTS_KEPT)
+        """Wall-clock seconds of each refresh's simulations (the point and its interval),
+        the last :data:`COSTS_KEPT`: a daemon in service refreshes for months."""
         self.max_share = max_share
         self.timer = timer
         """The clock the next refresh is held back on (seconds; monotonic)."""
@@ -141,6 +176,9 @@ class EtaWatch:
         last one."""
         self.held_back = 0
         """Submissions answered without a refresh, the refreshes being over their share."""
+        self._soonest_finish: float | None = None
+        """The soonest finish (on ``clock``) of the ETAs the last refresh made for open
+        requests: what :meth:`soonest_left` counts down from."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.pace: DaemonPace | None = None
@@ -182,6 +220,7 @@ class EtaWatch:
         now = self.clock()
         self._close_ended()
         if not snapshot.jobs or not snapshot.nodes:
+            self._soonest_finish = None
             return 0
         measured = any(n.rates.cached_events_per_s for n in snapshot.nodes)
         slow, fast = interval_factors(rate_spread(recent_packets(self.store)), measured)
@@ -207,6 +246,7 @@ class EtaWatch:
         )
         self.cost_s.append(prediction.simulate_s + late.simulate_s + early.simulate_s)
         n = 0
+        soonest: float | None = None
         with self._lock:
             for request_id, eta in prediction.requests.items():
                 if eta is None:
@@ -220,6 +260,8 @@ class EtaWatch:
                     # an ETA counts from the snapshot
                     record.predict(now, now + eta, interval)
                     n += 1
+                    soonest = now + eta if soonest is None else min(soonest, now + eta)
+        self._soonest_finish = soonest
         return n
 
     def _close_ended(self, only: str | None = None) -> None:
@@ -285,8 +327,21 @@ class EtaWatch:
         self._thread = threading.Thread(target=self._loop, name="eta", daemon=True)
         self._thread.start()
 
+    def soonest_left(self) -> float | None:
+        """The least time left (seconds from now on ``clock``; at least 0) of the ETAs the
+        last refresh made for open requests; None if it made none. A request no refresh
+        predicts any more (gone from the store) does not hold the refreshes near an end."""
+        if self._soonest_finish is None:
+            return None
+        return max(self._soonest_finish - self.clock(), 0.0)
+
+    def _wait_s(self) -> float:
+        """Until the next refresh of the loop: :func:`next_wait` after the last refresh."""
+        cost = self.cost_s[-1] if self.cost_s else 0.0
+        return next_wait(self.period_s, self.soonest_left(), cost, self.max_share)
+
     def _loop(self) -> None:
-        while not self._stop.wait(self.period_s):
+        while not self._stop.wait(self._wait_s()):
             # Past its share, a refresh waits the rest of the time it must (the period
             # counted in it).
             if self._stop.wait(max(self._next_at - self.timer(), 0.0)):
