@@ -350,6 +350,13 @@ def test_a_begun_file_has_what_is_left_of_its_run_and_a_job_begun_pays_no_start(
     late = {"j": {"/d/1": 9.0, "/d/2": 5.0}}
     got = _costed([job], {"j": 1.0}, per_job, [node], sent=1e-3, file_age=late)
     assert got[0].cpu_s_per_event == pytest.approx((0.25 + 1.0) / 1500)
+    # Its last 100 events left (its last packet under way): at most their worth, 0.1 s,
+    # whether past its run or begun 0.2 s ago (0.8 s of the run left by its age).
+    tail = replace(job, files=(files[0], FileTodo("/d/2", 1000, 10**4, ((900, 1000),)), files[2]))
+    for age in (5.0, 0.2):
+        ages = {"j": {"/d/1": 9.0, "/d/2": age}}
+        got = _costed([tail], {"j": 1.0}, per_job, [node], sent=1e-3, file_age=ages)
+        assert got[0].cpu_s_per_event == pytest.approx((0.1 + 1.0) / 1100)
     # No beginning known (packets stored before the store kept it): the pace within a run.
     got = _costed([job], {"j": 1.0}, per_job, [node], started=1e-4, sent=1e-3)
     assert got[0].cpu_s_per_event == pytest.approx((500 * 1e-4 + 1000 / 270.0) / 1500)

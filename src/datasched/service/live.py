@@ -398,8 +398,9 @@ def _costed(
     ``sent`` is known, a job sent to its node (running, or with a packet back) is priced
     from the runs: a file begun has what is left of its run (its whole run less its age:
     its other packets are under way, not waiting), at least :data:`OVERDUE_SHARE` of its
-    whole run; a file not begun, its whole run. A job sent with no packet back has its
-    files' whole runs, its start on the node in the first (a run counts from the slot, so
+    whole run, at most its events left at the run's pace (near a file's end its last
+    packets are small); a file not begun, its whole run. A job sent with no packet back has
+    its files' whole runs, its start on the node in the first (a run counts from the slot, so
     the start its first packet pays is in it, and the wait behind the node's other jobs,
     which the simulated queue prices, is not: docs/service-whatif.md), less how long it has
     been running (``running_for``) from the first of them, at least :data:`OVERDUE_SHARE`
@@ -442,8 +443,11 @@ def _costed(
                 if age is None:
                     time_left += n_left * going
                 else:
+                    # what is left of its run, at least the overdue share of it, and never
+                    # more than its events left would take from scratch: near a file's end
+                    # its last packets are small, and a quarter of the whole run is more
                     run = f.n_events * going
-                    time_left += max(run - age, OVERDUE_SHARE * run)
+                    time_left += min(max(run - age, OVERDUE_SHARE * run), n_left * going)
             fresh = time_left / left
         elif cycle is not None and left > 0 and running is None and not ages:
             fresh = job_time_per_event(cycle, mean_cpu, cpu)
