@@ -101,6 +101,8 @@ def eta_figures(records: list[Any]) -> dict[str, Any]:
                 "predictions": len(r.predictions),
                 "first_relative_error": f,
                 "last_relative_error": g,
+                # seconds the request had left when its last ETA was made
+                "last_left_s": r.actual_finish - r.predictions[-1][0],
                 # whether the finish fell inside the first's, the last's and each
                 # prediction's interval (None: none given): what --repeat pools
                 "first_inside": r.covered(0),
@@ -113,6 +115,7 @@ def eta_figures(records: list[Any]) -> dict[str, Any]:
         "median_abs_last": _median([abs(x) for x in last]),
         "median_first": _median(first),
         "median_last": _median(last),
+        "median_last_left_s": _median([r.actual_finish - r.predictions[-1][0] for r in ended]),
         "coverage_first": interval_coverage(ended, 0),
         "coverage_last": interval_coverage(ended, -1),
         "coverage_all": interval_coverage(ended),
@@ -139,6 +142,7 @@ def pooled(reports: list[dict[str, Any]]) -> dict[str, Any]:
         "median_abs_last": _median([abs(x) for x in last]),
         "median_first": _median(first),
         "median_last": _median(last),
+        "median_last_left_s": _median([row["last_left_s"] for row in rows]),
         "coverage_first": _share([row["first_inside"] for row in rows]),
         "coverage_last": _share([row["last_inside"] for row in rows]),
         "coverage_all": _share([h for row in rows for h in row["inside"]]),
@@ -710,7 +714,8 @@ def main() -> None:
                 f"pooled over {got['runs']} runs, {got['with_eta']} ended requests with an ETA: "
                 f"median |first| {_fmt(got['median_abs_first'])} (signed "
                 f"{_fmt(got['median_first'])}), median |last| {_fmt(got['median_abs_last'])} "
-                f"(signed {_fmt(got['median_last'])}); inside P10-P90: first "
+                f"(signed {_fmt(got['median_last'])}, made "
+                f"{_fmt(got['median_last_left_s'])} s before the end); inside P10-P90: first "
                 f"{_fmt(got['coverage_first'])}, last {_fmt(got['coverage_last'])}, all ETAs "
                 f"{_fmt(got['coverage_all'])}"
             )
@@ -732,7 +737,8 @@ def _print(report: dict[str, Any]) -> None:
         f"  ETA relative error over {report['with_eta']} ended requests with an ETA: "
         f"median |first| {_fmt(report['median_abs_first'])} (signed "
         f"{_fmt(report['median_first'])}), median |last| "
-        f"{_fmt(report['median_abs_last'])} (signed {_fmt(report['median_last'])})"
+        f"{_fmt(report['median_abs_last'])} (signed {_fmt(report['median_last'])}, made "
+        f"{_fmt(report['median_last_left_s'])} s before the end)"
     )
     print(
         f"  finishes inside their P10-P90 interval: first {_fmt(report['coverage_first'])}"

@@ -37,6 +37,9 @@ def test_the_figures_are_the_first_and_last_eta_of_each_ended_request() -> None:
     assert figures["median_first"] == pytest.approx((-5 / 15 + 0.5) / 2)
     assert figures["median_abs_first"] == median_abs_relative_error([early, late, open_])
     assert [r["predictions"] for r in figures["per_request"]] == [2, 1]
+    # the last ETAs were made 10 s (a) and 20 s (b) before their ends
+    assert [r["last_left_s"] for r in figures["per_request"]] == [10.0, 20.0]
+    assert figures["median_last_left_s"] == 15.0
 
 
 def test_repeated_runs_pool_their_requests_errors_and_intervals() -> None:
@@ -58,6 +61,7 @@ def test_repeated_runs_pool_their_requests_errors_and_intervals() -> None:
     # pooled, not the median of the runs' medians
     assert got["median_abs_last"] == bench.eta_figures([a, b, c])["median_abs_last"]
     assert got["coverage_all"] == bench.eta_figures([a, b, c])["coverage_all"]
+    assert got["median_last_left_s"] == 10.0  # a 10, b 20, c 6
 
 
 def test_the_last_eta_is_told_apart_by_what_the_request_was_doing_at_its_refresh() -> None:
