@@ -357,6 +357,17 @@ def test_a_begun_file_has_what_is_left_of_its_run_and_a_job_begun_pays_no_start(
         ages = {"j": {"/d/1": 9.0, "/d/2": age}}
         got = _costed([tail], {"j": 1.0}, per_job, [node], sent=1e-3, file_age=ages)
         assert got[0].cpu_s_per_event == pytest.approx((0.1 + 1.0) / 1100)
+    # Its next file's packets out for 0.6 s, none stored: the runner's slot age gives it
+    # what is left of its run, 0.4 s; a file not out is charged whole whatever the slot.
+    out = replace(files[2], under_way=True)
+    for third, charged in ((out, 0.4), (files[2], 1.0)):
+        nxt = replace(job, files=(files[0], FileTodo("/d/2", 1000, 10**4, ()), third))
+        ages = {"j": {"/d/1": 9.0, "/d/2": 2.0}}
+        for slot_age, want in (({"j": 0.6}, charged), (None, 1.0)):
+            got = _costed(
+                [nxt], {"j": 1.0}, per_job, [node], sent=1e-3, file_age=ages, slot_age=slot_age
+            )
+            assert got[0].cpu_s_per_event == pytest.approx(want / 1000)
     # No beginning known (packets stored before the store kept it): the pace within a run.
     got = _costed([job], {"j": 1.0}, per_job, [node], started=1e-4, sent=1e-3)
     assert got[0].cpu_s_per_event == pytest.approx((500 * 1e-4 + 1000 / 270.0) / 1500)

@@ -331,6 +331,11 @@ def live_snapshot(store: Store, cluster: Mapping[str, Any]) -> ClusterSnapshot:
             job_id: {url: max(now_s - t, 0.0) for url, t in files.items()}
             for job_id, files in began.items()
         },
+        slot_age={
+            job_id: max(now_s - since, 0.0)
+            for job_id, (_, since) in (placed or {}).items()
+            if since is not None
+        },
     )
     nodes = tuple(replace(n, warm_users=warm.users.get(n.name, ())) for n in nodes)
     on_node_for = dict(running_for)
@@ -371,6 +376,7 @@ def _costed(
     sent: float | None = None,
     file_age: Mapping[str, Mapping[str, float]] | None = None,
     cycle: float | None = None,
+    slot_age: Mapping[str, float] | None = None,
 ) -> list[JobSnapshot]:
     """The jobs with their seconds per event on a slot (``JobSnapshot.cpu_s_per_event``),
     from the nodes' mean time per event (wall clock where a node measured it; else the
@@ -406,6 +412,11 @@ def _costed(
     been running (``running_for``) from the first of them, at least :data:`OVERDUE_SHARE`
     of that run: its first packets are under way.
 
+    ``slot_age``: per job, how long its subjob has had its slot, as the runner says. A file
+    of a job with a packet back whose packets are out (``FileTodo.under_way``) but none is
+    stored has no age in the store; it is given that age, so that its run under way is not
+    charged whole (docs/service-whatif.md, "Refreshes that close in on an end").
+
     ``cycle``: the nodes' mean seconds per event of a file's run with the gap before it
     (:func:`~datasched.service.live_rates.cycle_paces`). A job not sent yet is priced at
     it where it is known, not at the nodes' busy rate, which counts every wait since a
@@ -433,9 +444,12 @@ def _costed(
             going = job_time_per_event(sent, mean_cpu, cpu)
             time_left = 0.0
             under_way = None if ages else running  # no packet back: its first file is going
+            slot = (slot_age or {}).get(j.id) if ages else None
             for f in j.files:
                 n_left = _left(f)
                 age = ages.get(f.url)
+                if age is None and f.under_way and slot is not None:
+                    age = slot  # out on its worker since the subjob got the slot, none back
                 if age is None and under_way is not None and n_left > 0:
                     age, under_way = under_way, None
                 if n_left <= 0:
