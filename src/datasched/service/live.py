@@ -75,9 +75,10 @@ __all__ = [
 ]
 
 OVERDUE_SHARE = 0.25
-"""A file begun past what its run should take is charged this share of its whole run: its
-packets are under way and due, not begun again, and a run past the median has about a
-quarter of one left (measured in docs/service-whatif.md)."""
+"""A file begun past what its run should take is charged this share of its whole run (or
+its events left at the run's pace, if less): its packets are under way and due, not begun
+again, and a run past the median has about a quarter of one left (measured in
+docs/service-whatif.md)."""
 
 _OPEN = (
     JobState.PENDING.value,
