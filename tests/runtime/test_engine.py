@@ -263,6 +263,12 @@ def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedC
         cluster.close()
 
 
+# Dask retries the killed worker's TLS address, and a refused attempt's socket is left to
+# the garbage collector inside distributed.comm.core.connect, not by our code; collected
+# during the test, it warns that it was not closed (seen once in a full run of 2,461 tests).
+@pytest.mark.filterwarnings(
+    "ignore:Exception ignored in. <ssl.SSLSocket:pytest.PytestUnraisableExceptionWarning"
+)
 @pytest.mark.parametrize("policy", POLICIES)
 def test_worker_killed_mid_job_loses_and_doubles_nothing(
     policy: str, demo_catalog: Path, tmp_path: Path, shared_cluster: SharedCluster
