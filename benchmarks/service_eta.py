@@ -83,43 +83,30 @@ def eta_figures(records: list[Any]) -> dict[str, Any]:
     prediction's, signed predicted minus actual (``datasched.service.eta.eta_error``), over
     the time that was left; and the coverage of their intervals (the share of finishes
     inside the P10-P90 interval given with the ETA): of the first, of the last, of all."""
-    from datasched.service.eta import interval_coverage, relative_eta_error
+    from datasched.service.eta import relative_eta_error
 
     ended = [r for r in records if r.actual_finish is not None and r.predictions]
-    first = [
-        relative_eta_error(r.predictions[0][1], r.actual_finish, r.predictions[0][0]) for r in ended
-    ]
-    last = [
-        relative_eta_error(r.predictions[-1][1], r.actual_finish, r.predictions[-1][0])
+    rows = [
+        {
+            "request": r.request_id,
+            "predictions": len(r.predictions),
+            "first_relative_error": relative_eta_error(
+                r.predictions[0][1], r.actual_finish, r.predictions[0][0]
+            ),
+            "last_relative_error": relative_eta_error(
+                r.predictions[-1][1], r.actual_finish, r.predictions[-1][0]
+            ),
+            # seconds the request had left when its last ETA was made
+            "last_left_s": r.actual_finish - r.predictions[-1][0],
+            # whether the finish fell inside the first's, the last's and each
+            # prediction's interval (None: none given): what --repeat pools
+            "first_inside": r.covered(0),
+            "last_inside": r.covered(-1),
+            "inside": [r.covered(i) for i in range(len(r.predictions))],
+        }
         for r in ended
     ]
-    return {
-        "with_eta": len(ended),
-        "per_request": [
-            {
-                "request": r.request_id,
-                "predictions": len(r.predictions),
-                "first_relative_error": f,
-                "last_relative_error": g,
-                # seconds the request had left when its last ETA was made
-                "last_left_s": r.actual_finish - r.predictions[-1][0],
-                # whether the finish fell inside the first's, the last's and each
-                # prediction's interval (None: none given): what --repeat pools
-                "first_inside": r.covered(0),
-                "last_inside": r.covered(-1),
-                "inside": [r.covered(i) for i in range(len(r.predictions))],
-            }
-            for r, f, g in zip(ended, first, last, strict=True)
-        ],
-        "median_abs_first": _median([abs(x) for x in first]),
-        "median_abs_last": _median([abs(x) for x in last]),
-        "median_first": _median(first),
-        "median_last": _median(last),
-        "median_last_left_s": _median([r.actual_finish - r.predictions[-1][0] for r in ended]),
-        "coverage_first": interval_coverage(ended, 0),
-        "coverage_last": interval_coverage(ended, -1),
-        "coverage_all": interval_coverage(ended),
-    }
+    return {"per_request": rows, **_summary(rows)}
 
 
 def _share(hits: list[bool | None]) -> float | None:
@@ -128,15 +115,11 @@ def _share(hits: list[bool | None]) -> float | None:
     return sum(known) / len(known) if known else None
 
 
-def pooled(reports: list[dict[str, Any]]) -> dict[str, Any]:
-    """The figures of :func:`eta_figures` over the ended requests of several runs together
-    (``--repeat``): one run's thirty requests give a coverage that moves by 10 to 30 points
-    from run to run (docs/service-whatif.md), so a comparison pools several."""
-    rows = [row for r in reports for row in r["per_request"]]
+def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The medians and coverages over :func:`eta_figures`'s rows, of one run or several."""
     first = [row["first_relative_error"] for row in rows]
     last = [row["last_relative_error"] for row in rows]
     return {
-        "runs": len(reports),
         "with_eta": len(rows),
         "median_abs_first": _median([abs(x) for x in first]),
         "median_abs_last": _median([abs(x) for x in last]),
@@ -147,6 +130,13 @@ def pooled(reports: list[dict[str, Any]]) -> dict[str, Any]:
         "coverage_last": _share([row["last_inside"] for row in rows]),
         "coverage_all": _share([h for row in rows for h in row["inside"]]),
     }
+
+
+def pooled(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """The figures of :func:`eta_figures` over the ended requests of several runs together
+    (``--repeat``): one run's thirty requests give a coverage that moves by 10 to 30 points
+    from run to run (docs/service-whatif.md), so a comparison pools several."""
+    return {"runs": len(reports), **_summary([row for r in reports for row in r["per_request"]])}
 
 
 def run(

@@ -88,7 +88,12 @@ def next_refresh_at(ended: float, cost_s: float, share: float = MAX_SHARE) -> fl
     (:data:`CHEAP_S`), else once the refreshes have taken at most ``share`` of the time."""
     if cost_s < CHEAP_S:
         return ended
-    return ended + cost_s * (1.0 - share) / share
+    return ended + _share_gap(cost_s, share)
+
+
+def _share_gap(cost_s: float, share: float) -> float:
+    """The wait after a refresh of ``cost_s`` that keeps the refreshes to ``share``."""
+    return cost_s * (1.0 - share) / share
 
 
 COSTS_KEPT = 10_000
@@ -110,7 +115,7 @@ def next_wait(
     to ``share`` of the time (:func:`next_refresh_at`'s rule, for cheap refreshes too)."""
     if soonest_left_s is None:
         return period_s
-    near = max(NEAR_FRACTION * soonest_left_s, NEAR_MIN_S, cost_s * (1.0 - share) / share)
+    near = max(NEAR_FRACTION * soonest_left_s, NEAR_MIN_S, _share_gap(cost_s, share))
     return min(period_s, near)
 
 

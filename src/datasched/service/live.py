@@ -318,6 +318,11 @@ def live_snapshot(store: Store, cluster: Mapping[str, Any]) -> ClusterSnapshot:
         job_id: max((datetime.now(UTC) - since).total_seconds(), 0.0)
         for job_id, since in running_since.items()
     }
+    slot_age = {  # how long each job in a slot has had it, as the runner says
+        job_id: max(now_s - since, 0.0)
+        for job_id, (_, since) in (placed or {}).items()
+        if since is not None
+    }
     jobs = _costed(
         jobs,
         job_costs(per_job, keys, [j.id for j in jobs]),
@@ -332,17 +337,11 @@ def live_snapshot(store: Store, cluster: Mapping[str, Any]) -> ClusterSnapshot:
             job_id: {url: max(now_s - t, 0.0) for url, t in files.items()}
             for job_id, files in began.items()
         },
-        slot_age={
-            job_id: max(now_s - since, 0.0)
-            for job_id, (_, since) in (placed or {}).items()
-            if since is not None
-        },
+        slot_age=slot_age,
     )
     nodes = tuple(replace(n, warm_users=warm.users.get(n.name, ())) for n in nodes)
     on_node_for = dict(running_for)
-    for job_id, (_, since) in (placed or {}).items():
-        if since is not None and job_id in on_node_for:
-            on_node_for[job_id] = max(now_s - since, 0.0)
+    on_node_for.update((j, age) for j, age in slot_age.items() if j in on_node_for)
     starting, nodes = starting_sandboxes(
         jobs, nodes, warm.setup_s, on_node_for, stored, warm.starts
     )
