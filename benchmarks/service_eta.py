@@ -32,7 +32,9 @@ nodes at the packets' CPU, the daemon as the simulator's master queue), which th
 does not by default. ``--repeat N`` runs the whole load test N times, a fresh daemon each,
 and adds the figures of all their ended requests pooled (``pooled`` in the JSON, beside
 ``runs``): one run's thirty requests give a coverage that moves by 10 to 30 points from run
-to run, too little to tell two rules apart.
+to run, too little to tell two rules apart. Every prediction is also counted by the time it
+predicted left (``by_left``, printed as a table): its error, the spread an interval would
+need there and the spread the interval had, and the share of finishes inside.
 
     python benchmarks/service_eta.py [--users 10] [--requests 3] [--workers 4] [--files 2]
         [--policy out-of-order] [--tertiary-mb-s MB] [--eta-period-s 2] [--warmup N]
@@ -43,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import sys
@@ -103,10 +106,73 @@ def eta_figures(records: list[Any]) -> dict[str, Any]:
             "first_inside": r.covered(0),
             "last_inside": r.covered(-1),
             "inside": [r.covered(i) for i in range(len(r.predictions))],
+            # each prediction's time left, predicted and real, and its interval's ends as
+            # times left (None: no interval): what by_left bands
+            "lefts": [
+                [
+                    finish - at,
+                    r.actual_finish - at,
+                    *((None, None) if r.interval(i) is None else (x - at for x in r.interval(i))),
+                ]
+                for i, (at, finish) in enumerate(r.predictions)
+            ],
         }
         for r in ended
     ]
     return {"per_request": rows, **_summary(rows)}
+
+
+BANDS_S = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
+"""The bounds of the bands of time predicted left that :func:`by_left` counts in."""
+Z90 = 1.2816
+"""The standard normal's 90th percentile: a log-normal's P10 to P90 is 2 x Z90 spreads."""
+
+
+def by_left(lefts: list[list[float | None]]) -> list[dict[str, Any]]:
+    """The predictions (:func:`eta_figures`' ``lefts``: time predicted left, time really
+    left, the interval's ends as times left) in bands of time predicted left
+    (:data:`BANDS_S`). Per band: how many; the median, P10 and P90 of the log of the time
+    predicted left over the time really left (positive: predicted too late, as the ETA
+    errors' sign); the spread a log-normal interval about the point would need to hold 80 %
+    of them, (P90 - P10) / (2 x Z90); the median spread the intervals had, their log width
+    over 2 x Z90; the share of finishes inside. A prediction of a request that ended at
+    once, or predicted to, has no log error and is left out."""
+    Row = tuple[float, float, float | None, float | None]
+    bands: list[list[Row]] = [[] for _ in range(len(BANDS_S) + 1)]
+    for predicted, real, low, high in lefts:
+        if predicted is None or real is None or predicted <= 0 or real <= 0:
+            continue
+        k = sum(1 for edge in BANDS_S if predicted >= edge)
+        bands[k].append((predicted, real, low, high))
+    out = []
+    for k, band in enumerate(bands):
+        if not band:
+            continue
+        errors = [math.log(predicted / real) for predicted, real, _, _ in band]
+        widths = [
+            math.log(high / low) / (2 * Z90)
+            for _, _, low, high in band
+            if low is not None and high is not None and low > 0
+        ]
+        inside = [
+            low <= real <= high
+            for _, real, low, high in band
+            if low is not None and high is not None
+        ]
+        p10, p90 = _percentile(errors, 10), _percentile(errors, 90)
+        out.append(
+            {
+                "left_s": [(0.0, *BANDS_S)[k], BANDS_S[k] if k < len(BANDS_S) else None],
+                "predictions": len(band),
+                "median_log_error": statistics.median(errors),
+                "p10_log_error": p10,
+                "p90_log_error": p90,
+                "spread_needed": (p90 - p10) / (2 * Z90),
+                "spread_used": _median(widths),
+                "inside": _share(list(inside)),
+            }
+        )
+    return out
 
 
 def _share(hits: list[bool | None]) -> float | None:
@@ -129,6 +195,7 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "coverage_first": _share([row["first_inside"] for row in rows]),
         "coverage_last": _share([row["last_inside"] for row in rows]),
         "coverage_all": _share([h for row in rows for h in row["inside"]]),
+        "by_left": by_left([x for row in rows for x in row.get("lefts", [])]),
     }
 
 
@@ -709,6 +776,7 @@ def main() -> None:
                 f"{_fmt(got['coverage_first'])}, last {_fmt(got['coverage_last'])}, all ETAs "
                 f"{_fmt(got['coverage_all'])}"
             )
+            _print_by_left(got["by_left"])
     if any(r["ended"] != r["users"] * r["requests_each"] for r in reports):
         sys.exit(1)
 
@@ -743,9 +811,25 @@ def _print(report: dict[str, Any]) -> None:
             f"|relative| {_fmt(got['median_abs'])} (signed {_fmt(got['median'])}), "
             f"{_fmt(got['median_left_s'])} s left"
         )
+    _print_by_left(report["by_left"])
     before = " ".join(f"{x:.1f}" for x in report["load_before"])
     after = " ".join(f"{x:.1f}" for x in report["load_after"])
     print(f"  load average before {before}, after {after}")
+
+
+def _print_by_left(bands: list[dict[str, Any]]) -> None:
+    """:func:`by_left`'s bands, a line each."""
+    if bands:
+        print("  by time predicted left: predictions, log(predicted/real) P10 median P90,")
+        print("  spread needed for 80 % / the intervals' spread, inside")
+    for b in bands:
+        lo, hi = b["left_s"]
+        span = f"{lo:g}-{hi:g} s" if hi is not None else f"{lo:g}+ s"
+        print(
+            f"    {span:>9} {b['predictions']:5d}  {b['p10_log_error']:+.2f} "
+            f"{b['median_log_error']:+.2f} {b['p90_log_error']:+.2f}  "
+            f"{b['spread_needed']:.2f} / {_fmt(b['spread_used'])}  {_fmt(b['inside'])}"
+        )
 
 
 if __name__ == "__main__":

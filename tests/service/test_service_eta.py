@@ -64,6 +64,47 @@ def test_repeated_runs_pool_their_requests_errors_and_intervals() -> None:
     assert got["median_last_left_s"] == 10.0  # a 10, b 20, c 6
 
 
+def test_predictions_are_banded_by_the_time_they_predicted_left() -> None:
+    bench = _bench()
+    # a: predicted at 0 to end at 10 (10 s left, band 8-16) with P10-P90 5 to 20, ended
+    # at 5 (inside, at its low end); then at 4, 0.4 s left (band 0-0.5), no interval.
+    # b: at 0, 3 s left (band 2-4), interval 2.5 to 4: ended at 6, outside.
+    a = EtaRecord("a", [(0.0, 10.0), (4.0, 4.4)], 5.0, [(5.0, 20.0), None])
+    b = EtaRecord("b", [(0.0, 3.0)], 6.0, [(2.5, 4.0)])
+    c = EtaRecord("c", [(0.0, 0.0)], 1.0, [(0.0, 0.0)])  # predicted to end at once: left out
+    got = bench.eta_figures([a, b, c])["by_left"]
+    assert [band["left_s"] for band in got] == [[0.0, 0.5], [2.0, 4.0], [8.0, 16.0]]
+    assert [band["predictions"] for band in got] == [1, 1, 1]
+    near, mid, far = got
+    assert near["median_log_error"] == pytest.approx(math.log(0.4 / 1.0))
+    assert near["spread_used"] is None
+    assert near["inside"] is None
+    # predicted 3 s left, 6 really: log(3/6), too early, negative
+    assert mid["median_log_error"] == pytest.approx(math.log(0.5))
+    assert mid["spread_used"] == pytest.approx(math.log(4.0 / 2.5) / (2 * bench.Z90))
+    assert mid["inside"] == 0.0
+    assert far["median_log_error"] == pytest.approx(math.log(2.0))
+    assert far["spread_used"] == pytest.approx(math.log(4.0) / (2 * bench.Z90))
+    assert far["inside"] == 1.0
+    # one prediction a band: no spread between P10 and P90
+    assert far["spread_needed"] == 0.0
+    # pooled over runs, the bands hold every run's predictions
+    pooled = bench.pooled([bench.eta_figures([a]), bench.eta_figures([b])])["by_left"]
+    assert [band["predictions"] for band in pooled] == [1, 1, 1]
+
+
+def test_the_spread_needed_is_what_holds_the_middle_eighty_percent() -> None:
+    bench = _bench()
+    # 101 predictions of 10 s left whose real times left are spread log-evenly over a
+    # factor of e either side: P10 to P90 of the log error is -0.8 to +0.8
+    lefts = [[10.0, 10.0 * math.exp(-1.0 + k / 50), None, None] for k in range(101)]
+    (band,) = bench.by_left(lefts)
+    assert band["p10_log_error"] == pytest.approx(-0.8)
+    assert band["p90_log_error"] == pytest.approx(0.8)
+    assert band["spread_needed"] == pytest.approx(1.6 / (2 * bench.Z90))
+    assert band["median_log_error"] == pytest.approx(0.0, abs=1e-12)
+
+
 def test_the_last_eta_is_told_apart_by_what_the_request_was_doing_at_its_refresh() -> None:
     bench = _bench()
     t0 = 1000.0
