@@ -325,11 +325,12 @@ def test_an_interrupted_perf_map_writes_the_points_found_beside_a_whole_map(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from datasched.policies.ponce.adaptive import load_map
+    from datasched.sim.experiment import find_max_load as real
     from datasched.studies.ponce import perfmap
 
     # The three maps below search the same points: each is searched once and its result
     # given again (what is tested is which points are written where, not the search).
-    real, found = perfmap.find_max_load, {}
+    found: dict[str, Any] = {}
 
     def once(config: Any, **kw: Any) -> Any:
         key = repr((config, sorted(kw.items())))
