@@ -540,6 +540,17 @@ def test_a_job_not_sent_yet_is_priced_from_the_nodes_file_cycles_not_their_busy_
     # Two packets side by side of one file count as one run, with no gap between them.
     side = [(0.0, 1.0, 500, "a", "/d/a"), (0.2, 1.0, 500, "a", "/d/a"), *packets[1:2]]
     assert cycle_paces({"w0": side}, submitted) == {"w0": pytest.approx(1000 / 1.5)}
+    # A run that began with its user's sandbox starting (b's, cold) is no sample: the
+    # simulation charges the start on its own. It still ends the gap before the next run:
+    # c's cycle counts from b's storing, not from a's, whichever is later with c's
+    # submission (8.5).
+    assert cycle_paces({"w0": packets}, submitted, cold={("b", "/d/b")}) == {
+        "w0": pytest.approx(1000 / 1.5)
+    }
+    late = [*packets[:2], (3.0, 4.0, 1000, "d", "/d/d")]
+    # d's gap from b's storing (2.5) is 0.5 s: 1000 / 1.5; from a's it would be 2 s.
+    assert cycle_paces({"w0": late}, {}, cold={("b", "/d/b")}) == {"w0": pytest.approx(1000 / 1.5)}
+    assert cycle_paces({"w0": packets[:2]}, submitted, cold={("b", "/d/b")}) == {}
 
     # A job not sent (no node, no packet) is priced at the cycle (1.5 ms an event), not at
     # the nodes' busy rate (250 events/s: 4 ms), which held every wait since submission;

@@ -311,7 +311,7 @@ def live_snapshot(store: Store, cluster: Mapping[str, Any]) -> ClusterSnapshot:
     warm_only = warm_runs(runs, warm.cold)
     sent = {node: rate for node, rate in sent_paces(warm_only).items() if node in slots}
     run_jobs = {node: [p[3] for p in packets] for node, packets in runs.items()}
-    cycles = cycle_paces(runs, _submitted(store, run_jobs))
+    cycles = cycle_paces(runs, _submitted(store, run_jobs), warm.cold)
     cycles = {node: rate for node, rate in cycles.items() if node in slots}
     now_s = datetime.now(UTC).timestamp()
     running_for = {
@@ -418,9 +418,10 @@ def _costed(
     charged whole (docs/service-whatif.md, "Refreshes that close in on an end").
 
     ``cycle``: the nodes' mean seconds per event of a file's run with the gap before it
-    (:func:`~datasched.service.live_rates.cycle_paces`). A job not sent yet is priced at
-    it where it is known, not at the nodes' busy rate, which counts every wait since a
-    job's submission as the node's work (docs/service-whatif.md)."""
+    (:func:`~datasched.service.live_rates.cycle_paces`; the runs that began with a
+    sandbox's start left out, which the simulation charges on its own). A job not sent yet
+    is priced at it where it is known, not at the nodes' busy rate, which counts every wait
+    since a job's submission as the node's work (docs/service-whatif.md)."""
     if not relative:
         return jobs
     events = sum(e for e, _ in per_job.values())

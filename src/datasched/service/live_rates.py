@@ -303,16 +303,16 @@ def _when(t: datetime | str) -> float:
 
 def _file_runs(
     packets: Sequence[tuple[float, float, int, str, str]],
-) -> list[tuple[float, float, int, float, str]]:
+) -> list[tuple[float, float, int, float, str, str]]:
     """A node's runs of one job's packets of one file: ``(first began, last stored, events,
-    time, job)``, the time being the union of each packet's span from its beginning to its
+    time, job, url)``, the time being the union of each packet's span from its beginning to its
     storing: packets of other jobs that held the slot between two of this file's are not
     the file's run."""
     runs: dict[tuple[str, str], list[tuple[float, float, int]]] = {}
     for began, stored, n, job, url in packets:
         runs.setdefault((job, url), []).append((began, max(stored, began), n))
     out = []
-    for (job, _), spans in runs.items():
+    for (job, url), spans in runs.items():
         spans.sort()
         time_s = 0.0
         end = -math.inf
@@ -320,7 +320,7 @@ def _file_runs(
             time_s += max(b - max(a, end), 0.0)
             end = max(end, b)
         out.append(
-            (spans[0][0], max(b for _, b, _ in spans), sum(n for *_, n in spans), time_s, job)
+            (spans[0][0], max(b for _, b, _ in spans), sum(n for *_, n in spans), time_s, job, url)
         )
     return out
 
@@ -361,7 +361,7 @@ def sent_paces(
     without such a run are left out."""
     out: dict[str, float] = {}
     for node, packets in runs.items():
-        done = sorted((b, n / t) for _, b, n, t, _ in _file_runs(packets) if t > 0 and n > 0)
+        done = sorted((b, n / t) for _, b, n, t, _, _ in _file_runs(packets) if t > 0 and n > 0)
         if done:
             out[node] = statistics.median(r for _, r in done[-SENT_RUNS:])
     return out
@@ -370,6 +370,7 @@ def sent_paces(
 def cycle_paces(
     runs: Mapping[str, Sequence[tuple[float, float, int, str, str]]],
     submitted: Mapping[str, float] | None = None,
+    cold: Set[tuple[str, str]] = frozenset(),
 ) -> dict[str, float]:
     """Each node's events per second a file takes of the node's time, from one file's run
     to the next: the median, over the node's last :data:`SENT_RUNS` runs of one job's file
@@ -385,15 +386,20 @@ def cycle_paces(
     pace (docs/service-whatif.md): the node's busy rate (:func:`busy_rate`) holds, besides,
     every wait since a job's submission, the daemon's own delay under a burst of
     submissions included, and priced the queue about half as fast as the nodes went. Nodes
-    without two such runs are left out."""
+    without two such runs are left out.
+
+    A run that began with its user's sandbox starting (``cold``: (job, file) pairs,
+    :attr:`~datasched.service.warm_sandboxes.WarmSandboxes.cold`) is no sample: the
+    simulation charges each start on its own (``user_setup_s``), and a pace with starts in
+    it would charge them twice. It still ends the gap before the node's next run."""
     since = submitted or {}
     out: dict[str, float] = {}
     for node, packets in runs.items():
         done = sorted(_file_runs(packets))
         cycles: list[tuple[float, float]] = []
         end = -math.inf
-        for i, (began, stored, n, time_s, job) in enumerate(done):
-            if i > 0 and time_s > 0 and n > 0:
+        for i, (began, stored, n, time_s, job, url) in enumerate(done):
+            if i > 0 and time_s > 0 and n > 0 and (job, url) not in cold:
                 gap = max(began - max(end, since.get(job, end)), 0.0)
                 cycles.append((stored, n / (time_s + min(gap, IDLE_FACTOR * time_s))))
             end = max(end, stored)
