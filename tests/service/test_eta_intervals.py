@@ -24,8 +24,16 @@ from datasched.service.contracts import (
 )
 from datasched.service.daemon import StoreListener
 from datasched.service.eta import EtaRecord, interval_coverage
-from datasched.service.eta_watch import COLD_SPREAD, SPREAD_FLOOR, EtaWatch, interval_factors
+from datasched.service.eta_watch import (
+    COLD_SPREAD,
+    SPREAD_FLOOR,
+    Z90,
+    EtaWatch,
+    horizon_interval,
+    interval_factors,
+)
 from datasched.service.live import MIN_PACKETS, rate_spread, wall_rates
+from datasched.service.live_rates import span_spreads, spread_over
 from datasched.service.store import ops
 from datasched.service.store.db import Store
 from datasched.service.users import add_user, authenticate
@@ -94,6 +102,90 @@ def test_each_refresh_gives_an_interval_holding_the_eta(sqlite_store: Store) -> 
         1.2816 * SPREAD_FLOOR
     ) * 0.9
     assert len(watch.cost_s) == 1
+
+
+def test_the_spread_over_spans_leaves_the_packets_sizes_out_and_keeps_the_pace_moving() -> None:
+    # A packet every 0.1 s, of 10 and 190 events in turn: over a quarter of a second the
+    # rate moves with the packets' sizes; over a second or more it is steady.
+    sizes = [(0.1 * i, 10 if i % 2 else 190) for i in range(200)]
+    got = span_spreads({"w": sizes})
+    assert got[0.25] > 0.2
+    assert got[1.0] == pytest.approx(0.0, abs=1e-9)
+    assert got[8.0] == pytest.approx(0.0, abs=1e-9)
+    # Its pace going from 1,000 to 3,000 events a second after 10 s moves the rate over
+    # every span that fits in each half, and by about half of log 3 about the node's mean.
+    pace = [(0.1 * i, 100 if i < 100 else 300) for i in range(200)]
+    moved = span_spreads({"w": pace})
+    assert moved[2.0] == pytest.approx(math.log(3) / 2, rel=0.05)
+    assert 16.0 not in moved  # 20 s of packets hold no two groups of 16 s
+    # Two nodes steady at different paces: each about its own mean, no spread.
+    apart = {"a": [(0.1 * i, 100) for i in range(50)], "b": [(0.1 * i, 300) for i in range(50)]}
+    assert span_spreads(apart)[1.0] == pytest.approx(0.0, abs=1e-9)
+    assert span_spreads({"w": sizes[:1]}) == {}
+
+
+def test_the_spread_over_a_time_left_is_read_between_the_spans_on_log_scales() -> None:
+    spreads = {1.0: 0.8, 4.0: 0.2}
+    assert spread_over(spreads, 0.1) == 0.8  # below the shortest: the shortest's
+    assert spread_over(spreads, 100.0) == 0.2  # past the longest: the longest's
+    assert spread_over(spreads, 2.0) == pytest.approx(0.4)  # halfway on both log scales
+    assert spread_over({}, 2.0) is None
+
+
+def test_an_interval_is_drawn_to_the_spread_over_its_time_left() -> None:
+    # 10 s left, the simulations' P10 and P90 at 5 and 20 s (log 2 either side).
+    spreads = {1.0: 1.0, 8.0: 0.3}
+    low, high = horizon_interval(10.0, 5.0, 20.0, spreads)
+    want = 2 * Z90 * math.hypot(SPREAD_FLOOR, 0.3)  # over 8 s and more: 0.3, the floor added
+    assert math.log(high / low) == pytest.approx(want)
+    assert math.log(10.0 / low) == pytest.approx(math.log(high / 10.0))  # its shape kept
+    # Lopsided simulations keep their shares: log 4 below the point, log 2 above it.
+    low, high = horizon_interval(10.0, 2.5, 20.0, spreads)
+    assert math.log(10.0 / low) == pytest.approx(2 * math.log(high / 10.0))
+    # With a fifth of a second left the spread over the shortest span: wider than before.
+    low, high = horizon_interval(0.2, 0.1, 0.4, spreads)
+    assert math.log(high / low) == pytest.approx(2 * Z90 * math.hypot(SPREAD_FLOOR, 1.0))
+    # Nothing measured over spans, no time left, or no width: as the simulations gave.
+    assert horizon_interval(10.0, 5.0, 20.0, {}) == (5.0, 20.0)
+    assert horizon_interval(0.0, 0.0, 0.0, spreads) == (0.0, 0.0)
+    assert horizon_interval(10.0, 10.0, 10.0, spreads) == (10.0, 10.0)
+
+
+def test_a_refresh_draws_each_interval_to_its_time_left_once_the_queue_has_run(
+    sqlite_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import datasched.service.eta_watch as eta_watch
+
+    with sqlite_store.session() as s:
+        caller = authenticate(s, add_user(s, "ann", "g"))
+        assert caller is not None
+        rid = ops.new_request_id()
+        work = ProcessorWork("p.py:P")
+        jobs = [ElementaryJob(rid, 0, (FileRef("/d/0.root", 1000, 10**4),), work)]
+        ops.store_accepted(
+            s, caller, rid, "raw", "application/yaml", MetaJobRequest("ann", work, ()), jobs
+        )
+    listener = StoreListener(sqlite_store)
+    listener.job_state(jobs[0].id, JobState.RUNNING, node="w1")
+    # A packet of the open job is stored: the queue has run.
+    listener.packet_done(PacketDone(jobs[0].id, "/d/0.root", 0, 50, "w1", 10, 1.0, None))
+    read: list[dict[str, list[tuple[float, int]]]] = []
+
+    def steady(packets: dict[str, list[tuple[float, int]]]) -> dict[float, float]:
+        read.append(packets)
+        return {1.0: 0.0}  # the rates steady over every span
+
+    monkeypatch.setattr(eta_watch, "span_spreads", steady)
+    watch = EtaWatch(sqlite_store, lambda: CLUSTER, policy="farm", clock=lambda: 1000.0)
+    assert watch.refresh() == 1
+    eta = watch.eta(rid)
+    assert eta is not None
+    assert eta["predicted_low"] < eta["predicted_finish"] < eta["predicted_high"]
+    low, high = (eta[k] - 1000.0 for k in ("predicted_low", "predicted_high"))
+    # the floor alone: where the simulations drew it at the measured spread, at least
+    # the floor, 2 x Z90 x SPREAD_FLOOR is the narrowest it can be
+    assert math.log(high / low) == pytest.approx(2 * Z90 * SPREAD_FLOOR)
+    assert [list(p) for p in read] == [["w1"]]  # read from the window's packets
 
 
 @pytest.fixture

@@ -8,8 +8,15 @@ merged result moves later), and from then on says how wrong each prediction was.
 Each ETA comes with an interval: the same prediction with every rate faster and slower by
 the 90th percentile of their measured spread (:func:`~datasched.service.live.rate_spread`,
 taken as log-normal, at least :data:`SPREAD_FLOOR`; :data:`COLD_SPREAD` while no node has
-measured a rate), its P10 and P90: three simulations a refresh. A submission predicts at
-once (:meth:`EtaWatch.submitted`), so a request has an ETA from the start.
+measured a rate), its P10 and P90: three simulations a refresh. Once the queue has run
+(the last minute's packets include one of a job still open), each request's interval is
+then drawn to the spread of the rates over a span as long as the time it has left
+(:func:`~datasched.service.live_rates.span_spreads`, with :data:`SPREAD_FLOOR` added in
+quadrature; :func:`horizon_interval`): the spread over a fraction of a second, which the
+simulations use, is mostly the packets' sizes, and over the seconds a request has left
+they average out (docs/service-whatif.md, "Intervals drawn to the time left"). A
+submission predicts at once (:meth:`EtaWatch.submitted`), so a request has an ETA from the
+start.
 
 The refreshes keep to a share of the daemon's time: a refresh is three simulations of the
 whole queue, seconds for a queue of thousands of jobs, run in the daemon's process beside
@@ -43,7 +50,8 @@ from sqlalchemy import func, select
 
 from datasched.service.contracts import JobState
 from datasched.service.eta import EtaRecord, median_abs_relative_error
-from datasched.service.live import live_snapshot, rate_spread, recent_packets
+from datasched.service.live import live_snapshot, rate_spread
+from datasched.service.live_rates import recent_jobs, span_spreads, spread_over
 from datasched.service.packet_pace import DaemonPace, packet_cpu, priced_per_packet
 from datasched.service.store.db import Store
 from datasched.service.store.models import Job, Request
@@ -59,6 +67,7 @@ __all__ = [
     "SPREAD_FLOOR",
     "Z90",
     "EtaWatch",
+    "horizon_interval",
     "interval_factors",
     "next_refresh_at",
     "next_wait",
@@ -124,6 +133,23 @@ def interval_factors(spread: float | None, measured: bool) -> tuple[float, float
     by the 90th percentile of a log-normal of the spread."""
     sigma = COLD_SPREAD if not measured else max(spread or 0.0, SPREAD_FLOOR)
     return math.exp(-Z90 * sigma), math.exp(Z90 * sigma)
+
+
+def horizon_interval(
+    left_s: float, low_s: float, high_s: float, spreads: Mapping[float, float]
+) -> tuple[float, float]:
+    """A request's P10 and P90 time left (``low_s``, ``high_s``, from the simulations)
+    drawn to the spread of the rates over its time left ``left_s``
+    (:func:`~datasched.service.live_rates.spread_over` of ``spreads``, with
+    :data:`SPREAD_FLOOR` added in quadrature): the interval's width on a logarithmic scale
+    becomes 2 x :data:`Z90` times that spread, each side keeping its share of it, so the
+    simulations' shape (a side the queue holds shorter than the other) is kept. Unchanged
+    where nothing is measured over spans, or the point or a side is not after now."""
+    over = spread_over(spreads, left_s)
+    if over is None or left_s <= 0 or low_s <= 0 or high_s <= low_s:
+        return low_s, high_s
+    k = 2 * Z90 * math.hypot(SPREAD_FLOOR, over) / math.log(high_s / low_s)
+    return left_s * (low_s / left_s) ** k, left_s * (high_s / left_s) ** k
 
 
 log = logging.getLogger(__name__)
@@ -228,7 +254,14 @@ class EtaWatch:
             self._soonest_finish = None
             return 0
         measured = any(n.rates.cached_events_per_s for n in snapshot.nodes)
-        slow, fast = interval_factors(rate_spread(recent_packets(self.store)), measured)
+        recent = recent_jobs(self.store, datetime.now(UTC))
+        packets = {node: [(t, n) for t, n, _ in run] for node, run in recent.items()}
+        slow, fast = interval_factors(rate_spread(packets), measured)
+        open_jobs = {j.id for j in snapshot.jobs}
+        # Over spans, once the queue has run: a minute of other jobs' packets (before a
+        # burst, the quiet minute) says nothing of how the queue's rates will move.
+        queue_ran = any(job in open_jobs for run in recent.values() for _, _, job in run)
+        spreads = span_spreads(packets) if measured and queue_ran else {}
         queue = None
         if self.admission is not None:
             try:
@@ -259,7 +292,8 @@ class EtaWatch:
                 low, high = early.requests.get(request_id), late.requests.get(request_id)
                 interval = None
                 if low is not None and high is not None:
-                    interval = (now + min(low, eta), now + max(high, eta))
+                    low, high = horizon_interval(eta, min(low, eta), max(high, eta), spreads)
+                    interval = (now + low, now + high)
                 record = self.records.setdefault(request_id, EtaRecord(request_id))
                 if record.actual_finish is None:
                     # an ETA counts from the snapshot

@@ -18,6 +18,7 @@ wall-clock time: the rates, busy time, spread, pace within a job's run and start
 
 from __future__ import annotations
 
+import bisect
 import math
 import statistics
 from collections.abc import Mapping, Sequence, Set
@@ -35,6 +36,7 @@ __all__ = [
     "MIN_PACKETS",
     "MIN_RUN",
     "SENT_RUNS",
+    "SPANS_S",
     "WINDOW_S",
     "busy_rate",
     "cycle_paces",
@@ -44,6 +46,8 @@ __all__ = [
     "recent_packets",
     "recent_sent",
     "sent_paces",
+    "span_spreads",
+    "spread_over",
     "start_costs",
     "started_rates",
     "wall_rates",
@@ -189,6 +193,67 @@ def rate_spread(recent: Mapping[str, list[tuple[float, int]]]) -> float | None:
     if len(deviations) < 2:
         return None
     return math.sqrt(statistics.fmean(d * d for d in deviations))
+
+
+SPANS_S = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
+"""The spans (seconds) :func:`span_spreads` reads the rates' spread over."""
+
+
+def span_spreads(recent: Mapping[str, Sequence[tuple[float, int]]]) -> dict[float, float]:
+    """How much the nodes' rates move over each span of :data:`SPANS_S` (``recent``: per
+    node, its packets' ``(stored at, events)`` in time order): each node's packets grouped,
+    consecutively, until a group spans at least that long from its first storing to its
+    last; the standard deviation of the logarithm of each group's rate (the events after its
+    first over its span) about its node's mean, over every node with two groups or more.
+    Spans with fewer than two groups in all are left out.
+
+    :func:`rate_spread` reads the spread over runs of :data:`CHUNK` packets, a fraction of a
+    second, where a packet's size moves a rate as much as the node's pace does; over longer
+    spans the packets average out and what is left is the node's pace moving. A prediction
+    of a request with ``t`` seconds left errs like the rates over about ``t`` seconds
+    (docs/service-whatif.md, "Intervals drawn to the time left")."""
+    out: dict[float, float] = {}
+    for span in SPANS_S:
+        deviations: list[float] = []
+        for run in recent.values():
+            logs: list[float] = []
+            i = 0
+            while i < len(run):
+                j = i + 1
+                while j < len(run) and run[j][0] - run[i][0] < span:
+                    j += 1
+                if j == len(run):
+                    break
+                rate = _run_rate(list(run[i : j + 1]))
+                if rate is not None:
+                    logs.append(math.log(rate))
+                i = j
+            if len(logs) >= 2:
+                mean = statistics.fmean(logs)
+                deviations.extend(x - mean for x in logs)
+        if len(deviations) >= 2:
+            out[span] = math.sqrt(statistics.fmean(d * d for d in deviations))
+    return out
+
+
+def spread_over(spreads: Mapping[float, float], seconds: float) -> float | None:
+    """The rates' spread over ``seconds`` from :func:`span_spreads`' figures: interpolated
+    between the spans either side on logarithmic scales, the shortest's or the longest's
+    beyond them (None: no span measured)."""
+    spans = sorted(spreads)
+    if not spans:
+        return None
+    if seconds <= spans[0]:
+        return spreads[spans[0]]
+    if seconds >= spans[-1]:
+        return spreads[spans[-1]]
+    k = bisect.bisect_left(spans, seconds)
+    a, b = spans[k - 1], spans[k]
+    lo, hi = spreads[a], spreads[b]
+    w = math.log(seconds / a) / math.log(b / a)
+    if lo <= 0 or hi <= 0:
+        return lo + w * (hi - lo)
+    return math.exp((1 - w) * math.log(lo) + w * math.log(hi))
 
 
 def recent_packets(store: Store) -> dict[str, list[tuple[float, int]]]:
