@@ -258,9 +258,11 @@ def seed(store: Store) -> dict[str, str]:
     return tokens
 
 
-def one_running_job(store: Store, node: str = "w1") -> tuple[str, str]:
-    """A request of ann's (group g) with one job over one file of 100 entries, running on
-    ``node``: (request id, job id)."""
+def one_running_job(
+    store: Store, node: str = "w1", entries: int = 100, n_bytes: int = 1000
+) -> tuple[str, str]:
+    """A request of ann's (group g) with one job over one file (``/d/0.root``) of
+    ``entries`` entries and ``n_bytes`` bytes, running on ``node``: (request id, job id)."""
     from datasched.service.daemon import StoreListener
     from datasched.service.store import ops
     from datasched.service.users import authenticate
@@ -270,7 +272,7 @@ def one_running_job(store: Store, node: str = "w1") -> tuple[str, str]:
         assert caller is not None
         rid = ops.new_request_id()
         work = ProcessorWork("p.py:P")
-        jobs = [ElementaryJob(rid, 0, (FileRef("/d/0.root", 100, 1000),), work)]
+        jobs = [ElementaryJob(rid, 0, (FileRef("/d/0.root", entries, n_bytes),), work)]
         ops.store_accepted(
             s, caller, rid, "raw", "application/yaml", MetaJobRequest("ann", work, ()), jobs
         )

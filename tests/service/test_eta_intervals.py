@@ -15,12 +15,7 @@ from fastapi.testclient import TestClient
 from datasched.service.api.deps import Limits
 from datasched.service.app import build_state, create_app
 from datasched.service.contracts import (
-    ElementaryJob,
-    FileRef,
-    JobState,
-    MetaJobRequest,
     PacketDone,
-    ProcessorWork,
 )
 from datasched.service.daemon import StoreListener
 from datasched.service.eta import EtaRecord, interval_coverage
@@ -34,10 +29,8 @@ from datasched.service.eta_watch import (
 )
 from datasched.service.live import MIN_PACKETS, rate_spread, wall_rates
 from datasched.service.live_rates import span_spreads, spread_over
-from datasched.service.store import ops
 from datasched.service.store.db import Store
-from datasched.service.users import add_user, authenticate
-from svc_support import FakeLanguage, FakeRunner, seed
+from svc_support import FakeLanguage, FakeRunner, one_running_job, seed
 
 CLUSTER = {"nodes": [{"name": "w1", "up": True, "slots_total": 1, "cache_capacity_bytes": 10**9}]}
 
@@ -78,19 +71,16 @@ def test_no_measured_rate_gives_a_wider_interval_than_a_measured_one() -> None:
     assert math.log(cold_fast) == pytest.approx(1.2816 * COLD_SPREAD)
 
 
+def _running_with_a_packet(store: Store) -> str:
+    """A request of one job over a file of 1,000 events running on w1, its first 50
+    events stored (in 1 s of CPU): the request's id."""
+    rid, job = one_running_job(store, "w1", entries=1000, n_bytes=10**4)
+    StoreListener(store).packet_done(PacketDone(job, "/d/0.root", 0, 50, "w1", 10, 1.0, None))
+    return rid
+
+
 def test_each_refresh_gives_an_interval_holding_the_eta(sqlite_store: Store) -> None:
-    with sqlite_store.session() as s:
-        caller = authenticate(s, add_user(s, "ann", "g"))
-        assert caller is not None
-        rid = ops.new_request_id()
-        work = ProcessorWork("p.py:P")
-        jobs = [ElementaryJob(rid, 0, (FileRef("/d/0.root", 1000, 10**4),), work)]
-        ops.store_accepted(
-            s, caller, rid, "raw", "application/yaml", MetaJobRequest("ann", work, ()), jobs
-        )
-    listener = StoreListener(sqlite_store)
-    listener.job_state(jobs[0].id, JobState.RUNNING, node="w1")
-    listener.packet_done(PacketDone(jobs[0].id, "/d/0.root", 0, 50, "w1", 10, 1.0, None))
+    rid = _running_with_a_packet(sqlite_store)
     watch = EtaWatch(sqlite_store, lambda: CLUSTER, policy="farm", clock=lambda: 1000.0)
     assert watch.refresh() == 1
     eta = watch.eta(rid)
@@ -127,21 +117,29 @@ def test_the_spread_over_spans_leaves_the_packets_sizes_out_and_keeps_the_pace_m
 def test_the_spread_over_a_time_left_is_read_between_the_spans_on_log_scales() -> None:
     spreads = {1.0: 0.8, 4.0: 0.2}
     assert spread_over(spreads, 0.1) == 0.8  # below the shortest: the shortest's
-    assert spread_over(spreads, 100.0) == 0.2  # past the longest: the longest's
     assert spread_over(spreads, 2.0) == pytest.approx(0.4)  # halfway on both log scales
+    # Past the longest, falling as it fell from 1 to 4 s: a quarter each fourfold.
+    assert spread_over(spreads, 16.0) == pytest.approx(0.05)
+    # A spread that grows, or one span alone, is not carried on: the longest's.
+    assert spread_over({1.0: 0.2, 4.0: 0.4}, 16.0) == 0.4
+    assert spread_over({4.0: 0.3}, 16.0) == 0.3
+    assert spread_over({1.0: 0.8, 4.0: 0.0}, 16.0) == 0.0
     assert spread_over({}, 2.0) is None
 
 
 def test_an_interval_is_drawn_to_the_spread_over_its_time_left() -> None:
-    # 10 s left, the simulations' P10 and P90 at 5 and 20 s (log 2 either side).
+    # 8 s left, the simulations' P10 and P90 at 4 and 16 s (log 2 either side).
     spreads = {1.0: 1.0, 8.0: 0.3}
-    low, high = horizon_interval(10.0, 5.0, 20.0, spreads)
-    want = 2 * Z90 * math.hypot(SPREAD_FLOOR, 0.3)  # over 8 s and more: 0.3, the floor added
+    low, high = horizon_interval(8.0, 4.0, 16.0, spreads)
+    want = 2 * Z90 * math.hypot(SPREAD_FLOOR, 0.3)  # over 8 s: 0.3, the floor added
     assert math.log(high / low) == pytest.approx(want)
-    assert math.log(10.0 / low) == pytest.approx(math.log(high / 10.0))  # its shape kept
+    assert math.log(8.0 / low) == pytest.approx(math.log(high / 8.0))  # its shape kept
     # Lopsided simulations keep their shares: log 4 below the point, log 2 above it.
-    low, high = horizon_interval(10.0, 2.5, 20.0, spreads)
-    assert math.log(10.0 / low) == pytest.approx(2 * math.log(high / 10.0))
+    low, high = horizon_interval(8.0, 2.0, 16.0, spreads)
+    assert math.log(8.0 / low) == pytest.approx(2 * math.log(high / 8.0))
+    # With 64 s left, the spread carried on past 8 s: 0.3 x (64 / 8) ** (log 0.3 / log 8).
+    low, high = horizon_interval(64.0, 32.0, 128.0, spreads)
+    assert math.log(high / low) == pytest.approx(2 * Z90 * math.hypot(SPREAD_FLOOR, 0.09))
     # With a fifth of a second left the spread over the shortest span: wider than before.
     low, high = horizon_interval(0.2, 0.1, 0.4, spreads)
     assert math.log(high / low) == pytest.approx(2 * Z90 * math.hypot(SPREAD_FLOOR, 1.0))
@@ -156,19 +154,7 @@ def test_a_refresh_draws_each_interval_to_its_time_left_once_the_queue_has_run(
 ) -> None:
     import datasched.service.eta_watch as eta_watch
 
-    with sqlite_store.session() as s:
-        caller = authenticate(s, add_user(s, "ann", "g"))
-        assert caller is not None
-        rid = ops.new_request_id()
-        work = ProcessorWork("p.py:P")
-        jobs = [ElementaryJob(rid, 0, (FileRef("/d/0.root", 1000, 10**4),), work)]
-        ops.store_accepted(
-            s, caller, rid, "raw", "application/yaml", MetaJobRequest("ann", work, ()), jobs
-        )
-    listener = StoreListener(sqlite_store)
-    listener.job_state(jobs[0].id, JobState.RUNNING, node="w1")
-    # A packet of the open job is stored: the queue has run.
-    listener.packet_done(PacketDone(jobs[0].id, "/d/0.root", 0, 50, "w1", 10, 1.0, None))
+    rid = _running_with_a_packet(sqlite_store)  # a packet of the open job: the queue ran
     read: list[dict[str, list[tuple[float, int]]]] = []
 
     def steady(packets: dict[str, list[tuple[float, int]]]) -> dict[float, float]:

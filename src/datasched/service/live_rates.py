@@ -238,15 +238,21 @@ def span_spreads(recent: Mapping[str, Sequence[tuple[float, int]]]) -> dict[floa
 
 def spread_over(spreads: Mapping[float, float], seconds: float) -> float | None:
     """The rates' spread over ``seconds`` from :func:`span_spreads`' figures: interpolated
-    between the spans either side on logarithmic scales, the shortest's or the longest's
-    beyond them (None: no span measured)."""
+    between the spans either side on logarithmic scales; below the shortest, the shortest's;
+    past the longest, the line through the two longest carried on where it falls (a burst
+    of half a minute measures spans of a few seconds, and its requests have tens left),
+    else the longest's (None: no span measured)."""
     spans = sorted(spreads)
     if not spans:
         return None
     if seconds <= spans[0]:
         return spreads[spans[0]]
     if seconds >= spans[-1]:
-        return spreads[spans[-1]]
+        last = spreads[spans[-1]]
+        if len(spans) >= 2 and 0 < last < spreads[spans[-2]]:
+            slope = math.log(last / spreads[spans[-2]]) / math.log(spans[-1] / spans[-2])
+            return float(last * (seconds / spans[-1]) ** slope)
+        return last
     k = bisect.bisect_left(spans, seconds)
     a, b = spans[k - 1], spans[k]
     lo, hi = spreads[a], spreads[b]
