@@ -174,6 +174,31 @@ def test_a_refresh_draws_each_interval_to_its_time_left_once_the_queue_has_run(
     assert [list(p) for p in read] == [["w1"]]  # read from the window's packets
 
 
+def test_before_the_queue_has_run_the_interval_is_the_simulations(
+    sqlite_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import datasched.service.eta_watch as eta_watch
+
+    rid = _running_with_a_packet(sqlite_store)
+    # The window's packets are all of a job no longer open (a warm-up before a burst).
+    monkeypatch.setattr(
+        eta_watch, "recent_jobs", lambda store, now: {"w1": [(t, 50, "gone.0") for t in (1, 2)]}
+    )
+    read: list[object] = []
+
+    def spans(packets: object) -> dict[float, float]:
+        read.append(packets)
+        return {1.0: 0.0}
+
+    monkeypatch.setattr(eta_watch, "span_spreads", spans)
+    watch = EtaWatch(sqlite_store, lambda: CLUSTER, policy="farm", clock=lambda: 1000.0)
+    assert watch.refresh() == 1
+    eta = watch.eta(rid)
+    assert eta is not None
+    assert read == []  # no spread over spans read: the simulations' interval stands
+    assert eta["predicted_low"] < eta["predicted_finish"] < eta["predicted_high"]
+
+
 @pytest.fixture
 def client(sqlite_store: Store) -> Iterator[tuple[TestClient, dict[str, str]]]:
     runner = FakeRunner(packet=1, hold_users=frozenset({"ann"}))
