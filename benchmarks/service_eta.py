@@ -124,8 +124,6 @@ def eta_figures(records: list[Any]) -> dict[str, Any]:
 
 BANDS_S = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
 """The bounds of the bands of time predicted left that :func:`by_left` counts in."""
-Z90 = 1.2816
-"""The standard normal's 90th percentile: a log-normal's P10 to P90 is 2 x Z90 spreads."""
 
 
 def by_left(lefts: list[list[float | None]]) -> list[dict[str, Any]]:
@@ -137,6 +135,8 @@ def by_left(lefts: list[list[float | None]]) -> list[dict[str, Any]]:
     of them, (P90 - P10) / (2 x Z90); the median spread the intervals had, their log width
     over 2 x Z90; the share of finishes inside. A prediction of a request that ended at
     once, or predicted to, has no log error and is left out."""
+    from datasched.service.eta_watch import Z90  # P10 to P90 of a log-normal: 2 x Z90 spreads
+
     Row = tuple[float, float, float | None, float | None]
     bands: list[list[Row]] = [[] for _ in range(len(BANDS_S) + 1)]
     for predicted, real, low, high in lefts:

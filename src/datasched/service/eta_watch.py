@@ -51,7 +51,7 @@ from sqlalchemy import func, select
 from datasched.service.contracts import JobState
 from datasched.service.eta import EtaRecord, median_abs_relative_error
 from datasched.service.live import live_snapshot, rate_spread
-from datasched.service.live_rates import recent_jobs, span_spreads, spread_over
+from datasched.service.live_rates import recent_jobs, span_spreads, spread_over, stored_events
 from datasched.service.packet_pace import DaemonPace, packet_cpu, priced_per_packet
 from datasched.service.store.db import Store
 from datasched.service.store.models import Job, Request
@@ -255,7 +255,7 @@ class EtaWatch:
             return 0
         measured = any(n.rates.cached_events_per_s for n in snapshot.nodes)
         recent = recent_jobs(self.store, datetime.now(UTC))
-        packets = {node: [(t, n) for t, n, _ in run] for node, run in recent.items()}
+        packets = stored_events(recent)
         slow, fast = interval_factors(rate_spread(packets), measured)
         open_jobs = {j.id for j in snapshot.jobs}
         # Over spans, once the queue has run: a minute of other jobs' packets (before a

@@ -46,11 +46,11 @@ from datasched.service.live_rates import (
     last_packets,
     rate_spread,
     recent_jobs,
-    recent_packets,
     recent_sent,
     sent_paces,
     start_costs,
     started_rates,
+    stored_events,
     wall_rates,
     warm_runs,
 )
@@ -68,7 +68,6 @@ __all__ = [
     "job_time_per_event",
     "live_snapshot",
     "rate_spread",
-    "recent_packets",
     "start_costs",
     "started_rates",
     "wall_rates",
@@ -296,7 +295,7 @@ def live_snapshot(store: Store, cluster: Mapping[str, Any]) -> ClusterSnapshot:
             last = last_packets(store, node)
             if len(last) >= MIN_PACKETS:
                 with_jobs[node] = last
-    recent = {node: [(t, n) for t, n, _ in run] for node, run in with_jobs.items()}
+    recent = stored_events(with_jobs)
     job_of = {node: [j for _, _, j in run] for node, run in with_jobs.items()}
     rates.update(wall_rates(recent, slots, job_of, _submitted(store, job_of)))
     nodes = _nodes(cluster, rates)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import bisect
 import math
 import statistics
-from collections.abc import Mapping, Sequence, Set
+from collections.abc import Iterable, Mapping, Sequence, Set
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import func, select
@@ -43,13 +43,13 @@ __all__ = [
     "last_packets",
     "rate_spread",
     "recent_jobs",
-    "recent_packets",
     "recent_sent",
     "sent_paces",
     "span_spreads",
     "spread_over",
     "start_costs",
     "started_rates",
+    "stored_events",
     "wall_rates",
 ]
 
@@ -72,10 +72,11 @@ IDLE_FACTOR = 3.0
 the later packet's events take at the node's median pace; beyond, the node was idle."""
 
 
-def _recent(store: Store, now: datetime) -> dict[str, list[tuple[float, int]]]:
-    """Per node, its packets stored in the window: (stored at, in seconds; events), in
-    time order."""
-    return {node: [(t, n) for t, n, _ in run] for node, run in recent_jobs(store, now).items()}
+def stored_events(
+    runs: Mapping[str, Sequence[tuple[float, int, str]]],
+) -> dict[str, list[tuple[float, int]]]:
+    """:func:`recent_jobs`' packets without their jobs: per node, (stored at, events)."""
+    return {node: [(t, n) for t, n, _ in run] for node, run in runs.items()}
 
 
 def recent_jobs(store: Store, now: datetime) -> dict[str, list[tuple[float, int, str]]]:
@@ -109,7 +110,7 @@ def last_packets(store: Store, node: str) -> list[tuple[float, int, str]]:
     return [(_aware(c).timestamp(), int(b) - int(a), str(j)) for c, a, b, j in reversed(rows)]
 
 
-def _run_rate(run: list[tuple[float, int]]) -> float | None:
+def _run_rate(run: Sequence[tuple[float, int]]) -> float | None:
     """Events per wall-clock second over a run of packets in time order: the events after
     the first over the time from the first's storing to the last's."""
     span = run[-1][0] - run[0][0]
@@ -180,13 +181,19 @@ def rate_spread(recent: Mapping[str, list[tuple[float, int]]]) -> float | None:
     """The spread of the nodes' wall-clock rates: the standard deviation of the logarithm
     of each run of :data:`CHUNK` packets' rate about its node's mean (None: fewer than two
     runs measured)."""
+    return _spread(
+        [run[i : i + CHUNK + 1] for i in range(0, len(run) - CHUNK, CHUNK)]
+        for run in recent.values()
+    )
+
+
+def _spread(groups: Iterable[Sequence[Sequence[tuple[float, int]]]]) -> float | None:
+    """The standard deviation of the logarithm of each group's rate (:func:`_run_rate`)
+    about its node's mean, over the nodes with two groups or more (``groups``: per node,
+    its groups of consecutive packets); None: fewer than two deviations."""
     deviations: list[float] = []
-    for run in recent.values():
-        logs = []
-        for i in range(0, len(run) - CHUNK, CHUNK):
-            rate = _run_rate(run[i : i + CHUNK + 1])
-            if rate is not None:
-                logs.append(math.log(rate))
+    for node_groups in groups:
+        logs = [math.log(r) for g in node_groups if (r := _run_rate(g)) is not None]
         if len(logs) >= 2:
             mean = statistics.fmean(logs)
             deviations.extend(x - mean for x in logs)
@@ -214,26 +221,28 @@ def span_spreads(recent: Mapping[str, Sequence[tuple[float, int]]]) -> dict[floa
     (docs/service-whatif.md, "Intervals drawn to the time left")."""
     out: dict[float, float] = {}
     for span in SPANS_S:
-        deviations: list[float] = []
-        for run in recent.values():
-            logs: list[float] = []
-            i = 0
-            while i < len(run):
-                j = i + 1
-                while j < len(run) and run[j][0] - run[i][0] < span:
-                    j += 1
-                if j == len(run):
-                    break
-                rate = _run_rate(list(run[i : j + 1]))
-                if rate is not None:
-                    logs.append(math.log(rate))
-                i = j
-            if len(logs) >= 2:
-                mean = statistics.fmean(logs)
-                deviations.extend(x - mean for x in logs)
-        if len(deviations) >= 2:
-            out[span] = math.sqrt(statistics.fmean(d * d for d in deviations))
+        got = _spread(_span_groups(run, span) for run in recent.values())
+        if got is not None:
+            out[span] = got
     return out
+
+
+def _span_groups(
+    run: Sequence[tuple[float, int]], span: float
+) -> list[Sequence[tuple[float, int]]]:
+    """A node's packets in consecutive groups each spanning at least ``span`` seconds from
+    its first storing to its last, the last packet of a group the first of the next."""
+    groups: list[Sequence[tuple[float, int]]] = []
+    i = 0
+    while i < len(run):
+        j = i + 1
+        while j < len(run) and run[j][0] - run[i][0] < span:
+            j += 1
+        if j == len(run):
+            break
+        groups.append(run[i : j + 1])
+        i = j
+    return groups
 
 
 def spread_over(spreads: Mapping[float, float], seconds: float) -> float | None:
@@ -260,12 +269,6 @@ def spread_over(spreads: Mapping[float, float], seconds: float) -> float | None:
     if lo <= 0 or hi <= 0:
         return lo + w * (hi - lo)
     return math.exp((1 - w) * math.log(lo) + w * math.log(hi))
-
-
-def recent_packets(store: Store) -> dict[str, list[tuple[float, int]]]:
-    """Per node, its packets stored in the last :data:`WINDOW_S` seconds (for
-    :func:`rate_spread`)."""
-    return _recent(store, datetime.now(UTC))
 
 
 def start_costs(
