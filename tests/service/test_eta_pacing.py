@@ -130,6 +130,51 @@ def test_refreshes_close_in_on_a_predicted_end() -> None:
     assert next_wait(2.0, 0.0, 5.0, share=0.25) == 2.0  # never longer than the period
 
 
+def test_refreshes_are_spaced_from_beginning_to_beginning() -> None:
+    # a refresh that took 0.15 s of the wall clock (on a busy machine, mostly waits for a
+    # core) and 0.03 s of CPU: the next begins NEAR_MIN_S after it began, not after it ended
+    assert next_wait(2.0, 0.0, 0.03, elapsed_s=0.15) == pytest.approx(NEAR_MIN_S - 0.15 + 0.04)
+    assert next_wait(2.0, None, 0.03, elapsed_s=0.5) == pytest.approx(1.5)  # the period too
+    assert next_wait(2.0, 0.0, 0.0, elapsed_s=1.0) == 0.0  # past due: at once
+    # the share still holds: 0.1 s of CPU asks 0.3 s after it, however long it took
+    assert next_wait(2.0, 0.0, 0.1, elapsed_s=0.5) == pytest.approx(0.3)
+
+
+def test_the_loop_keeps_its_share_on_the_refreshs_cpu_time(
+    sqlite_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The simulations' wall time (``cost_s``) on a busy machine is mostly waits for a core:
+    the loop's wait keeps the share on the CPU time the refresh took."""
+    real = whatif.predict
+    wall, cpu = Timer(), Timer()
+
+    def waited(*args: Any, **kwargs: Any) -> Any:
+        """A prediction that waits 0.1 s for a core and computes for 0.01 s."""
+        wall.now += 0.11
+        cpu.now += 0.01
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr("datasched.service.eta_watch.predict", waited)
+    now = [1000.0]
+    watch = EtaWatch(
+        sqlite_store,
+        lambda: CLUSTER,
+        policy="farm",
+        clock=lambda: now[0],
+        timer=wall,
+        cpu_timer=cpu,
+    )
+    _request(sqlite_store, "ann")
+    watch.refresh()
+    assert watch.last_cpu_s == pytest.approx(0.03)
+    assert watch.last_wall_s == pytest.approx(0.33)
+    now[0] += 10**6  # past the predicted end: the refreshes are near it
+    assert watch.soonest_left() == 0.0
+    # 0.03 s of CPU keeps to a quarter with 0.09 s after it; the least wait (0.2 s) is
+    # counted from the refresh's beginning, 0.33 s ago: the next follows the share
+    assert watch._wait_s() == pytest.approx(0.09)
+
+
 def test_the_soonest_end_is_the_last_refreshs_and_counts_down(sqlite_store: Store) -> None:
     now = [1000.0]
     watch = EtaWatch(sqlite_store, lambda: CLUSTER, policy="farm", clock=lambda: now[0])

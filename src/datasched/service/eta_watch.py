@@ -115,17 +115,25 @@ NEAR_MIN_S = 0.2
 
 
 def next_wait(
-    period_s: float, soonest_left_s: float | None, cost_s: float, share: float = MAX_SHARE
+    period_s: float,
+    soonest_left_s: float | None,
+    cost_s: float,
+    share: float = MAX_SHARE,
+    elapsed_s: float = 0.0,
 ) -> float:
-    """Seconds until the next refresh: ``period_s``, or sooner while an open request is
+    """Seconds until the next refresh, counted from the end of the last one, which began
+    ``elapsed_s`` ago: ``period_s`` from its beginning, or sooner while an open request is
     predicted to end within it (``soonest_left_s``: the least time left of the open
-    requests' latest ETAs, None if none has one) — :data:`NEAR_FRACTION` of that time,
-    at least :data:`NEAR_MIN_S`, and at least what keeps a refresh that took ``cost_s``
-    to ``share`` of the time (:func:`next_refresh_at`'s rule, for cheap refreshes too)."""
-    if soonest_left_s is None:
-        return period_s
-    near = max(NEAR_FRACTION * soonest_left_s, NEAR_MIN_S, _share_gap(cost_s, share))
-    return min(period_s, near)
+    requests' latest ETAs, None if none has one) — :data:`NEAR_FRACTION` of that time, at
+    least :data:`NEAR_MIN_S`; and at least what keeps a refresh that took ``cost_s`` to
+    ``share`` of the time (:func:`next_refresh_at`'s rule, for cheap refreshes too), never
+    more than the period. Refreshes are spaced from beginning to beginning: on a busy
+    machine a refresh's own wall time, mostly waits for a core, would otherwise be added to
+    every wait near an end."""
+    target = period_s
+    if soonest_left_s is not None:
+        target = min(period_s, max(NEAR_FRACTION * soonest_left_s, NEAR_MIN_S))
+    return min(period_s, max(target - elapsed_s, _share_gap(cost_s, share), 0.0))
 
 
 def interval_factors(spread: float | None, measured: bool) -> tuple[float, float]:
@@ -205,6 +213,12 @@ class EtaWatch:
         self._next_at = -math.inf
         """When the next refresh may begin (on ``timer``): :func:`next_refresh_at` of the
         last one."""
+        self.last_cpu_s = 0.0
+        """The last refresh's cost on ``cpu_timer``: what the loop's wait keeps to its
+        share (:meth:`_wait_s`)."""
+        self.last_wall_s = 0.0
+        """How long the last refresh took on ``timer``: the loop's waits count from the
+        refreshes' beginnings (:func:`next_wait`)."""
         self.held_back = 0
         """Submissions answered without a refresh, the refreshes being over their share."""
         self._soonest_finish: float | None = None
@@ -239,12 +253,14 @@ class EtaWatch:
     def _paced(self) -> int:
         """:meth:`_refresh`, its CPU time measured: the next may begin at
         :func:`next_refresh_at`."""
-        began = self.cpu_timer()
+        began, began_wall = self.cpu_timer(), self.timer()
         try:
             return self._refresh()
         finally:
             cost = self.cpu_timer() - began
-            self._next_at = next_refresh_at(self.timer(), cost, self.max_share)
+            ended = self.timer()
+            self.last_cpu_s, self.last_wall_s = cost, ended - began_wall
+            self._next_at = next_refresh_at(ended, cost, self.max_share)
 
     def _refresh(self) -> int:
         snapshot = live_snapshot(self.store, self.cluster())
@@ -375,9 +391,14 @@ class EtaWatch:
         return max(self._soonest_finish - self.clock(), 0.0)
 
     def _wait_s(self) -> float:
-        """Until the next refresh of the loop: :func:`next_wait` after the last refresh."""
-        cost = self.cost_s[-1] if self.cost_s else 0.0
-        return next_wait(self.period_s, self.soonest_left(), cost, self.max_share)
+        """Until the next refresh of the loop: :func:`next_wait` after the last refresh,
+        its share kept on the refresh's CPU time, as :func:`next_refresh_at` keeps it: on a
+        busy machine the wall time of the simulations is mostly waits for a core, and
+        counting them spaced the refreshes near an end further apart than their share asks
+        (docs/service-whatif.md, "Refreshes near an end on a busy machine")."""
+        return next_wait(
+            self.period_s, self.soonest_left(), self.last_cpu_s, self.max_share, self.last_wall_s
+        )
 
     def _loop(self) -> None:
         while not self._stop.wait(self._wait_s()):
