@@ -27,7 +27,8 @@ request: it gets one at the next refresh) instead of waiting for three more simu
 
 Near a predicted end the refreshes come sooner than ``period_s``: the next waits
 :data:`NEAR_FRACTION` of the soonest time an open request is predicted to have left (at
-least :data:`NEAR_MIN_S`; :func:`next_wait`), so a request's ETA is refreshed while it
+least :data:`NEAR_MIN_S`; :func:`next_wait`; the waits, and the period, are counted from
+one refresh's beginning to the next's), so a request's ETA is refreshed while it
 has its last seconds to go, not once every period whatever it has left. Such a refresh
 keeps to ``max_share`` of the daemon's time even when it is cheap.
 
