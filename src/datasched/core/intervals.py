@@ -10,7 +10,7 @@ slice assignment (C speed: a memmove of pointers, not a rebuilt list); else the 
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 __all__ = ["IntervalSet", "cut_out"]
 
@@ -84,7 +84,7 @@ class IntervalSet:
     @classmethod
     def _make(cls, starts: list[int], stops: list[int], length: int = -1) -> IntervalSet:
         """Build from lists meeting the invariant, unchecked; ``length``: the count, if known."""
-        obj = object.__new__(cls)
+        obj = cls.__new__(cls)  # compiled, a class with its own __new__ (core/intervals.pxd)
         obj._starts = starts
         obj._stops = stops
         obj.length = length if length >= 0 else sum(stops) - sum(starts)
@@ -177,6 +177,13 @@ class IntervalSet:
 
     def __repr__(self) -> str:
         return f"IntervalSet({list(self)!r})"
+
+    def __reduce__(
+        self,
+    ) -> tuple[Callable[[list[int], list[int]], IntervalSet], tuple[list[int], list[int]]]:
+        # By a function of this module, not the class's state: the same pickle from the
+        # compiled build and the pure one, each loading the other's (datasched/_compiled.py).
+        return _from_lists, (self._starts, self._stops)
 
     # -- set algebra (fast paths, splicing, merging: see the module docstring) ----------------
     def __or__(self, other: IntervalSet) -> IntervalSet:
@@ -548,6 +555,11 @@ class IntervalSet:
                     pos = s0[i]
             out.append(IntervalSet._make(starts, stops, piece_length))
         return out
+
+
+def _from_lists(starts: list[int], stops: list[int]) -> IntervalSet:
+    """An unpickled set (``IntervalSet.__reduce__``)."""
+    return IntervalSet._make(list(starts), list(stops))
 
 
 _EMPTY = IntervalSet._make([], [])

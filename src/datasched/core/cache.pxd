@@ -1,0 +1,22 @@
+# The C types of core/cache.py's compiled build (datasched/_compiled.py): the range cache as
+# an extension type, and the three methods a subjob's end calls on it dispatched in C where the
+# caller knows the type. Declarations only; the .py is the source.
+
+from datasched.core.holds cimport Holds
+from datasched.core.intervals cimport IntervalSet
+
+cdef class RangeCache(Holds):
+    cdef public object _content
+    cdef public list _heap
+    cdef public object _keys
+    cdef public object _seq
+    cdef public object _seqs
+    cdef public list _starts
+    cdef public list _stops
+    cdef public object _used
+    cdef public object bytes_per_event
+    cdef public object capacity_events
+    cdef public object replacement
+    cpdef tuple partition(self, IntervalSet data)
+    cpdef refresh(self, IntervalSet hit, stamp)
+    cpdef tuple insert(self, IntervalSet data, stamp)
