@@ -7,14 +7,15 @@ nodes, each in a fresh process, and prints the seconds per scheduler event at bo
 ratio (target: at most 1.5), the large run's seconds (``--clock``: wall-clock, or CPU time,
 steadier on a busy host), its scheduler events and its peak memory (MB).
 
-With ``--baseline SRC`` (a ``src`` directory of another build, e.g. the main branch's) every run
-is made with that build too, alternating with this one in the same rounds, and the table gives
+With ``--baseline SRC`` (a ``src`` directory of another build, e.g. the main branch's; or
+``pure``: this build's own sources, ``DATASCHED_PURE=1``, against its compiled hot path) every
+run is made with that build too, alternating with this one in the same rounds, and the table gives
 each time beside the baseline's, their ratio and whether the two builds' summaries are
 identical: the machine is shared and its speed drifts, so only figures paired in one run
 compare.
 
     python benchmarks/scale_events.py [--policies a,b] [--small 10] [--large 1000]
-        [--jobs-small 200] [--jobs-large 200] [--repeat 1] [--baseline ../main/src]
+        [--jobs-small 200] [--jobs-large 200] [--repeat 1] [--baseline ../main/src | pure]
         [--clock wall|cpu] [--json]
 """
 
@@ -36,6 +37,7 @@ CHILD = """
 import dataclasses, hashlib, json, resource, sys, time
 sys.path.insert(0, sys.argv[4])
 from run import bench_config
+from datasched import _compiled
 from datasched.sim.experiment import simulate
 policy, nodes, jobs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 cpu0 = time.process_time()
@@ -49,13 +51,20 @@ print(json.dumps({
         {k: v for k, v in dataclasses.asdict(summary).items() if k != "wall_s"},
         sort_keys=True, default=str).encode()).hexdigest()[:16],
     "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    "compiled": _compiled.build_is_current(),
 }))
 """
 
 
-def run_one(src: Path, policy: str, nodes: int, jobs: int) -> dict[str, float | str]:
-    """One simulation in a fresh process with ``src`` first on the path."""
+def run_one(
+    src: Path, policy: str, nodes: int, jobs: int, *, pure: bool = False
+) -> dict[str, float | str]:
+    """One simulation in a fresh process with ``src`` first on the path (``pure``: from its
+    sources, its compiled hot path left aside)."""
     env = dict(os.environ, PYTHONPATH=str(src), PYTHONHASHSEED="0", OPENBLAS_NUM_THREADS="1")
+    env.pop("DATASCHED_PURE", None)
+    if pure:
+        env["DATASCHED_PURE"] = "1"
     out = subprocess.run(
         [sys.executable, "-c", CHILD, policy, str(nodes), str(jobs), str(HERE)],
         env=env,
@@ -84,7 +93,9 @@ def main() -> None:
     parser.add_argument("--jobs-small", type=int, default=200)
     parser.add_argument("--jobs-large", type=int, default=200)
     parser.add_argument("--repeat", type=int, default=1, help="interleaved rounds (median)")
-    parser.add_argument("--baseline", type=Path, help="another build's src directory")
+    parser.add_argument(
+        "--baseline", help="another build's src directory, or 'pure': this one's sources"
+    )
     parser.add_argument(
         "--clock",
         choices=("wall", "cpu"),
@@ -100,20 +111,25 @@ def main() -> None:
         parser.error(f"--policies: unknown policy {', '.join(unknown)}")
     if args.repeat < 1 or min(args.small, args.large, args.jobs_small, args.jobs_large) < 1:
         parser.error("--repeat, --small, --large, --jobs-small, --jobs-large: must be positive")
-    if args.baseline is not None and not (args.baseline / "datasched").is_dir():
-        parser.error(f"--baseline: {args.baseline} has no datasched package")
-    builds = {"this": SRC} | ({"baseline": args.baseline} if args.baseline else {})
+    builds: dict[str, tuple[Path, bool]] = {"this": (SRC, False)}
+    if args.baseline == "pure":
+        builds["baseline"] = (SRC, True)
+    elif args.baseline is not None:
+        if not (Path(args.baseline) / "datasched").is_dir():
+            parser.error(f"--baseline: {args.baseline} has no datasched package")
+        builds["baseline"] = (Path(args.baseline), False)
     sizes = ((args.small, args.jobs_small), (args.large, args.jobs_large))
     samples: dict[tuple[str, str, int], list[dict[str, float | str]]] = {}
     for _ in range(args.repeat):
         for policy in policies:
             for nodes, jobs in sizes:
-                for build, src in builds.items():
-                    r = run_one(src, policy, nodes, jobs)
+                for build, (src, pure) in builds.items():
+                    r = run_one(src, policy, nodes, jobs, pure=pure)
                     samples.setdefault((build, policy, nodes), []).append(r)
                     print(
                         f"  {build:<9}{policy:<20}{nodes:>6} nodes {r['wall_s']:8.2f} s wall"
-                        f" {r['cpu_s']:8.2f} s CPU {r['fingerprint']}",
+                        f" {r['cpu_s']:8.2f} s CPU {r['fingerprint']}"
+                        f"{' compiled' if r['compiled'] else ''}",
                         file=sys.stderr,
                         flush=True,
                     )

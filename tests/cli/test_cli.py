@@ -512,10 +512,17 @@ def test_an_output_directory_that_is_a_file_is_refused(tmp_path: Path) -> None:
     assert target.read_text() == "not a directory\n"
 
 
-def test_version() -> None:
+def test_version(monkeypatch: pytest.MonkeyPatch) -> None:
     result = runner.invoke(app, ["--version"])
     assert result.exit_code == 0
-    assert result.stdout.strip() == f"datasched {__version__}"
+    version, hot_path = result.stdout.strip().splitlines()
+    assert version == f"datasched {__version__}"
+    assert hot_path.startswith("simulator hot path: ")
+    monkeypatch.setenv("DATASCHED_PURE", "1")
+    result = runner.invoke(app, ["--version"])
+    assert result.stdout.strip().splitlines()[1] == (
+        "simulator hot path: from its sources (DATASCHED_PURE is set)"
+    )
 
 
 @pytest.mark.parametrize(

@@ -130,9 +130,17 @@ app.add_typer(request_app, name="request")
 
 
 def version_callback(value: bool) -> None:
-    """``--version``: print it and stop."""
+    """``--version``: print it, and how the simulator's hot path runs, and stop."""
     if value:
-        out.print(f"datasched {__version__}", highlight=False)
+        from datasched import _compiled
+
+        if _compiled.build_is_current():
+            how = "compiled"
+        elif _compiled.pure_requested():
+            how = f"from its sources ({_compiled.PURE_ENV} is set)"
+        else:
+            how = "from its sources (not compiled, or changed since: `make venv` compiles it)"
+        out.print(f"datasched {__version__}\nsimulator hot path: {how}", highlight=False)
         raise typer.Exit()
 
 
