@@ -30,6 +30,7 @@ __all__ = [
     "HOT",
     "MANIFEST",
     "PURE_ENV",
+    "build_available",
     "build_is_current",
     "check_build",
     "compiled_names",
@@ -136,6 +137,12 @@ def check_build(root: Path, manifest: dict[str, str]) -> bool:
         except OSError:
             return False
     return True
+
+
+def build_available() -> bool:
+    """Whether the installed package's build is current (:func:`check_build`), whether this
+    process uses it or not (``DATASCHED_PURE``)."""
+    return check_build(_HERE, _read_manifest(_HERE))
 
 
 def build_is_current(root: Path | None = None) -> bool:
