@@ -34,7 +34,7 @@ constraints:
 	set -e; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
 	$(PYTHON) -m venv "$$tmp/venv"; \
 	"$$tmp/venv/bin/python" -m pip install --quiet --upgrade pip; \
-	"$$tmp/venv/bin/python" -m pip install --quiet -e '.[all]'; \
+	DATASCHED_PURE_BUILD=1 "$$tmp/venv/bin/python" -m pip install --quiet -e '.[all]'; \
 	{ sed -n '/^#/p' constraints.txt; "$$tmp/venv/bin/python" -m pip freeze --exclude-editable; } \
 		> "$$tmp/constraints.txt"; \
 	mv "$$tmp/constraints.txt" constraints.txt
