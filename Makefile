@@ -69,15 +69,15 @@ coverage: venv
 		--cov=datasched --cov-report=term:skip-covered --cov-fail-under=$(COVERAGE_FLOOR)
 
 lint: venv
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks setup.py
+	$(BIN)/ruff format --check src tests benchmarks setup.py
 	$(BIN)/mypy src tests
 	$(BIN)/codespell
 	$(BIN)/shellcheck .ci/run .ci/wheel-smoke
 
 format: venv
-	$(BIN)/ruff format src tests benchmarks
-	$(BIN)/ruff check --fix src tests benchmarks
+	$(BIN)/ruff format src tests benchmarks setup.py
+	$(BIN)/ruff check --fix src tests benchmarks setup.py
 
 bench: venv
 	$(BIN)/python benchmarks/run.py --repeat 3

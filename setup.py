@@ -59,8 +59,8 @@ def extensions() -> list[object]:
         )
         for name in hot_modules()
     ]
-    return list(
-        cythonize(
+    try:
+        compiled = cythonize(
             modules,
             build_dir="build/cython",  # the generated C, out of the source tree
             language_level=3,
@@ -74,7 +74,10 @@ def extensions() -> list[object]:
                 "annotation_typing": False,
             },
         )
-    )
+    except Exception as exc:  # a construct this Cython cannot compile: the sources still run
+        print(f"setup.py: Cython failed ({exc}); building pure Python", file=sys.stderr)
+        return []
+    return list(compiled)
 
 
 class BuildHot(build_ext):
@@ -98,12 +101,17 @@ class BuildHot(build_ext):
             target = Path(self.get_ext_fullpath("datasched._compiled")).parent
         target.mkdir(parents=True, exist_ok=True)
         manifest = {
-            name[len("datasched.") :]: digests[name] for name in sorted(self._built) if name in digests
+            name[len("datasched.") :]: digests[name]
+            for name in sorted(self._built)
+            if name in digests
         }
         (target / "_compiled.json").write_text(
             json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8"
         )
-        print(f"setup.py: {len(manifest)} of {len(self.extensions)} hot modules compiled", file=sys.stderr)
+        print(
+            f"setup.py: {len(manifest)} of {len(self.extensions)} hot modules compiled",
+            file=sys.stderr,
+        )
 
     def build_extension(self, ext: object) -> None:
         super().build_extension(ext)  # raises where the build failed (kept optional above it)
