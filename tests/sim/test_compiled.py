@@ -58,13 +58,15 @@ json.dump(out, sys.stdout)
 """
 
 
-def _run(script: str, *args: str, pure: bool) -> str:
+def _run(script: str, *args: str, pure: bool, stdin: str | None = None) -> str:
+    """``script``'s output, run in a fresh process on the sources (``pure``) or the build."""
     env = {**os.environ, "PYTHONHASHSEED": "0"}
     env.pop(_compiled.PURE_ENV, None)
     if pure:
         env[_compiled.PURE_ENV] = "1"
     done = subprocess.run(
         [sys.executable, "-c", script, *args],
+        input=stdin,
         env=env,
         capture_output=True,
         text=True,
@@ -121,20 +123,8 @@ else:
 @pytest.mark.parametrize("dumped_pure", [False, True])
 def test_a_set_pickled_by_one_build_loads_in_the_other(dumped_pure: bool) -> None:
     dumped = _run(PICKLES, "dump", pure=dumped_pure)
-    env = {**os.environ}
-    env.pop(_compiled.PURE_ENV, None)
-    if not dumped_pure:
-        env[_compiled.PURE_ENV] = "1"
-    done = subprocess.run(
-        [sys.executable, "-c", PICKLES, "load"],
-        input=dumped,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
-    shown, lengths, loader_compiled = done.stdout.splitlines()
+    loaded = _run(PICKLES, "load", pure=not dumped_pure, stdin=dumped)
+    shown, lengths, loader_compiled = loaded.splitlines()
     assert shown == (
         "[IntervalSet([]), IntervalSet([(3, 9)]), IntervalSet([(0, 2), (5, 7), (10, 40)])]"
     )
