@@ -7,9 +7,8 @@ each source built. The ``.py`` files stay the one source of truth and the refere
 interpreter would prefer an extension module to the source beside it, and the finder here lets
 it only where every source is the one its extension was built from (an edited source is never
 shadowed by a stale build, and then the whole hot path runs from its sources), and never under
-``DATASCHED_PURE=1``. CI runs the suite on the
-compiled build and again, with coverage, on the sources (docs/performance.md, "The hot path
-compiled from its sources").
+``DATASCHED_PURE=1``. CI runs the suite on the compiled build and again, with coverage, on the
+sources (docs/performance.md, "The hot path compiled from its sources").
 
 This module imports no other of the package: ``datasched/__init__.py`` installs the finder
 before anything else is imported, in every process (a sandbox's too), at the cost of one
@@ -35,7 +34,6 @@ __all__ = [
     "check_build",
     "compiled_names",
     "install",
-    "is_compiled",
     "pure_requested",
     "source_digest",
 ]
@@ -157,11 +155,6 @@ def build_is_current(root: Path | None = None) -> bool:
     if root not in _current:
         _current[root] = check_build(root, _read_manifest(root))
     return _current[root]
-
-
-def is_compiled(name: str) -> bool:
-    """Whether the module ``name`` (relative to ``datasched``) is imported compiled."""
-    return name in _HOT and build_is_current()
 
 
 def compiled_names() -> list[str]:

@@ -84,7 +84,9 @@ class IntervalSet:
     @classmethod
     def _make(cls, starts: list[int], stops: list[int], length: int = -1) -> IntervalSet:
         """Build from lists meeting the invariant, unchecked; ``length``: the count, if known."""
-        obj = cls.__new__(cls)  # compiled, a class with its own __new__ (core/intervals.pxd)
+        # Not object.__new__: compiled, IntervalSet is an extension type (core/intervals.pxd),
+        # which object.__new__ refuses; for the source's class the two are the same call.
+        obj = cls.__new__(cls)
         obj._starts = starts
         obj._stops = stops
         obj.length = length if length >= 0 else sum(stops) - sum(starts)
