@@ -9,6 +9,7 @@ compare the sources with themselves, so CI requires the compiled build
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -209,3 +210,21 @@ def test_the_sources_are_imported_when_asked_or_not_all_built(
     # Modules the build does not compile are left to the path, whatever is beside them.
     assert _origin(tmp_path, "datasched.cli.app", monkeypatch) is None
     assert _compiled._SourceUnlessBuilt.find_spec("json", None) is None
+
+
+def test_the_finder_module_imports_nothing_of_the_package() -> None:
+    """``datasched/__init__`` imports it before anything else, in every process, a
+    sandbox's too: it may import the standard library alone."""
+    tree = ast.parse(Path(_compiled.__file__).read_text(encoding="utf-8"))
+    imported = {
+        alias.name.split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    } | {
+        node.module.split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module
+    }
+    assert imported, "no imports found: the check reads nothing"
+    assert imported <= set(sys.stdlib_module_names) | {"__future__"}, sorted(imported)
