@@ -13,11 +13,12 @@ Python and runs the same (more slowly). ``DATASCHED_PURE_BUILD=1`` skips them.
 
 from __future__ import annotations
 
-import ast
+import importlib.util
 import json
 import os
 import sys
 from pathlib import Path
+from types import ModuleType
 
 from setuptools import setup
 from setuptools.command.build_ext import build_ext
@@ -26,15 +27,19 @@ ROOT = Path(__file__).resolve().parent
 PACKAGE = ROOT / "src" / "datasched"
 
 
-def hot_modules() -> tuple[str, ...]:
-    """``HOT`` of src/datasched/_compiled.py, read without importing the package."""
-    tree = ast.parse((PACKAGE / "_compiled.py").read_text(encoding="utf-8"))
-    for node in tree.body:
-        if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", None) == "HOT":
-            assert node.value is not None
-            value = ast.literal_eval(node.value)
-            return tuple(value)
-    raise SystemExit("setup.py: src/datasched/_compiled.py defines no HOT")
+def _finder_module() -> ModuleType:
+    """src/datasched/_compiled.py loaded on its own, not the package (it imports the standard
+    library alone; tests/sim/test_compiled.py checks it): its ``HOT`` and ``source_digest``
+    are the build's, so the build records digests as the finder computes them."""
+    spec = importlib.util.spec_from_file_location("_datasched_compiled", PACKAGE / "_compiled.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+FINDER = _finder_module()
 
 
 def source_of(name: str) -> Path:
@@ -57,7 +62,7 @@ def extensions() -> list[object]:
             [str(source_of(name).relative_to(ROOT))],
             optional=True,  # no compiler or headers: the module stays pure Python
         )
-        for name in hot_modules()
+        for name in FINDER.HOT
     ]
     try:
         compiled = cythonize(
@@ -91,7 +96,10 @@ class BuildHot(build_ext):
 
     def run(self) -> None:
         self._built: set[str] = set()
-        digests = {e.name: _digest(source_of(e.name[len("datasched.") :])) for e in self.extensions}
+        digests = {
+            e.name: FINDER.source_digest(source_of(e.name[len("datasched.") :]))
+            for e in self.extensions
+        }
         super().run()
         if not self.extensions:
             return
@@ -116,12 +124,6 @@ class BuildHot(build_ext):
     def build_extension(self, ext: object) -> None:
         super().build_extension(ext)  # raises where the build failed (kept optional above it)
         self._built.add(ext.name)  # type: ignore[attr-defined]
-
-
-def _digest(path: Path) -> str:
-    import hashlib
-
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 setup(ext_modules=extensions(), cmdclass={"build_ext": BuildHot})
