@@ -136,8 +136,8 @@ def test_a_set_pickled_by_one_build_loads_in_the_other(dumped_pure: bool) -> Non
 
 
 def _fake_build(root: Path) -> dict[str, str]:
-    """A package directory holding every module of HOT with an extension file beside it;
-    returns the manifest of a build of it."""
+    """A package directory holding every module of HOT with an extension file beside it and
+    the manifest of a build of it; returns that manifest."""
     manifest = {}
     for name in _compiled.HOT:
         *packages, leaf = name.split(".")
@@ -146,6 +146,7 @@ def _fake_build(root: Path) -> dict[str, str]:
         (directory / f"{leaf}.py").write_text(f"NAME = {name!r}\n")
         (directory / (leaf + EXTENSION_SUFFIXES[0])).write_bytes(b"not loaded here")
         manifest[name] = _compiled.source_digest(directory / f"{leaf}.py")
+    (root / _compiled.MANIFEST).write_text(json.dumps(manifest))
     return manifest
 
 
@@ -163,7 +164,6 @@ def test_a_current_build_is_left_to_the_path(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     manifest = _fake_build(tmp_path)
-    (tmp_path / _compiled.MANIFEST).write_text(json.dumps(manifest))
     monkeypatch.delenv(_compiled.PURE_ENV, raising=False)
     assert _compiled.check_build(tmp_path, manifest)
     assert _origin(tmp_path, "datasched.core.intervals", monkeypatch) is None
@@ -177,7 +177,6 @@ def test_one_edited_source_sends_the_whole_hot_path_to_its_sources(
     its source among compiled ones would be read wrongly, so one stale extension makes every
     module of HOT come from its source, the ones not edited too."""
     manifest = _fake_build(tmp_path)
-    (tmp_path / _compiled.MANIFEST).write_text(json.dumps(manifest))
     monkeypatch.delenv(_compiled.PURE_ENV, raising=False)
     (tmp_path / "core" / "cache.py").write_text("NAME = 'edited since the build'\n")
     assert not _compiled.check_build(tmp_path, manifest)
@@ -193,7 +192,6 @@ def test_the_sources_are_imported_when_asked_or_not_all_built(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     manifest = _fake_build(tmp_path)
-    (tmp_path / _compiled.MANIFEST).write_text(json.dumps(manifest))
     source = str(tmp_path / "core" / "intervals.py")
     monkeypatch.setenv(_compiled.PURE_ENV, "1")
     assert _origin(tmp_path, "datasched.core.intervals", monkeypatch) == source
