@@ -47,9 +47,9 @@ class Estimates:
     a pop: dropping them from the front moved the whole list each time."""
     fastest_s_per_event: float
     slowest_s_per_event: float
-    _split_index: SplitIndex | None = None
+    _split_index: SplitIndex | None
     """The running subjobs by pace and by event range (cache-oriented splitting's split
-    choice); built on the first question that needs it."""
+    choice); built on the first question that needs it (None until then)."""
 
     def node_of(self, slot: int) -> int:
         return self.slot_node[slot]

@@ -206,6 +206,7 @@ class Scheduler(Commands):
         self._out: list[Action] = []
         self._freed: list[tuple[int, JobState | None]] = []
         self._by_end = None
+        self._split_index = None
         self._reads = policy.reads
         all_rates = [s for rates in self._rates for s in rates]
         self.fastest_s_per_event = min(all_rates)
