@@ -27,8 +27,9 @@ from bisect import bisect_right
 from dataclasses import dataclass
 
 from datasched.core.model import CostModel, Source
+from datasched.sim.fetches import SharedFetches
 from datasched.sim.state import FINISH as _FINISH
-from datasched.sim.state import SEGMENT, EngineState
+from datasched.sim.state import SEGMENT
 
 __all__ = ["SharedDisks", "disk_capacity", "fair_shares"]
 _Kind = tuple[int | None, Source, float]
@@ -77,7 +78,7 @@ class _Reader:
     """Seconds per event now."""
 
 
-class SharedDisks(EngineState):
+class SharedDisks(SharedFetches):
     """Readers of each node's disk, and the re-timing of their subjobs (see the module)."""
 
     _readers: dict[int, _Reader] | None

@@ -73,7 +73,7 @@ from datasched.core.replacement import LRU, Replacement
 from datasched.core.scheduler import Scheduler
 from datasched.sim.faults import FaultStream, NodeFaults
 from datasched.sim.fetches import FileFetch
-from datasched.sim.moves import DataMoves, Move
+from datasched.sim.moves import Move
 from datasched.sim.network import Network
 from datasched.sim.recorder import JobRecordTimes, PacketRecord, Recorder, Release, SimRun
 from datasched.sim.state import MASTER_TURN, Kind
@@ -126,7 +126,7 @@ def _tuned_gc() -> Iterator[None]:
             gc.unfreeze()
 
 
-class SimEngine(SubjobRuns, DataMoves):
+class SimEngine(SubjobRuns):
     """Runs a list of jobs through a built :class:`Scheduler` on a simulated cluster."""
 
     def __init__(

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from datasched.core.model import Source
+from datasched.sim.master import MasterTurns
 from datasched.sim.state import FINISH as _FINISH
-from datasched.sim.state import EngineState
 
 __all__ = ["LUMP", "FileFetch", "SharedFetches"]
 
@@ -44,7 +44,7 @@ class FileFetch:
     """(slot, subjob id) of the subjobs waiting to copy the file from it."""
 
 
-class SharedFetches(EngineState):
+class SharedFetches(MasterTurns):
     """Whole-file fetches from tertiary storage, shared (see the module docstring)."""
 
     _readers: dict[int, Any] | None

@@ -25,8 +25,9 @@ from typing import Any
 
 from datasched.core.model import Source
 from datasched.core.packets import PacketDepth
+from datasched.sim.moves import DataMoves
 from datasched.sim.recorder import Recorder
-from datasched.sim.state import FINISH, MASTER_TURN, EngineState
+from datasched.sim.state import FINISH, MASTER_TURN
 
 __all__ = ["MASTER", "MasterQueue", "MasterTurns"]
 
@@ -58,9 +59,9 @@ class MasterQueue:
         return begin
 
 
-class MasterTurns(EngineState):
-    """The packets' turns at the master in the simulated engine (a base of
-    :class:`~datasched.sim.subjobs.SubjobRuns`; see the module docstring)."""
+class MasterTurns(DataMoves):
+    """The packets' turns at the master in the simulated engine (a link of its chain of bases,
+    :mod:`datasched.sim.state`; see the module docstring)."""
 
     _master: MasterQueue | None
     """The master (``CostModel.master_s_per_packet``; None: no queue)."""

@@ -1,6 +1,13 @@
-"""What the simulated engine's parts share: the engine's state, declared once for the mixins
-that make up :class:`~datasched.sim.engine.SimEngine` (running subjobs, shared disks, shared
-fetches), so each can be type-checked alone."""
+"""What the simulated engine's parts share: the engine's state, declared once for the parts
+that make up :class:`~datasched.sim.engine.SimEngine`, so each can be type-checked alone.
+
+The parts are one chain of bases, each with one base: ``EngineState`` <- ``DataMoves``
+(sim/moves.py) <- ``MasterTurns`` (sim/master.py) <- ``SharedFetches`` (sim/fetches.py) <-
+``SharedDisks`` (sim/disks.py) <- ``SubjobRuns`` (sim/subjobs.py) <- ``SimEngine``: the
+order in which Python resolved their methods when they were mixins, so the same method wins
+everywhere. One chain, because the compiled build makes the engine an extension type, which
+takes one base; its fields are declared in ``state.pxd`` (docs/performance.md, "The hot path
+compiled from its sources")."""
 
 from __future__ import annotations
 

@@ -24,9 +24,7 @@ from datasched.core.intervals import IntervalSet
 from datasched.core.model import Source, Subjob
 from datasched.sim.disks import SharedDisks
 from datasched.sim.fetches import LUMP as _LUMP
-from datasched.sim.fetches import SharedFetches
 from datasched.sim.master import MASTER as _MASTER
-from datasched.sim.master import MasterTurns
 from datasched.sim.packetcut import cut_packets
 from datasched.sim.recorder import Recorder
 from datasched.sim.state import FINISH as _FINISH
@@ -60,7 +58,7 @@ class _Run:
     order) have been served or are being served (None: no queue at the master)."""
 
 
-class SubjobRuns(SharedDisks, SharedFetches, MasterTurns):
+class SubjobRuns(SharedDisks):
     """Subjobs running on simulated slots (see the module docstring)."""
 
     # Provided by the engine (besides EngineState's).
