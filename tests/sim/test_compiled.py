@@ -106,6 +106,30 @@ def test_every_policy_runs_the_same_compiled_and_from_its_sources() -> None:
         assert compiled["runs"][key] == figures, key
 
 
+NO_CYTHON = r"""
+import dataclasses, json, sys
+if sys.argv[1] == "hidden":
+    sys.modules["cython"] = None  # ``import cython`` raises ImportError: not installed
+from datasched.core import cache, directory, intervals, uncompiled
+from datasched.sim.experiment import SimConfig, simulate
+for module in (cache, directory, intervals):
+    assert (module.cython is uncompiled) == (sys.argv[1] == "hidden"), module
+config = SimConfig(policy="cache-splitting", n_jobs=30, n_nodes=4, slots=2, max_backlog=10**6)
+summary, _ = simulate(config, check_conservation=True)
+json.dump(dataclasses.replace(summary, wall_s=0.0).to_dict(), sys.stdout)
+"""
+
+
+def test_the_sources_run_without_cython_installed() -> None:
+    """Cython is a build tool: where it is not installed the hot path's modules that ask
+    ``cython.compiled`` take the stand-in (core/uncompiled.py) and search with the standard
+    library, with the same results as with Cython importable."""
+    hidden = json.loads(_run(NO_CYTHON, "hidden", pure=True))
+    importable = json.loads(_run(NO_CYTHON, "importable", pure=True))
+    assert hidden["jobs_completed"] == 30
+    assert hidden == importable
+
+
 PICKLES = r"""
 import pickle, sys
 from datasched import _compiled

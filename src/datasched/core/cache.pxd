@@ -2,6 +2,7 @@
 # an extension type, and the three methods a subjob's end calls on it dispatched in C where the
 # caller knows the type. Declarations only; the .py is the source.
 
+from datasched.core.search cimport after as _after, before as _before
 from datasched.core.holds cimport Holds
 from datasched.core.intervals cimport IntervalSet
 

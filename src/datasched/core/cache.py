@@ -25,7 +25,18 @@ from datasched.core.holds import Holds
 from datasched.core.intervals import IntervalSet
 from datasched.core.replacement import LRU, Replacement
 
+try:
+    import cython
+except ImportError:  # Cython builds the hot path; without it, the sources run as they are
+    import datasched.core.uncompiled as cython
+
 __all__ = ["NodeCache", "RangeCache", "new_cache"]
+
+if not cython.compiled:
+    # The sources search with the standard library. Compiled, ``_after`` and ``_before`` are
+    # the C searches of core/search.pxd, cimported by this module's .pxd: the same answers.
+    _after = bisect_right
+    _before = bisect_left
 
 _EMPTY = IntervalSet()
 
@@ -203,8 +214,8 @@ class RangeCache(Holds):
             # them do not touch (slices, not a walk extent by extent: a subjob on a warm
             # cache meets tens of extents; docs/performance.md, "Cost per event as the
             # cluster grows").
-            lo = bisect_right(stops, a)
-            hi = bisect_left(starts, b, lo)
+            lo = _after(stops, a)
+            hi = _before(starts, b, lo)
             if lo == hi:
                 gap_starts.append(a)
                 gap_stops.append(b)
@@ -259,8 +270,8 @@ class RangeCache(Holds):
         touch = self.replacement.key_on_touch
         lru = self.replacement is LRU  # its key is the stamp: no call per extent
         for a, b in hit:
-            lo = bisect_right(stops, a)
-            hi = bisect_left(starts, b)
+            lo = _after(stops, a)
+            hi = _before(starts, b)
             if lo + 1 == hi:
                 key = stamp if lru else touch(keys[lo], stamp)
                 if key == keys[lo]:
@@ -297,8 +308,8 @@ class RangeCache(Holds):
                 continue
             self._split_at(a)
             self._split_at(b)
-            lo = bisect_left(self._starts, a)
-            hi = bisect_left(self._starts, b)
+            lo = _before(self._starts, a)
+            hi = _before(self._starts, b)
             for i in range(lo, hi):
                 key = self.replacement.key_on_touch(self._keys[i], stamp)
                 if key != self._keys[i]:
@@ -332,7 +343,7 @@ class RangeCache(Holds):
         heap, counter = self._heap, self._seq
         for a, b in zip(new._starts, new._stops, strict=True):
             # ``_push`` written out: this runs for every range a subjob brings in.
-            i = bisect_left(starts, a)
+            i = _before(starts, a)
             seq = next(counter)
             starts.insert(i, a)
             stops.insert(i, b)
@@ -392,7 +403,7 @@ class RangeCache(Holds):
 
     def _split_at(self, point: int) -> None:
         """Cut the extent containing ``point`` in its interior into two."""
-        i = bisect_right(self._starts, point) - 1
+        i = _after(self._starts, point) - 1
         if i < 0 or not (self._starts[i] < point < self._stops[i]):
             return
         stop = self._stops[i]
@@ -419,8 +430,8 @@ class RangeCache(Holds):
     def _remove_range(self, a: int, b: int) -> None:
         self._split_at(a)
         self._split_at(b)
-        lo = bisect_left(self._starts, a)
-        hi = bisect_left(self._starts, b)
+        lo = _before(self._starts, a)
+        hi = _before(self._starts, b)
         removed = 0
         for i in range(lo, hi):
             removed += self._stops[i] - self._starts[i]
@@ -442,7 +453,7 @@ class RangeCache(Holds):
         while need > 0 and heap:
             entry = heapq.heappop(heap)
             start = entry & _START_MASK
-            i = bisect_left(starts, start)
+            i = _before(starts, start)
             if i == len(starts) or starts[i] != start:
                 continue  # cut, merged or gone since: the extents it became have entries
             if seqs[i] != (entry >> _START_BITS) & _SEQ_MASK:

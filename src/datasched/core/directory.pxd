@@ -2,6 +2,7 @@
 # directory as an extension type, its per-event methods dispatched in C where the caller knows
 # the type. Declarations only; the .py is the source.
 
+from datasched.core.search cimport after as _after, before as _before
 from datasched.core.intervals cimport IntervalSet
 
 cdef class CacheDirectory:

@@ -12,7 +12,18 @@ from bisect import bisect_left, bisect_right
 
 from datasched.core.intervals import IntervalSet, cut_out
 
+try:
+    import cython
+except ImportError:  # Cython builds the hot path; without it, the sources run as they are
+    import datasched.core.uncompiled as cython
+
 __all__ = ["CacheDirectory"]
+
+if not cython.compiled:
+    # The sources search with the standard library. Compiled, ``_after`` and ``_before`` are
+    # the C searches of core/search.pxd, cimported by this module's .pxd: the same answers.
+    _after = bisect_right
+    _before = bisect_left
 
 _EMPTY = IntervalSet()
 _NONE: frozenset[int] = frozenset()
@@ -106,8 +117,8 @@ class CacheDirectory:
             return 0
         total = 0
         for a, b in zip(data._starts, data._stops, strict=True):
-            lo = bisect_right(stops, a)
-            hi = bisect_left(starts, b)
+            lo = _after(stops, a)
+            hi = _before(starts, b)
             if lo >= hi:
                 continue
             # The extents lo..hi-1 overlap [a, b); only the first can start before ``a`` and
@@ -135,7 +146,7 @@ class CacheDirectory:
         starts, stops = self._starts_of[node], self._stops_of[node]
         # The content's ranges neither overlap nor touch: each of data's lies inside one.
         for a, b in zip(data._starts, data._stops, strict=True):
-            i = bisect_right(starts, a) - 1
+            i = _after(starts, a) - 1
             if i < 0 or stops[i] < b:
                 return False
         return True
@@ -147,8 +158,8 @@ class CacheDirectory:
         length = self._lengths[node]
         for a, b in zip(data._starts, data._stops, strict=True):
             # Merged with the ranges it overlaps or touches (as ``IntervalSet.__or__``).
-            lo = bisect_left(stops, a)
-            hi = bisect_right(starts, b)
+            lo = _before(stops, a)
+            hi = _after(starts, b)
             if lo < hi:
                 length -= sum(stops[lo:hi]) - sum(starts[lo:hi])
                 a = a if a < starts[lo] else starts[lo]
@@ -184,13 +195,13 @@ class CacheDirectory:
         # Built from slices (C speed: a job meets tens of segments where the caches are
         # fragmented); only the first segment's start and the last one's end are clipped.
         cb = bounds[c]
-        k = bisect_left(cb, stop, j)
+        k = _before(cb, stop, j)
         starts = cb[j:k]
         nodes = holders[c][j:k]
         while k == len(cb) and c + 1 < len(bounds):
             c += 1
             cb = bounds[c]
-            k = bisect_left(cb, stop)
+            k = _before(cb, stop)
             starts += cb[:k]
             nodes += holders[c][:k]
         ends = starts[1:]
@@ -267,14 +278,14 @@ class CacheDirectory:
 
     def _seek(self, point: int) -> tuple[int, int]:
         """Chunk and index of the segment containing ``point``."""
-        c = max(bisect_right(self._firsts, point) - 1, 0)
-        return c, max(bisect_right(self._bounds[c], point) - 1, 0)
+        c = max(_after(self._firsts, point) - 1, 0)
+        return c, max(_after(self._bounds[c], point) - 1, 0)
 
     def _cut(self, point: int) -> None:
         """Make ``point`` a boundary."""
-        c = max(bisect_right(self._firsts, point) - 1, 0)
+        c = max(_after(self._firsts, point) - 1, 0)
         cb = self._bounds[c]
-        i = bisect_left(cb, point)
+        i = _before(cb, point)
         if i < len(cb) and cb[i] == point:
             return
         ch = self._holders[c]
@@ -303,13 +314,13 @@ class CacheDirectory:
         the merge (the map is the one :meth:`_update_across` makes; this runs on every
         cache change, docs/performance.md, "The constant factor")."""
         firsts = self._firsts
-        c = max(bisect_right(firsts, a) - 1, 0)
+        c = max(_after(firsts, a) - 1, 0)
         if c + 1 < len(firsts) and firsts[c + 1] <= b:
             self._update_across(a, b, node, add=add)
             return
         cb = self._bounds[c]
         ch = self._holders[c]
-        i = bisect_left(cb, a)
+        i = _before(cb, a)
         if i == 0 and c > 0:
             self._update_across(a, b, node, add=add)  # the segment before is another chunk's
             return
@@ -327,7 +338,7 @@ class CacheDirectory:
         if i == n or cb[i] != a:
             cb.insert(i, a)
             ch.insert(i, ch[i - 1])
-        j = bisect_left(cb, b, i)
+        j = _before(cb, b, i)
         if j == len(cb) or cb[j] != b:
             cb.insert(j, b)
             ch.insert(j, ch[j - 1])

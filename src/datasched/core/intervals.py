@@ -12,7 +12,18 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Iterator
 
+try:
+    import cython
+except ImportError:  # Cython builds the hot path; without it, the sources run as they are
+    import datasched.core.uncompiled as cython
+
 __all__ = ["IntervalSet", "cut_out"]
+
+if not cython.compiled:
+    # The sources search with the standard library. Compiled, ``_after`` and ``_before`` are
+    # the C searches of core/search.pxd, cimported by this module's .pxd: the same answers.
+    _after = bisect_right
+    _before = bisect_left
 
 
 def cut_out(
@@ -23,8 +34,8 @@ def cut_out(
     are cut from many); returns ``length`` (the events of ``starts``/``stops`` before) less the
     events cut. Shared by ``IntervalSet.__sub__`` and the cache directory's per-node lists."""
     for a, b in zip(cut_starts, cut_stops, strict=True):
-        lo = bisect_right(stops, a)
-        hi = bisect_left(starts, b)
+        lo = _after(stops, a)
+        hi = _before(starts, b)
         if lo >= hi:
             continue
         length -= sum(stops[lo:hi]) - sum(starts[lo:hi]) if hi - lo > 1 else stops[lo] - starts[lo]
@@ -213,8 +224,8 @@ class IntervalSet:
             starts, stops = big._starts.copy(), big._stops.copy()
             length = big.length
             for a, b in zip(small._starts, small._stops, strict=True):
-                lo = bisect_left(stops, a)
-                hi = bisect_right(starts, b)
+                lo = _before(stops, a)
+                hi = _after(starts, b)
                 if lo < hi:
                     a = min(a, starts[lo])
                     b = max(b, stops[hi - 1])
@@ -356,7 +367,7 @@ class IntervalSet:
             return False
         n = len(starts)
         for a, b in zip(small._starts, small._stops, strict=True):
-            i = bisect_right(stops, a)  # the first range of ``big`` that ends after ``a``
+            i = _after(stops, a)  # the first range of ``big`` that ends after ``a``
             if i < n and starts[i] < b:
                 return True
         return False
@@ -376,11 +387,11 @@ class IntervalSet:
             o_starts, o_stops = other._starts, other._stops
             if o_starts and o_starts[0] < last and o_stops[-1] > first:
                 if len(o_starts) == 1:  # most subjobs: one range
-                    i = bisect_right(stops, o_starts[0])
+                    i = _after(stops, o_starts[0])
                     hit = i < n and starts[i] < o_stops[0]
                 else:
                     for a, b in zip(o_starts, o_stops, strict=True):
-                        i = bisect_right(stops, a)  # our first range ending after ``a``
+                        i = _after(stops, a)  # our first range ending after ``a``
                         if i == n:
                             break  # ``a`` and what follows lie past our last range
                         if starts[i] < b:
@@ -398,7 +409,7 @@ class IntervalSet:
         starts, stops = other._starts, other._stops
         # ``other``'s ranges neither overlap nor touch, so each of our ranges must lie inside one.
         for a, b in zip(self._starts, self._stops, strict=True):
-            i = bisect_right(starts, a) - 1
+            i = _after(starts, a) - 1
             if i < 0 or stops[i] < b:
                 return False
         return True
@@ -411,8 +422,8 @@ class IntervalSet:
         b0, b1 = big._starts, big._stops
         total = 0
         for a, b in zip(small._starts, small._stops, strict=True):
-            lo = bisect_right(b1, a)
-            hi = bisect_left(b0, b)
+            lo = _after(b1, a)
+            hi = _before(b0, b)
             if lo >= hi:
                 continue
             if hi - lo == 1:
@@ -436,8 +447,8 @@ class IntervalSet:
             return _EMPTY
         if start <= s0[0] and stop >= s1[-1]:
             return self
-        lo = bisect_right(s1, start)
-        hi = bisect_left(s0, stop)
+        lo = _after(s1, start)
+        hi = _before(s0, stop)
         starts = s0[lo:hi]
         stops = s1[lo:hi]
         if starts:
