@@ -25,7 +25,7 @@ $(STAMP): pyproject.toml constraints.txt setup.py
 # changed). Where it cannot be built the package runs from its sources, the same results.
 # DATASCHED_PURE=1 runs from the sources in any case.
 $(COMPILED): $(STAMP) setup.py src/datasched/_compiled.py $(wildcard src/datasched/core/*.py src/datasched/core/*.pxd \
-		src/datasched/sim/*.py src/datasched/sim/*.pxd src/datasched/policies/ponce/*.py)
+		src/datasched/sim/*.py src/datasched/sim/*.pxd src/datasched/policies/ponce/*.py src/datasched/policies/ponce/*.pxd)
 	$(BIN)/python setup.py --quiet build_ext --inplace --parallel $(TEST_PROCESSES)
 
 # constraints.txt renewed: datasched with every extra installed unconstrained into a fresh

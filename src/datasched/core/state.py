@@ -120,9 +120,13 @@ class JobState:
         return self.job.n_events - self.done_events
 
 
-@dataclass(slots=True, eq=False, init=False)
 class Running:
-    """A subjob running on a slot, with the master's estimate of its pace."""
+    """A subjob running on a slot, with the master's estimate of its pace.
+
+    A plain class with slots, not a dataclass: compiled, it is an extension type with its
+    times as C doubles (core/state.pxd), which a dataclass cannot be. Compared by identity."""
+
+    __slots__ = ("end_s", "s_per_event", "slot", "start_s", "state", "subjob")
 
     subjob: Subjob
     slot: int
@@ -164,6 +168,12 @@ class Running:
     def settled(self) -> bool:
         """No Preempt or Shrink is waiting for its answer (the subjob may be asked again)."""
         return self.state is _RUNNING
+
+    def __repr__(self) -> str:
+        return (
+            f"Running(subjob={self.subjob!r}, slot={self.slot!r}, start_s={self.start_s!r}, "
+            f"s_per_event={self.s_per_event!r}, state={self.state!r}, end_s={self.end_s!r})"
+        )
 
     def estimated_done(self, now: float) -> int:
         if self.s_per_event <= 0:

@@ -9,7 +9,16 @@ from typing import ClassVar
 
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import Subjob
-from datasched.core.policy import DEFAULT, JobView, Param, Policy, ReadMode, Returned, SchedulerView
+from datasched.core.policy import (
+    DEFAULT,
+    JobView,
+    Param,
+    Policy,
+    ReadMode,
+    Returned,
+    RunningView,
+    SchedulerView,
+)
 from datasched.core.scheduler import validate_by_default
 from datasched.core.state import SchedulerError
 from datasched.policies.registry import register
@@ -188,11 +197,35 @@ def _best_split_few(sched: SchedulerView, target: int, content: IntervalSet) -> 
     :meth:`Running.estimated_done` counts them, and of those, the ones ``content`` (the
     target's cache) holds, counted only for a subjob whose data meets it (one call tells,
     for all of them). O(slots): for a few slots only (``SCAN_AT_MOST``)."""
-    now = sched.now
-    minimum = 2 * sched.min_subjob_events
     s_cache, s_peer, s_tertiary = sched.read_rates(target)
     settled = [(other, r) for other, r in sched.running.items() if r.settled]
     cached = content.overlaps_each([r.subjob.data for _, r in settled])
+    return _best_of_settled(
+        settled,
+        cached,
+        content,
+        sched.now,
+        2 * sched.min_subjob_events,
+        s_cache,
+        s_peer,
+        s_tertiary,
+    )
+
+
+def _best_of_settled(
+    settled: list[tuple[int, RunningView]],
+    cached: list[bool],
+    content: IntervalSet,
+    now: float,
+    minimum: int,
+    s_cache: float,
+    s_peer: float,
+    s_tertiary: float,
+) -> int | None:
+    """:func:`_best_split_few`'s loop over the settled running subjobs (``cached``: whether
+    each one's data meets ``content``). Apart, so that the compiled build types its locals
+    (policies/ponce/fcfs.pxd: the running record's times and the event counts in C, the same
+    floats); the function that asks is patched by tests, and this one is called from it."""
     best: int | None = None
     best_key = (0.0, 0.0, 0)
     for (other, r), is_cached in zip(settled, cached, strict=True):
