@@ -2,6 +2,8 @@
 # an extension type, and the three methods a subjob's end calls on it dispatched in C where the
 # caller knows the type. Declarations only; the .py is the source.
 
+cimport cython
+
 from datasched.core.search cimport after as _after, before as _before
 from datasched.core.holds cimport Holds
 from datasched.core.intervals cimport IntervalSet
@@ -18,6 +20,15 @@ cdef class RangeCache(Holds):
     cdef public object bytes_per_event
     cdef public object capacity_events
     cdef public object replacement
+
+    @cython.locals(
+        starts=list, stops=list, t0=list, t1=list, inner=list,
+        hit_starts=list, hit_stops=list, gap_starts=list, gap_stops=list,
+        a=cython.longlong, b=cython.longlong, first=cython.longlong, last=cython.longlong,
+        e=cython.longlong, s=cython.longlong,
+        k=Py_ssize_t, m=Py_ssize_t, lo=Py_ssize_t, hi=Py_ssize_t,
+    )
     cpdef tuple partition(self, IntervalSet data)
+
     cpdef refresh(self, IntervalSet hit, stamp)
     cpdef tuple insert(self, IntervalSet data, stamp)

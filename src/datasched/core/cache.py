@@ -22,7 +22,7 @@ from typing import Protocol
 from datasched.core.data import CacheGrain, DataSpace
 from datasched.core.filecache import FileCache
 from datasched.core.holds import Holds
-from datasched.core.intervals import IntervalSet
+from datasched.core.intervals import IntervalSet, joined
 from datasched.core.replacement import LRU, Replacement
 
 try:
@@ -208,12 +208,15 @@ class RangeCache(Holds):
         hit_stops: list[int] = []
         gap_starts: list[int] = []
         gap_stops: list[int] = []
-        for a, b in zip(data._starts, data._stops, strict=True):
+        t0, t1 = data._starts, data._stops
+        for k in range(len(t0)):
             # The extents lo..hi-1 overlap [a, b): the first may start before ``a`` and the
             # last end after ``b``; those between are hits whole, with a gap wherever two of
             # them do not touch (slices, not a walk extent by extent: a subjob on a warm
             # cache meets tens of extents; docs/performance.md, "Cost per event as the
-            # cluster grows").
+            # cluster grows"). By index, bounds read into locals: compiled, C integers.
+            a = t0[k]
+            b = t1[k]
             lo = _after(stops, a)
             hi = _before(starts, b, lo)
             if lo == hi:
@@ -236,7 +239,9 @@ class RangeCache(Holds):
                 inner = stops[lo : hi - 1]
                 hit_stops += inner
                 hit_stops.append(last if last < b else b)
-                for e, s in zip(inner, starts[lo + 1 : hi], strict=True):
+                for m in range(lo + 1, hi):
+                    e = stops[m - 1]
+                    s = starts[m]
                     if e < s:
                         gap_starts.append(e)
                         gap_stops.append(s)
@@ -250,7 +255,7 @@ class RangeCache(Holds):
         # Gaps neither touch nor overlap (cached pieces or gaps between ``data``'s ranges
         # separate them); cached pieces of neighbouring extents may touch.
         return (
-            IntervalSet.from_sorted(zip(hit_starts, hit_stops, strict=True)),
+            joined(hit_starts, hit_stops),
             IntervalSet._make(gap_starts, gap_stops),
         )
 
@@ -269,7 +274,10 @@ class RangeCache(Holds):
         starts, stops, keys = self._starts, self._stops, self._keys
         touch = self.replacement.key_on_touch
         lru = self.replacement is LRU  # its key is the stamp: no call per extent
-        for a, b in hit:
+        t0, t1 = hit._starts, hit._stops
+        for j in range(len(t0)):
+            a = t0[j]
+            b = t1[j]
             lo = _after(stops, a)
             hi = _before(starts, b)
             if lo + 1 == hi:
@@ -341,8 +349,12 @@ class RangeCache(Holds):
         order = _order(key) << _KEY_SHIFT
         starts, stops, keys, seqs = self._starts, self._stops, self._keys, self._seqs
         heap, counter = self._heap, self._seq
-        for a, b in zip(new._starts, new._stops, strict=True):
-            # ``_push`` written out: this runs for every range a subjob brings in.
+        t0, t1 = new._starts, new._stops
+        for k in range(len(t0)):
+            # ``_push`` written out: this runs for every range a subjob brings in (by index:
+            # a zip is a call with keywords).
+            a = t0[k]
+            b = t1[k]
             i = _before(starts, a)
             seq = next(counter)
             starts.insert(i, a)

@@ -115,25 +115,31 @@ class CacheDirectory:
         starts, stops = self._starts_of[node], self._stops_of[node]
         if not starts:
             return 0
+        t0, t1 = data._starts, data._stops
         total = 0
-        for a, b in zip(data._starts, data._stops, strict=True):
+        # By index, bounds read into locals: compiled, C integers (core/directory.pxd).
+        for k in range(len(t0)):
+            a = t0[k]
+            b = t1[k]
             lo = _after(stops, a)
             hi = _before(starts, b)
             if lo >= hi:
                 continue
             # The extents lo..hi-1 overlap [a, b); only the first can start before ``a`` and
-            # only the last end after ``b``: their lengths summed over slices (C speed: a
-            # warm cache meets a subjob with tens of extents), less the two ends' overhang.
+            # only the last end after ``b``: their lengths summed, less the two ends' overhang.
+            c = starts[lo]
+            d = stops[hi - 1]
             if hi - lo == 1:
-                s = starts[lo] if starts[lo] > a else a
-                e = stops[lo] if stops[lo] < b else b
-                total += e - s
+                total += (d if d < b else b) - (c if c > a else a)
                 continue
-            total += sum(stops[lo:hi]) - sum(starts[lo:hi])
-            if starts[lo] < a:
-                total -= a - starts[lo]
-            if stops[hi - 1] > b:
-                total -= stops[hi - 1] - b
+            if c < a:
+                total -= a - c
+            if d > b:
+                total -= d - b
+            for m in range(lo, hi):
+                c = starts[m]
+                d = stops[m]
+                total += d - c
         return total
 
     def covers(self, node: int, data: IntervalSet) -> bool:
@@ -144,10 +150,16 @@ class CacheDirectory:
         if data.length > self._lengths[node]:
             return False
         starts, stops = self._starts_of[node], self._stops_of[node]
+        t0, t1 = data._starts, data._stops
         # The content's ranges neither overlap nor touch: each of data's lies inside one.
-        for a, b in zip(data._starts, data._stops, strict=True):
+        for k in range(len(t0)):
+            a = t0[k]
             i = _after(starts, a) - 1
-            if i < 0 or stops[i] < b:
+            if i < 0:
+                return False
+            b = t1[k]
+            d = stops[i]
+            if d < b:
                 return False
         return True
 
@@ -155,22 +167,32 @@ class CacheDirectory:
         if not data:
             return
         starts, stops = self._starts_of[node], self._stops_of[node]
+        t0, t1 = data._starts, data._stops
         length = self._lengths[node]
-        for a, b in zip(data._starts, data._stops, strict=True):
+        for k in range(len(t0)):
             # Merged with the ranges it overlaps or touches (as ``IntervalSet.__or__``).
+            a = t0[k]
+            b = t1[k]
             lo = _before(stops, a)
             hi = _after(starts, b)
             if lo < hi:
-                length -= sum(stops[lo:hi]) - sum(starts[lo:hi])
-                a = a if a < starts[lo] else starts[lo]
-                b = b if b > stops[hi - 1] else stops[hi - 1]
+                c = starts[lo]
+                d = stops[hi - 1]
+                if c < a:
+                    a = c
+                if d > b:
+                    b = d
+                for m in range(lo, hi):
+                    c = starts[m]
+                    d = stops[m]
+                    length -= d - c
             length += b - a
             starts[lo:hi] = (a,)
             stops[lo:hi] = (b,)
         self._lengths[node] = length
         self._content[node] = None
-        for a, b in zip(data._starts, data._stops, strict=True):
-            self._update(a, b, node, add=True)
+        for k in range(len(t0)):
+            self._update(t0[k], t1[k], node, add=True)
         if len(self._sets) > self._prune_at:
             self._prune()
 
@@ -181,8 +203,9 @@ class CacheDirectory:
         length = cut_out(starts, stops, data._starts, data._stops, self._lengths[node])
         self._lengths[node] = length
         self._content[node] = None
-        for a, b in zip(data._starts, data._stops, strict=True):
-            self._update(a, b, node, add=False)
+        t0, t1 = data._starts, data._stops
+        for k in range(len(t0)):
+            self._update(t0[k], t1[k], node, add=False)
         if len(self._sets) > self._prune_at:
             self._prune()
 
@@ -307,7 +330,7 @@ class CacheDirectory:
         elif i == 0:
             self._firsts[c] = cb[0]
 
-    def _update(self, a: int, b: int, node: int, *, add: bool) -> None:
+    def _update(self, a: int, b: int, node: int, add: bool) -> None:
         """Add ``node`` to (or remove it from) the holders of ``[a, b)``, merging equal
         neighbours. Where ``[a, b)`` and the segment before it lie in one chunk (nearly
         always), in one pass over that chunk's slice: both cuts, the changed holders and

@@ -5,6 +5,12 @@ cache's content are all IntervalSets. Immutable and hashable. No trees: most set
 ranges (caches thousands) and the simulator calls these on its hot path. Single ranges take fast
 paths; a small operand's ranges are spliced into a copy of the other's lists with ``bisect`` and
 slice assignment (C speed: a memmove of pointers, not a rebuilt list); else the lists are merged.
+
+Length: one concept, the event set and its algebra. Each operation is written out with its
+fast paths (one range, a few ranges spliced, a merge), its loops by index over bounds read into
+locals, so that the compiled build runs them over C integers (core/intervals.pxd; a ``zip``
+called with a keyword costs as much as a short loop): longer than a generic merge, and the
+simulator's hottest code.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ try:
 except ImportError:  # Cython builds the hot path; without it, the sources run as they are
     import datasched.core.uncompiled as cython
 
-__all__ = ["IntervalSet", "cut_out"]
+__all__ = ["IntervalSet", "cut_out", "joined"]
 
 if not cython.compiled:
     # The sources search with the standard library. Compiled, ``_after`` and ``_before`` are
@@ -33,25 +39,68 @@ def cut_out(
     disjoint ranges ``starts``/``stops``, in place (a splice per range: cheap when few ranges
     are cut from many); returns ``length`` (the events of ``starts``/``stops`` before) less the
     events cut. Shared by ``IntervalSet.__sub__`` and the cache directory's per-node lists."""
-    for a, b in zip(cut_starts, cut_stops, strict=True):
+    # Loops by index, values read into locals: compiled, C integers (core/intervals.pxd).
+    for k in range(len(cut_starts)):
+        a = cut_starts[k]
+        b = cut_stops[k]
         lo = _after(stops, a)
         hi = _before(starts, b)
         if lo >= hi:
             continue
-        length -= sum(stops[lo:hi]) - sum(starts[lo:hi]) if hi - lo > 1 else stops[lo] - starts[lo]
+        for m in range(lo, hi):
+            x = stops[m]
+            y = starts[m]
+            length -= x - y
+        first = starts[lo]
+        last = stops[hi - 1]
         kept_starts = []
         kept_stops = []
-        if starts[lo] < a:
-            kept_starts.append(starts[lo])
+        if first < a:
+            kept_starts.append(first)
             kept_stops.append(a)
-            length += a - starts[lo]
-        if stops[hi - 1] > b:
+            length += a - first
+        if last > b:
             kept_starts.append(b)
-            kept_stops.append(stops[hi - 1])
-            length += stops[hi - 1] - b
+            kept_stops.append(last)
+            length += last - b
         starts[lo:hi] = kept_starts
         stops[lo:hi] = kept_stops
     return length
+
+
+def _new(starts: list[int], stops: list[int], length: int) -> IntervalSet:
+    """A set of lists meeting the invariant, unchecked, with its count of events: how this
+    module's operations build their results (``IntervalSet._make`` for other modules). Compiled,
+    a C function filling the extension type's fields."""
+    # Not object.__new__: compiled, IntervalSet is an extension type (core/intervals.pxd),
+    # which object.__new__ refuses; for the source's class the two are the same call.
+    obj = IntervalSet.__new__(IntervalSet)
+    obj._starts = starts
+    obj._stops = stops
+    obj.length = length
+    obj._hash = None
+    return obj
+
+
+def joined(starts: list[int], stops: list[int]) -> IntervalSet:
+    """``IntervalSet.from_sorted`` of the ranges ``starts[i], stops[i]`` (non-empty, disjoint,
+    ascending; touching ones merged), read from two lists without a pair built for each
+    (a range cache's lookup, hot)."""
+    out_starts: list[int] = []
+    out_stops: list[int] = []
+    n = 0
+    last = 0
+    for k in range(len(starts)):
+        a = starts[k]
+        b = stops[k]
+        if n and a == last:
+            out_stops[n - 1] = b
+        else:
+            out_starts.append(a)
+            out_stops.append(b)
+            n += 1
+        last = b
+    return _new(out_starts, out_stops, sum(out_stops) - sum(out_starts))
 
 
 class IntervalSet:
@@ -95,14 +144,7 @@ class IntervalSet:
     @classmethod
     def _make(cls, starts: list[int], stops: list[int], length: int = -1) -> IntervalSet:
         """Build from lists meeting the invariant, unchecked; ``length``: the count, if known."""
-        # Not object.__new__: compiled, IntervalSet is an extension type (core/intervals.pxd),
-        # which object.__new__ refuses; for the source's class the two are the same call.
-        obj = cls.__new__(cls)
-        obj._starts = starts
-        obj._stops = stops
-        obj.length = length if length >= 0 else sum(stops) - sum(starts)
-        obj._hash = None
-        return obj
+        return _new(starts, stops, length if length >= 0 else sum(stops) - sum(starts))
 
     @classmethod
     def from_sorted(cls, ranges: Iterable[tuple[int, int]]) -> IntervalSet:
@@ -115,7 +157,7 @@ class IntervalSet:
             else:
                 starts.append(a)
                 stops.append(b)
-        return cls._make(starts, stops)
+        return _new(starts, stops, sum(stops) - sum(starts))
 
     @classmethod
     def range(cls, start: int, stop: int) -> IntervalSet:
@@ -123,13 +165,13 @@ class IntervalSet:
         if start > stop:
             raise ValueError(f"range ({start}, {stop}): start is after stop")
         if start == stop:
-            return cls._make([], [])
-        return cls._make([start], [stop])
+            return _new([], [], 0)
+        return _new([start], [stop], stop - start)
 
     @classmethod
     def empty(cls) -> IntervalSet:
         """The set of no events."""
-        return cls._make([], [])
+        return _new([], [], 0)
 
     @classmethod
     def from_events(cls, events: Iterable[int]) -> IntervalSet:
@@ -156,7 +198,9 @@ class IntervalSet:
         return tuple(zip(self._starts, self._stops, strict=True))
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
-        return zip(self._starts, self._stops, strict=True)
+        # Not strict: the two lists are of one length by the invariant, and a zip called
+        # with a keyword costs twice as much (compiled, hot: sets are walked at every event).
+        return zip(self._starts, self._stops)  # noqa: B905
 
     @property
     def start(self) -> int:
@@ -199,52 +243,74 @@ class IntervalSet:
         return _from_lists, (self._starts, self._stops)
 
     # -- set algebra (fast paths, splicing, merging: see the module docstring) ----------------
+    # Each operator calls its named method, whose locals the compiled build types as C integers
+    # (core/intervals.pxd: a C method, its loops by index over values read into locals). The
+    # merges of two large sets keep their bounds as Python objects (names left untyped there):
+    # compared with a C integer, each would be converted at every step.
     def __or__(self, other: IntervalSet) -> IntervalSet:
         """The events in either set."""
-        if not other._starts:
+        return self.union(other)
+
+    def union(self, other: IntervalSet) -> IntervalSet:
+        """The events in either set (``|``)."""
+        s0, s1, o0, o1 = self._starts, self._stops, other._starts, other._stops
+        if not o0:
             return self
-        if not self._starts:
+        if not s0:
             return other
-        if len(self._starts) == 1 and len(other._starts) == 1:
-            a, b, c, d = self._starts[0], self._stops[0], other._starts[0], other._stops[0]
+        if len(s0) == 1 and len(o0) == 1:
+            a = s0[0]
+            b = s1[0]
+            c = o0[0]
+            d = o1[0]
             if b < c:
-                return IntervalSet._make([a, c], [b, d], b - a + d - c)
+                return _new([a, c], [b, d], b - a + d - c)
             if d < a:
-                return IntervalSet._make([c, a], [d, b], b - a + d - c)
+                return _new([c, a], [d, b], b - a + d - c)
             if a <= c and d <= b:
                 return self
             if c <= a and b <= d:
                 return other
             lo = a if a < c else c
             hi = b if b > d else d
-            return IntervalSet._make([lo], [hi], hi - lo)
-        big, small = (self, other) if len(self._starts) >= len(other._starts) else (other, self)
-        if len(small._starts) <= _SMALL:
+            return _new([lo], [hi], hi - lo)
+        big, small = (self, other) if len(s0) >= len(o0) else (other, self)
+        t0, t1 = small._starts, small._stops
+        if len(t0) <= _SMALL:
             # One copy of the big lists, then each small range spliced in place.
-            starts, stops = big._starts.copy(), big._stops.copy()
+            starts = big._starts.copy()
+            stops = big._stops.copy()
             length = big.length
-            for a, b in zip(small._starts, small._stops, strict=True):
+            for k in range(len(t0)):
+                a = t0[k]
+                b = t1[k]
                 lo = _before(stops, a)
                 hi = _after(starts, b)
                 if lo < hi:
-                    a = min(a, starts[lo])
-                    b = max(b, stops[hi - 1])
-                    length -= sum(stops[lo:hi]) - sum(starts[lo:hi])
+                    c = starts[lo]
+                    d = stops[hi - 1]
+                    if c < a:
+                        a = c
+                    if d > b:
+                        b = d
+                    for m in range(lo, hi):
+                        c = starts[m]
+                        d = stops[m]
+                        length -= d - c
                 length += b - a
                 starts[lo:hi] = (a,)
                 stops[lo:hi] = (b,)
-            return IntervalSet._make(starts, stops, length)
-        a0, a1, b0, b1 = self._starts, self._stops, other._starts, other._stops
+            return _new(starts, stops, length)
         starts = []
         stops = []
         i = j = 0
-        na, nb = len(a0), len(b0)
+        na, nb = len(s0), len(o0)
         while i < na or j < nb:
-            if j >= nb or (i < na and a0[i] <= b0[j]):
-                s, e = a0[i], a1[i]
+            if j >= nb or (i < na and s0[i] <= o0[j]):
+                s, e = s0[i], s1[i]
                 i += 1
             else:
-                s, e = b0[j], b1[j]
+                s, e = o0[j], o1[j]
                 j += 1
             if stops and s <= stops[-1]:
                 if e > stops[-1]:
@@ -252,110 +318,122 @@ class IntervalSet:
             else:
                 starts.append(s)
                 stops.append(e)
-        return IntervalSet._make(starts, stops)
-
-    union = __or__
+        return _new(starts, stops, sum(stops) - sum(starts))
 
     def __and__(self, other: IntervalSet) -> IntervalSet:
         """The events in both sets."""
-        if not self._starts or not other._starts:
+        return self.intersection(other)
+
+    def intersection(self, other: IntervalSet) -> IntervalSet:
+        """The events in both sets (``&``)."""
+        s0, s1, o0, o1 = self._starts, self._stops, other._starts, other._stops
+        if not s0 or not o0:
             return _EMPTY
-        if len(other._starts) == 1:
-            if len(self._starts) == 1:
-                a, b, c, d = self._starts[0], self._stops[0], other._starts[0], other._stops[0]
+        if len(o0) == 1:
+            if len(s0) == 1:
+                a = s0[0]
+                b = s1[0]
+                c = o0[0]
+                d = o1[0]
                 if c <= a and b <= d:
                     return self
                 if a <= c and d <= b:
                     return other
                 lo = a if a > c else c
                 hi = b if b < d else d
-                return IntervalSet._make([lo], [hi], hi - lo) if lo < hi else _EMPTY
-            return self.clip(other._starts[0], other._stops[0])
-        if len(self._starts) == 1:
-            return other.clip(self._starts[0], self._stops[0])
-        big, small = (self, other) if len(self._starts) >= len(other._starts) else (other, self)
-        if len(small._starts) <= _SMALL:
-            starts: list[int] = []
-            stops: list[int] = []
-            for a, b in zip(small._starts, small._stops, strict=True):
-                part = big.clip(a, b)
+                return _new([lo], [hi], hi - lo) if lo < hi else _EMPTY
+            return self.clip(o0[0], o1[0])
+        if len(s0) == 1:
+            return other.clip(s0[0], s1[0])
+        big, small = (self, other) if len(s0) >= len(o0) else (other, self)
+        t0, t1 = small._starts, small._stops
+        if len(t0) <= _SMALL:
+            starts = []
+            stops = []
+            length = 0
+            for k in range(len(t0)):
+                part = big.clip(t0[k], t1[k])
                 starts.extend(part._starts)
                 stops.extend(part._stops)
-            return IntervalSet._make(starts, stops)
-        a0, a1, b0, b1 = self._starts, self._stops, other._starts, other._stops
+                length += part.length
+            return _new(starts, stops, length)
         starts = []
         stops = []
         i = j = 0
-        na, nb = len(a0), len(b0)
+        na, nb = len(s0), len(o0)
         while i < na and j < nb:
-            s = a0[i] if a0[i] > b0[j] else b0[j]
-            e = a1[i] if a1[i] < b1[j] else b1[j]
+            s = s0[i] if s0[i] > o0[j] else o0[j]
+            e = s1[i] if s1[i] < o1[j] else o1[j]
             if s < e:
                 starts.append(s)
                 stops.append(e)
-            if a1[i] < b1[j]:
+            if s1[i] < o1[j]:
                 i += 1
             else:
                 j += 1
-        return IntervalSet._make(starts, stops)
-
-    intersection = __and__
+        return _new(starts, stops, sum(stops) - sum(starts))
 
     def __sub__(self, other: IntervalSet) -> IntervalSet:
         """The events of this set that are not in ``other``."""
-        if not self._starts or not other._starts:
+        return self.difference(other)
+
+    def difference(self, other: IntervalSet) -> IntervalSet:
+        """The events of this set that are not in ``other`` (``-``)."""
+        s0, s1, o0, o1 = self._starts, self._stops, other._starts, other._stops
+        n = len(s0)
+        m = len(o0)
+        if n == 0 or m == 0:
             return self
-        if other._starts[0] >= self._stops[-1] or other._stops[-1] <= self._starts[0]:
+        a = s0[0]
+        b = s1[n - 1]
+        c = o0[0]
+        d = o1[m - 1]
+        if c >= b or d <= a:
             return self
-        if len(self._starts) == 1 and len(other._starts) == 1:
+        if n == 1 and m == 1:
             # The two overlap (checked above): what is left is a piece before and one after.
-            a, b, c, d = self._starts[0], self._stops[0], other._starts[0], other._stops[0]
             if a < c:
                 if d < b:
-                    return IntervalSet._make([a, d], [c, b], c - a + b - d)
-                return IntervalSet._make([a], [c], c - a)
+                    return _new([a, d], [c, b], c - a + b - d)
+                return _new([a], [c], c - a)
             if d < b:
-                return IntervalSet._make([d], [b], b - d)
+                return _new([d], [b], b - d)
             return _EMPTY
-        if len(other._starts) <= _SMALL or len(other._starts) * _SMALL <= len(self._starts):
+        if m <= _SMALL or m * _SMALL <= n:
             # Splice (as in ``|``), also when ``other`` is small next to us (cache evictions).
-            starts, stops = self._starts.copy(), self._stops.copy()
-            length = cut_out(starts, stops, other._starts, other._stops, self.length)
-            return IntervalSet._make(starts, stops, length)
-        if len(self._starts) <= _SMALL:
+            starts = s0.copy()
+            stops = s1.copy()
+            return _new(starts, stops, cut_out(starts, stops, o0, o1, self.length))
+        if n <= _SMALL:
             # Each of our few ranges minus the part of ``other`` inside it.
             starts = []
             stops = []
-            for s, e in zip(self._starts, self._stops, strict=True):
-                for a, b in other.gaps(s, e):
+            for k in range(n):
+                for a, b in other.gaps(s0[k], s1[k]):
                     starts.append(a)
                     stops.append(b)
-            return IntervalSet._make(starts, stops)
-        a0, a1, b0, b1 = self._starts, self._stops, other._starts, other._stops
+            return _new(starts, stops, sum(stops) - sum(starts))
         starts = []
         stops = []
         j = 0
-        nb = len(b0)
-        for s, e in zip(a0, a1, strict=True):
+        for s, e in zip(s0, s1, strict=True):
             cur = s
-            while j < nb and b1[j] <= cur:
+            while j < m and o1[j] <= cur:
                 j += 1
-            k = j
-            while k < nb and b0[k] < e:
-                if b0[k] > cur:
+            i = j
+            while i < m and o0[i] < e:
+                if o0[i] > cur:
                     starts.append(cur)
-                    stops.append(b0[k])
-                if b1[k] > cur:
-                    cur = b1[k]
+                    stops.append(o0[i])
+                if o1[i] > cur:
+                    cur = o1[i]
                 if cur >= e:
                     break
-                k += 1
+                i += 1
             if cur < e:
                 starts.append(cur)
                 stops.append(e)
-        return IntervalSet._make(starts, stops)
-
-    difference = __sub__
+        return _new(starts, stops, sum(stops) - sum(starts))
 
     def overlaps(self, other: IntervalSet) -> bool:
         """Whether the two sets share an event (without building the intersection)."""
@@ -363,13 +441,22 @@ class IntervalSet:
             return False
         big, small = (self, other) if len(self._starts) >= len(other._starts) else (other, self)
         starts, stops = big._starts, big._stops
-        if small._starts[0] >= stops[-1] or small._stops[-1] <= starts[0]:
-            return False
+        t0, t1 = small._starts, small._stops
         n = len(starts)
-        for a, b in zip(small._starts, small._stops, strict=True):
+        a = t0[0]
+        b = t1[len(t1) - 1]
+        c = starts[0]
+        d = stops[n - 1]
+        if a >= d or b <= c:
+            return False
+        for k in range(len(t0)):
+            a = t0[k]
             i = _after(stops, a)  # the first range of ``big`` that ends after ``a``
-            if i < n and starts[i] < b:
-                return True
+            if i < n:
+                c = starts[i]
+                b = t1[k]
+                if c < b:
+                    return True
         return False
 
     def overlaps_each(self, others: list[IntervalSet]) -> list[bool]:
@@ -377,24 +464,28 @@ class IntervalSet:
         this large one (cache-oriented splitting's split choice asks it of a node's cache for
         every running subjob: at 10 nodes a call each cost about as much as the tests)."""
         starts, stops = self._starts, self._stops
-        if not starts:
-            return [False] * len(others)
-        first, last = starts[0], stops[-1]
         n = len(starts)
+        if n == 0:
+            return [False] * len(others)
+        first = starts[0]
+        last = stops[n - 1]
         out = []
         for other in others:
             hit = False
-            o_starts, o_stops = other._starts, other._stops
-            if o_starts and o_starts[0] < last and o_stops[-1] > first:
-                if len(o_starts) == 1:  # most subjobs: one range
-                    i = _after(stops, o_starts[0])
-                    hit = i < n and starts[i] < o_stops[0]
-                else:
-                    for a, b in zip(o_starts, o_stops, strict=True):
+            t0, t1 = other._starts, other._stops
+            m = len(t0)
+            if m:
+                a = t0[0]
+                b = t1[m - 1]
+                if a < last and b > first:
+                    for k in range(m):  # most subjobs: one range
+                        a = t0[k]
                         i = _after(stops, a)  # our first range ending after ``a``
                         if i == n:
                             break  # ``a`` and what follows lie past our last range
-                        if starts[i] < b:
+                        c = starts[i]
+                        b = t1[k]
+                        if c < b:
                             hit = True
                             break
             out.append(hit)
@@ -407,10 +498,16 @@ class IntervalSet:
         if self.length > other.length:
             return False
         starts, stops = other._starts, other._stops
+        t0, t1 = self._starts, self._stops
         # ``other``'s ranges neither overlap nor touch, so each of our ranges must lie inside one.
-        for a, b in zip(self._starts, self._stops, strict=True):
+        for k in range(len(t0)):
+            a = t0[k]
             i = _after(starts, a) - 1
-            if i < 0 or stops[i] < b:
+            if i < 0:
+                return False
+            b = t1[k]
+            d = stops[i]
+            if d < b:
                 return False
         return True
 
@@ -420,51 +517,71 @@ class IntervalSet:
             return 0
         small, big = (self, other) if len(self._starts) <= len(other._starts) else (other, self)
         b0, b1 = big._starts, big._stops
+        t0, t1 = small._starts, small._stops
         total = 0
-        for a, b in zip(small._starts, small._stops, strict=True):
+        for k in range(len(t0)):
+            a = t0[k]
+            b = t1[k]
             lo = _after(b1, a)
             hi = _before(b0, b)
             if lo >= hi:
                 continue
+            c = b0[lo]
+            d = b1[hi - 1]
             if hi - lo == 1:
-                s = b0[lo] if b0[lo] > a else a
-                e = b1[lo] if b1[lo] < b else b
-                total += e - s
+                total += (d if d < b else b) - (c if c > a else a)
                 continue
-            # Many ranges (a subjob over a fragmented cache): summed over slices, less the
-            # overhang of the first and the last, the only ones that can stick out.
-            total += sum(b1[lo:hi]) - sum(b0[lo:hi])
-            if b0[lo] < a:
-                total -= a - b0[lo]
-            if b1[hi - 1] > b:
-                total -= b1[hi - 1] - b
+            # Many ranges (a subjob over a fragmented cache): summed, less the overhang of
+            # the first and the last, the only ones that can stick out.
+            if c < a:
+                total -= a - c
+            if d > b:
+                total -= d - b
+            for m in range(lo, hi):
+                c = b0[m]
+                d = b1[m]
+                total += d - c
         return total
 
     def clip(self, start: int, stop: int) -> IntervalSet:
         """The events of this set within ``[start, stop)``."""
         s0, s1 = self._starts, self._stops
-        if not s0 or start >= stop or start >= s1[-1] or stop <= s0[0]:
+        n = len(s0)
+        if n == 0 or start >= stop:
             return _EMPTY
-        if start <= s0[0] and stop >= s1[-1]:
+        a = s0[0]
+        b = s1[n - 1]
+        if start >= b or stop <= a:
+            return _EMPTY
+        if start <= a and stop >= b:
             return self
         lo = _after(s1, start)
         hi = _before(s0, stop)
         starts = s0[lo:hi]
         stops = s1[lo:hi]
-        if starts:
-            if starts[0] < start:
-                starts[0] = start
-            if stops[-1] > stop:
-                stops[-1] = stop
-        return IntervalSet._make(starts, stops)
+        length = 0
+        for k in range(hi - lo):
+            a = starts[k]
+            b = stops[k]
+            if a < start:
+                a = start
+                starts[k] = a
+            if b > stop:
+                b = stop
+                stops[k] = b
+            length += b - a
+        return _new(starts, stops, length)
 
     def gaps(self, start: int, stop: int) -> list[tuple[int, int]]:
         """``range(start, stop) - self`` as ascending pairs, without building a set (hot)."""
         out = []
-        for a, b in self.clip(start, stop):
+        part = self.clip(start, stop)
+        t0, t1 = part._starts, part._stops
+        for k in range(len(t0)):
+            a = t0[k]
             if a > start:
                 out.append((start, a))
-            start = b
+            start = t1[k]
         if start < stop:
             out.append((start, stop))
         return out
@@ -494,40 +611,42 @@ class IntervalSet:
         """The first ``n`` events and the rest."""
         if n <= 0:
             return _EMPTY, self
-        if n >= self.length:
+        length = self.length
+        if n >= length:
             return self, _EMPTY
         s0, s1 = self._starts, self._stops
+        a = s0[0]
         if len(s0) == 1:
-            cut = s0[0] + n
-            return (
-                IntervalSet._make([s0[0]], [cut], n),
-                IntervalSet._make([cut], [s1[0]], self.length - n),
-            )
-        left_length = n
-        right_length = self.length - n
+            return _new([a], [a + n], n), _new([a + n], [s1[0]], length - n)
         i = 0
-        while n >= s1[i] - s0[i]:
-            n -= s1[i] - s0[i]
+        left = n
+        b = s1[0]
+        while left >= b - a:
+            left -= b - a
             i += 1
-        if n == 0:
-            return (
-                IntervalSet._make(s0[:i], s1[:i], left_length),
-                IntervalSet._make(s0[i:], s1[i:], right_length),
-            )
-        cut = s0[i] + n
-        left = IntervalSet._make(s0[: i + 1], [*s1[:i], cut], left_length)
-        right = IntervalSet._make([cut, *s0[i + 1 :]], s1[i:], right_length)
-        return left, right
+            a = s0[i]
+            b = s1[i]
+        if left == 0:
+            return _new(s0[:i], s1[:i], n), _new(s0[i:], s1[i:], length - n)
+        cut = a + left
+        head_stops = s1[:i]
+        head_stops.append(cut)
+        rest_starts = s0[i + 1 :]
+        rest_starts.insert(0, cut)
+        return _new(s0[: i + 1], head_stops, n), _new(rest_starts, s1[i:], length - n)
 
     def drop(self, n: int) -> IntervalSet:
         """The events after the first ``n``: ``head(n)[1]``, without building the head (one
         set instead of two where only the rest is wanted: a split's cut, hot)."""
         if n <= 0:
             return self
-        if n >= self.length:
+        length = self.length
+        if n >= length:
             return _EMPTY
-        if len(self._starts) == 1:
-            return IntervalSet._make([self._starts[0] + n], [self._stops[0]], self.length - n)
+        s0, s1 = self._starts, self._stops
+        if len(s0) == 1:
+            a = s0[0]
+            return _new([a + n], [s1[0]], length - n)
         return self.head(n)[1]
 
     def split_even(self, parts: int, min_events: int = 1) -> list[IntervalSet]:
@@ -566,7 +685,7 @@ class IntervalSet:
                 i += 1
                 if i < len(s0):
                     pos = s0[i]
-            out.append(IntervalSet._make(starts, stops, piece_length))
+            out.append(_new(starts, stops, piece_length))
         return out
 
 
