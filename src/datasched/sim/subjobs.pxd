@@ -1,8 +1,24 @@
 # The C types of sim/subjobs.py's compiled build (datasched/_compiled.py): a link of the simulated
-# engine's chain of bases; its fields are declared on the base (sim/state.pxd).
-# Declarations only; the .py is the source.
+# engine's chain of bases, whose fields are declared on the base (sim/state.pxd), and a running
+# subjob's record as an extension type, built without a Python frame. Declarations only; the
+# .py is the source.
 
+from datasched.core.intervals cimport IntervalSet
 from datasched.sim.disks cimport SharedDisks
+
+cdef class _Run:
+    cdef public object subjob
+    cdef public double start_s
+    cdef public list segments
+    cdef public list ends
+    cdef public IntervalSet local
+    cdef public IntervalSet fetched
+    cdef public object pin
+    cdef public list peer_pins
+    cdef public object fetch
+    cdef public object version
+    cdef public bint fill_duplicates
+    cdef public object turns
 
 cdef class SubjobRuns(SharedDisks):
     pass

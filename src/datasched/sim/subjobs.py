@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_right
-from dataclasses import dataclass
 
 from datasched.core.actions import Assign, Shrink, Start
 from datasched.core.cache import NodeCache
@@ -35,9 +34,27 @@ _EMPTY = IntervalSet()
 _CACHE, _TERTIARY = Source.CACHE, Source.TERTIARY
 
 
-@dataclass(slots=True)
 class _Run:
-    """A subjob running on a simulated slot."""
+    """A subjob running on a simulated slot.
+
+    A plain class with slots, not a dataclass: compiled, it is an extension type
+    (sim/subjobs.pxd), which a dataclass cannot be, and built without the Python frame of a
+    dataclass's ``__init__`` (one per subjob started). Compared by identity."""
+
+    __slots__ = (
+        "ends",
+        "fetch",
+        "fetched",
+        "fill_duplicates",
+        "local",
+        "peer_pins",
+        "pin",
+        "segments",
+        "start_s",
+        "subjob",
+        "turns",
+        "version",
+    )
 
     subjob: Subjob
     start_s: float
@@ -52,10 +69,43 @@ class _Run:
     peer_pins: list[tuple[NodeCache, int]]
     fetch: int | None
     version: int
-    fill_duplicates: bool = True
-    turns: int | None = None
+    fill_duplicates: bool
+    turns: int | None
     """How many of its packets' turns at the master (its segments of peer ``_MASTER``, in
     order) have been served or are being served (None: no queue at the master)."""
+
+    def __init__(
+        self,
+        subjob: Subjob,
+        start_s: float,
+        segments: list[tuple[int, int, float, Source, int]],
+        ends: list[float],
+        local: IntervalSet,
+        fetched: IntervalSet,
+        pin: int | None,
+        peer_pins: list[tuple[NodeCache, int]],
+        fetch: int | None,
+        version: int,
+        fill_duplicates: bool = True,
+    ) -> None:
+        self.subjob = subjob
+        self.start_s = start_s
+        self.segments = segments
+        self.ends = ends
+        self.local = local
+        self.fetched = fetched
+        self.pin = pin
+        self.peer_pins = peer_pins
+        self.fetch = fetch
+        self.version = version
+        self.fill_duplicates = fill_duplicates
+        self.turns = None
+
+    def __repr__(self) -> str:
+        return (
+            f"_Run(subjob={self.subjob!r}, start_s={self.start_s!r}, "
+            f"segments={self.segments!r}, version={self.version!r})"
+        )
 
 
 class SubjobRuns(SharedDisks):
@@ -168,8 +218,19 @@ class SubjobRuns(SharedDisks):
             segments, ends, total = _with_setup(segments, setup)
         pin = cache.pin(local) if local else None
         version = next(self._versions)
-        run = _Run(sj, self.now, segments, ends, local, fetched, pin, peer_pins, fetch, version)
-        run.fill_duplicates = action.fill_duplicates
+        run = _Run(
+            sj,
+            self.now,
+            segments,
+            ends,
+            local,
+            fetched,
+            pin,
+            peer_pins,
+            fetch,
+            version,
+            action.fill_duplicates,
+        )
         runs[slot] = run
         heapq.heappush(self._heap, (self.now + total, next(self._seq), _FINISH, slot, version))
         if self._readers is not None and segments:
@@ -227,7 +288,10 @@ class SubjobRuns(SharedDisks):
         total = 0.0
         if not local.length:
             per = spe[_TERTIARY]
-            for a, b in zip(other._starts, other._stops, strict=True):
+            t0, t1 = other._starts, other._stops
+            for k in range(len(t0)):  # (by index: a zip is a call with keywords, hot)
+                a = t0[k]
+                b = t1[k]
                 segments.append((a, b, per, _TERTIARY, -1))
                 total += (b - a) * per
                 ends.append(total)
@@ -235,7 +299,10 @@ class SubjobRuns(SharedDisks):
             # All cached (delayed scheduling's subjobs, mostly): the cached ranges in order,
             # as the sort of the general case below would leave them.
             per = spe[_CACHE]
-            for a, b in zip(local._starts, local._stops, strict=True):
+            t0, t1 = local._starts, local._stops
+            for k in range(len(t0)):
+                a = t0[k]
+                b = t1[k]
                 segments.append((a, b, per, _CACHE, -1))
                 total += (b - a) * per
                 ends.append(total)
@@ -259,8 +326,19 @@ class SubjobRuns(SharedDisks):
                 fetch = cache.begin_fetch(fetched)
         pin = cache.pin(local) if local.length else None
         version = next(self._versions)
-        run = _Run(action.subjob, self.now, segments, ends, local, fetched, pin, [], fetch, version)
-        run.fill_duplicates = action.fill_duplicates
+        run = _Run(
+            action.subjob,
+            self.now,
+            segments,
+            ends,
+            local,
+            fetched,
+            pin,
+            [],
+            fetch,
+            version,
+            action.fill_duplicates,
+        )
         self._runs[slot] = run
         heapq.heappush(self._heap, (self.now + total, next(self._seq), _FINISH, slot, version))
         if self._readers is not None and segments:

@@ -9,6 +9,7 @@ from datasched.core.intervals cimport IntervalSet
 from datasched.core.state cimport Running
 
 @cython.locals(
+    k=Py_ssize_t,
     r=Running,
     data=IntervalSet,
     a=cython.double,

@@ -228,7 +228,9 @@ def _best_of_settled(
     floats); the function that asks is patched by tests, and this one is called from it."""
     best: int | None = None
     best_key = (0.0, 0.0, 0)
-    for (other, r), is_cached in zip(settled, cached, strict=True):
+    for k in range(len(settled)):  # (by index: a zip is a call with keywords)
+        other, r = settled[k]
+        is_cached = cached[k]
         a = r.s_per_event
         data = r.subjob.data
         length = data.length
