@@ -8,8 +8,16 @@ cimport cython
 from datasched.core.intervals cimport IntervalSet
 from datasched.core.state cimport Running
 
+@cython.locals(r=Running, out=list)
+cpdef list _settled(dict running)
+
 @cython.locals(
     k=Py_ssize_t,
+    other=cython.longlong,
+    end=cython.double,
+    best_saving=cython.double,
+    best_end=cython.double,
+    best_slot=cython.longlong,
     r=Running,
     data=IntervalSet,
     a=cython.double,

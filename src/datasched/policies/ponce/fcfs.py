@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from typing import ClassVar
+from collections.abc import Mapping
+from typing import ClassVar, cast
 
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import Subjob
@@ -20,7 +21,7 @@ from datasched.core.policy import (
     SchedulerView,
 )
 from datasched.core.scheduler import validate_by_default
-from datasched.core.state import SchedulerError
+from datasched.core.state import Running, SchedulerError, SubjobState
 from datasched.policies.registry import register
 
 __all__ = ["CacheOrientedSplitting", "JobSplitting", "ProcessingFarm", "cut_by_cache"]
@@ -198,7 +199,8 @@ def _best_split_few(sched: SchedulerView, target: int, content: IntervalSet) -> 
     target's cache) holds, counted only for a subjob whose data meets it (one call tells,
     for all of them). O(slots): for a few slots only (``SCAN_AT_MOST``)."""
     s_cache, s_peer, s_tertiary = sched.read_rates(target)
-    settled = [(other, r) for other, r in sched.running.items() if r.settled]
+    # The scheduler's records behind its read-only view (their state is read directly).
+    settled = _settled(cast("Mapping[int, Running]", sched.running))
     cached = content.overlaps_each([r.subjob.data for _, r in settled])
     return _best_of_settled(
         settled,
@@ -210,6 +212,20 @@ def _best_split_few(sched: SchedulerView, target: int, content: IntervalSet) -> 
         s_peer,
         s_tertiary,
     )
+
+
+_RUNNING = SubjobState.RUNNING
+
+
+def _settled(running: Mapping[int, Running]) -> list[tuple[int, RunningView]]:
+    """The ``(slot, record)`` of the running subjobs no Preempt or Shrink awaits an answer
+    for: ``Running.settled``, read as the record's state (compiled, a field of the record:
+    policies/ponce/fcfs.pxd; the property is a call each, at every split choice)."""
+    out: list[tuple[int, RunningView]] = []
+    for other, r in running.items():
+        if r.state is _RUNNING:
+            out.append((other, r))
+    return out
 
 
 def _best_of_settled(
@@ -227,7 +243,10 @@ def _best_of_settled(
     (policies/ponce/fcfs.pxd: the running record's times and the event counts in C, the same
     floats); the function that asks is patched by tests, and this one is called from it."""
     best: int | None = None
-    best_key = (0.0, 0.0, 0)
+    # The best key ``(saving, end, -slot)`` held as three numbers, compared in that order
+    # as the tuple would be (compiled, in C: no tuple built for each subjob).
+    best_saving = best_end = 0.0
+    best_slot = 0
     for k in range(len(settled)):  # (by index: a zip is a call with keywords)
         other, r = settled[k]
         is_cached = cached[k]
@@ -242,9 +261,16 @@ def _best_of_settled(
         b = (local * s_cache + 0 * s_peer + (n - local) * s_tertiary) / n
         saving = n * a * a / (a + b)
         if saving > 0.0:
-            key = (saving, r.end_s, -other)
-            if best is None or key > best_key:
-                best, best_key = other, key
+            end = r.end_s
+            if (
+                best is None
+                or saving > best_saving
+                or (
+                    saving == best_saving
+                    and (end > best_end or (end == best_end and other < best_slot))
+                )
+            ):
+                best, best_saving, best_end, best_slot = other, saving, end, other
     return best
 
 
