@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from datasched.core.intervals import IntervalSet
+from datasched.core.intervals import IntervalSet, joined
 from strategies import dense_event_sets, event_sets, interval_sets, raw_ranges
 
 MAX_EVENT = 200
@@ -68,6 +68,12 @@ def test_from_sorted_joins_touching_ranges(cuts: list[int], data: st.DataObject)
     s = IntervalSet.from_sorted(chosen)
     check_invariant(s)
     assert s == IntervalSet(chosen)
+    # The same from two lists (a range cache's lookups), the lists left as they were.
+    starts, stops = [a for a, _ in chosen], [b for _, b in chosen]
+    j = joined(starts, stops)
+    check_invariant(j)
+    assert j == s
+    assert (starts, stops) == ([a for a, _ in chosen], [b for _, b in chosen])
 
 
 @given(st.integers(-50, 50), st.integers(0, 50))
