@@ -32,6 +32,9 @@ __all__ = ["SubjobRuns"]
 
 _EMPTY = IntervalSet()
 _CACHE, _TERTIARY = Source.CACHE, Source.TERTIARY
+_tuple_new = tuple.__new__
+"""How a named tuple's own ``__new__`` builds it; used for the events of a subjob's end and
+shrink, which are hot (see core/commands.py's ``_tuple_new``). Every field given, in order."""
 
 
 class _Run:
@@ -467,7 +470,7 @@ class SubjobRuns(SharedDisks):
             else:
                 released = (release & data).split_at(in_progress + 1)[1]
         if not released.length:
-            return SubjobShrunk(self.now, action.subjob_id, slot, _EMPTY)
+            return _tuple_new(SubjobShrunk, (self.now, action.subjob_id, slot, _EMPTY))
         kept = segments[:k]
         ends = run.ends[:k]
         total = ends[-1] if ends else 0.0
@@ -533,7 +536,7 @@ class SubjobRuns(SharedDisks):
             self._master_due(slot, run)
         if run.fetched.length:  # (range caches fetch no whole files: nothing to hand over)
             self._fetches_dropped(slot, run, stopping=False)
-        return SubjobShrunk(self.now, action.subjob_id, slot, released)
+        return _tuple_new(SubjobShrunk, (self.now, action.subjob_id, slot, released))
 
     def _held_elsewhere(self, node: int, data: IntervalSet) -> IntervalSet:
         """The part of ``data`` that some node other than ``node`` caches."""
@@ -635,7 +638,7 @@ class SubjobRuns(SharedDisks):
         cpu = self._jobs[subjob.job_id].cpu_s_per_event
         cpu_s = processed.length * (self.cost.cpu_s_per_event if cpu is None else cpu)
         if finished:
-            return SubjobFinished(now, subjob.subjob_id, slot, added, evicted, cpu_s)
+            return _tuple_new(SubjobFinished, (now, subjob.subjob_id, slot, added, evicted, cpu_s))
         return SubjobStopped(now, subjob.subjob_id, slot, remaining, added, evicted, cpu_s)
 
     def _sized(self, run: _Run, processed: IntervalSet) -> float | None:
