@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from datasched.core.intervals import IntervalSet, joined
+from datasched.core.intervals import IntervalSet, cut_out, joined, splice_in
 from strategies import dense_event_sets, event_sets, interval_sets, raw_ranges
 
 MAX_EVENT = 200
@@ -256,6 +256,19 @@ def test_overlaps_each_is_overlaps_of_each(big: IntervalSet, small: list[Interva
     model = events(big)
     assert big.overlaps_each(small) == [s.overlaps(big) for s in small]
     assert big.overlaps_each(small) == [bool(model & events(s)) for s in small]
+
+
+@given(interval_sets(MAX_EVENT), interval_sets(MAX_EVENT))
+def test_splicing_lists_in_place_is_union_and_difference(a: IntervalSet, b: IntervalSet) -> None:
+    """The in-place list operations the cache directory keeps each node's content with:
+    ``splice_in`` is ``|`` and ``cut_out`` is ``-``, each returning the events left."""
+    starts, stops = list(a._starts), list(a._stops)
+    length = splice_in(starts, stops, b._starts, b._stops, a.length)
+    assert IntervalSet._make(starts, stops) == a | b
+    assert length == (a | b).length
+    length = cut_out(starts, stops, b._starts, b._stops, length)
+    assert IntervalSet._make(starts, stops) == a - b
+    assert length == (a - b).length
 
 
 def test_overlaps_and_issubset_examples() -> None:

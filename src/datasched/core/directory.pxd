@@ -33,11 +33,7 @@ cdef class CacheDirectory:
     )
     cpdef bint covers(self, int node, IntervalSet data) except -1
 
-    @cython.locals(
-        starts=list, stops=list, t0=list, t1=list,
-        a=cython.longlong, b=cython.longlong, c=cython.longlong, d=cython.longlong,
-        length=cython.longlong, k=Py_ssize_t, m=Py_ssize_t, lo=Py_ssize_t, hi=Py_ssize_t,
-    )
+    @cython.locals(starts=list, stops=list, t0=list, t1=list, k=Py_ssize_t)
     cpdef add(self, int node, IntervalSet data)
 
     @cython.locals(starts=list, stops=list, t0=list, t1=list, k=Py_ssize_t)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 
-from datasched.core.intervals import IntervalSet, cut_out
+from datasched.core.intervals import IntervalSet, cut_out, splice_in
 
 try:
     import cython
@@ -168,28 +168,8 @@ class CacheDirectory:
             return
         starts, stops = self._starts_of[node], self._stops_of[node]
         t0, t1 = data._starts, data._stops
-        length = self._lengths[node]
-        for k in range(len(t0)):
-            # Merged with the ranges it overlaps or touches (as ``IntervalSet.__or__``).
-            a = t0[k]
-            b = t1[k]
-            lo = _before(stops, a)
-            hi = _after(starts, b)
-            if lo < hi:
-                c = starts[lo]
-                d = stops[hi - 1]
-                if c < a:
-                    a = c
-                if d > b:
-                    b = d
-                for m in range(lo, hi):
-                    c = starts[m]
-                    d = stops[m]
-                    length -= d - c
-            length += b - a
-            starts[lo:hi] = (a,)
-            stops[lo:hi] = (b,)
-        self._lengths[node] = length
+        # Merged with the ranges each overlaps or touches (as ``IntervalSet.union``).
+        self._lengths[node] = splice_in(starts, stops, t0, t1, self._lengths[node])
         self._content[node] = None
         for k in range(len(t0)):
             self._update(t0[k], t1[k], node, add=True)

@@ -100,6 +100,14 @@ cpdef long long cut_out(
     list starts, list stops, list cut_starts, list cut_stops, long long length
 ) except? -1
 
+@cython.locals(
+    k=Py_ssize_t, m=Py_ssize_t, lo=Py_ssize_t, hi=Py_ssize_t,
+    a=cython.longlong, b=cython.longlong, c=cython.longlong, d=cython.longlong,
+)
+cpdef long long splice_in(
+    list starts, list stops, list add_starts, list add_stops, long long length
+) except? -1
+
 cpdef IntervalSet _new(list starts, list stops, object length)
 
 @cython.locals(

@@ -23,7 +23,7 @@ try:
 except ImportError:  # Cython builds the hot path; without it, the sources run as they are
     import datasched.core.uncompiled as cython
 
-__all__ = ["IntervalSet", "cut_out", "joined"]
+__all__ = ["IntervalSet", "cut_out", "joined", "splice_in"]
 
 if not cython.compiled:
     # The sources search with the standard library. Compiled, ``_after`` and ``_before`` are
@@ -65,6 +65,36 @@ def cut_out(
             length += last - b
         starts[lo:hi] = kept_starts
         stops[lo:hi] = kept_stops
+    return length
+
+
+def splice_in(
+    starts: list[int], stops: list[int], add_starts: list[int], add_stops: list[int], length: int
+) -> int:
+    """Merge the sorted, disjoint ranges ``add_starts[i], add_stops[i]`` into the sorted,
+    disjoint ranges ``starts``/``stops``, in place (each spliced over the ranges it overlaps or
+    touches: cheap when few ranges join many); returns ``length`` (the events of
+    ``starts``/``stops`` before) plus the events added. :func:`cut_out`'s inverse, shared by
+    ``IntervalSet.union`` and the cache directory's per-node lists."""
+    for k in range(len(add_starts)):
+        a = add_starts[k]
+        b = add_stops[k]
+        lo = _before(stops, a)
+        hi = _after(starts, b)
+        if lo < hi:
+            c = starts[lo]
+            d = stops[hi - 1]
+            if c < a:
+                a = c
+            if d > b:
+                b = d
+            for m in range(lo, hi):
+                c = starts[m]
+                d = stops[m]
+                length -= d - c
+        length += b - a
+        starts[lo:hi] = (a,)
+        stops[lo:hi] = (b,)
     return length
 
 
@@ -280,27 +310,7 @@ class IntervalSet:
             # One copy of the big lists, then each small range spliced in place.
             starts = big._starts.copy()
             stops = big._stops.copy()
-            length = big.length
-            for k in range(len(t0)):
-                a = t0[k]
-                b = t1[k]
-                lo = _before(stops, a)
-                hi = _after(starts, b)
-                if lo < hi:
-                    c = starts[lo]
-                    d = stops[hi - 1]
-                    if c < a:
-                        a = c
-                    if d > b:
-                        b = d
-                    for m in range(lo, hi):
-                        c = starts[m]
-                        d = stops[m]
-                        length -= d - c
-                length += b - a
-                starts[lo:hi] = (a,)
-                stops[lo:hi] = (b,)
-            return _new(starts, stops, length)
+            return _new(starts, stops, splice_in(starts, stops, t0, t1, big.length))
         starts = []
         stops = []
         i = j = 0
