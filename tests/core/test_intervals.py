@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from datasched.core.intervals import IntervalSet, cut_out, joined, splice_in
+from datasched.core.intervals import IntervalSet, cut_out, joined, overlap_count, splice_in
 from strategies import dense_event_sets, event_sets, interval_sets, raw_ranges
 
 MAX_EVENT = 200
@@ -259,9 +259,13 @@ def test_overlaps_each_is_overlaps_of_each(big: IntervalSet, small: list[Interva
 
 
 @given(interval_sets(MAX_EVENT), interval_sets(MAX_EVENT))
-def test_splicing_lists_in_place_is_union_and_difference(a: IntervalSet, b: IntervalSet) -> None:
-    """The in-place list operations the cache directory keeps each node's content with:
-    ``splice_in`` is ``|`` and ``cut_out`` is ``-``, each returning the events left."""
+def test_list_operations_are_union_difference_and_intersection(
+    a: IntervalSet, b: IntervalSet
+) -> None:
+    """The list operations the cache directory keeps each node's content with: ``splice_in``
+    is ``|`` and ``cut_out`` is ``-`` (in place, each returning the events left), and
+    ``overlap_count`` is the length of ``&``."""
+    assert overlap_count(a._starts, a._stops, b._starts, b._stops) == (a & b).length
     starts, stops = list(a._starts), list(a._stops)
     length = splice_in(starts, stops, b._starts, b._stops, a.length)
     assert IntervalSet._make(starts, stops) == a | b

@@ -20,11 +20,7 @@ cdef class CacheDirectory:
     cdef public list _starts_of
     cdef public list _stops_of
 
-    @cython.locals(
-        starts=list, stops=list, t0=list, t1=list,
-        a=cython.longlong, b=cython.longlong, c=cython.longlong, d=cython.longlong,
-        total=cython.longlong, k=Py_ssize_t, m=Py_ssize_t, lo=Py_ssize_t, hi=Py_ssize_t,
-    )
+    @cython.locals(starts=list)
     cpdef cached_length(self, int node, IntervalSet data)
 
     @cython.locals(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 
-from datasched.core.intervals import IntervalSet, cut_out, splice_in
+from datasched.core.intervals import IntervalSet, cut_out, overlap_count, splice_in
 
 try:
     import cython
@@ -112,35 +112,10 @@ class CacheDirectory:
     def cached_length(self, node: int, data: IntervalSet) -> int:
         """How many events of ``data`` ``node`` caches (``data.overlap_length`` of the
         content, from the lists: hot in the master's cost estimates)."""
-        starts, stops = self._starts_of[node], self._stops_of[node]
+        starts = self._starts_of[node]
         if not starts:
             return 0
-        t0, t1 = data._starts, data._stops
-        total = 0
-        # By index, bounds read into locals: compiled, C integers (core/directory.pxd).
-        for k in range(len(t0)):
-            a = t0[k]
-            b = t1[k]
-            lo = _after(stops, a)
-            hi = _before(starts, b)
-            if lo >= hi:
-                continue
-            # The extents lo..hi-1 overlap [a, b); only the first can start before ``a`` and
-            # only the last end after ``b``: their lengths summed, less the two ends' overhang.
-            c = starts[lo]
-            d = stops[hi - 1]
-            if hi - lo == 1:
-                total += (d if d < b else b) - (c if c > a else a)
-                continue
-            if c < a:
-                total -= a - c
-            if d > b:
-                total -= d - b
-            for m in range(lo, hi):
-                c = starts[m]
-                d = stops[m]
-                total += d - c
-        return total
+        return overlap_count(starts, self._stops_of[node], data._starts, data._stops)
 
     def covers(self, node: int, data: IntervalSet) -> bool:
         """Whether ``node`` caches every event of ``data`` (``data.issubset`` of the

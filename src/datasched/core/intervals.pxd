@@ -60,11 +60,7 @@ cdef class IntervalSet:
     )
     cpdef bint issubset(self, IntervalSet other) except -1
 
-    @cython.locals(
-        small=IntervalSet, big=IntervalSet, b0=list, b1=list, t0=list, t1=list,
-        a=cython.longlong, b=cython.longlong, c=cython.longlong, d=cython.longlong,
-        total=cython.longlong, k=Py_ssize_t, m=Py_ssize_t, lo=Py_ssize_t, hi=Py_ssize_t,
-    )
+    @cython.locals(small=IntervalSet, big=IntervalSet)
     cpdef long long overlap_length(self, IntervalSet other) except? -1
 
     @cython.locals(
@@ -107,6 +103,12 @@ cpdef long long cut_out(
 cpdef long long splice_in(
     list starts, list stops, list add_starts, list add_stops, long long length
 ) except? -1
+
+@cython.locals(
+    a=cython.longlong, b=cython.longlong, c=cython.longlong, d=cython.longlong,
+    total=cython.longlong, k=Py_ssize_t, m=Py_ssize_t, lo=Py_ssize_t, hi=Py_ssize_t,
+)
+cpdef long long overlap_count(list starts, list stops, list t0, list t1) except? -1
 
 cpdef IntervalSet _new(list starts, list stops, object length)
 

@@ -23,7 +23,7 @@ try:
 except ImportError:  # Cython builds the hot path; without it, the sources run as they are
     import datasched.core.uncompiled as cython
 
-__all__ = ["IntervalSet", "cut_out", "joined", "splice_in"]
+__all__ = ["IntervalSet", "cut_out", "joined", "overlap_count", "splice_in"]
 
 if not cython.compiled:
     # The sources search with the standard library. Compiled, ``_after`` and ``_before`` are
@@ -38,7 +38,7 @@ def cut_out(
     """Cut the sorted, disjoint ranges ``cut_starts[i], cut_stops[i]`` out of the sorted,
     disjoint ranges ``starts``/``stops``, in place (a splice per range: cheap when few ranges
     are cut from many); returns ``length`` (the events of ``starts``/``stops`` before) less the
-    events cut. Shared by ``IntervalSet.__sub__`` and the cache directory's per-node lists."""
+    events cut. Shared by ``IntervalSet.difference`` and the cache directory's per-node lists."""
     # Loops by index, values read into locals: compiled, C integers (core/intervals.pxd).
     for k in range(len(cut_starts)):
         a = cut_starts[k]
@@ -96,6 +96,36 @@ def splice_in(
         starts[lo:hi] = (a,)
         stops[lo:hi] = (b,)
     return length
+
+
+def overlap_count(starts: list[int], stops: list[int], t0: list[int], t1: list[int]) -> int:
+    """How many events of the sorted, disjoint ranges ``t0[i], t1[i]`` the sorted, disjoint
+    ranges ``starts``/``stops`` hold, one search a range of ``t0``/``t1`` (give it the fewer):
+    ``IntervalSet.overlap_length``, and the cache directory's count over a node's lists."""
+    total = 0
+    for k in range(len(t0)):
+        a = t0[k]
+        b = t1[k]
+        lo = _after(stops, a)
+        hi = _before(starts, b)
+        if lo >= hi:
+            continue
+        c = starts[lo]
+        d = stops[hi - 1]
+        if hi - lo == 1:
+            total += (d if d < b else b) - (c if c > a else a)
+            continue
+        # Many ranges (a subjob over a fragmented cache): summed, less the overhang of the
+        # first and the last, the only ones that can stick out.
+        if c < a:
+            total -= a - c
+        if d > b:
+            total -= d - b
+        for m in range(lo, hi):
+            c = starts[m]
+            d = stops[m]
+            total += d - c
+    return total
 
 
 def _new(starts: list[int], stops: list[int], length: int) -> IntervalSet:
@@ -526,32 +556,7 @@ class IntervalSet:
         if not self._starts or not other._starts:
             return 0
         small, big = (self, other) if len(self._starts) <= len(other._starts) else (other, self)
-        b0, b1 = big._starts, big._stops
-        t0, t1 = small._starts, small._stops
-        total = 0
-        for k in range(len(t0)):
-            a = t0[k]
-            b = t1[k]
-            lo = _after(b1, a)
-            hi = _before(b0, b)
-            if lo >= hi:
-                continue
-            c = b0[lo]
-            d = b1[hi - 1]
-            if hi - lo == 1:
-                total += (d if d < b else b) - (c if c > a else a)
-                continue
-            # Many ranges (a subjob over a fragmented cache): summed, less the overhang of
-            # the first and the last, the only ones that can stick out.
-            if c < a:
-                total -= a - c
-            if d > b:
-                total -= d - b
-            for m in range(lo, hi):
-                c = b0[m]
-                d = b1[m]
-                total += d - c
-        return total
+        return overlap_count(big._starts, big._stops, small._starts, small._stops)
 
     def clip(self, start: int, stop: int) -> IntervalSet:
         """The events of this set within ``[start, stop)``."""
