@@ -12,29 +12,12 @@ from datasched.core.state cimport Running
 cpdef list _settled(dict running)
 
 @cython.locals(
-    k=Py_ssize_t,
-    other=cython.longlong,
-    end=cython.double,
-    best_saving=cython.double,
-    best_end=cython.double,
-    best_slot=cython.longlong,
-    r=Running,
-    data=IntervalSet,
-    a=cython.double,
-    b=cython.double,
-    saving=cython.double,
-    length=cython.longlong,
-    done=cython.longlong,
-    n=cython.longlong,
-    local=cython.longlong,
+    k=Py_ssize_t, other=cython.longlong, r=Running, data=IntervalSet,
+    a=cython.double, b=cython.double, saving=cython.double,
+    end=cython.double, best_saving=cython.double, best_end=cython.double,
+    length=cython.longlong, done=cython.longlong, n=cython.longlong, local=cython.longlong,
 )
 cpdef _best_of_settled(
-    list settled,
-    list cached,
-    IntervalSet content,
-    double now,
-    long long minimum,
-    double s_cache,
-    double s_peer,
-    double s_tertiary,
+    list settled, list cached, IntervalSet content, double now, long long minimum,
+    double s_cache, double s_peer, double s_tertiary,
 )

@@ -243,10 +243,9 @@ def _best_of_settled(
     (policies/ponce/fcfs.pxd: the running record's times and the event counts in C, the same
     floats); the function that asks is patched by tests, and this one is called from it."""
     best: int | None = None
-    # The best key ``(saving, end, -slot)`` held as three numbers, compared in that order
-    # as the tuple would be (compiled, in C: no tuple built for each subjob).
+    # The best key ``(saving, end, -slot)`` held as its numbers, compared in that order as
+    # the tuple would be (compiled, in C: no tuple built for each subjob); its slot is ``best``.
     best_saving = best_end = 0.0
-    best_slot = 0
     for k in range(len(settled)):  # (by index: a zip is a call with keywords)
         other, r = settled[k]
         is_cached = cached[k]
@@ -266,11 +265,10 @@ def _best_of_settled(
                 best is None
                 or saving > best_saving
                 or (
-                    saving == best_saving
-                    and (end > best_end or (end == best_end and other < best_slot))
+                    saving == best_saving and (end > best_end or (end == best_end and other < best))
                 )
             ):
-                best, best_saving, best_end, best_slot = other, saving, end, other
+                best, best_saving, best_end = other, saving, end
     return best
 
 
