@@ -16,7 +16,8 @@ from datasched.core.model import (
     Topology,
 )
 from datasched.core.policy import Param, Policy, ReadMode, Returned, SchedulerView
-from datasched.core.scheduler import JobState, Running, Scheduler, SchedulerError
+from datasched.core.scheduler import Scheduler, SchedulerError
+from datasched.core.state import JobState, Running
 
 __all__ = [
     "CacheGrain",

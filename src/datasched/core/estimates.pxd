@@ -4,7 +4,11 @@
 # from the object's struct instead of its dictionary. Declarations only; the .py is the source.
 # ``__dict__`` stays: tests wrap ``handle`` on an instance, and subclasses may add fields.
 
+cimport cython
+
 from datasched.core.directory cimport CacheDirectory
+from datasched.core.intervals cimport IntervalSet
+from datasched.core.state cimport Running
 
 cdef class Estimates:
     cdef dict __dict__
@@ -62,3 +66,7 @@ cdef class Estimates:
     cdef public dict _handlers
     cdef public object _started_hook
     cdef public object _reads_fixed
+    # Methods of the hot path, typed (``cpdef``: still called and patched as Python methods).
+    cpdef s_per_event_on(self, slot, IntervalSet data, cpu_s_per_event=*)
+    cpdef _push_end(self, Running r)
+    cpdef balanced_share(self, slot, target, IntervalSet rest)

@@ -143,7 +143,12 @@ class Estimates:
             return  # not asked for yet: built from ``running`` when it is
         insort(order, (r.end_s, -r.slot, -r.subjob.subjob_id))
         if len(order) > 2 * len(self.running) + 1024:
-            order[:] = sorted(dict.fromkeys(e for e in order if self._current(*e)))
+            self._rebuild_by_end(order)
+
+    def _rebuild_by_end(self, order: list[tuple[float, int, int]]) -> None:
+        """Keep the current entries of the by-end order, once each (apart from
+        :meth:`_push_end`: compiled, that is a C method, which cannot hold a generator)."""
+        order[:] = sorted(dict.fromkeys(e for e in order if self._current(*e)))
 
     def split_candidates(self, content: IntervalSet) -> tuple[list[int], list[int]]:
         """``(cached, leaders)``: the slots of every settled running subjob whose data shares

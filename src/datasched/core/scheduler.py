@@ -90,7 +90,7 @@ from datasched.core.trace import (
     transition_record,
 )
 
-__all__ = ["JobState", "Running", "Scheduler", "SchedulerError", "SubjobState"]
+__all__ = ["Scheduler", "SchedulerError", "SubjobState"]
 
 _EMPTY = IntervalSet()
 _DONE = SubjobState.DONE

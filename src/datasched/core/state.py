@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import enum
 from collections import deque
-from dataclasses import dataclass, field
 
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import Job, Subjob
@@ -82,34 +81,69 @@ _STOPPING = SubjobState.STOPPING
 _SHRINKING = SubjobState.SHRINKING
 
 
-@dataclass(slots=True, eq=False)
 class JobState:
-    """The master's record of one job in the system."""
+    """The master's record of one job in the system.
+
+    A plain class with slots, not a dataclass: compiled, it is an extension type whose
+    fields the scheduler reads from its struct (core/state.pxd), which a dataclass cannot
+    be. Compared by identity."""
+
+    __slots__ = (
+        "cancel_reason",
+        "cancelled",
+        "done_events",
+        "first_start_s",
+        "held_until",
+        "job",
+        "job_id",
+        "live",
+        "released_s",
+        "running_slots",
+        "suspended",
+        "unissued",
+    )
 
     job: Job
-    done_events: int = 0
-    first_start_s: float | None = None
-    released_s: float | None = None
+    done_events: int
+    first_start_s: float | None
+    released_s: float | None
     """Set by policies that hold jobs back (delayed scheduling): when this one was let go."""
-    held_until: float | None = None
+    held_until: float | None
     """While a policy holds this job back on purpose: until when (``note_held``)."""
-    live: dict[int, Subjob] = field(default_factory=dict)
+    live: dict[int, Subjob]
     """Subjobs not yet finished: running, stopping, waiting in a queue or parked."""
-    unissued: IntervalSet = field(default_factory=IntervalSet)
+    unissued: IntervalSet
     """The job's events in no live subjob and not processed: what a policy has not cut into
     subjobs yet (a job queued whole, a packetizer's pool). With the live subjobs' data it
     partitions what is left of the job (:meth:`Scheduler.validate` checks it)."""
-    suspended: deque[Subjob] = field(default_factory=deque)
+    suspended: deque[Subjob]
     """Subjobs parked with the job (suspended, or returned), the next to resume first."""
-    running_slots: set[int] = field(default_factory=set)
-    cancelled: bool = False
-    cancel_reason: str = ""
-    job_id: int = field(init=False)
+    running_slots: set[int]
+    cancelled: bool
+    cancel_reason: str
+    job_id: int
     """``job.job_id``, kept as a field: read on every start and finish."""
 
-    def __post_init__(self) -> None:
-        self.job_id = self.job.job_id
-        self.unissued = self.job.data
+    def __init__(self, job: Job) -> None:
+        self.job = job
+        self.job_id = job.job_id
+        self.done_events = 0
+        self.first_start_s = None
+        self.released_s = None
+        self.held_until = None
+        self.live = {}
+        self.unissued = job.data
+        self.suspended = deque()
+        self.running_slots = set()
+        self.cancelled = False
+        self.cancel_reason = ""
+
+    def __repr__(self) -> str:
+        return (
+            f"JobState(job_id={self.job_id!r}, done_events={self.done_events!r}, "
+            f"live={sorted(self.live)!r}, running_slots={sorted(self.running_slots)!r}, "
+            f"cancelled={self.cancelled!r})"
+        )
 
     @property
     def started(self) -> bool:
