@@ -79,7 +79,7 @@ class CheckingEngine(SimEngine):
             self.staged.add(action.subjob.subjob_id)
         super()._start(action)
 
-    def _leave(self, slot: int, *, finished: bool) -> SubjobFinished | SubjobStopped:
+    def _leave(self, slot: int, finished: bool) -> SubjobFinished | SubjobStopped:
         run = self._runs[slot]
         assert run is not None
         if run.subjob.subjob_id in self.staged:

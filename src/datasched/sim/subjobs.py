@@ -187,7 +187,7 @@ class SubjobRuns(SharedDisks):
                         peer_cache = self.caches[peer]
                         peer_pins.append((peer_cache, peer_cache.pin(seg)))
             other = other - peer_read
-        pieces.extend((a, b, _TERTIARY, -1) for a, b in other)
+        pieces.extend([(a, b, _TERTIARY, -1) for a, b in other])
         pieces.sort()
         fetched = _EMPTY
         fetch = None
@@ -311,7 +311,7 @@ class SubjobRuns(SharedDisks):
                 ends.append(total)
         else:
             pieces = [(a, b, _CACHE) for a, b in local]
-            pieces.extend((a, b, _TERTIARY) for a, b in other)
+            pieces.extend([(a, b, _TERTIARY) for a, b in other])
             pieces.sort()
             for a, b, src in pieces:
                 per = spe[src]
@@ -578,7 +578,7 @@ class SubjobRuns(SharedDisks):
         fetched_files = IntervalSet(lumps) if lumps else _EMPTY
         return processed, remaining, (counts[0], counts[1], counts[2]), fetched_files
 
-    def _leave(self, slot: int, *, finished: bool) -> SubjobFinished | SubjobStopped:
+    def _leave(self, slot: int, finished: bool) -> SubjobFinished | SubjobStopped:
         """Take the subjob off ``slot`` now: book what it processed and update the cache."""
         run = self._runs[slot]
         if run is None:
