@@ -3,6 +3,7 @@ pins, fetches, directory queries."""
 
 from __future__ import annotations
 
+import struct
 from itertools import pairwise
 from unittest import mock
 
@@ -467,6 +468,18 @@ def test_the_packed_heap_orders_negative_keys_and_minus_zero_as_floats_compare()
             cache.insert(r(0, 50), first)
             cache.insert(r(100, 150), second)
             assert cache.insert(r(200, 230), 5.0) == (r(200, 230), victim)
+
+
+@given(st.lists(st.floats(allow_nan=False), min_size=2, max_size=20))
+def test_a_keys_packed_order_is_its_bits_and_keeps_the_floats_order(keys: list[float]) -> None:
+    """``_order`` (compiled: the float's bits read in C) gives the integer that ``struct``
+    gives the sources, and sorts keys as floats compare (-0.0 with 0.0)."""
+    for key in keys:
+        bits = struct.unpack("<q", struct.pack("<d", key + 0.0))[0]
+        assert cache_module._order(key) == (bits ^ (2**63 - 1) if bits < 0 else bits) + 2**63
+    for a, b in pairwise(sorted(keys)):
+        assert cache_module._order(a) <= cache_module._order(b)
+        assert (cache_module._order(a) == cache_module._order(b)) == (a == b)
 
 
 def test_the_packed_cache_refuses_events_past_its_bound() -> None:

@@ -8,6 +8,12 @@ from datasched.core.search cimport after as _after, before as _before
 from datasched.core.holds cimport Holds
 from datasched.core.intervals cimport IntervalSet
 
+cdef long long _FLIP
+cdef unsigned long long _OFFSET
+
+@cython.locals(k=cython.double, bits=cython.longlong)
+cpdef object _order(double key)
+
 cdef class RangeCache(Holds):
     cdef public object _content
     cdef public list _heap
@@ -32,3 +38,10 @@ cdef class RangeCache(Holds):
 
     cpdef refresh(self, IntervalSet hit, stamp)
     cpdef tuple insert(self, IntervalSet data, stamp)
+    cpdef _push(self, Py_ssize_t i)
+    cpdef _entry(self, Py_ssize_t i)
+    @cython.locals(
+        heap=list, starts=list, stops=list, evicted=list, deferred=list,
+        i=Py_ssize_t, start=cython.longlong, stop=cython.longlong, free=IntervalSet,
+    )
+    cpdef IntervalSet _evict(self, need, IntervalSet protect)

@@ -58,7 +58,13 @@ def _order(key: float) -> int:
     floats' flipped; ``-0.0`` counts as ``0.0``, as a comparison of floats has it): an
     eviction heap entry is one integer, ``_order(key) << _KEY_SHIFT | seq << _START_BITS |
     start``, compared in C at the cost of one object (see RangeCache)."""
-    bits: int = _UNPACK_Q(_PACK_D(key + 0.0))[0]
+    if cython.compiled:
+        # The float's bits read in C (compiled, ``bits`` is a C integer and ``_FLIP`` and
+        # ``_OFFSET`` C constants, core/cache.pxd): the bits ``struct`` gives the sources.
+        k = key + 0.0
+        bits = cython.cast(cython.p_longlong, cython.address(k))[0]
+    else:
+        bits = _UNPACK_Q(_PACK_D(key + 0.0))[0]
     return (bits ^ _FLIP if bits < 0 else bits) + _OFFSET
 
 
@@ -340,7 +346,7 @@ class RangeCache(Holds):
             return _EMPTY, _EMPTY
         evicted = _EMPTY
         if new.length > self.free_events:
-            evicted = self._evict(new.length - self.free_events, protect=self.pinned | data)
+            evicted = self._evict(new.length - self.free_events, self.pinned | data)
         if new.length > self.free_events:
             new, _ = new.head(self.free_events)
             if not new:
