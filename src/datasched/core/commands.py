@@ -55,6 +55,8 @@ every field given, in order."""
 _QUEUED = SubjobState.QUEUED
 _PARKED = SubjobState.PARKED
 _RUNNING = SubjobState.RUNNING
+_STOPPING = SubjobState.STOPPING
+_SHRINKING = SubjobState.SHRINKING
 _DONE = SubjobState.DONE
 _RUNNING_BIT: int = _RUNNING.bit  # type: ignore[attr-defined]
 
@@ -327,7 +329,7 @@ class Commands(Estimates):
         r = self.running[slot]
         if not r.settled:
             raise SchedulerError(f"slot {slot} is already being preempted or shrunk")
-        self._transition(r.subjob, SubjobState.STOPPING, r)
+        self._transition(r.subjob, _STOPPING, r)
         if replacement is not None:
             self._replacements[r.subjob.subjob_id] = replacement
         self._out.append(Preempt(r.subjob.subjob_id, slot, self.stimulus_id))
@@ -480,6 +482,6 @@ class Commands(Estimates):
             return False
         self._reserve(target)
         self._splits[r.subjob.subjob_id] = target
-        self._transition(r.subjob, SubjobState.SHRINKING, r)
+        self._transition(r.subjob, _SHRINKING, r)
         self._out.append(_tuple_new(Shrink, (r.subjob.subjob_id, slot, give, self.stimulus_id)))
         return True
