@@ -6,7 +6,7 @@ cimport cython
 
 from datasched.core.search cimport after as _after, before as _before
 from datasched.core.holds cimport Holds
-from datasched.core.intervals cimport IntervalSet
+from datasched.core.intervals cimport IntervalSet, joined
 
 cdef long long _FLIP
 cdef unsigned long long _OFFSET

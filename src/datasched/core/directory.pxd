@@ -7,7 +7,7 @@
 cimport cython
 
 from datasched.core.search cimport after as _after, before as _before
-from datasched.core.intervals cimport IntervalSet
+from datasched.core.intervals cimport IntervalSet, cut_out, overlap_count, splice_in
 
 cdef class CacheDirectory:
     cdef public list _bounds

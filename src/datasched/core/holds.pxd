@@ -6,3 +6,4 @@ cdef class Holds:
     cdef public object _pin_ids
     cdef public dict _fetches
     cdef public object _fetch_ids
+    cpdef _held(self, data)

@@ -5,4 +5,5 @@
 from datasched.sim.subjobs cimport SubjobRuns
 
 cdef class SimEngine(SubjobRuns):
-    pass
+    cpdef bint _step(self) except -1
+    cpdef bint _over(self) except -1

@@ -295,17 +295,17 @@ class SimEngine(SubjobRuns):
         most ``max_steps`` of them); whether the run is over: nothing is left to do, or the
         backlog passed its bound, or every job ended while faults go on for ever."""
         heap = self._heap
-        step = self._step
+        # ``self._step()`` called, not bound once: compiled, a C call (sim/engine.pxd).
         with _tuned_gc():
             if max_steps is None:
                 while heap and heap[0][0] <= until:
-                    if step() and self._over():
+                    if self._step() and self._over():
                         return True
                 return not heap
             for _ in range(max_steps):
                 if not heap or heap[0][0] > until:
                     break
-                if step() and self._over():
+                if self._step() and self._over():
                     return True
             return not heap or self._halt
 
