@@ -58,6 +58,7 @@ def _order(key: float) -> int:
     floats' flipped; ``-0.0`` counts as ``0.0``, as a comparison of floats has it): an
     eviction heap entry is one integer, ``_order(key) << _KEY_SHIFT | seq << _START_BITS |
     start``, compared in C at the cost of one object (see RangeCache)."""
+    bits: int
     if cython.compiled:
         # The float's bits read in C (compiled, ``bits`` is a C integer and ``_FLIP`` and
         # ``_OFFSET`` C constants, core/cache.pxd): the bits ``struct`` gives the sources.
