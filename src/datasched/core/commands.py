@@ -31,7 +31,7 @@ from datasched.core.actions import (
 )
 from datasched.core.estimates import Estimates
 from datasched.core.intervals import IntervalSet
-from datasched.core.model import Part, Subjob
+from datasched.core.model import Part, Subjob, _tuple_new
 from datasched.core.policy import JobView, Policy
 from datasched.core.state import (
     ALLOWED_NEW,
@@ -46,12 +46,6 @@ from datasched.core.trace import Transition
 __all__ = ["Commands"]
 
 _EMPTY = IntervalSet()
-_tuple_new = tuple.__new__
-"""How a named tuple's own ``__new__`` builds it. The hot paths below build events, actions
-and subjobs with it: the ``__new__`` that ``NamedTuple`` writes is Python code, a frame for
-each tuple (compiled, 0.4 us of the 0.6 us a ``Subjob`` takes; about three a scheduler event,
-docs/performance.md, "Named tuples built without their Python constructor"). The same tuples:
-every field given, in order."""
 _QUEUED = SubjobState.QUEUED
 _PARKED = SubjobState.PARKED
 _RUNNING = SubjobState.RUNNING

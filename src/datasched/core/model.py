@@ -448,7 +448,7 @@ class Subjob(NamedTuple):
     def shrunk(self, released: IntervalSet) -> Subjob:
         """The same subjob without ``released`` (what a Shrink took from it)."""
         # ``tuple.__new__``: the named tuple's own ``__new__`` is Python code, a frame for each
-        # (hot; see core/commands.py's ``_tuple_new``). The same tuple: every field, in order.
+        # (hot; see ``_tuple_new`` below). The same tuple: every field, in order.
         return _tuple_new(
             Subjob,
             (self.subjob_id, self.job_id, self.data - released, self.cached_on, self.preemptible),
@@ -456,6 +456,11 @@ class Subjob(NamedTuple):
 
 
 _tuple_new = tuple.__new__
+"""How a named tuple's own ``__new__`` builds it, for the hot paths that build subjobs, events
+and actions (here, core/commands.py, sim/subjobs.py): the ``__new__`` that ``NamedTuple``
+writes is Python code, a frame for each tuple (compiled, 0.4 us of the 0.6 us a ``Subjob``
+takes; about three a scheduler event, docs/performance.md, "Named tuples built without their
+Python constructor"). The same tuples: every field given, in order."""
 
 
 class Part(NamedTuple):

@@ -20,7 +20,7 @@ from datasched.core.cache import NodeCache
 from datasched.core.directory import CacheDirectory
 from datasched.core.events import SubjobFinished, SubjobShrunk, SubjobStopped
 from datasched.core.intervals import IntervalSet
-from datasched.core.model import Source, Subjob
+from datasched.core.model import Source, Subjob, _tuple_new
 from datasched.sim.disks import SharedDisks
 from datasched.sim.fetches import LUMP as _LUMP
 from datasched.sim.master import MASTER as _MASTER
@@ -32,9 +32,6 @@ __all__ = ["SubjobRuns"]
 
 _EMPTY = IntervalSet()
 _CACHE, _TERTIARY = Source.CACHE, Source.TERTIARY
-_tuple_new = tuple.__new__
-"""How a named tuple's own ``__new__`` builds it; used for the events of a subjob's end and
-shrink, which are hot (see core/commands.py's ``_tuple_new``). Every field given, in order."""
 
 
 class _Run:
