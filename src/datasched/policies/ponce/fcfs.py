@@ -6,7 +6,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from collections.abc import Mapping
-from typing import ClassVar, cast
+from typing import ClassVar
 
 from datasched.core.intervals import IntervalSet
 from datasched.core.model import Subjob
@@ -199,8 +199,10 @@ def _best_split_few(sched: SchedulerView, target: int, content: IntervalSet) -> 
     target's cache) holds, counted only for a subjob whose data meets it (one call tells,
     for all of them). O(slots): for a few slots only (``SCAN_AT_MOST``)."""
     s_cache, s_peer, s_tertiary = sched.read_rates(target)
-    # The scheduler's records behind its read-only view (their state is read directly).
-    settled = _settled(cast("Mapping[int, Running]", sched.running))
+    # The scheduler's records behind its read-only view (their state is read directly). Not
+    # ``typing.cast``: compiled, that is a call into an interpreted function at every choice.
+    running: Mapping[int, Running] = sched.running  # type: ignore[assignment]
+    settled = _settled(running)
     cached = content.overlaps_each([r.subjob.data for _, r in settled])
     return _best_of_settled(
         settled,
