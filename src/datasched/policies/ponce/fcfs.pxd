@@ -9,7 +9,7 @@ from datasched.core.intervals cimport IntervalSet
 from datasched.core.state cimport Running
 
 @cython.locals(r=Running, out=list)
-cpdef list _settled(dict running)
+cpdef list _settled(dict running, list data)
 
 @cython.locals(
     k=Py_ssize_t, other=cython.longlong, r=Running, data=IntervalSet,
@@ -18,6 +18,6 @@ cpdef list _settled(dict running)
     length=cython.longlong, done=cython.longlong, n=cython.longlong, local=cython.longlong,
 )
 cpdef _best_of_settled(
-    list settled, list cached, IntervalSet content, double now, long long minimum,
-    double s_cache, double s_peer, double s_tertiary,
+    list settled, list settled_data, list cached, IntervalSet content, double now,
+    long long minimum, double s_cache, double s_peer, double s_tertiary,
 )

@@ -202,10 +202,12 @@ def _best_split_few(sched: SchedulerView, target: int, content: IntervalSet) -> 
     # The scheduler's records behind its read-only view (their state is read directly). Not
     # ``typing.cast``: compiled, that is a call into an interpreted function at every choice.
     running: Mapping[int, Running] = sched.running  # type: ignore[assignment]
-    settled = _settled(running)
-    cached = content.overlaps_each([r.subjob.data for _, r in settled])
+    data: list[IntervalSet] = []
+    settled = _settled(running, data)
+    cached = content.overlaps_each(data)
     return _best_of_settled(
         settled,
+        data,
         cached,
         content,
         sched.now,
@@ -219,19 +221,25 @@ def _best_split_few(sched: SchedulerView, target: int, content: IntervalSet) -> 
 _RUNNING = SubjobState.RUNNING
 
 
-def _settled(running: Mapping[int, Running]) -> list[tuple[int, RunningView]]:
+def _settled(
+    running: Mapping[int, Running], data: list[IntervalSet]
+) -> list[tuple[int, RunningView]]:
     """The ``(slot, record)`` of the running subjobs no Preempt or Shrink awaits an answer
     for: ``Running.settled``, read as the record's state (compiled, a field of the record:
-    policies/ponce/fcfs.pxd; the property is a call each, at every split choice)."""
+    policies/ponce/fcfs.pxd; the property is a call each, at every split choice). Each one's
+    data is appended to ``data``, in the same order: read here, where the record's type is
+    known, once for both the cache's question and the costing."""
     out: list[tuple[int, RunningView]] = []
     for other, r in running.items():
         if r.state is _RUNNING:
             out.append((other, r))
+            data.append(r.subjob.data)
     return out
 
 
 def _best_of_settled(
     settled: list[tuple[int, RunningView]],
+    settled_data: list[IntervalSet],
     cached: list[bool],
     content: IntervalSet,
     now: float,
@@ -240,10 +248,11 @@ def _best_of_settled(
     s_peer: float,
     s_tertiary: float,
 ) -> int | None:
-    """:func:`_best_split_few`'s loop over the settled running subjobs (``cached``: whether
-    each one's data meets ``content``). Apart, so that the compiled build types its locals
-    (policies/ponce/fcfs.pxd: the running record's times and the event counts in C, the same
-    floats); the function that asks is patched by tests, and this one is called from it."""
+    """:func:`_best_split_few`'s loop over the settled running subjobs (``settled_data``:
+    each one's data; ``cached``: whether it meets ``content``). Apart, so that the compiled
+    build types its locals (policies/ponce/fcfs.pxd: the running record's times and the
+    event counts in C, the same floats); the function that asks is patched by tests, and this
+    one is called from it."""
     best: int | None = None
     # The best key ``(saving, end, -slot)`` held as its numbers, compared in that order as
     # the tuple would be (compiled, in C: no tuple built for each subjob); its slot is ``best``.
@@ -252,7 +261,7 @@ def _best_of_settled(
         other, r = settled[k]
         is_cached = cached[k]
         a = r.s_per_event
-        data = r.subjob.data
+        data = settled_data[k]
         length = data.length
         done = min(length, int((now - r.start_s) / a)) if a > 0 else 0
         n = length - done
@@ -496,13 +505,13 @@ class CacheOrientedSplitting(Policy):
         """
         if self.reads.peer_reads or sched.space.uniform_bytes_per_event is None:
             return _best_split_by_scan(sched, target)
+        content = sched.directory.content(sched.node_of(target))
+        if len(sched.slot_node) <= SCAN_AT_MOST:
+            return _best_split_few(sched, target, content)
         now = sched.now
         running = sched.running
         minimum = 2 * sched.min_subjob_events
-        content = sched.directory.content(sched.node_of(target))
         s_tertiary = sched.read_rates(target)[2]
-        if len(sched.slot_node) <= SCAN_AT_MOST:
-            return _best_split_few(sched, target, content)
         cached, leaders = sched.split_candidates(content)
         best: int | None = None
         best_key = (0.0, 0.0, 0)
