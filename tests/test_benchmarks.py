@@ -80,6 +80,14 @@ def test_instruction_count_grows_with_the_jobs() -> None:
         assert match is not None, done.stdout
         counts.append(int(match.group(1).replace(",", "")))
     assert 0 < counts[0] < counts[1]
+    # --net: the jobs after the first, apart from the run's fixed part, which a one-job run
+    # holds nearly all of (50 jobs of job splitting at 10 nodes are far cheaper than it).
+    done = _run("--policy", "splitting", "--jobs", "50", "--net", script=INSTRUCTIONS)
+    assert done.returncode == 0, done.stderr
+    net = re.search(r"one-job run \(([\d,]+) M\): ([\d,]+) M for the other 49 jobs", done.stdout)
+    assert net is not None, done.stdout
+    first, rest = (int(g.replace(",", "")) for g in net.groups())
+    assert 0 < rest < first
 
 
 def test_the_sandbox_benchmark_runs_the_same_packets_both_ways() -> None:
