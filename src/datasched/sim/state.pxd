@@ -4,6 +4,7 @@
 # base, so that their methods read them from the object's struct instead of its dictionary.
 # Declarations only; the .py is the source. ``__dict__`` stays for subclasses' own fields.
 
+from datasched.core.dispatch cimport EventPump
 from datasched.core.scheduler cimport Scheduler
 
 cdef class EngineState:
@@ -39,7 +40,7 @@ cdef class EngineState:
     cdef public object _arrived
     cdef public object _max_backlog
     cdef public object _halt
-    cdef public object _pump
+    cdef public EventPump _pump
     cdef public object _readers
     cdef public dict _disk_readers
     cdef public object _record_packets
