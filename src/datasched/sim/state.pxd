@@ -6,6 +6,7 @@
 
 from datasched.core.dispatch cimport EventPump
 from datasched.core.scheduler cimport Scheduler
+from datasched.sim.recorder cimport Recorder
 
 cdef class EngineState:
     cdef dict __dict__
@@ -15,7 +16,7 @@ cdef class EngineState:
     cdef public object now
     cdef public object replacement
     cdef public list caches
-    cdef public object rec
+    cdef public Recorder rec
     cdef public object result
     cdef public list _runs
     cdef public list _heap
