@@ -258,9 +258,9 @@ class Scheduler(Commands):
         self._out = out
         # The two kinds of most events called directly (compiled, C calls; a bound method
         # from the table is a call by the interpreter's protocol), the others from the table.
-        if kind is SubjobFinished:
+        if type(event) is SubjobFinished:  # (``kind``, asked so that mypy narrows the event)
             self._on_finished(event)
-        elif kind is SubjobShrunk:
+        elif type(event) is SubjobShrunk:
             self._on_shrunk(event)
         else:
             self._handlers[kind](event)
