@@ -258,7 +258,8 @@ class Scheduler(Commands):
         self._out = out
         # The two kinds of most events called directly (compiled, C calls; a bound method
         # from the table is a call by the interpreter's protocol), the others from the table.
-        if type(event) is SubjobFinished:  # (``kind``, asked so that mypy narrows the event)
+        # ``type(event)`` again rather than ``kind``: so mypy narrows the event's type.
+        if type(event) is SubjobFinished:
             self._on_finished(event)
         elif type(event) is SubjobShrunk:
             self._on_shrunk(event)
